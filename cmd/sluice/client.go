@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// request sends a request to a Sluice API subject and decodes the JSON
+// answer; a service error comes back as an error with its text.
+func request(ctx context.Context, nc *nats.Conn, m *nats.Msg, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("%s: no service answers (is sluice running at %s?): %w", m.Subject, nc.ConnectedUrl(), err)
+		}
+		return fmt.Errorf("%s: %w", m.Subject, err)
+	}
+	if e := reply.Header.Get(micro.ErrorHeader); e != "" {
+		return &apiError{code: reply.Header.Get(micro.ErrorCodeHeader), text: e}
+	}
+	if err := json.Unmarshal(reply.Data, v); err != nil {
+		return fmt.Errorf("%s answer: %w", m.Subject, err)
+	}
+	return nil
+}
+
+type apiError struct{ code, text string }
+
+func (e *apiError) Error() string { return e.text }
+
+func clientConn(cfg *Config) (*nats.Conn, error) {
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("sluice-cli"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+	}
+	return nc, nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// submit sends a job description to the generator.
+func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
+	fs := flags("submit", cfg)
+	wait := fs.Bool("wait", false, "wait until every DTR of the job is final and print the statistics")
+	session := fs.String("session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
+	dn := fs.String("dn", "", "owner DN of an xRSL job")
+	var fqans multiFlag
+	fs.Var(&fqans, "fqan", "owner VOMS FQAN of an xRSL job, e.g. /atlas/Role=production (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("submit needs one job description file")
+	}
+	data, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	nc, err := clientConn(cfg)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	m := nats.NewMsg(bus.SubjectAPIJobSubmit)
+	m.Data = data
+	if *session != "" {
+		abs, err := filepath.Abs(*session)
+		if err != nil {
+			return err
+		}
+		m.Header.Set(generator.HeaderSessionDir, abs)
+	}
+	if *dn != "" {
+		m.Header.Set(generator.HeaderDN, *dn)
+	}
+	for _, f := range fqans {
+		m.Header.Add(generator.HeaderFQAN, f)
+	}
+	var reply generator.SubmitReply
+	if err := request(ctx, nc, m, &reply); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "job %s submitted: %d DTRs\n", reply.JobID, len(reply.DTRs))
+	if !*wait {
+		return nil
+	}
+	ev, err := waitJob(ctx, nc, reply.JobID, nil)
+	if err != nil {
+		return err
+	}
+	printJob(stdout, ev, nil)
+	if ev.State != generator.JobFinished {
+		return fmt.Errorf("job %s %s", ev.Job.ID, ev.State)
+	}
+	return nil
+}
+
+// waitJob polls a job's status until it has ended; each poll is passed to
+// tick, if set.
+func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func()) (generator.JobEvent, error) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ev, err := jobStatus(ctx, nc, jobID)
+		if err != nil {
+			return ev, err
+		}
+		if ev.Announced {
+			return ev, nil
+		}
+		if tick != nil {
+			tick()
+		}
+		select {
+		case <-ctx.Done():
+			return ev, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func jobStatus(ctx context.Context, nc *nats.Conn, jobID string) (generator.JobEvent, error) {
+	var ev generator.JobEvent
+	m := nats.NewMsg(bus.SubjectAPIJobStatus)
+	m.Data = []byte(jobID)
+	return ev, request(ctx, nc, m, &ev)
+}
+
+func dtrStatus(ctx context.Context, nc *nats.Conn, id uuid.UUID) (dtr.DTR, error) {
+	var r scheduler.DTRReply
+	m := nats.NewMsg(bus.SubjectAPIDTR)
+	m.Data = []byte(id.String())
+	return r.DTR, request(ctx, nc, m, &r)
+}
+
+// status shows a job and its DTRs, or one DTR.
+func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
+	fs := flags("status", cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("status needs a job or DTR id")
+	}
+	id := fs.Arg(0)
+	nc, err := clientConn(cfg)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ev, err := jobStatus(ctx, nc, id)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.code == "404" {
+		u, perr := uuid.Parse(id)
+		if perr != nil {
+			return fmt.Errorf("no job %q, and it is not a DTR id", id)
+		}
+		var r scheduler.DTRReply
+		m := nats.NewMsg(bus.SubjectAPIDTR)
+		m.Data = []byte(u.String())
+		if err := request(ctx, nc, m, &r); err != nil {
+			return err
+		}
+		printDTR(stdout, r.DTR)
+		if r.Why != nil {
+			printWhy(stdout, *r.Why)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	current := map[uuid.UUID]dtr.DTR{}
+	for i, ref := range ev.Pending {
+		if i == 200 {
+			break
+		}
+		if d, err := dtrStatus(ctx, nc, ref.DTR); err == nil {
+			current[ref.DTR] = d
+		}
+	}
+	printJob(stdout, ev, current)
+	return nil
+}
+
+func printDTR(w io.Writer, d dtr.DTR) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "DTR\t%s\n", d.ID)
+	if d.JobID != "" {
+		fmt.Fprintf(tw, "job\t%s\n", d.JobID)
+	}
+	fmt.Fprintf(tw, "state\t%s\n", d.State)
+	fmt.Fprintf(tw, "source\t%s\n", d.Source)
+	fmt.Fprintf(tw, "destination\t%s\n", d.Destination)
+	fmt.Fprintf(tw, "share\t%s\n", d.Share)
+	fmt.Fprintf(tw, "priority\t%d\n", d.Priority)
+	fmt.Fprintf(tw, "attempts\t%d of %d\n", d.Attempts, d.MaxAttempts)
+	fmt.Fprintf(tw, "bytes\t%d\n", d.Bytes)
+	if d.Checksum != "" {
+		fmt.Fprintf(tw, "checksum\t%s\n", d.Checksum)
+	}
+	if !d.NextProcess.IsZero() {
+		fmt.Fprintf(tw, "retry at\t%s\n", d.NextProcess.Format(time.RFC3339))
+	}
+	if d.Error != nil {
+		fmt.Fprintf(tw, "error\t%s in %s: %s\n", d.Error.Kind, d.Error.State, d.Error.Text)
+	}
+	fmt.Fprintf(tw, "updated\t%s\n", d.Updated.Format(time.RFC3339Nano))
+}
+
+func printJob(w io.Writer, ev generator.JobEvent, current map[uuid.UUID]dtr.DTR) {
+	fmt.Fprintf(w, "job %s (%s) %s: %d files, %d done, %d failed, %d cancelled, %d pending\n",
+		ev.Job.ID, ev.Job.Name, ev.State, ev.Total, ev.Done, ev.Failed, ev.Cancelled, ev.Total-ev.Final())
+	for _, f := range ev.Failures {
+		fmt.Fprintln(w, "  "+f)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "DTR\tDIR\tSTATE\tSIZE\tTRIES\tDESTINATION\tERROR")
+	for _, f := range ev.Files {
+		e := ""
+		if f.Error != nil {
+			e = string(f.Error.Kind) + ": " + f.Error.Text
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", f.DTR, f.Direction, f.State, f.Size, f.Attempts, f.Destination, e)
+	}
+	for _, ref := range ev.Pending {
+		state, e := "pending", ""
+		if d, ok := current[ref.DTR]; ok {
+			state = d.State.String()
+			if d.Error != nil {
+				e = "last try: " + string(d.Error.Kind) + ": " + d.Error.Text
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t%s\t%s\n", ref.DTR, ref.Direction, state, ref.Destination, e)
+	}
+}
+
+// shares prints the per-share table.
+func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
+	fs := flags("shares", cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	nc, err := clientConn(cfg)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var r scheduler.SharesReply
+	if err := request(ctx, nc, nats.NewMsg(bus.SubjectAPIShares), &r); err != nil {
+		return err
+	}
+	printShares(stdout, r)
+	return nil
+}
+
+// printShares prints ARC's gm-jobs -s table (running = transferring, pending
+// = any other state; -download shares under Preparing, the rest under
+// Finishing), then the slots of each share in each state.
+func printShares(w io.Writer, r scheduler.SharesReply) {
+	type rp struct{ running, pending int }
+	per := map[string]*rp{}
+	var names []string
+	get := func(n string) *rp {
+		if per[n] == nil {
+			per[n] = &rp{}
+			names = append(names, n)
+		}
+		return per[n]
+	}
+	for _, s := range r.Shares {
+		x := get(s.Share)
+		if s.State == dtr.Transfer {
+			x.running += s.Running
+			x.pending += s.Queued
+		} else {
+			x.pending += s.Queued + s.Running
+		}
+	}
+	for n, c := range r.Retrying {
+		get(n).pending += c
+	}
+	sort.Strings(names)
+	for _, section := range []string{"Preparing", "Finishing"} {
+		fmt.Fprintf(w, " %s/Pending files\tTransfer share\n", section)
+		for _, n := range names {
+			if strings.HasSuffix(n, "-download") == (section == "Preparing") {
+				fmt.Fprintf(w, "         %d/%d\t\t\t%s\n", per[n].running, per[n].pending, n)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "SHARE\tPRIORITY\tSTATE\tRUNNING\tQUEUED\tSLOTS")
+	for _, s := range r.Shares {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", s.Share, s.Priority, s.State, s.Running, s.Queued, s.Slots)
+	}
+	if len(r.Shares) == 0 {
+		fmt.Fprintln(tw, "(no DTRs queued or running)")
+	}
+}

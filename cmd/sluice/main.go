@@ -1,0 +1,127 @@
+// Command sluice runs any Sluice service, or all of them in one process on
+// an embedded NATS server, and talks to a running Sluice as a client.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/sluice-dtr/sluice/pkg/stack"
+)
+
+// Config is the services' configuration; see stack.Config.
+type Config = stack.Config
+
+const usage = `sluice moves files for jobs, sharing transfer slots fairly between groups of users.
+
+Usage:
+  sluice all [flags]                 run every service in one process on an embedded NATS server
+  sluice scheduler|generator|processor|delivery [flags]
+                                     run one role against NATS_URL
+  sluice demo [flags]                run a demo job of real files on the embedded default
+  sluice submit [flags] JOBFILE      submit a job description (JSON or xRSL); --wait follows it
+  sluice status JOB_OR_DTR           show a job and its DTRs, or one DTR
+  sluice shares                      show running/pending per share (like ARC's gm-jobs -s)
+  sluice why DTR                     say why a DTR waits: its share, place, slots, estimated start
+  sluice priority DTR N              change a DTR's priority (1–100)
+  sluice cancel DTR_OR_JOB           cancel a DTR or every unfinished DTR of a job
+  sluice reconfigure SHARE=P,...     set share priorities of the running scheduler (until it restarts)
+  sluice help                        show this text and the environment variables
+
+Run "sluice COMMAND -h" for a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return errors.New("no command given")
+	}
+	var cfg Config
+	if err := envconfig.Process("sluice", &cfg); err != nil {
+		return fmt.Errorf("environment: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "all", "scheduler", "generator", "processor", "delivery":
+		defer stack.Tracing()(context.Background())
+		return serve(ctx, cmd, &cfg, rest)
+	case "demo":
+		defer stack.Tracing()(context.Background())
+		return demo(ctx, &cfg, rest, stdout)
+	case "submit":
+		return submit(ctx, &cfg, rest, stdout)
+	case "status":
+		return status(ctx, &cfg, rest, stdout)
+	case "shares":
+		return shares(ctx, &cfg, rest, stdout)
+	case "priority":
+		return priority(ctx, &cfg, rest, stdout)
+	case "cancel":
+		return cancel(ctx, &cfg, rest, stdout)
+	case "reconfigure":
+		return reconfigure(ctx, &cfg, rest, stdout)
+	case "why":
+		return why(ctx, &cfg, rest, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		fmt.Fprintln(stdout, "\nEnvironment (flags win over it):")
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		defer tw.Flush()
+		return envconfig.Usagef("sluice", &cfg, tw, "{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+	}
+	fmt.Fprint(stdout, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// flags returns a flag set for a command with the flags every command has.
+func flags(name string, cfg *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.StringVar(&cfg.NATSURL, "nats", cfg.NATSURL, "NATS server URL (env NATS_URL)")
+	return fs
+}
+
+func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(cfg.LogFormat, "text") {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// defaultStore is the embedded server's store under the user's data dir.
+func defaultStore() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "sluice")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "sluice")
+	}
+	return filepath.Join(os.TempDir(), "sluice")
+}

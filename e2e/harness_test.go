@@ -1,0 +1,234 @@
+// Package e2e runs Sluice end to end: every service on a real embedded NATS
+// JetStream server, real files, real HTTP servers.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/services/delivery"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/processor"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// testConfig is the services' configuration for tests: ARC's defaults with
+// short retry delays.
+func testConfig() stack.Config {
+	return stack.Config{
+		Config: scheduler.Config{
+			MaxProcessor: 10, MaxDelivery: 10, MaxEmergency: 1, MaxTransferTries: 10,
+			RetryBase: 100 * time.Millisecond, Lease: time.Minute, Tick: 20 * time.Millisecond,
+		},
+		Generator: generator.Config{MaxFiles: 10000},
+		Processor: processor.Config{PreWorkers: 10, PostWorkers: 10},
+		Delivery:  delivery.Config{Workers: 10},
+	}
+}
+
+// system is a running Sluice for one test.
+type system struct {
+	t    testing.TB
+	ns   *server.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  stack.Config
+	dir  string
+	stop map[string]context.CancelFunc
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+// start runs an embedded NATS server and the given roles (all of them if
+// none is named).
+func start(t testing.TB, cfg stack.Config, roles ...string) *system {
+	t.Helper()
+	return startMode(t, cfg, false, roles...)
+}
+
+// startMode is start with the services connected in process or not.
+func startMode(t testing.TB, cfg stack.Config, inProcess bool, roles ...string) *system {
+	t.Helper()
+	dir := t.TempDir()
+	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NATSURL = ns.ClientURL()
+	if inProcess {
+		cfg.InProcess = ns
+	}
+	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]context.CancelFunc{}}
+	s.nc, err = stack.Connect(cfg.NATSURL, "e2e-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.js, _ = jetstream.New(s.nc)
+	if len(roles) == 0 {
+		roles = stack.Roles
+	}
+	for _, r := range roles {
+		s.startRole(r)
+	}
+	t.Cleanup(func() {
+		for _, cancel := range s.stop {
+			cancel()
+		}
+		s.wg.Wait()
+		s.nc.Close()
+		ns.Shutdown()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, err := range s.errs {
+			t.Errorf("service failed: %v", err)
+		}
+	})
+	return s
+}
+
+// startRole runs one role under its own context.
+func (s *system) startRole(role string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop[role] = cancel
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := stack.Run(ctx, s.cfg, []string{role}, log); err != nil && ctx.Err() == nil {
+			s.mu.Lock()
+			s.errs = append(s.errs, err)
+			s.mu.Unlock()
+		}
+	}()
+}
+
+// stopRole stops one role and waits until it has.
+func (s *system) stopRole(role string) {
+	s.stop[role]()
+	delete(s.stop, role)
+}
+
+// request calls a Sluice API endpoint, retrying while its service starts.
+func (s *system) request(subject string, data []byte, h nats.Header, v any) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		for k, vs := range h {
+			m.Header[k] = vs
+		}
+		reply, err := s.nc.RequestMsg(m, 10*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if e := reply.Header.Get(micro.ErrorHeader); e != "" {
+			return errors.New(e)
+		}
+		return json.Unmarshal(reply.Data, v)
+	}
+}
+
+// submit sends a job to the generator.
+func (s *system) submit(j *job.Job) generator.SubmitReply {
+	s.t.Helper()
+	b, err := json.Marshal(j)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var r generator.SubmitReply
+	if err := s.request(bus.SubjectAPIJobSubmit, b, nil, &r); err != nil {
+		s.t.Fatalf("submit: %v", err)
+	}
+	return r
+}
+
+// wait polls a job until it has ended.
+func (s *system) wait(jobID string, timeout time.Duration) generator.JobEvent {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var ev generator.JobEvent
+		if err := s.request(bus.SubjectAPIJobStatus, []byte(jobID), nil, &ev); err != nil {
+			s.t.Fatalf("status of %s: %v", jobID, err)
+		}
+		if ev.Announced {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("job %s not finished after %s: %d of %d final", jobID, timeout, ev.Final(), ev.Total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// shares asks the scheduler for its share table.
+func (s *system) shares() scheduler.SharesReply {
+	s.t.Helper()
+	var r scheduler.SharesReply
+	if err := s.request(bus.SubjectAPIShares, nil, nil, &r); err != nil {
+		s.t.Fatal(err)
+	}
+	return r
+}
+
+// httpServer serves h on a loopback port for the test.
+func httpServer(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func fileURL(p string) string { return "file://" + filepath.ToSlash(p) }
+
+// writeFile writes n bytes of a pattern that differs per file.
+func writeFile(t testing.TB, p string, n int, seed int) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte((i*31 + seed*7 + i/251) % 256)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustContain(t *testing.T, what, s string, subs ...string) {
+	t.Helper()
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			t.Fatalf("%s %q does not mention %q", what, s, sub)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
+	"github.com/cloudevents/sdk-go/v2/binding/spec"
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// CloudEvent types, one per message kind. The data of each is JSON; its
+// schema is documented in README.md.
+const (
+	TypeSubmit      = "org.sluice.dtr.submit.v1"
+	TypeCancel      = "org.sluice.dtr.cancel.v1"
+	TypeGrant       = "org.sluice.grant.v1"
+	TypeResult      = "org.sluice.result.v1"
+	TypeProgress    = "org.sluice.progress.v1"
+	TypeStop        = "org.sluice.stop.v1"
+	TypeDTRState    = "org.sluice.dtr.state.v1"
+	TypeDTRFinal    = "org.sluice.dtr.final.v1"
+	TypeJobFinished = "org.sluice.job.finished.v1"
+	TypeJobFailed   = "org.sluice.job.failed.v1"
+	TypeRejected    = "org.sluice.rejected.v1"
+)
+
+// specs maps "ce-" headers to CloudEvents attributes.
+var specs = spec.WithPrefix("ce-")
+
+// ErrNotCloudEvent is returned by Decode for a message with neither ce-*
+// headers nor a structured CloudEvents content type.
+var ErrNotCloudEvent = errors.New("not a CloudEvent")
+
+// NewEvent builds a CloudEvent with a fresh id, the time now and JSON data.
+func NewEvent(typ, source, subject string, data any) (event.Event, error) {
+	ev := event.New()
+	ev.SetID(uuid.NewString())
+	ev.SetType(typ)
+	ev.SetSource(source)
+	ev.SetTime(time.Now().UTC())
+	if subject != "" {
+		ev.SetSubject(subject)
+	}
+	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+		return ev, fmt.Errorf("event %s: %w", typ, err)
+	}
+	return ev, nil
+}
+
+// Encode writes a CloudEvent as a NATS message in binary content mode:
+// attributes in ce-* headers, data in the body. The message id header
+// (Nats-Msg-Id) is msgID, or the event id when msgID is empty, so that
+// JetStream drops a republished duplicate; ctx's span context goes in the
+// traceparent header.
+func Encode(ctx context.Context, subject, msgID string, ev event.Event) (*nats.Msg, error) {
+	m := nats.NewMsg(subject)
+	if _, err := binding.Write(binding.WithForceBinary(ctx), binding.ToMessage(&ev), nil, (*headerWriter)(m)); err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", ev.Type(), err)
+	}
+	if msgID == "" {
+		msgID = ev.ID()
+	}
+	m.Header.Set(nats.MsgIdHdr, msgID)
+	Inject(ctx, m.Header)
+	return m, nil
+}
+
+// Decode reads a CloudEvent from a NATS message in binary (ce-* headers) or
+// structured (application/cloudevents+json) mode and validates it.
+func Decode(ctx context.Context, m *nats.Msg) (*event.Event, error) {
+	r := (*msgReader)(m)
+	if r.ReadEncoding() == binding.EncodingUnknown {
+		return nil, ErrNotCloudEvent
+	}
+	ev, err := binding.ToEvent(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("malformed CloudEvent: %w", err)
+	}
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid CloudEvent: %w", err)
+	}
+	return ev, nil
+}
+
+// DecodeData decodes a message's event and its JSON data into v, checking
+// the event type.
+func DecodeData(ctx context.Context, m *nats.Msg, typ string, v any) (*event.Event, error) {
+	ev, err := Decode(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Type() != typ {
+		return ev, fmt.Errorf("event type %q, want %q", ev.Type(), typ)
+	}
+	if err := json.Unmarshal(ev.Data(), v); err != nil {
+		return ev, fmt.Errorf("%s data: %w", typ, err)
+	}
+	return ev, nil
+}
+
+// headerWriter writes a binary-mode CloudEvent into a NATS message.
+type headerWriter nats.Msg
+
+func (w *headerWriter) Start(context.Context) error { return nil }
+func (w *headerWriter) End(context.Context) error   { return nil }
+
+func (w *headerWriter) SetAttribute(a spec.Attribute, value any) error {
+	s, err := types.Format(value)
+	if err != nil {
+		return err
+	}
+	if a.Kind() == spec.DataContentType {
+		w.Header.Set("content-type", s)
+		return nil
+	}
+	w.Header.Set("ce-"+a.Name(), s)
+	return nil
+}
+
+func (w *headerWriter) SetExtension(name string, value any) error {
+	s, err := types.Format(value)
+	if err != nil {
+		return err
+	}
+	w.Header.Set("ce-"+name, s)
+	return nil
+}
+
+func (w *headerWriter) SetData(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	w.Data = b
+	return err
+}
+
+// msgReader reads a CloudEvent from a NATS message. Header names are matched
+// without regard to case, since publishers differ.
+type msgReader nats.Msg
+
+func (r *msgReader) header(name string) string {
+	for k, v := range r.Header {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func (r *msgReader) ReadEncoding() binding.Encoding {
+	if r.header("ce-specversion") != "" {
+		return binding.EncodingBinary
+	}
+	if strings.HasPrefix(r.header("content-type"), event.ApplicationCloudEventsJSON) {
+		return binding.EncodingStructured
+	}
+	return binding.EncodingUnknown
+}
+
+func (r *msgReader) ReadStructured(ctx context.Context, w binding.StructuredWriter) error {
+	if r.ReadEncoding() != binding.EncodingStructured {
+		return binding.ErrNotStructured
+	}
+	return w.SetStructuredEvent(ctx, format.JSON, bytes.NewReader(r.Data))
+}
+
+func (r *msgReader) ReadBinary(_ context.Context, w binding.BinaryWriter) error {
+	version := specs.Version(r.header("ce-specversion"))
+	if version == nil {
+		return fmt.Errorf("unknown CloudEvents specversion %q", r.header("ce-specversion"))
+	}
+	for k, v := range r.Header {
+		k = strings.ToLower(k)
+		if !strings.HasPrefix(k, "ce-") || len(v) == 0 {
+			continue
+		}
+		if a := version.Attribute(k); a != nil {
+			if err := w.SetAttribute(a, v[0]); err != nil {
+				return err
+			}
+		} else if err := w.SetExtension(strings.TrimPrefix(k, "ce-"), v[0]); err != nil {
+			return err
+		}
+	}
+	if ct := r.header("content-type"); ct != "" {
+		if err := w.SetAttribute(version.AttributeFromKind(spec.DataContentType), ct); err != nil {
+			return err
+		}
+	}
+	if len(r.Data) > 0 {
+		return w.SetData(bytes.NewReader(r.Data))
+	}
+	return nil
+}
+
+func (r *msgReader) Finish(error) error { return nil }
+
+// headerCarrier lets OpenTelemetry read and write the traceparent header of
+// a NATS message. nats.Header is case-sensitive, so keys are matched here
+// without regard to case.
+type headerCarrier nats.Header
+
+func (c headerCarrier) Get(key string) string {
+	for k, v := range c {
+		if strings.EqualFold(k, key) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+func init() { otel.SetTextMapPropagator(propagator) }
+
+// Inject writes ctx's span context into h as a W3C traceparent header.
+func Inject(ctx context.Context, h nats.Header) { propagator.Inject(ctx, headerCarrier(h)) }
+
+// Extract returns ctx carrying the span context found in h, if any.
+func Extract(ctx context.Context, h nats.Header) context.Context {
+	return propagator.Extract(ctx, headerCarrier(h))
+}
+
+func (r *msgReader) GetAttribute(k spec.Kind) (spec.Attribute, any) {
+	version := specs.Version(r.header("ce-specversion"))
+	if version == nil {
+		return nil, nil
+	}
+	a := version.AttributeFromKind(k)
+	if a == nil {
+		return nil, nil
+	}
+	v := ""
+	if k == spec.DataContentType {
+		v = r.header("content-type")
+	} else {
+		v = r.header(a.PrefixedName())
+	}
+	if v == "" {
+		return a, nil
+	}
+	return a, v
+}
+
+func (r *msgReader) GetExtension(name string) any {
+	if v := r.header("ce-" + name); v != "" {
+		return v
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package bus
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Grant is the data of a grant event: the scheduler gives a DTR a slot in
+// one state. The worker holds the grant until it publishes a Result; it
+// renews the lease with Progress events while the work lasts.
+type Grant struct {
+	Grant string    `json:"grant"`
+	Stage dtr.Stage `json:"stage"`
+	State dtr.State `json:"state"`
+	DTR   dtr.DTR   `json:"dtr"`
+	// LeaseSeconds is how long the grant stays valid without progress.
+	LeaseSeconds float64 `json:"lease_seconds"`
+	// Cleanup asks post-processing to delete what a failed or cancelled
+	// transfer left, instead of putting the file in place.
+	Cleanup   bool `json:"cleanup,omitempty"`
+	Emergency bool `json:"emergency,omitempty"`
+}
+
+// Lease returns the grant's lease as a duration.
+func (g Grant) Lease() time.Duration { return time.Duration(g.LeaseSeconds * float64(time.Second)) }
+
+// Result is the data of a result event: a worker's outcome for a grant.
+type Result struct {
+	DTR      uuid.UUID    `json:"dtr"`
+	Grant    string       `json:"grant"`
+	State    dtr.State    `json:"state"`
+	Error    *dtr.Failure `json:"error,omitempty"`
+	Size     int64        `json:"size,omitempty"`
+	Bytes    int64        `json:"bytes,omitempty"`
+	Checksum string       `json:"checksum,omitempty"`
+	Started  time.Time    `json:"started,omitzero"`
+	Ended    time.Time    `json:"ended,omitzero"`
+}
+
+// Progress is the data of a progress event; it also renews the grant's lease.
+type Progress struct {
+	DTR   uuid.UUID `json:"dtr"`
+	Grant string    `json:"grant"`
+	Bytes int64     `json:"bytes"`
+	Size  int64     `json:"size,omitempty"`
+}
+
+// Cancel is the data of a cancel command.
+type Cancel struct {
+	DTR    uuid.UUID `json:"dtr"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Stop tells the worker holding a grant to give up now.
+type Stop struct {
+	DTR   uuid.UUID `json:"dtr"`
+	Grant string    `json:"grant"`
+}
+
+// StateChange is the data of a DTR state event.
+type StateChange struct {
+	DTR      uuid.UUID `json:"dtr"`
+	JobID    string    `json:"job_id,omitempty"`
+	State    dtr.State `json:"state"`
+	Share    string    `json:"share"`
+	Priority int       `json:"priority"`
+}
+
+// Rejection says why a message was refused. Nothing else changed.
+type Rejection struct {
+	Subject string `json:"subject"`
+	MsgID   string `json:"msg_id,omitempty"`
+	Reason  string `json:"reason"`
+	// Payload is the start of the refused message, for the publisher's logs.
+	Payload string `json:"payload,omitempty"`
+}

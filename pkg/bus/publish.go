@@ -1,0 +1,135 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Batch publishes messages to JetStream without waiting for each one, then
+// waits for all of their acknowledgements at once.
+type Batch struct {
+	js      jetstream.JetStream
+	futures []jetstream.PubAckFuture
+	err     error
+}
+
+// NewBatch starts an empty batch.
+func NewBatch(js jetstream.JetStream) *Batch { return &Batch{js: js} }
+
+// Add publishes m; its acknowledgement is awaited by Wait.
+func (b *Batch) Add(m *nats.Msg) {
+	if b.err != nil {
+		return
+	}
+	f, err := b.js.PublishMsgAsync(m)
+	if err != nil {
+		b.err = fmt.Errorf("publish to %s: %w", m.Subject, err)
+		return
+	}
+	b.futures = append(b.futures, f)
+}
+
+// Len returns the number of messages published so far.
+func (b *Batch) Len() int { return len(b.futures) }
+
+// Wait returns once every message is stored, or the first error.
+func (b *Batch) Wait(ctx context.Context) error {
+	defer func() { b.futures = b.futures[:0] }()
+	if b.err != nil {
+		return b.err
+	}
+	for _, f := range b.futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+const tracerName = "github.com/sluice-dtr/sluice"
+
+// StartProducer starts a producer span for a message to subject, following
+// the OpenTelemetry messaging conventions.
+func StartProducer(ctx context.Context, subject string) (context.Context, trace.Span) {
+	return otel.Tracer(tracerName).Start(ctx, "send "+subject,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", subject),
+		))
+}
+
+// StartConsumer starts a consumer span for a received message, as a child
+// of the span whose context the message's traceparent header carries.
+func StartConsumer(ctx context.Context, m *nats.Msg, operation string) (context.Context, trace.Span) {
+	if m.Header != nil {
+		ctx = Extract(ctx, m.Header)
+	}
+	return otel.Tracer(tracerName).Start(ctx, operation+" "+m.Subject,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", m.Subject),
+		))
+}
+
+// Context returns ctx carrying the span context of a W3C traceparent value.
+func Context(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return Extract(ctx, nats.Header{"traceparent": []string{traceparent}})
+}
+
+// TraceParent returns the W3C traceparent value of ctx's span.
+func TraceParent(ctx context.Context) string {
+	h := nats.Header{}
+	Inject(ctx, h)
+	return h.Get("traceparent")
+}
+
+// Msg returns a received JetStream message as a *nats.Msg for Decode.
+func Msg(m jetstream.Msg) *nats.Msg {
+	return &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+}
+
+// Each hands every message of a consumer to f, one at a time, until ctx
+// ends. At most max messages wait in the client's buffer.
+func Each(ctx context.Context, cons jetstream.Consumer, max int, f func(jetstream.Msg)) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(max))
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			slog.Warn("consume", "consumer", cons.CachedInfo().Name, "err", err)
+			continue
+		}
+		f(m)
+	}
+}

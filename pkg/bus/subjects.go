@@ -1,0 +1,181 @@
+// Package bus defines Sluice's NATS subjects, streams, consumers and
+// key-value buckets in one place, and creates them idempotently.
+package bus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Subjects. Every message on them is a CloudEvent (binary content mode, ce-*
+// headers) with a W3C traceparent header; dtr.submit also takes structured
+// CloudEvents and plain DTR JSON from any publisher.
+const (
+	// SubjectSubmit takes new DTRs from anyone (stream SLUICE_SUBMIT).
+	SubjectSubmit = "dtr.submit"
+	// SubjectCancel takes cancel commands for DTRs (stream SLUICE_SUBMIT, so
+	// a cancel is ordered after the submits before it).
+	SubjectCancel = "sluice.cmd.cancel"
+	// SubjectGrantPrefix + stage carries grants (stream SLUICE_GRANTS).
+	SubjectGrantPrefix = "sluice.grant."
+	// SubjectResultPrefix + stage carries outcomes (stream SLUICE_RESULTS).
+	SubjectResultPrefix = "sluice.result."
+	// SubjectProgressPrefix + stage carries progress and lease renewals
+	// (stream SLUICE_RESULTS).
+	SubjectProgressPrefix = "sluice.progress."
+	// SubjectStopPrefix + grant id tells the worker holding a grant to stop
+	// (core NATS: only the holder cares, and only now).
+	SubjectStopPrefix = "sluice.stop."
+	// SubjectDTRFinal carries every DTR that reached DONE, CANCELLED or ERROR
+	// (stream SLUICE_EVENTS).
+	SubjectDTRFinal = "sluice.event.dtr.final"
+	// SubjectDTRState carries every state change (core NATS, best effort,
+	// for observers).
+	SubjectDTRState = "sluice.event.dtr.state"
+	// SubjectJobFinished and SubjectJobFailed carry the end of a job with
+	// per-file statistics (stream SLUICE_EVENTS).
+	SubjectJobFinished = "sluice.event.job.finished"
+	SubjectJobFailed   = "sluice.event.job.failed"
+	// SubjectRejected carries the reason a message was refused (stream
+	// SLUICE_EVENTS).
+	SubjectRejected = "sluice.event.rejected"
+	// API subjects (request/reply, nats.go/micro services).
+	SubjectAPIJobSubmit = "sluice.api.job.submit"
+	SubjectAPIJobStatus = "sluice.api.job.status"
+	SubjectAPIShares    = "sluice.api.shares"
+	SubjectAPIDTR       = "sluice.api.dtr"
+	// Control endpoints of the scheduler.
+	SubjectAPIPriority    = "sluice.api.priority"
+	SubjectAPICancel      = "sluice.api.cancel"
+	SubjectAPIReconfigure = "sluice.api.reconfigure"
+)
+
+// Streams, consumers and buckets.
+const (
+	StreamSubmit    = "SLUICE_SUBMIT"
+	StreamGrants    = "SLUICE_GRANTS"
+	StreamResults   = "SLUICE_RESULTS"
+	StreamEvents    = "SLUICE_EVENTS"
+	ConsumerSched   = "scheduler"
+	ConsumerGen     = "generator"
+	BucketDTRs      = "sluice_dtrs"
+	BucketJobs      = "sluice_jobs"
+	MaxMessageBytes = 1 << 20
+)
+
+// GrantSubject returns the grant subject of a stage.
+func GrantSubject(s dtr.Stage) string { return SubjectGrantPrefix + string(s) }
+
+// ResultSubject returns the result subject of a stage.
+func ResultSubject(s dtr.Stage) string { return SubjectResultPrefix + string(s) }
+
+// ProgressSubject returns the progress subject of a stage.
+func ProgressSubject(s dtr.Stage) string { return SubjectProgressPrefix + string(s) }
+
+// Stages lists the worker stages; each has a durable grant consumer of the
+// same name, shared by all replicas of that stage.
+var Stages = []dtr.Stage{dtr.StagePre, dtr.StageDelivery, dtr.StagePost}
+
+// Setup is how streams are created; Replicas is 1 on a single server.
+type Setup struct {
+	Replicas int
+	// AckWait is how long a worker holds a grant without a sign of life
+	// before JetStream hands it to another replica.
+	AckWait time.Duration
+}
+
+// ensureMu keeps the services of one process from setting up at once.
+var ensureMu sync.Mutex
+
+// Ensure creates or updates every stream, consumer and bucket Sluice uses.
+// It is safe to call from every service at start: what exists with the
+// settings wanted is left alone, so services starting together do not
+// update a stream while another adds a consumer to it.
+func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
+	ensureMu.Lock()
+	defer ensureMu.Unlock()
+	if s.Replicas <= 0 {
+		s.Replicas = 1
+	}
+	if s.AckWait <= 0 {
+		s.AckWait = 30 * time.Second
+	}
+	streams := []jetstream.StreamConfig{
+		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
+			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute},
+		{Name: StreamGrants, Subjects: []string{SubjectGrantPrefix + ">"},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute},
+		{Name: StreamResults, Subjects: []string{SubjectResultPrefix + ">", SubjectProgressPrefix + ">"},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute},
+		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>", SubjectRejected},
+			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
+	}
+	for _, cfg := range streams {
+		cfg.Storage = jetstream.FileStorage
+		cfg.Replicas = s.Replicas
+		if st, err := js.Stream(ctx, cfg.Name); err == nil && sameStream(st.CachedInfo().Config, cfg) {
+			continue
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	consumers := []struct {
+		stream string
+		cfg    jetstream.ConsumerConfig
+	}{
+		{StreamSubmit, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
+		{StreamResults, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
+		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: SubjectDTRFinal, MaxAckPending: 20000}},
+	}
+	for _, st := range Stages {
+		consumers = append(consumers, struct {
+			stream string
+			cfg    jetstream.ConsumerConfig
+		}{StreamGrants, jetstream.ConsumerConfig{Durable: string(st), FilterSubject: GrantSubject(st), MaxAckPending: 10000}})
+	}
+	for _, c := range consumers {
+		c.cfg.AckPolicy = jetstream.AckExplicitPolicy
+		c.cfg.AckWait = s.AckWait
+		c.cfg.Replicas = s.Replicas
+		if cons, err := js.Consumer(ctx, c.stream, c.cfg.Durable); err == nil && sameConsumer(cons.CachedInfo().Config, c.cfg) {
+			continue
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+		}
+	}
+	for _, b := range []string{BucketDTRs, BucketJobs} {
+		if _, err := js.KeyValue(ctx, b); err == nil {
+			continue
+		}
+		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: b, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1,
+		}); err != nil {
+			return fmt.Errorf("bucket %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
+func sameStream(have, want jetstream.StreamConfig) bool {
+	if want.MaxMsgSize == 0 {
+		want.MaxMsgSize = -1 // how the server reports "no limit"
+	}
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
+		have.MaxMsgSize == want.MaxMsgSize && have.Duplicates == want.Duplicates &&
+		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas
+}
+
+func sameConsumer(have, want jetstream.ConsumerConfig) bool {
+	return have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait &&
+		have.MaxAckPending == want.MaxAckPending && have.FilterSubject == want.FilterSubject &&
+		have.Replicas == want.Replicas
+}

@@ -1,0 +1,68 @@
+package bus
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestEnsureCreatesEverythingAndLeavesItAloneTheSecondTime(t *testing.T) {
+	ns, err := Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := Ensure(ctx, js, Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]int64{}
+	for _, name := range []string{StreamSubmit, StreamGrants, StreamResults, StreamEvents} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		created[name] = st.CachedInfo().Created.UnixNano()
+	}
+	for _, c := range [][2]string{{StreamSubmit, ConsumerSched}, {StreamResults, ConsumerSched}, {StreamEvents, ConsumerGen},
+		{StreamGrants, "pre"}, {StreamGrants, "delivery"}, {StreamGrants, "post"}} {
+		if _, err := js.Consumer(ctx, c[0], c[1]); err != nil {
+			t.Fatalf("consumer %s on %s: %v", c[1], c[0], err)
+		}
+	}
+	// A second Ensure changes nothing: JetStream announces no update and no
+	// creation.
+	advisories, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(ctx, js, Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	for {
+		m, err := advisories.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.Contains(m.Subject, "UPDATED") || strings.Contains(m.Subject, "CREATED") {
+			t.Fatalf("the second Ensure changed something: %s", m.Subject)
+		}
+	}
+	for name, at := range created {
+		st, _ := js.Stream(ctx, name)
+		if st.CachedInfo().Created.UnixNano() != at {
+			t.Fatalf("stream %s was made again", name)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package dtr
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Identity is who owns a DTR: the certificate DN and the VOMS attributes
+// (FQANs such as "/atlas/Role=production").
+type Identity struct {
+	DN    string   `json:"dn,omitempty"`
+	FQANs []string `json:"fqans,omitempty"`
+}
+
+// Direction says whether a DTR fetches a job's input or sends its output.
+// It picks the "-download" or "-upload" sub-share.
+type Direction string
+
+// The two directions.
+const (
+	Download Direction = "download"
+	Upload   Direction = "upload"
+)
+
+// Options are the per-file settings a job gives.
+type Options struct {
+	// Checksum is the expected checksum "type:value" (adler32, md5, sha256);
+	// empty means none is known and adler32 is computed for the record.
+	Checksum string `json:"checksum,omitempty"`
+	// Overwrite lets pre-cleaning delete an existing destination.
+	Overwrite bool `json:"overwrite,omitempty"`
+	// FailureAllowed lets the job succeed when this file fails.
+	FailureAllowed bool `json:"failure_allowed,omitempty"`
+}
+
+// ErrorKind classifies a failure (reference/arc-dtr.md §4).
+type ErrorKind string
+
+// The error kinds. Only TEMPORARY_REMOTE, TRANSFER_SPEED and
+// INTERNAL_PROCESS are retried.
+const (
+	ErrNone            ErrorKind = ""
+	ErrInternalLogic   ErrorKind = "INTERNAL_LOGIC"
+	ErrInternalProcess ErrorKind = "INTERNAL_PROCESS"
+	ErrSelfReplication ErrorKind = "SELF_REPLICATION"
+	ErrCache           ErrorKind = "CACHE"
+	ErrTemporaryRemote ErrorKind = "TEMPORARY_REMOTE"
+	ErrPermanentRemote ErrorKind = "PERMANENT_REMOTE"
+	ErrLocalFile       ErrorKind = "LOCAL_FILE"
+	ErrTransferSpeed   ErrorKind = "TRANSFER_SPEED"
+	ErrStagingTimeout  ErrorKind = "STAGING_TIMEOUT"
+)
+
+// Retryable reports whether an error of this kind is worth another attempt.
+func (k ErrorKind) Retryable() bool {
+	return k == ErrTemporaryRemote || k == ErrTransferSpeed || k == ErrInternalProcess
+}
+
+// Failure is an error with its kind and the state in which it was raised.
+type Failure struct {
+	Kind  ErrorKind `json:"kind"`
+	Text  string    `json:"text"`
+	State State     `json:"state"`
+}
+
+// DTR is one file to move.
+type DTR struct {
+	ID          uuid.UUID `json:"id"`
+	JobID       string    `json:"job_id,omitempty"`
+	Source      string    `json:"source"`
+	Destination string    `json:"destination"`
+	Owner       Identity  `json:"owner"`
+	Direction   Direction `json:"direction,omitempty"`
+	// UserPriority is the job's priority, 1–100 (default 50).
+	UserPriority int     `json:"user_priority,omitempty"`
+	Options      Options `json:"options,omitempty"`
+
+	// Set by the scheduler.
+	Share       string    `json:"share,omitempty"`
+	Priority    int       `json:"priority,omitempty"`
+	State       State     `json:"state"`
+	Attempts    int       `json:"attempts,omitempty"`
+	MaxAttempts int       `json:"max_attempts,omitempty"`
+	Error       *Failure  `json:"error,omitempty"`
+	Cancel      bool      `json:"cancel,omitempty"`
+	Size        int64     `json:"size,omitempty"`
+	Bytes       int64     `json:"bytes,omitempty"`
+	Checksum    string    `json:"checksum,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
+	// Started and Ended frame the successful transfer.
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// NextProcess is when a DTR waiting for a retry goes on.
+	NextProcess time.Time `json:"next_process,omitzero"`
+	// TraceParent is the W3C traceparent of the DTR's trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	// TransferGrant is the grant of this attempt's transfer, if one was
+	// granted; it names the temporary file that transfer wrote.
+	TransferGrant string `json:"transfer_grant,omitempty"`
+	// Cleanup says the current post-processing grant removes what a failed
+	// or cancelled transfer left, rather than putting the file in place.
+	Cleanup bool `json:"cleanup,omitempty"`
+	// Grant is the id of the grant that owns the DTR in an active state.
+	Grant string `json:"grant,omitempty"`
+}
+
+// Transition moves the DTR to a new state if the move is legal.
+func (d *DTR) Transition(to State, now time.Time) error {
+	if !CanTransition(d.State, to) {
+		return fmt.Errorf("%w: %s → %s (dtr %s)", ErrIllegalTransition, d.State, to, d.ID)
+	}
+	d.State = to
+	d.Updated = now
+	return nil
+}
+
+// Schemes that Sluice moves data between.
+var Schemes = map[string]bool{"file": true, "http": true, "https": true}
+
+// Validate checks what a DTR must have before it is scheduled: an id, two
+// distinct URLs of known schemes, and a priority in range.
+func (d *DTR) Validate() error {
+	var errs []error
+	if d.ID == uuid.Nil {
+		errs = append(errs, errors.New("id is missing"))
+	}
+	if err := ValidateURL(d.Source); err != nil {
+		errs = append(errs, fmt.Errorf("source: %w", err))
+	}
+	if err := ValidateURL(d.Destination); err != nil {
+		errs = append(errs, fmt.Errorf("destination: %w", err))
+	}
+	if d.Source != "" && d.Source == d.Destination {
+		errs = append(errs, errors.New("source and destination are the same"))
+	}
+	if d.UserPriority != 0 && (d.UserPriority < 1 || d.UserPriority > 100) {
+		errs = append(errs, fmt.Errorf("user_priority %d is outside 1–100", d.UserPriority))
+	}
+	if d.Direction != "" && d.Direction != Download && d.Direction != Upload {
+		errs = append(errs, fmt.Errorf("direction %q is neither download nor upload", d.Direction))
+	}
+	if d.Options.Checksum != "" {
+		if _, _, err := ParseChecksum(d.Options.Checksum); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateURL checks that u is an absolute URL of a scheme Sluice moves.
+func ValidateURL(u string) error {
+	if u == "" {
+		return errors.New("URL is empty")
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("bad URL %q: %w", u, err)
+	}
+	if !Schemes[p.Scheme] {
+		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https", u, p.Scheme)
+	}
+	switch p.Scheme {
+	case "file":
+		if p.Path == "" || !strings.HasPrefix(p.Path, "/") {
+			return fmt.Errorf("URL %q: a file URL needs an absolute path (file:///path)", u)
+		}
+		if p.Host != "" && p.Host != "localhost" {
+			return fmt.Errorf("URL %q: file URLs must be local (file:///path)", u)
+		}
+	default:
+		if p.Host == "" {
+			return fmt.Errorf("URL %q: no host", u)
+		}
+	}
+	return nil
+}
+
+// Checksum algorithms Sluice computes.
+var ChecksumTypes = map[string]bool{"adler32": true, "md5": true, "sha256": true}
+
+// ParseChecksum splits "type:value" and checks the type is known.
+func ParseChecksum(s string) (typ, value string, err error) {
+	typ, value, ok := strings.Cut(s, ":")
+	typ = strings.ToLower(typ)
+	if !ok || value == "" {
+		return "", "", fmt.Errorf("checksum %q is not type:value", s)
+	}
+	if !ChecksumTypes[typ] {
+		return "", "", fmt.Errorf("checksum %q: type %q is not one of adler32, md5, sha256", s, typ)
+	}
+	return typ, strings.ToLower(value), nil
+}
+
+// Submission is what a publisher says about a new DTR on the dtr.submit
+// subject; everything else is the scheduler's to set. Its JSON schema is
+// schemas/dtr.schema.json.
+type Submission struct {
+	ID           uuid.UUID `json:"id"`
+	JobID        string    `json:"job_id,omitempty"`
+	Source       string    `json:"source"`
+	Destination  string    `json:"destination"`
+	Owner        Identity  `json:"owner,omitzero"`
+	Direction    Direction `json:"direction,omitempty"`
+	UserPriority int       `json:"user_priority,omitempty"`
+	Options      Options   `json:"options,omitzero"`
+}
+
+// Submission returns what a publisher sends to submit d.
+func (d *DTR) Submission() Submission {
+	return Submission{ID: d.ID, JobID: d.JobID, Source: d.Source, Destination: d.Destination,
+		Owner: d.Owner, Direction: d.Direction, UserPriority: d.UserPriority, Options: d.Options}
+}
+
+// DTR returns the new DTR a submission asks for.
+func (s Submission) DTR() *DTR {
+	return &DTR{ID: s.ID, JobID: s.JobID, Source: s.Source, Destination: s.Destination,
+		Owner: s.Owner, Direction: s.Direction, UserPriority: s.UserPriority, Options: s.Options}
+}

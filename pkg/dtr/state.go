@@ -1,0 +1,228 @@
+// Package dtr holds the Data Transfer Request model: ARC's states, the legal
+// transitions between them as data, identities, options and error kinds.
+package dtr
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// State is one of ARC's DTR states (reference/arc-dtr.md §1).
+type State uint8
+
+// The states, in ARC's order. Queue states (CHECK_CACHE, RESOLVE, ...) are
+// where a DTR waits for a slot; the paired "-ING" state is when a worker owns
+// it; the "-ED" states are handled by the scheduler alone.
+const (
+	New State = iota
+	CheckCache
+	CheckingCache
+	CacheWait
+	CacheChecked
+	Resolve
+	Resolving
+	Resolved
+	QueryReplica
+	QueryingReplica
+	ReplicaQueried
+	PreClean
+	PreCleaning
+	PreCleaned
+	StagePrepare
+	StagingPreparing
+	StagingPreparingWait
+	StagedPrepared
+	Transfer
+	Transferring
+	TransferringCancel
+	Transferred
+	ReleaseRequest
+	ReleasingRequest
+	RequestReleased
+	FinaliseReplica
+	FinalisingReplica
+	ReplicaFinalised
+	RegisterReplica
+	RegisteringReplica
+	ReplicaRegistered
+	ProcessCache
+	ProcessingCache
+	CacheProcessed
+	Done
+	Cancelled
+	Error
+	numStates
+)
+
+var stateNames = [numStates]string{
+	"NEW", "CHECK_CACHE", "CHECKING_CACHE", "CACHE_WAIT", "CACHE_CHECKED",
+	"RESOLVE", "RESOLVING", "RESOLVED",
+	"QUERY_REPLICA", "QUERYING_REPLICA", "REPLICA_QUERIED",
+	"PRE_CLEAN", "PRE_CLEANING", "PRE_CLEANED",
+	"STAGE_PREPARE", "STAGING_PREPARING", "STAGING_PREPARING_WAIT", "STAGED_PREPARED",
+	"TRANSFER", "TRANSFERRING", "TRANSFERRING_CANCEL", "TRANSFERRED",
+	"RELEASE_REQUEST", "RELEASING_REQUEST", "REQUEST_RELEASED",
+	"FINALISE_REPLICA", "FINALISING_REPLICA", "REPLICA_FINALISED",
+	"REGISTER_REPLICA", "REGISTERING_REPLICA", "REPLICA_REGISTERED",
+	"PROCESS_CACHE", "PROCESSING_CACHE", "CACHE_PROCESSED",
+	"DONE", "CANCELLED", "ERROR",
+}
+
+func (s State) String() string {
+	if s < numStates {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// ParseState reads a state by its ARC name.
+func ParseState(name string) (State, error) {
+	for i, n := range stateNames {
+		if n == name {
+			return State(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown DTR state %q", name)
+}
+
+// MarshalJSON writes the state as its ARC name.
+func (s State) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// UnmarshalJSON reads a state from its ARC name.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		return fmt.Errorf("DTR state: %w", err)
+	}
+	v, err := ParseState(strings.ToUpper(name))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// Final reports whether no further transition can leave s.
+func (s State) Final() bool { return s == Done || s == Cancelled || s == Error }
+
+// Stage names the kind of worker that owns a DTR in a given active state.
+type Stage string
+
+// The worker stages. Each has its own grant subject.
+const (
+	StagePre      Stage = "pre"
+	StageDelivery Stage = "delivery"
+	StagePost     Stage = "post"
+)
+
+// queueStates pairs each queue state with the active state a grant moves it
+// to, the "-ED" state a successful result moves it to, and the stage of the
+// worker that does the work.
+var queueStates = map[State]struct {
+	active, done State
+	stage        Stage
+}{
+	CheckCache:      {CheckingCache, CacheChecked, StagePre},
+	Resolve:         {Resolving, Resolved, StagePre},
+	QueryReplica:    {QueryingReplica, ReplicaQueried, StagePre},
+	PreClean:        {PreCleaning, PreCleaned, StagePre},
+	StagePrepare:    {StagingPreparing, StagedPrepared, StagePre},
+	Transfer:        {Transferring, Transferred, StageDelivery},
+	ReleaseRequest:  {ReleasingRequest, RequestReleased, StagePost},
+	FinaliseReplica: {FinalisingReplica, ReplicaFinalised, StagePost},
+	RegisterReplica: {RegisteringReplica, ReplicaRegistered, StagePost},
+	ProcessCache:    {ProcessingCache, CacheProcessed, StagePost},
+}
+
+// QueueStates lists the states in which DTRs wait for a slot, in ARC's order.
+var QueueStates = []State{CheckCache, Resolve, QueryReplica, PreClean, StagePrepare,
+	Transfer, ReleaseRequest, FinaliseReplica, RegisterReplica, ProcessCache}
+
+// IsQueue reports whether s is a state in which a DTR waits for a slot.
+func (s State) IsQueue() bool { _, ok := queueStates[s]; return ok }
+
+// Active returns the state a grant moves a queued DTR to.
+func (s State) Active() State { return queueStates[s].active }
+
+// Completed returns the "-ED" state a successful result moves a queued
+// state's DTR to.
+func (s State) Completed() State { return queueStates[s].done }
+
+// Stage returns the worker stage that serves queue state s.
+func (s State) Stage() Stage { return queueStates[s].stage }
+
+// IsActive reports whether a worker owns a DTR in state s.
+func (s State) IsActive() bool {
+	for _, q := range queueStates {
+		if q.active == s {
+			return true
+		}
+	}
+	return s == TransferringCancel
+}
+
+// QueueOf returns the queue state whose active state is s.
+func QueueOf(active State) (State, bool) {
+	for q, v := range queueStates {
+		if v.active == active {
+			return q, true
+		}
+	}
+	return 0, false
+}
+
+// transitions is the table of legal moves. It follows ARC's scheduler
+// (reference/arc-dtr.md §1): queue → active → "-ED" → next queue, the skips
+// ARC takes when a step does not apply (no cache, no index, not stageable),
+// the cancel and hung-worker mappings, and the retry from CACHE_PROCESSED back
+// to NEW.
+var transitions = map[State][]State{
+	New:                  {CacheChecked, CheckCache, CacheWait, CacheProcessed, Error},
+	CheckCache:           {CheckingCache, CacheProcessed},
+	CheckingCache:        {CacheChecked, CacheWait, ReplicaRegistered},
+	CacheWait:            {CheckCache, CacheProcessed},
+	CacheChecked:         {ProcessCache, Resolve, Resolved, ReplicaRegistered},
+	Resolve:              {Resolving, ReplicaRegistered},
+	Resolving:            {Resolved, RequestReleased},
+	Resolved:             {QueryReplica, ProcessCache, CacheProcessed, RequestReleased},
+	QueryReplica:         {QueryingReplica, RequestReleased},
+	QueryingReplica:      {ReplicaQueried, RequestReleased},
+	ReplicaQueried:       {PreClean, StagedPrepared, Transferred, QueryReplica, FinaliseReplica, RequestReleased},
+	PreClean:             {PreCleaning, RequestReleased},
+	PreCleaning:          {PreCleaned, RequestReleased},
+	PreCleaned:           {StagePrepare, StagedPrepared, CacheProcessed, RequestReleased},
+	StagePrepare:         {StagingPreparing, RequestReleased},
+	StagingPreparing:     {StagingPreparingWait, StagedPrepared, Transferred},
+	StagingPreparingWait: {StagePrepare, ReleaseRequest, Transferred},
+	StagedPrepared:       {Transfer, ReleaseRequest, Transferred},
+	Transfer:             {Transferring, Transferred},
+	Transferring:         {Transferred, TransferringCancel},
+	TransferringCancel:   {Transferred},
+	Transferred:          {ReleaseRequest, RequestReleased},
+	ReleaseRequest:       {ReleasingRequest},
+	ReleasingRequest:     {RequestReleased},
+	RequestReleased:      {FinaliseReplica, ReplicaFinalised},
+	FinaliseReplica:      {FinalisingReplica},
+	FinalisingReplica:    {ReplicaFinalised},
+	ReplicaFinalised:     {RegisterReplica, ReplicaRegistered, QueryReplica},
+	RegisterReplica:      {RegisteringReplica},
+	RegisteringReplica:   {ReplicaRegistered},
+	ReplicaRegistered:    {ProcessCache, CacheProcessed},
+	ProcessCache:         {ProcessingCache},
+	ProcessingCache:      {CacheProcessed},
+	CacheProcessed:       {Done, Cancelled, Error, New, RegisterReplica},
+}
+
+// CanTransition reports whether from → to is a legal move.
+func CanTransition(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrIllegalTransition is wrapped by every refused transition.
+var ErrIllegalTransition = fmt.Errorf("illegal DTR transition")

@@ -1,0 +1,88 @@
+package dtr
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func TestTransitionsFollowTheTable(t *testing.T) {
+	tests := []struct {
+		name     string
+		from, to State
+		legal    bool
+	}{
+		{"a queued DTR is granted", Transfer, Transferring, true},
+		{"a transfer completes", Transferring, Transferred, true},
+		{"a retry starts over", CacheProcessed, New, true},
+		{"NEW cannot jump to TRANSFERRING", New, Transferring, false},
+		{"nothing leaves DONE", Done, New, false},
+		{"nothing leaves ERROR", Error, Transfer, false},
+		{"a cancelled transfer must still be cleaned up", TransferringCancel, Cancelled, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &DTR{ID: uuid.New(), State: tt.from}
+			err := d.Transition(tt.to, time.Now())
+			if tt.legal && err != nil {
+				t.Fatalf("%s → %s refused: %v", tt.from, tt.to, err)
+			}
+			if !tt.legal {
+				if !errors.Is(err, ErrIllegalTransition) {
+					t.Fatalf("%s → %s: got %v, want ErrIllegalTransition", tt.from, tt.to, err)
+				}
+				if d.State != tt.from {
+					t.Fatalf("a refused transition changed the state to %s", d.State)
+				}
+			}
+		})
+	}
+}
+
+func TestEveryQueueStateHasAnActiveAndADoneState(t *testing.T) {
+	for _, q := range QueueStates {
+		if !CanTransition(q, q.Active()) {
+			t.Errorf("%s cannot be granted to %s", q, q.Active())
+		}
+		if !CanTransition(q.Active(), q.Completed()) {
+			t.Errorf("%s cannot complete to %s", q.Active(), q.Completed())
+		}
+		if back, ok := QueueOf(q.Active()); !ok || back != q {
+			t.Errorf("QueueOf(%s) = %s", q.Active(), back)
+		}
+	}
+}
+
+func TestStateNamesRoundTrip(t *testing.T) {
+	for s := New; s < numStates; s++ {
+		b, err := s.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back State
+		if err := back.UnmarshalJSON(b); err != nil || back != s {
+			t.Fatalf("%s → %s → %s (%v)", s, b, back, err)
+		}
+	}
+	if _, err := ParseState("FLYING"); err == nil {
+		t.Fatal("ParseState accepted FLYING")
+	}
+}
+
+func TestValidateNamesEveryProblem(t *testing.T) {
+	d := &DTR{Source: "ftp://x/y", Destination: "file://relative", UserPriority: 101}
+	err := d.Validate()
+	if err == nil {
+		t.Fatal("invalid DTR accepted")
+	}
+	for _, want := range []string{"id is missing", `scheme "ftp"`, "absolute path", "outside 1–100"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,305 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// validJob returns a small job that passes Validate.
+func validJob() *Job {
+	return &Job{
+		ID:       "job-1",
+		Priority: 60,
+		Inputs: []File{{
+			Source:      "https://data.example.org/a",
+			Destination: "file:///sess/a",
+		}},
+		Outputs: []File{{
+			Source:      "file:///sess/out",
+			Destination: "https://store.example.org/out",
+		}},
+	}
+}
+
+// problems splits an error from errors.Join into its messages.
+func problems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name         string
+		job          Job
+		keepID       bool
+		wantPriority int
+	}{
+		{"assigns a UUID v4 ID and the default priority to an empty job", Job{}, false, DefaultPriority},
+		{"keeps a given ID and priority", Job{ID: "mine", Priority: 7}, true, 7},
+		{"keeps priority 100", Job{Priority: 100}, false, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := tt.job
+			j.Normalize()
+			if tt.keepID {
+				if j.ID != tt.job.ID {
+					t.Errorf("ID = %q, want %q kept", j.ID, tt.job.ID)
+				}
+			} else {
+				u, err := uuid.Parse(j.ID)
+				if err != nil || u.Version() != 4 || u.String() != j.ID {
+					t.Errorf("ID = %q, want a canonical UUID v4 (err %v)", j.ID, err)
+				}
+			}
+			if j.Priority != tt.wantPriority {
+				t.Errorf("Priority = %d, want %d", j.Priority, tt.wantPriority)
+			}
+			again := j
+			again.Normalize()
+			if again.ID != j.ID || again.Priority != j.Priority {
+				t.Errorf("Normalize is not idempotent: %+v then %+v", j, again)
+			}
+		})
+	}
+}
+
+func TestNormalizeGivesEachJobItsOwnID(t *testing.T) {
+	var a, b Job
+	a.Normalize()
+	b.Normalize()
+	if a.ID == b.ID {
+		t.Fatalf("two jobs got the same ID %q", a.ID)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(j *Job)
+		want   []string // one substring per expected problem, in order; nil means valid
+	}{
+		{"a complete job is valid", func(*Job) {}, nil},
+		{"an empty owner is allowed", func(j *Job) { j.Owner = dtr.Identity{} }, nil},
+		{"an owner with DN and FQANs is allowed", func(j *Job) {
+			j.Owner = dtr.Identity{DN: "/CN=Jane", FQANs: []string{"/atlas/Role=production"}}
+		}, nil},
+		{"priority 0 means default and is allowed", func(j *Job) { j.Priority = 0 }, nil},
+		{"priorities 1 and 100 are allowed", func(j *Job) { j.Priority = 100 }, nil},
+		{"a job with only outputs is valid", func(j *Job) { j.Inputs = nil }, nil},
+		{"a 64-character ID is allowed", func(j *Job) { j.ID = strings.Repeat("a", 64) }, nil},
+		{"an upper-case checksum type is accepted", func(j *Job) { j.Inputs[0].Checksum = "MD5:0CC175B9C0F1B6A831C399E269772661" }, nil},
+		{"file://localhost URLs are accepted", func(j *Job) { j.Inputs[0].Destination = "file://localhost/sess/a" }, nil},
+
+		{"an empty ID is reported", func(j *Job) { j.ID = "" }, []string{"id is empty"}},
+		{"an ID longer than 64 characters is reported", func(j *Job) { j.ID = strings.Repeat("a", 65) },
+			[]string{`id "` + strings.Repeat("a", 65) + `" is not 1–64 characters`}},
+		{"an ID with a slash is reported", func(j *Job) { j.ID = "a/b" }, []string{`id "a/b" is not 1–64 characters`}},
+		{"an ID with a dot is reported (the generator uses dots in its keys)", func(j *Job) { j.ID = "a.files" }, []string{`id "a.files" is not 1–64 characters`}},
+		{"priority above 100 is reported", func(j *Job) { j.Priority = 101 }, []string{"priority 101 is outside 1–100"}},
+		{"negative priority is reported", func(j *Job) { j.Priority = -1 }, []string{"priority -1 is outside 1–100"}},
+		{"an FQAN without a leading slash is reported", func(j *Job) { j.Owner.FQANs = []string{"/ok", "atlas"} },
+			[]string{`owner.fqans[1]: FQAN "atlas" does not start with "/"`}},
+		{"a job without files is reported", func(j *Job) { j.Inputs, j.Outputs = nil, nil },
+			[]string{"the job has no input or output files"}},
+		{"an unknown scheme names the field, URL and scheme", func(j *Job) { j.Inputs[0].Source = "ftp://x" },
+			[]string{`inputs[0].source: URL "ftp://x": scheme "ftp" is not one of file, http, https`}},
+		{"an empty URL is reported", func(j *Job) { j.Outputs[0].Destination = "" },
+			[]string{"outputs[0].destination: URL is empty"}},
+		{"a relative file URL is reported", func(j *Job) { j.Inputs[0].Destination = "file:sess/a" },
+			[]string{`inputs[0].destination: URL "file:sess/a": a file URL needs an absolute path`}},
+		{"a remote file URL is reported", func(j *Job) { j.Inputs[0].Destination = "file://otherhost/a" },
+			[]string{`inputs[0].destination: URL "file://otherhost/a": file URLs must be local`}},
+		{"an http URL without host is reported", func(j *Job) { j.Inputs[0].Source = "https:///a" },
+			[]string{`inputs[0].source: URL "https:///a": no host`}},
+		{"a source equal to its destination is reported", func(j *Job) { j.Outputs[0].Destination = "file:///sess/out" },
+			[]string{`outputs[0]: source and destination are the same URL "file:///sess/out"`}},
+		{"a source equal to its destination in another spelling is reported", func(j *Job) {
+			j.Outputs[0].Destination = "file://localhost/sess//out"
+		}, []string{`outputs[0]: source and destination are the same URL`}},
+		{"two inputs with the same destination are reported", func(j *Job) {
+			j.Inputs = append(j.Inputs, File{Source: "https://data.example.org/b", Destination: "file:///sess/a"})
+		}, []string{`inputs[1].destination: URL "file:///sess/a" is also the destination of inputs[0]`}},
+		{"an output with an input's destination is reported", func(j *Job) {
+			j.Outputs[0].Destination = "FILE:///sess/./a"
+			j.Outputs[0].Source = "file:///sess/out"
+		}, []string{`outputs[0].destination: URL "FILE:///sess/./a" is also the destination of inputs[0]`}},
+		{"a checksum without a value is reported", func(j *Job) { j.Inputs[0].Checksum = "adler32" },
+			[]string{`inputs[0].checksum: checksum "adler32" is not type:value`}},
+		{"a checksum of an unknown type is reported", func(j *Job) { j.Outputs[0].Checksum = "crc32:1234" },
+			[]string{`outputs[0].checksum: checksum "crc32:1234": type "crc32" is not one of adler32, md5, sha256`}},
+		{"all problems are reported together", func(j *Job) {
+			j.ID = ""
+			j.Priority = 500
+			j.Inputs[0].Source = "gsiftp://x/a"
+			j.Outputs[0].Checksum = "sha1:abc"
+		}, []string{"id is empty", "priority 500", `inputs[0].source: URL "gsiftp://x/a"`, `outputs[0].checksum`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := validJob()
+			tt.modify(j)
+			got := problems(j.Validate())
+			if len(got) != len(tt.want) {
+				t.Fatalf("Validate() problems = %q, want %d matching %q", got, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestDTRsMakesOneDTRPerFileInputsFirst(t *testing.T) {
+	now := time.Date(2024, 3, 17, 12, 0, 0, 0, time.UTC)
+	j := &Job{
+		ID:       "job-1",
+		Owner:    dtr.Identity{DN: "/CN=Jane", FQANs: []string{"/atlas/Role=production"}},
+		Priority: 70,
+		Inputs: []File{
+			{Source: "https://d.example.org/a", Destination: "file:///s/a", Checksum: "adler32:01020304"},
+			{Source: "https://d.example.org/b", Destination: "file:///s/b", FailureAllowed: true},
+		},
+		Outputs: []File{
+			{Source: "file:///s/out", Destination: "https://store.example.org/out", Overwrite: true},
+		},
+	}
+	got := j.DTRs(now)
+	want := []struct {
+		src, dst string
+		dir      dtr.Direction
+		opts     dtr.Options
+	}{
+		{"https://d.example.org/a", "file:///s/a", dtr.Download, dtr.Options{Checksum: "adler32:01020304"}},
+		{"https://d.example.org/b", "file:///s/b", dtr.Download, dtr.Options{FailureAllowed: true}},
+		{"file:///s/out", "https://store.example.org/out", dtr.Upload, dtr.Options{Overwrite: true}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d DTRs, want %d", len(got), len(want))
+	}
+	ids := map[uuid.UUID]bool{}
+	for i, d := range got {
+		w := want[i]
+		if d.Source != w.src || d.Destination != w.dst || d.Direction != w.dir || d.Options != w.opts {
+			t.Errorf("DTR %d = %s → %s %s %+v, want %s → %s %s %+v", i,
+				d.Source, d.Destination, d.Direction, d.Options, w.src, w.dst, w.dir, w.opts)
+		}
+		if d.JobID != "job-1" || d.UserPriority != 70 || d.State != dtr.New {
+			t.Errorf("DTR %d: JobID %q, UserPriority %d, State %s; want job-1, 70, NEW", i, d.JobID, d.UserPriority, d.State)
+		}
+		if !d.Created.Equal(now) || !d.Updated.Equal(now) {
+			t.Errorf("DTR %d: Created %v, Updated %v; want both %v", i, d.Created, d.Updated, now)
+		}
+		if d.Owner.DN != "/CN=Jane" || len(d.Owner.FQANs) != 1 || d.Owner.FQANs[0] != "/atlas/Role=production" {
+			t.Errorf("DTR %d: Owner = %+v, want the job's owner", i, d.Owner)
+		}
+		if d.ID == uuid.Nil || ids[d.ID] {
+			t.Errorf("DTR %d: ID %v is nil or repeated", i, d.ID)
+		}
+		ids[d.ID] = true
+		if err := d.Validate(); err != nil {
+			t.Errorf("DTR %d does not pass dtr.Validate: %v", i, err)
+		}
+	}
+}
+
+func TestDTRsDoNotShareTheOwnersFQANs(t *testing.T) {
+	j := validJob()
+	j.Owner.FQANs = []string{"/atlas"}
+	ds := j.DTRs(time.Now())
+	ds[0].Owner.FQANs[0] = "/changed"
+	if j.Owner.FQANs[0] != "/atlas" || ds[1].Owner.FQANs[0] != "/atlas" {
+		t.Fatalf("changing one DTR's FQANs changed the job's (%q) or another DTR's (%q)", j.Owner.FQANs, ds[1].Owner.FQANs)
+	}
+}
+
+func TestDTRsOfAJobWithoutFilesIsEmpty(t *testing.T) {
+	if got := (&Job{ID: "x"}).DTRs(time.Now()); len(got) != 0 {
+		t.Fatalf("got %d DTRs, want none", len(got))
+	}
+}
+
+func TestParsePicksTheFormat(t *testing.T) {
+	opt := XRSLOptions{SessionDir: "/sess"}
+	tests := []struct {
+		name     string
+		in       string
+		wantName string
+		wantErr  string
+	}{
+		{"an object is read as JSON", `{"name": "j", "outputs": []}`, "j", ""},
+		{"leading white space is skipped", "\n\t  {\"name\": \"j\"}", "j", ""},
+		{"a byte order mark is skipped", "\xEF\xBB\xBF{\"name\": \"j\"}", "j", ""},
+		{"a conjunction is read as xRSL", `&(jobname = "x")`, "x", ""},
+		{"a leading comment is read as xRSL", "(* my job *)\n&(jobname = x)", "x", ""},
+		{"a multi-job xRSL is read as xRSL and refused there", `+(&(jobname=a))(&(jobname=b))`, "", "multi-job description"},
+		{"an empty description is neither", "  \n", "", "the description is empty"},
+		{"XML is neither", `<job/>`, "", `it starts with '<' at line 1, column 1, but JSON starts with '{' and xRSL with '&' or '('`},
+		{"a JSON array is neither", "\n [1]", "", `it starts with '[' at line 2, column 2`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, err := Parse([]byte(tt.in), opt)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if j.Name != tt.wantName {
+				t.Errorf("Name = %q, want %q", j.Name, tt.wantName)
+			}
+		})
+	}
+}
+
+func TestParseReportsUnknownFormatAsErrUnknownFormat(t *testing.T) {
+	for _, in := range []string{"", "hello", "<job/>", "[]"} {
+		if _, err := Parse([]byte(in), XRSLOptions{}); !errors.Is(err, ErrUnknownFormat) {
+			t.Errorf("Parse(%q) error = %v, want ErrUnknownFormat", in, err)
+		}
+	}
+}
+
+func TestParsersStopAfterMaxProblems(t *testing.T) {
+	var js, xs strings.Builder
+	js.WriteString("{")
+	xs.WriteString("&(inputfiles = ")
+	for i := range 150 {
+		if i > 0 {
+			js.WriteString(",")
+		}
+		fmt.Fprintf(&js, `"bad%d": 1`, i)
+		fmt.Fprintf(&xs, `("../f%d" "https://h/f")`, i)
+	}
+	js.WriteString("}")
+	xs.WriteString(")")
+	for _, in := range []string{js.String(), xs.String()} {
+		_, err := Parse([]byte(in), XRSLOptions{SessionDir: "/s"})
+		got := problems(err)
+		if len(got) != maxProblems+1 || !errors.Is(err, errTooMany) {
+			t.Errorf("%.20s...: %d problems, want %d ending with %q", in, len(got), maxProblems+1, errTooMany)
+		}
+	}
+}

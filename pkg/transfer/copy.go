@@ -1,0 +1,416 @@
+package transfer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// CopyOptions tune Copy. The zero value computes adler32 with a 1 MiB
+// buffer and reports progress every second if Progress is set.
+type CopyOptions struct {
+	// ChecksumTypes are computed while streaming, e.g. {"adler32"} or
+	// {"adler32", "md5"}; empty means adler32.
+	ChecksumTypes []string
+	// Progress, if set, is called with the bytes moved so far at most every
+	// ProgressEvery, and once at the end, from the goroutine calling Copy.
+	Progress func(bytes int64)
+	// ProgressEvery defaults to 1 s.
+	ProgressEvery time.Duration
+	// BufferSize is the size of each read; default 1 MiB. Copy holds two
+	// such buffers so that hashing overlaps reading and writing.
+	BufferSize int
+	// Sync makes Copy flush a file destination to stable storage (fsync)
+	// before returning.
+	Sync bool
+}
+
+// CopyResult describes a copy. On failure Bytes, Started and Ended are
+// still set.
+type CopyResult struct {
+	// Bytes is the number of bytes written to the destination.
+	Bytes int64
+	// Checksums maps each requested type to "type:value" of the bytes
+	// moved. It is nil on failure.
+	Checksums map[string]string
+	// SourceChecksum is "type:value" from the source's Digest header, if it
+	// sent one. Copy does not compare it with Checksums; the caller does.
+	SourceChecksum string
+	Started, Ended time.Time
+}
+
+const (
+	defaultBufferSize    = 1 << 20
+	defaultProgressEvery = time.Second
+	// How long to try removing a partial HTTP destination, shorter when
+	// the copy was cancelled so that Copy still returns promptly.
+	cleanupTimeout          = 5 * time.Second
+	cleanupTimeoutCancelled = time.Second
+)
+
+// buffers recycles default-sized copy buffers (two halves of
+// defaultBufferSize, see pump) between copies.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 2*defaultBufferSize); return &b }}
+
+// Copy streams src to dst, computing the requested checksums on the way.
+//
+// A file:// dst is written exactly where it says (pass a name from TempURL
+// and Rename it once the copy is verified), creating parent directories.
+// An http(s):// dst is written with PUT, streaming the body, with
+// Content-Length set when the source's size is known.
+//
+// On failure Copy removes whatever it wrote of dst. For HTTP it sends
+// DELETE, unless the server answered the PUT with a 3xx or 4xx status: then
+// nothing was stored and an existing object is left alone. PUT redirects
+// are not followed, as a streamed body cannot be sent twice. When ctx is
+// cancelled Copy returns promptly with an error wrapping ctx.Err().
+func (c *Client) Copy(ctx context.Context, src, dst string, opt CopyOptions) (res CopyResult, err error) {
+	const op = "copy"
+	res.Started = time.Now()
+	defer func() { res.Ended = time.Now() }()
+
+	su, err := parseURL(op, src)
+	if err != nil {
+		return res, err
+	}
+	du, err := parseURL(op, dst)
+	if err != nil {
+		return res, err
+	}
+	types := opt.ChecksumTypes
+	if len(types) == 0 {
+		types = []string{"adler32"}
+	}
+	sums, err := newHashSet(types)
+	if err != nil {
+		return res, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: err}
+	}
+	buf, release := copyBuffer(opt.BufferSize)
+	defer release()
+	err = c.copy(ctx, endpoint{src, su}, endpoint{dst, du}, opt, sums, buf, &res)
+	return res, err
+}
+
+// endpoint is a URL as given and parsed. The given form is used for
+// requests and messages.
+type endpoint struct {
+	raw string
+	url *url.URL
+}
+
+// copyBuffer returns a buffer for two reads of size bytes (see pump) and a
+// function to call when it is no longer used.
+func copyBuffer(size int) (buf []byte, release func()) {
+	if size <= 0 || size == defaultBufferSize {
+		bp := buffers.Get().(*[]byte)
+		return *bp, func() { buffers.Put(bp) }
+	}
+	return make([]byte, 2*size), func() {}
+}
+
+// copy is Copy once the URLs are parsed and the hashes and buffer made. It
+// sets res.Bytes, res.SourceChecksum and, on success, res.Checksums.
+func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, sums *hashSet, buf []byte, res *CopyResult) error {
+	// Stop the source request too if the destination fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	in, err := c.openSource(ctx, src)
+	if err != nil {
+		return err
+	}
+	defer in.body.Close()
+	res.SourceChecksum = in.checksum
+
+	sums.start()
+	defer sums.stop()
+	p := &pump{buf: buf, sums: sums, progress: opt.Progress, every: opt.ProgressEvery}
+	if p.every <= 0 {
+		p.every = defaultProgressEvery
+	}
+	var failure *Error
+	if dst.url.Scheme == "file" {
+		res.Bytes, failure = copyToFile(ctx, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
+	} else {
+		res.Bytes, failure = c.copyToHTTP(ctx, in, p, src.raw, dst.raw)
+	}
+	if opt.Progress != nil {
+		opt.Progress(res.Bytes)
+	}
+	if failure != nil {
+		return failure
+	}
+	res.Checksums = sums.result()
+	return nil
+}
+
+// source is an open copy source.
+type source struct {
+	body     io.ReadCloser
+	size     int64 // -1 if unknown
+	checksum string
+	local    bool
+}
+
+// openSource opens a file or sends GET. A missing source is LOCAL_FILE
+// for files and PERMANENT_REMOTE ("source not found: HTTP 404") for HTTP.
+func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) {
+	const op = "copy"
+	u, rawURL := src.url, src.raw
+	if u.Scheme == "file" {
+		if ctx.Err() != nil {
+			return nil, cancelled(ctx, op, rawURL)
+		}
+		f, err := os.Open(u.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
+		}
+		if err != nil {
+			return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
+		}
+		fi, err := f.Stat()
+		if err == nil && fi.IsDir() {
+			err = errors.New("source is a directory")
+		}
+		if err != nil {
+			f.Close()
+			return nil, localError(ctx, op, rawURL, err)
+		}
+		return &source{body: f, size: fi.Size(), local: true}, nil
+	}
+	resp, err := c.do(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, remoteError(ctx, op, rawURL, err, 0)
+	}
+	if err := checkStatus(resp, http.MethodGet); err != nil {
+		discard(resp)
+		if isMissing(err) {
+			err = fmt.Errorf("source not found: %w", err)
+		}
+		return nil, remoteError(ctx, op, rawURL, err, 0)
+	}
+	return &source{body: resp.Body, size: resp.ContentLength, checksum: digestChecksum(resp.Header)}, nil
+}
+
+// sourceError classifies a failure reading the source after moved bytes.
+func sourceError(ctx context.Context, in *source, rawURL string, err error, moved int64) *Error {
+	const op = "copy"
+	if in.local {
+		return localError(ctx, op, rawURL, fmt.Errorf("read source: %w", err))
+	}
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) && in.size >= 0:
+		err = fmt.Errorf("short body: got %d of %d bytes: %w", moved, in.size, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("short body: cut after %d bytes: %w", moved, err)
+	default:
+		err = fmt.Errorf("read source: %w", err)
+	}
+	return remoteError(ctx, op, rawURL, err, moved)
+}
+
+// checkLength reports a source that ended before (or after) its declared
+// size: a truncated HTTP body or a local file changed while being read.
+func checkLength(in *source, n int64) error {
+	if in.size < 0 || n == in.size {
+		return nil
+	}
+	if in.local {
+		return fmt.Errorf("source changed during copy: read %d bytes, expected %d", n, in.size)
+	}
+	return fmt.Errorf("short body: got %d of %d bytes", n, in.size)
+}
+
+// copyToFile writes the source to path, removing it on failure.
+func copyToFile(ctx context.Context, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
+	const op = "copy"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return 0, localError(ctx, op, dst, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, localError(ctx, op, dst, err)
+	}
+	n, side, err := p.run(ctx, in.body, f)
+	var failure *Error
+	switch {
+	case ctx.Err() != nil:
+		failure = cancelled(ctx, op, src)
+	case side == sideSource:
+		failure = sourceError(ctx, in, src, err, n)
+	case side == sideDestination:
+		failure = localError(ctx, op, dst, fmt.Errorf("write: %w", err))
+	}
+	if failure == nil {
+		if err := checkLength(in, n); err != nil {
+			failure = sourceError(ctx, in, src, err, n)
+		}
+	}
+	if failure == nil && sync {
+		if err := f.Sync(); err != nil {
+			failure = localError(ctx, op, dst, err)
+		}
+	}
+	if err := f.Close(); err != nil && failure == nil {
+		failure = localError(ctx, op, dst, err)
+	}
+	if failure != nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
+		}
+	}
+	return n, failure
+}
+
+// errEarlyAnswer is what the pump sees if the server answers a PUT before
+// taking the whole body.
+var errEarlyAnswer = errors.New("server answered before receiving the whole body")
+
+// copyToHTTP PUTs the source to dst. The request body is a pipe fed by the
+// pump in this goroutine, so hashing, counting and progress stay here and
+// are finished before Copy returns, whatever the transport does.
+func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
+	const op = "copy"
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, dst, pr)
+	if err != nil {
+		return 0, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: stripURLError(err)}
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.ContentLength = in.size // -1: chunked
+	var w io.Writer = pw
+	if in.size == 0 {
+		// A zero ContentLength with a real body would be sent chunked.
+		req.Body, w = http.NoBody, io.Discard
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.http.Do(req)
+		if err == nil {
+			discard(resp)
+			err = checkStatus(resp, http.MethodPut)
+		}
+		pr.CloseWithError(cmp.Or(err, errEarlyAnswer)) // unblock the pump
+		done <- err
+	}()
+
+	n, side, err := p.run(ctx, in.body, w)
+	if err == nil {
+		if err = checkLength(in, n); err != nil {
+			side = sideSource
+		}
+	}
+	pw.CloseWithError(err) // nil ends the body; an error aborts the PUT
+	putErr := <-done
+
+	var failure *Error
+	switch {
+	case ctx.Err() != nil:
+		failure = cancelled(ctx, op, src)
+	case side == sideSource:
+		failure = sourceError(ctx, in, src, err, n)
+	case putErr != nil:
+		failure = remoteError(ctx, op, dst, putErr, n)
+	case err != nil: // the server said 2xx before reading everything
+		failure = remoteError(ctx, op, dst, err, n)
+	default:
+		return n, nil
+	}
+	var se *StatusError
+	if errors.As(putErr, &se) && se.Code < 500 {
+		// Refused (4xx) or sent elsewhere (3xx): nothing of ours was
+		// stored here, and whatever is there is not ours to delete.
+		return n, failure
+	}
+	timeout := cleanupTimeout
+	if ctx.Err() != nil {
+		timeout = cleanupTimeoutCancelled
+	}
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer ccancel()
+	if err := c.Delete(cctx, dst); err != nil {
+		failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
+	}
+	return n, failure
+}
+
+// side says which end of a pump failed.
+type side int
+
+const (
+	sideNone side = iota
+	sideSource
+	sideDestination
+	sideContext
+)
+
+// pump moves bytes from a reader to a writer through the hashes. Its
+// buffer is split in two halves used in turn, so that a chunk is hashed
+// while it is written and while the next chunk is read.
+type pump struct {
+	buf      []byte
+	sums     *hashSet
+	progress func(int64)
+	every    time.Duration
+}
+
+// run copies r to w until EOF, checking ctx between reads. It returns the
+// bytes written and, on failure, which side failed. All hashing is done
+// when it returns.
+func (p *pump) run(ctx context.Context, r io.Reader, w io.Writer) (n int64, failed side, err error) {
+	half := len(p.buf) / 2
+	bufs := [2][]byte{p.buf[:half], p.buf[half:]}
+	hashing := false // the previous chunk, in the other half, is being hashed
+	defer func() {
+		if hashing {
+			p.sums.wait()
+		}
+	}()
+	last := time.Now()
+	for i := 0; ; i ^= 1 {
+		if err := ctx.Err(); err != nil {
+			return n, sideContext, err
+		}
+		nr, rerr := r.Read(bufs[i])
+		if hashing {
+			p.sums.wait()
+			hashing = false
+		}
+		if nr > 0 {
+			chunk := bufs[i][:nr]
+			p.sums.begin(chunk)
+			hashing = true
+			nw, werr := w.Write(chunk)
+			n += int64(nw)
+			if werr == nil && nw < nr {
+				werr = io.ErrShortWrite
+			}
+			if werr != nil {
+				return n, sideDestination, werr
+			}
+			if p.progress != nil {
+				if now := time.Now(); now.Sub(last) >= p.every {
+					last = now
+					p.progress(n)
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return n, sideNone, nil
+		}
+		if rerr != nil {
+			return n, sideSource, rerr
+		}
+	}
+}

@@ -1,0 +1,304 @@
+// Package transfer performs the operations Sluice needs on file:// and
+// http(s):// URLs: stat, delete, rename, making parent directories and
+// streaming copies that compute checksums on the way.
+//
+// Every failure is an *Error carrying a dtr.ErrorKind, so that the
+// scheduler can tell a retryable failure (TEMPORARY_REMOTE) from one that is
+// not (PERMANENT_REMOTE, LOCAL_FILE, INTERNAL_LOGIC).
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Client performs operations on URLs. The zero value is not usable; use
+// New. A Client is safe for concurrent use.
+type Client struct {
+	http *http.Client
+}
+
+// New returns a Client that makes HTTP requests with httpClient. A nil
+// httpClient gets one with timeouts on connecting (30 s), the TLS handshake
+// (10 s) and waiting for response headers (2 min, as storage may compute a
+// checksum before answering) but no overall timeout, since a transfer may
+// take hours. It keeps connections alive and speaks HTTP/1.1, so that
+// concurrent transfers to one server use separate TCP connections.
+func New(httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{Transport: newTransport()}
+	}
+	return &Client{http: httpClient}
+}
+
+func newTransport() *http.Transport {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   16,
+		ReadBufferSize:        64 << 10,
+		WriteBufferSize:       64 << 10,
+	}
+}
+
+// Info is what Stat learns about a URL.
+type Info struct {
+	Exists bool
+	// Size is the size in bytes, -1 if unknown.
+	Size int64
+	// Checksum is "type:value" if the server offers one (HTTP Digest
+	// header with adler32, md5 or sha-256), else "".
+	Checksum string
+}
+
+// wantDigest asks servers that support RFC 3230 for a checksum, adler32
+// preferred as that is what ARC records.
+const wantDigest = "adler32, md5;q=0.5, sha-256;q=0.4"
+
+// Stat describes the object at rawURL. A missing object is not an error:
+// it gives Exists false. A directory is an error. For HTTP it sends HEAD,
+// following redirects; a 404 or 410 means missing and any other non-2xx
+// status is an error.
+func (c *Client) Stat(ctx context.Context, rawURL string) (Info, error) {
+	const op = "stat"
+	missing := Info{Size: -1}
+	u, err := parseURL(op, rawURL)
+	if err != nil {
+		return missing, err
+	}
+	if u.Scheme == "file" {
+		if ctx.Err() != nil {
+			return missing, cancelled(ctx, op, rawURL)
+		}
+		fi, err := os.Stat(u.Path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return missing, nil
+		case err != nil:
+			return missing, localError(ctx, op, rawURL, err)
+		case fi.IsDir():
+			return missing, localError(ctx, op, rawURL, errors.New("is a directory"))
+		}
+		return Info{Exists: true, Size: fi.Size()}, nil
+	}
+	resp, err := c.do(ctx, http.MethodHead, rawURL, nil)
+	if err != nil {
+		return missing, remoteError(ctx, op, rawURL, err, 0)
+	}
+	discard(resp)
+	if err := checkStatus(resp, http.MethodHead); isMissing(err) {
+		return missing, nil
+	} else if err != nil {
+		return missing, remoteError(ctx, op, rawURL, err, 0)
+	}
+	return Info{Exists: true, Size: resp.ContentLength, Checksum: digestChecksum(resp.Header)}, nil
+}
+
+// Delete removes the object at rawURL. A missing object is not an error
+// (for HTTP, DELETE answered with 404 or 410). It refuses to remove a
+// local directory.
+func (c *Client) Delete(ctx context.Context, rawURL string) error {
+	const op = "delete"
+	u, err := parseURL(op, rawURL)
+	if err != nil {
+		return err
+	}
+	if u.Scheme == "file" {
+		if ctx.Err() != nil {
+			return cancelled(ctx, op, rawURL)
+		}
+		fi, err := os.Lstat(u.Path)
+		if err == nil && fi.IsDir() {
+			return localError(ctx, op, rawURL, errors.New("is a directory"))
+		}
+		if err == nil {
+			err = os.Remove(u.Path)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return localError(ctx, op, rawURL, err)
+		}
+		return nil
+	}
+	resp, err := c.do(ctx, http.MethodDelete, rawURL, nil)
+	if err != nil {
+		return remoteError(ctx, op, rawURL, err, 0)
+	}
+	discard(resp)
+	if err := checkStatus(resp, http.MethodDelete); err != nil && !isMissing(err) {
+		return remoteError(ctx, op, rawURL, err, 0)
+	}
+	return nil
+}
+
+// Rename moves from to to. Both must be file:// URLs; any other scheme is
+// an INTERNAL_LOGIC error, as only local destinations are written under a
+// temporary name.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	const op = "rename"
+	fu, err := parseURL(op, from)
+	if err != nil {
+		return err
+	}
+	tu, err := parseURL(op, to)
+	if err != nil {
+		return err
+	}
+	if fu.Scheme != "file" || tu.Scheme != "file" {
+		return &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: from,
+			Err: fmt.Errorf("rename to %s: only file URLs can be renamed", Redact(to))}
+	}
+	if ctx.Err() != nil {
+		return cancelled(ctx, op, from)
+	}
+	if err := os.Rename(fu.Path, tu.Path); err != nil {
+		return localError(ctx, op, from, err)
+	}
+	return nil
+}
+
+// MakeParents creates the directories above a file:// URL (mode 0755). For
+// HTTP it does nothing: servers create collections on PUT or refuse.
+func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
+	const op = "mkdir"
+	u, err := parseURL(op, rawURL)
+	if err != nil || u.Scheme != "file" {
+		return err
+	}
+	if ctx.Err() != nil {
+		return cancelled(ctx, op, rawURL)
+	}
+	if err := os.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
+		return localError(ctx, op, rawURL, err)
+	}
+	return nil
+}
+
+// TempURL returns the name under which Copy should write a file://
+// destination before it is renamed into place: "file:///a/b/name" becomes
+// "file:///a/b/.name.sluice-<tag>.part". Other URLs (HTTP destinations are
+// written in place with PUT) and URLs that do not parse come back unchanged.
+func TempURL(dst, tag string) string {
+	u, err := url.Parse(dst)
+	if err != nil || u.Scheme != "file" || u.Path == "" || strings.HasSuffix(u.Path, "/") {
+		return dst
+	}
+	tag = strings.ReplaceAll(tag, "/", "_")
+	dir, name := path.Split(u.Path)
+	// Keep the whole name within the usual 255-byte limit.
+	if limit := 255 - len(". .sluice-.part") - len(tag); len(name) > limit {
+		name = strings.ToValidUTF8(name[:max(limit, 1)], "")
+	}
+	u.Path = dir + "." + name + ".sluice-" + tag + ".part"
+	u.RawPath = ""
+	return u.String()
+}
+
+// TempURLOf is where delivery writes a DTR's destination before
+// post-processing puts it in place: one name per transfer grant.
+func TempURLOf(d *dtr.DTR) string { return TempURL(d.Destination, d.TransferGrant) }
+
+// LocalPath returns the local file path of a file:// URL, decoding any
+// percent-encoding (a name with spaces, or "file://localhost/...").
+func LocalPath(rawURL string) (string, error) {
+	u, err := parseURL("local path", rawURL)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "file" {
+		return "", &Error{Kind: dtr.ErrInternalLogic, Op: "local path", URL: rawURL, Err: errors.New("not a file URL")}
+	}
+	return u.Path, nil
+}
+
+// parseURL parses rawURL and checks it is a file:// URL with an absolute
+// local path or an http(s):// URL with a host. Anything else is an
+// INTERNAL_LOGIC error: the DTR should have been validated earlier.
+func parseURL(op, rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		err = fmt.Errorf("bad URL: %w", stripURLError(err))
+		if Redact(rawURL) != rawURL {
+			// The parser's message may quote part of the user information.
+			err = errors.New("bad URL (details withheld: it may hold credentials)")
+		}
+		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			err = fmt.Errorf("file URL on host %q: only local files are supported", u.Host)
+		} else if !path.IsAbs(u.Path) {
+			err = errors.New("file URL needs an absolute path (file:///path)")
+		}
+	case "http", "https":
+		if u.Host == "" {
+			err = errors.New("URL has no host")
+		}
+	default:
+		err = fmt.Errorf("unsupported scheme %q (want file, http or https)", u.Scheme)
+	}
+	if err != nil {
+		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
+	}
+	return u, nil
+}
+
+// do sends one request. It asks for the identity encoding, so that sizes
+// and checksums are those of the stored bytes, and for a Digest header.
+func (c *Client) do(ctx context.Context, method, rawURL string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	if method == http.MethodGet || method == http.MethodHead {
+		req.Header.Set("Want-Digest", wantDigest)
+	}
+	return c.http.Do(req)
+}
+
+// checkStatus turns a non-2xx response to a method request into a
+// *StatusError. net/http follows a 301, 302 or 303 answer to anything but
+// GET or HEAD with a GET; such a response is not an answer to the request
+// made, so the redirect itself is reported.
+func checkStatus(resp *http.Response, method string) error {
+	if r := resp.Request; r != nil && r.Method != method && r.Response != nil {
+		return &StatusError{Code: r.Response.StatusCode, Status: r.Response.Status}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	return &StatusError{Code: resp.StatusCode, Status: resp.Status}
+}
+
+// isMissing reports whether err is a 404 or 410 answer.
+func isMissing(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusGone)
+}
+
+// discard reads a little of the body, so the connection can be reused for
+// a short answer, and closes it.
+func discard(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}

@@ -1,0 +1,497 @@
+// Package generator is the generator service: it takes job descriptions,
+// makes one DTR per file, submits them, follows them until every one is
+// final, cancels a job's other downloads when a download fails (uploads go
+// on, as in ARC), and announces the job's end with per-file statistics.
+//
+// Job state lives in the sluice_jobs bucket:
+//
+//	<job>          the job record (counts, state), updated with compare-and-set
+//	<job>.files    the job's DTRs, written once
+//	<job>.f.<dtr>  each final DTR, created once (a duplicate event is a no-op)
+package generator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/job"
+)
+
+// Config is the generator's configuration, read from SLUICE_GENERATOR_*.
+type Config struct {
+	MaxFiles int `envconfig:"MAX_FILES" default:"2000" desc:"most files one job may have (10000 needs a NATS max_payload of 8MB)"`
+}
+
+// Job states.
+const (
+	JobRunning  = "running"
+	JobFinished = "finished"
+	JobFailed   = "failed"
+)
+
+// Record is a job's state.
+type Record struct {
+	Job       job.Job   `json:"job"`
+	State     string    `json:"state"`
+	Total     int       `json:"total"`
+	Done      int       `json:"done"`
+	Failed    int       `json:"failed"`
+	Cancelled int       `json:"cancelled"`
+	Created   time.Time `json:"created"`
+	Ended     time.Time `json:"ended,omitzero"`
+	// DownloadFailed is set by the first mandatory download that failed; the
+	// job's other downloads were then cancelled.
+	DownloadFailed bool `json:"download_failed,omitempty"`
+	// Failures are "Failed in data staging: ..." lines, as ARC writes them.
+	Failures  []string `json:"failures,omitempty"`
+	Announced bool     `json:"announced,omitempty"`
+}
+
+// Final reports how many of the job's DTRs are final.
+func (r *Record) Final() int { return r.Done + r.Failed + r.Cancelled }
+
+// FileRef is one of a job's DTRs.
+type FileRef struct {
+	DTR            uuid.UUID     `json:"dtr"`
+	Direction      dtr.Direction `json:"direction"`
+	Source         string        `json:"source"`
+	Destination    string        `json:"destination"`
+	FailureAllowed bool          `json:"failure_allowed,omitempty"`
+}
+
+// FileStat is the per-file statistics line of a finished job (ARC's
+// job.ID.statistics).
+type FileStat struct {
+	FileRef
+	State    dtr.State    `json:"state"`
+	Size     int64        `json:"size"`
+	Started  time.Time    `json:"started,omitzero"`
+	Ended    time.Time    `json:"ended,omitzero"`
+	Checksum string       `json:"checksum,omitempty"`
+	Attempts int          `json:"attempts"`
+	Error    *dtr.Failure `json:"error,omitempty"`
+}
+
+// JobEvent is the data of job-finished and job-failed events, and the
+// answer of sluice.api.job.status (where Files has a line only for final
+// DTRs and Pending lists the others).
+type JobEvent struct {
+	Record
+	Files   []FileStat `json:"files"`
+	Pending []FileRef  `json:"pending,omitempty"`
+}
+
+// SubmitReply is the answer of sluice.api.job.submit.
+type SubmitReply struct {
+	JobID string      `json:"job_id"`
+	DTRs  []uuid.UUID `json:"dtrs"`
+}
+
+// Headers of a job submit request that carry what an xRSL description
+// lacks.
+const (
+	HeaderSessionDir = "Sluice-Session-Dir"
+	HeaderDN         = "Sluice-Owner-DN"
+	HeaderFQAN       = "Sluice-Owner-FQAN"
+)
+
+// Service is a running generator.
+type Service struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	log *slog.Logger
+}
+
+// New prepares a generator on nc.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("generator: %w", err)
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = 10000
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator")}, nil
+}
+
+// Run serves job submissions and follows jobs until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := bus.Ensure(ctx, s.js, bus.Setup{}); err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	kv, err := s.js.KeyValue(ctx, bus.BucketJobs)
+	if err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	s.kv = kv
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: "0.1.0",
+		Description: "Sluice generator: jobs in, DTRs out"})
+	if err != nil {
+		return fmt.Errorf("generator API: %w", err)
+	}
+	defer func() { _ = svc.Stop() }()
+	if err := svc.AddEndpoint("submit", micro.ContextHandler(ctx, s.handleSubmit), micro.WithEndpointSubject(bus.SubjectAPIJobSubmit)); err != nil {
+		return err
+	}
+	if err := svc.AddEndpoint("status", micro.ContextHandler(ctx, s.handleStatus), micro.WithEndpointSubject(bus.SubjectAPIJobStatus)); err != nil {
+		return err
+	}
+	cons, err := s.js.Consumer(ctx, bus.StreamEvents, bus.ConsumerGen)
+	if err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	return bus.Each(ctx, cons, 500, func(m jetstream.Msg) {
+		if err := s.onFinal(ctx, m); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("final DTR not recorded; it will be redelivered", "err", err)
+				_ = m.NakWithDelay(time.Second)
+			}
+			return
+		}
+		_ = m.Ack()
+	})
+}
+
+// Submit makes and submits the DTRs of a job. Submitting the same job id
+// again submits the same DTR ids, which the scheduler takes only once.
+func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
+	j.Normalize()
+	if err := j.Validate(); err != nil {
+		return SubmitReply{}, err
+	}
+	if n := len(j.Inputs) + len(j.Outputs); n > s.cfg.MaxFiles {
+		return SubmitReply{}, fmt.Errorf("job has %d files; at most %d are allowed", n, s.cfg.MaxFiles)
+	}
+	now := time.Now().UTC()
+	ds := j.DTRs(now)
+	refs := make([]FileRef, len(ds))
+	reply := SubmitReply{JobID: j.ID}
+	for i, d := range ds {
+		d.ID = uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "sluice:job:%s/%d", j.ID, i))
+		refs[i] = FileRef{DTR: d.ID, Direction: d.Direction, Source: d.Source, Destination: d.Destination,
+			FailureAllowed: d.Options.FailureAllowed}
+		reply.DTRs = append(reply.DTRs, d.ID)
+	}
+	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
+	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
+	files, _ := json.Marshal(refs)
+	if err := s.create(ctx, j.ID+".files", refs, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+		return reply, err
+	}
+	if err := s.create(ctx, j.ID, rec, func([]byte) bool { return true }); err != nil {
+		return reply, err
+	}
+	out := bus.NewBatch(s.js)
+	for _, d := range ds {
+		// One trace per DTR, from here through every stage.
+		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit)
+		ev, err := bus.NewEvent(bus.TypeSubmit, "sluice/generator", d.ID.String(), d.Submission())
+		if err != nil {
+			span.End()
+			return reply, err
+		}
+		m, err := bus.Encode(dctx, bus.SubjectSubmit, d.ID.String(), ev)
+		span.End()
+		if err != nil {
+			return reply, err
+		}
+		out.Add(m)
+	}
+	if err := out.Wait(ctx); err != nil {
+		return reply, fmt.Errorf("submit DTRs of job %s: %w", j.ID, err)
+	}
+	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
+	return reply, nil
+}
+
+// create stores a value under a new key. When the key is there already, a
+// resubmitted job, it is fine if same says the stored value is the same.
+func (s *Service) create(ctx context.Context, key string, v any, same func(stored []byte) bool) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Create(ctx, key, b); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("store %s: %w", key, err)
+		}
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("store %s: %w", key, err)
+		}
+		if !same(e.Value()) {
+			return fmt.Errorf("job %s exists already with other files", strings.SplitN(key, ".", 2)[0])
+		}
+	}
+	return nil
+}
+
+func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
+	h := r.Headers()
+	opt := job.XRSLOptions{SessionDir: h.Get(HeaderSessionDir),
+		Owner: dtr.Identity{DN: h.Get(HeaderDN), FQANs: h.Values(HeaderFQAN)}}
+	j, err := job.Parse(r.Data(), opt)
+	if err != nil {
+		_ = r.Error("400", "bad job description: "+oneLine(err), nil)
+		return
+	}
+	reply, err := s.Submit(ctx, j)
+	if err != nil {
+		_ = r.Error("400", "job refused: "+oneLine(err), nil)
+		return
+	}
+	_ = r.RespondJSON(reply)
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
+	ev, err := s.Status(ctx, strings.TrimSpace(string(r.Data())))
+	if err != nil {
+		code := "500"
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			code = "404"
+		}
+		_ = r.Error(code, err.Error(), nil)
+		return
+	}
+	_ = r.RespondJSON(ev)
+}
+
+// Status returns a job's record, the statistics of its final DTRs and the
+// list of the others.
+func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
+	var ev JobEvent
+	if _, err := s.get(ctx, jobID, &ev.Record); err != nil {
+		return ev, fmt.Errorf("job %q: %w", jobID, err)
+	}
+	var refs []FileRef
+	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
+		return ev, fmt.Errorf("job %q files: %w", jobID, err)
+	}
+	for _, ref := range refs {
+		var d dtr.DTR
+		if _, err := s.get(ctx, jobID+".f."+ref.DTR.String(), &d); err != nil {
+			ev.Pending = append(ev.Pending, ref)
+			continue
+		}
+		ev.Files = append(ev.Files, FileStat{FileRef: ref, State: d.State, Size: d.Size, Started: d.Started,
+			Ended: d.Ended, Checksum: d.Checksum, Attempts: d.Attempts, Error: d.Error})
+	}
+	return ev, nil
+}
+
+func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("stored %s: %w", key, err)
+	}
+	return e.Revision(), nil
+}
+
+// onFinal records a final DTR in its job and ends the job when it was the
+// last one.
+func (s *Service) onFinal(ctx context.Context, jm jetstream.Msg) error {
+	var d dtr.DTR
+	if _, err := bus.DecodeData(ctx, bus.Msg(jm), bus.TypeDTRFinal, &d); err != nil {
+		s.log.Error("malformed final DTR event dropped", "err", err)
+		return nil
+	}
+	if d.JobID == "" {
+		return nil // a DTR published directly, not part of a job
+	}
+	b, _ := json.Marshal(d)
+	fresh := true
+	if _, err := s.kv.Create(ctx, d.JobID+".f."+d.ID.String(), b); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+		fresh = false // seen before, but the count may have missed it
+	}
+	first := false // this DTR is the job's first failed download
+	rec, err := s.update(ctx, d.JobID, func(r *Record) error {
+		if !fresh {
+			return s.recount(ctx, d.JobID, r)
+		}
+		first = !r.DownloadFailed
+		count(r, &d)
+		first = first && r.DownloadFailed
+		return nil
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Warn("final DTR of an unknown job", "job", d.JobID, "dtr", d.ID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The first failed download cancels the others. After a redelivery the
+	// cancels are sent again, in case the first try died before: the
+	// scheduler takes each once.
+	failedDownload := d.State == dtr.Error && !d.Options.FailureAllowed && d.Direction == dtr.Download
+	if failedDownload && (first || !fresh) {
+		if err := s.cancelDownloads(ctx, d.JobID, d.ID); err != nil {
+			return err
+		}
+	}
+	if rec.Final() >= rec.Total && !rec.Announced {
+		// Counts kept by several generator replicas can run ahead of the
+		// truth; the stored final DTRs decide whether the job has ended.
+		rec, err = s.update(ctx, d.JobID, func(r *Record) error { return s.recount(ctx, d.JobID, r) })
+		if err != nil {
+			return err
+		}
+		if rec.Final() >= rec.Total && !rec.Announced {
+			return s.announce(ctx, d.JobID)
+		}
+	}
+	return nil
+}
+
+// count adds one final DTR to a job record.
+func count(r *Record, d *dtr.DTR) {
+	switch d.State {
+	case dtr.Done:
+		r.Done++
+	case dtr.Cancelled:
+		r.Cancelled++
+	default:
+		r.Failed++
+	}
+	if d.State == dtr.Error && !d.Options.FailureAllowed {
+		reason := "unknown error"
+		if d.Error != nil {
+			reason = d.Error.Text
+		}
+		if len(r.Failures) < 100 {
+			r.Failures = append(r.Failures, fmt.Sprintf("Failed in data staging: %s: %s", d.Source, reason))
+		}
+		if d.Direction == dtr.Download {
+			r.DownloadFailed = true
+		}
+	}
+}
+
+// recount sets a job record's counts from the final DTRs stored for it.
+func (s *Service) recount(ctx context.Context, jobID string, r *Record) error {
+	keys, err := s.kv.ListKeysFiltered(ctx, jobID+".f.*")
+	if err != nil {
+		return err
+	}
+	r.Done, r.Failed, r.Cancelled, r.Failures, r.DownloadFailed = 0, 0, 0, nil, false
+	for key := range keys.Keys() {
+		var d dtr.DTR
+		if _, err := s.get(ctx, key, &d); err != nil {
+			return err
+		}
+		count(r, &d)
+	}
+	return nil
+}
+
+// update changes a job record with compare-and-set, retrying on conflict.
+func (s *Service) update(ctx context.Context, jobID string, change func(*Record) error) (Record, error) {
+	for {
+		var r Record
+		rev, err := s.get(ctx, jobID, &r)
+		if err != nil {
+			return r, err
+		}
+		if err := change(&r); err != nil {
+			return r, err
+		}
+		b, _ := json.Marshal(r)
+		if _, err := s.kv.Update(ctx, jobID, b, rev); err != nil {
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another replica changed it first
+			}
+			return r, err
+		}
+		return r, nil
+	}
+}
+
+// cancelDownloads cancels every download of a job but the failed one; the
+// scheduler ignores cancels for DTRs that are already final.
+func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid.UUID) error {
+	var refs []FileRef
+	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
+		return err
+	}
+	out := bus.NewBatch(s.js)
+	n := 0
+	for _, ref := range refs {
+		if ref.Direction != dtr.Download || ref.DTR == failed {
+			continue
+		}
+		ev, err := bus.NewEvent(bus.TypeCancel, "sluice/generator", ref.DTR.String(),
+			bus.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(ctx, bus.SubjectCancel, "cancel."+ref.DTR.String(), ev)
+		if err != nil {
+			return err
+		}
+		out.Add(m)
+		n++
+	}
+	s.log.Info("download failed: cancelling the job's other downloads", "job", jobID, "downloads", n)
+	return out.Wait(ctx)
+}
+
+// announce publishes the job's end with per-file statistics and marks the
+// job announced.
+func (s *Service) announce(ctx context.Context, jobID string) error {
+	ev, err := s.Status(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	ev.State = JobFinished
+	for _, f := range ev.Files {
+		if f.State != dtr.Done && !f.FailureAllowed {
+			ev.State = JobFailed
+		}
+	}
+	ev.Ended = time.Now().UTC()
+	subject, typ := bus.SubjectJobFinished, bus.TypeJobFinished
+	if ev.State == JobFailed {
+		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
+	}
+	ev.Announced = true
+	ce, err := bus.NewEvent(typ, "sluice/generator", jobID, ev)
+	if err != nil {
+		return err
+	}
+	m, err := bus.Encode(ctx, subject, "job."+jobID+".end", ce)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("announce job %s: %w", jobID, err)
+	}
+	_, err = s.update(ctx, jobID, func(r *Record) error {
+		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
+		return nil
+	})
+	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
+	return err
+}

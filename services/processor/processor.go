@@ -1,0 +1,205 @@
+// Package processor is the pre- and post-processing service. Pre-processing
+// checks the source (QUERY_REPLICA: it exists, its size) and the destination
+// (PRE_CLEAN: an existing one is deleted with overwrite, refused without).
+// Post-processing (REGISTER_REPLICA) verifies the delivered file's checksum
+// and renames it from its temporary name to the destination, or, after a
+// failed or cancelled transfer, deletes what was left.
+package processor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+	"github.com/sluice-dtr/sluice/pkg/worker"
+)
+
+// Config is the processor's configuration, read from SLUICE_PROCESSOR_*.
+type Config struct {
+	PreWorkers  int `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
+	PostWorkers int `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
+}
+
+// Service is a running processor.
+type Service struct {
+	cfg    Config
+	nc     *nats.Conn
+	client *transfer.Client
+	log    *slog.Logger
+}
+
+// New prepares a processor on nc.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
+	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil), log: log.With("service", "processor")}
+}
+
+// Run serves pre- and post-processing grants until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	pre, err := worker.NewPool(s.nc, dtr.StagePre, s.cfg.PreWorkers, s.Handle, s.log)
+	if err != nil {
+		return err
+	}
+	post, err := worker.NewPool(s.nc, dtr.StagePost, s.cfg.PostWorkers, s.Handle, s.log)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return pre.Run(ctx) })
+	g.Go(func() error { return post.Run(ctx) })
+	return g.Wait()
+}
+
+// Handle does the work of one processing grant.
+func (s *Service) Handle(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+	var res bus.Result
+	var err error
+	switch g.State {
+	case dtr.QueryingReplica:
+		res, err = s.queryReplica(ctx, g.DTR)
+	case dtr.PreCleaning:
+		err = s.preClean(ctx, g.DTR)
+	case dtr.RegisteringReplica:
+		if g.Cleanup {
+			err = s.cleanup(ctx, g.DTR)
+		} else {
+			res, err = s.finalise(ctx, g.DTR)
+		}
+	default:
+		err = &transfer.Error{Kind: dtr.ErrInternalLogic, Op: "process", URL: g.DTR.Source,
+			Err: fmt.Errorf("the processor does not handle state %s", g.State)}
+	}
+	if err != nil {
+		res.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error()}
+	}
+	return res
+}
+
+// queryReplica checks that the source exists and learns its size.
+func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (bus.Result, error) {
+	info, err := s.client.Stat(ctx, d.Source)
+	if err != nil {
+		return bus.Result{}, err
+	}
+	if !info.Exists {
+		kind := dtr.ErrPermanentRemote
+		if strings.HasPrefix(d.Source, "file:") {
+			kind = dtr.ErrLocalFile
+		}
+		return bus.Result{}, &transfer.Error{Kind: kind, Op: "query replica", URL: d.Source,
+			Err: fmt.Errorf("source does not exist")}
+	}
+	return bus.Result{Size: max(info.Size, 0)}, nil
+}
+
+// preClean deletes an existing destination when overwrite is set and refuses
+// it otherwise, then makes the destination's parent directories.
+func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
+	info, err := s.client.Stat(ctx, d.Destination)
+	if err != nil {
+		return err
+	}
+	if info.Exists {
+		if !d.Options.Overwrite {
+			return &transfer.Error{Kind: dtr.ErrPermanentRemote, Op: "pre-clean", URL: d.Destination,
+				Err: fmt.Errorf("destination exists and overwrite is not set")}
+		}
+		if err := s.client.Delete(ctx, d.Destination); err != nil {
+			return err
+		}
+	}
+	return s.client.MakeParents(ctx, d.Destination)
+}
+
+// finalise verifies the delivered file and puts it in place. For a file://
+// destination the checksum is computed again from the bytes on disk and must
+// match both the expected value (if the job gave one) and what delivery
+// computed while streaming; an http(s) destination is checked against what
+// delivery sent. A mismatch deletes the file and is a TRANSFER_SPEED error,
+// retried, as in ARC.
+func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
+	tmp := transfer.TempURLOf(&d)
+	got := d.Checksum
+	if done, err := s.alreadyInPlace(ctx, d, tmp); err != nil || done {
+		return bus.Result{Checksum: d.Checksum}, err
+	}
+	if strings.HasPrefix(tmp, "file:") {
+		typ := "adler32"
+		if d.Options.Checksum != "" {
+			typ, _, _ = dtr.ParseChecksum(d.Options.Checksum)
+		} else if t, _, err := dtr.ParseChecksum(d.Checksum); err == nil {
+			typ = t
+		}
+		p, err := transfer.LocalPath(tmp)
+		if err != nil {
+			return bus.Result{}, err
+		}
+		sum, err := checksum.File(p, typ)
+		if err != nil {
+			return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "verify", URL: tmp, Err: err}
+		}
+		if d.Checksum != "" && sameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
+			_ = s.client.Delete(ctx, tmp)
+			return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+				Err: fmt.Errorf("checksum mismatch: delivery computed %s, the file on disk has %s", d.Checksum, sum)}
+		}
+		got = sum
+	}
+	if want := d.Options.Checksum; want != "" && !checksum.Equal(want, got) {
+		_ = s.client.Delete(ctx, tmp)
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+			Err: fmt.Errorf("checksum mismatch: expected %s, got %s", want, got)}
+	}
+	if tmp != d.Destination {
+		if err := s.client.Rename(ctx, tmp, d.Destination); err != nil {
+			return bus.Result{}, err
+		}
+	}
+	return bus.Result{Checksum: got}, nil
+}
+
+// alreadyInPlace reports whether an earlier try of this post-processing
+// step already renamed the file into place (its result was lost, say, when
+// the scheduler restarted): the temporary file is gone and the destination
+// holds what delivery computed.
+func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bool, error) {
+	if tmp == d.Destination || d.Checksum == "" {
+		return false, nil
+	}
+	if info, err := s.client.Stat(ctx, tmp); err != nil || info.Exists {
+		return false, err
+	}
+	typ, _, err := dtr.ParseChecksum(d.Checksum)
+	if err != nil {
+		return false, nil
+	}
+	p, err := transfer.LocalPath(d.Destination)
+	if err != nil {
+		return false, nil
+	}
+	sum, err := checksum.File(p, typ)
+	if err != nil {
+		return false, nil // not there: the verification below reports the missing file
+	}
+	return checksum.Equal(sum, d.Checksum), nil
+}
+
+func sameType(a, b string) bool {
+	ta, _, _ := strings.Cut(a, ":")
+	tb, _, _ := strings.Cut(b, ":")
+	return strings.EqualFold(ta, tb)
+}
+
+// cleanup removes what a failed or cancelled transfer left: the temporary
+// file, or for an http(s) destination, which is written in place, the
+// destination itself (pre-cleaning made sure it was not there before).
+func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
+	return s.client.Delete(ctx, transfer.TempURLOf(&d))
+}

@@ -1,0 +1,180 @@
+package core
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// ErrUnknownJob is returned for a job with no unfinished DTR.
+var ErrUnknownJob = errors.New("unknown job, or every DTR of it has finished")
+
+// CancelJob cancels every unfinished DTR of a job and returns how many it
+// cancelled. DTRs of the job that arrive later (still on their way through
+// the submit stream) are cancelled as they arrive.
+func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
+	if jobID == "" {
+		return 0, fmt.Errorf("%w: an empty job id", ErrUnknownJob)
+	}
+	c.cancelledJobs[jobID] = now
+	var ids []uuid.UUID
+	for id, e := range c.dtrs { // a rare request: a scan keeps no index in memory
+		if e.d.JobID == jobID && jobID != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	for _, id := range ids {
+		if err := c.Cancel(now, id); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+// SetSharePriorities replaces the configured share priorities. The slot
+// split follows at the next tick. The DTRs of a share whose priority changed
+// get their priority computed again from it (share × user / 100), so that
+// those queued before and after the change keep their order; a priority set
+// by hand or raised by ageing in such a share starts over.
+func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
+	var errs []error
+	for share, p := range prios {
+		if p < 1 || p > 100 {
+			errs = append(errs, fmt.Errorf("share %q: priority %d is outside 1–100", share, p))
+		}
+		if share == "" {
+			errs = append(errs, errors.New("a share name is empty"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	cp := make(map[string]int, len(prios))
+	for k, v := range prios {
+		cp[k] = v
+	}
+	old := map[string]int{}
+	for _, e := range c.dtrs {
+		if _, ok := old[e.d.Share]; !ok {
+			old[e.d.Share] = c.SharePriority(e.d.Share)
+		}
+	}
+	c.cfg.SharePriority = cp
+	for _, e := range c.dtrs {
+		d := e.d
+		if p := c.SharePriority(d.Share); p != old[d.Share] {
+			d.Priority = DTRPriority(p, d.UserPriority)
+			d.Updated = now
+			c.markDirty(e)
+			if d.State.IsQueue() && e.index >= 0 {
+				e.prio = int32(d.Priority)
+			}
+		}
+	}
+	for _, st := range c.states {
+		for _, q := range st.shares {
+			heap.Init(q)
+		}
+	}
+	return nil
+}
+
+// Why explains where a DTR is and what it waits for.
+type Why struct {
+	DTR      uuid.UUID `json:"dtr"`
+	State    dtr.State `json:"state"`
+	Share    string    `json:"share"`
+	Priority int       `json:"priority"`
+	// Reason says in words why the DTR is not further along.
+	Reason string `json:"reason"`
+	// Position is the number of DTRs of the same share ahead of it in its
+	// queue (0: it is next).
+	Position int `json:"position"`
+	// Queued, Running and Slots describe its share in its state; Limit and
+	// Busy the whole state.
+	Queued  int `json:"queued"`
+	Running int `json:"running"`
+	Slots   int `json:"slots"`
+	Limit   int `json:"limit"`
+	Busy    int `json:"busy"`
+	// EstimatedStart is when it should start, from how long the state's
+	// grants have lately taken; zero when there is nothing to go on.
+	EstimatedStart time.Time `json:"estimated_start,omitzero"`
+}
+
+// Explain tells why a DTR waits: its share, its place in the share's queue,
+// the slot split that holds it, and when it should start.
+func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
+	e, ok := c.dtrs[id]
+	if !ok {
+		return Why{}, fmt.Errorf("%w: %s", ErrUnknownDTR, id)
+	}
+	d := e.d
+	w := Why{DTR: d.ID, State: d.State, Share: d.Share, Priority: d.Priority}
+	switch {
+	case d.State.IsActive():
+		w.Reason = fmt.Sprintf("running in %s under grant %s since %s", d.State, d.Grant, c.when(e.granted).UTC().Format(time.RFC3339))
+		return w, nil
+	case !d.NextProcess.IsZero():
+		w.Reason = fmt.Sprintf("waiting to retry after %s (attempt %d of %d)", errorText(d.Error), d.Attempts+1, d.MaxAttempts)
+		w.EstimatedStart = d.NextProcess
+		return w, nil
+	case !d.State.IsQueue():
+		w.Reason = "being routed by the scheduler"
+		return w, nil
+	}
+	st := c.states[d.State]
+	q := st.shares[d.Share]
+	for _, o := range q.items {
+		if q.Less(o.index, e.index) {
+			w.Position++
+		}
+	}
+	names := c.shareNames(st)
+	alloc, _ := split(c.Limit(d.State), c.demands(st, names), st.deficit)
+	for i, name := range names {
+		if name == d.Share {
+			w.Slots = alloc[i]
+		}
+	}
+	w.Queued, w.Running = q.Len(), st.running[d.Share]
+	w.Limit, w.Busy = c.Limit(d.State), st.total
+	switch free := w.Slots - w.Running; {
+	case w.Slots == 0:
+		w.Reason = fmt.Sprintf("share %s has no slot in %s: %d shares with work share its %d slots; it may get an emergency slot when it has nothing running",
+			d.Share, d.State, len(names), w.Limit)
+	case free > 0 && w.Busy >= w.Limit:
+		w.Reason = fmt.Sprintf("share %s is due %d slots in %s but all %d are busy; it gets the next one to free up",
+			d.Share, w.Slots, d.State, w.Limit)
+	case free <= 0:
+		w.Reason = fmt.Sprintf("share %s uses all its %d of %d slots in %s; %d of its DTRs are ahead of this one",
+			d.Share, w.Slots, w.Limit, d.State, w.Position)
+	default:
+		w.Reason = fmt.Sprintf("share %s has a free slot in %s; it starts at the next tick", d.Share, d.State)
+	}
+	if avg, ok := c.took[d.State]; ok && w.Slots > 0 {
+		rounds := w.Position/w.Slots + 1
+		if w.Slots-w.Running > w.Position {
+			rounds = 0
+		}
+		w.EstimatedStart = now.Add(time.Duration(rounds) * avg)
+	}
+	return w, nil
+}
+
+func errorText(f *dtr.Failure) string {
+	if f == nil {
+		return "an error"
+	}
+	return fmt.Sprintf("%s: %s", f.Kind, f.Text)
+}

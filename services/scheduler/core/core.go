@@ -1,0 +1,959 @@
+// Package core is the scheduler's algorithm: queues, shares, slot accounting,
+// retries, leases and priority ageing as plain Go with no I/O. Time comes in
+// as an argument to every call; decisions (grants, changed DTRs, cancels) are
+// collected and handed to the caller by Take. The NATS, CloudEvents and
+// telemetry plumbing lives in the scheduler service around it.
+package core
+
+import (
+	"container/heap"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Config holds the scheduler's limits and policy (ARC's [arex/data-staging]
+// options).
+type Config struct {
+	SharePolicy SharePolicy
+	// SharePriority gives configured share priorities (1–100) by share name
+	// without the direction suffix; DefaultShare's entry, if any, is the
+	// priority of every unconfigured share (else 50).
+	SharePriority map[string]int
+	// MaxProcessor limits each pre- and post-processing state separately.
+	MaxProcessor int
+	// MaxDelivery limits the TRANSFER state.
+	MaxDelivery int
+	// MaxEmergency is how many DTRs may run above the limit of a state, one
+	// per share that has work queued and nothing running.
+	MaxEmergency int
+	// MaxTransferTries is how many attempts a DTR gets.
+	MaxTransferTries int
+	// RetryBase is the unit of the retry delay RetryBase·k² after k attempts.
+	RetryBase time.Duration
+	// Lease is how long a grant stays valid without a sign of life.
+	Lease time.Duration
+	// AgeAfter is how long a DTR waits in a queue before ageing starts;
+	// AgeEvery is how often its priority then rises by one.
+	AgeAfter, AgeEvery time.Duration
+}
+
+// DefaultConfig returns A-REX's defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxProcessor:     10,
+		MaxDelivery:      10,
+		MaxEmergency:     1,
+		MaxTransferTries: 10,
+		RetryBase:        10 * time.Second,
+		Lease:            5 * time.Minute,
+		AgeAfter:         time.Hour,
+		AgeEvery:         5 * time.Minute,
+	}
+}
+
+// Errors returned to callers; the edge turns them into rejections.
+var (
+	ErrDuplicate   = errors.New("DTR already known")
+	ErrUnknownDTR  = errors.New("unknown DTR, or it has finished")
+	ErrStaleResult = errors.New("result for a grant that is no longer current")
+)
+
+// Grant gives a DTR a slot in one state.
+type Grant struct {
+	ID    string
+	Stage dtr.Stage
+	// State is the active state the DTR is in while the grant runs.
+	State dtr.State
+	// DTR is the DTR as granted; it points into the core: read it before
+	// calling the core again.
+	DTR *dtr.DTR
+	// Lease is how long the grant stays valid without a sign of life.
+	Lease time.Duration
+	// Cleanup asks a post-processor to remove what a failed or cancelled
+	// transfer left instead of finalising it.
+	Cleanup bool
+	// Emergency marks a grant on one of the state's emergency slots.
+	Emergency bool
+}
+
+// Result is a worker's outcome for a grant.
+type Result struct {
+	DTR      uuid.UUID
+	Grant    string
+	Failure  *dtr.Failure
+	Size     int64
+	Bytes    int64
+	Checksum string
+	Started  time.Time
+	Ended    time.Time
+}
+
+// Decisions are what the core has decided since the last Take.
+type Decisions struct {
+	Grants []Grant
+	// Changed holds every DTR whose record changed, to persist, and Final
+	// the DTRs that reached DONE, CANCELLED or ERROR. Both point into the
+	// core: read them before calling it again.
+	Changed []*dtr.DTR
+	Final   []*dtr.DTR
+	// CancelRunning names grants whose workers should stop now.
+	CancelRunning []Grant
+}
+
+type entry struct {
+	d     *dtr.DTR
+	seq   uint64 // arrival order, for FIFO among equal priorities
+	index int    // position in its heap
+	// Times in nanoseconds since the core's epoch: a million queued entries
+	// stay small.
+	deadline int64 // when ageing starts or next applies
+	granted  int64 // when the current grant was given
+	lease    int64 // when the current grant expires
+	prio     int32 // d.Priority while queued, kept here for fast sorting
+	queued   dtr.State
+	// finalised is set by a result that put the file in place, for the
+	// decision that follows at once.
+	finalised bool
+	// refinalise marks a DTR whose post-processing is tried again: it
+	// finalises even if it was cancelled meanwhile.
+	refinalise bool
+}
+
+type stateQueues struct {
+	shares  map[string]*queue
+	running map[string]int
+	total   int
+	// For the fair hand-out of leftover slots: each active share's exact
+	// quota since the last tick, and the slot-seconds it is owed (quota
+	// minus use, summed over time). A share that goes idle is forgotten.
+	quota   map[string]float64
+	deficit map[string]float64
+	last    time.Time
+}
+
+// Core is the scheduler's state machine. It is not safe for concurrent use.
+type Core struct {
+	cfg  Config
+	dtrs map[uuid.UUID]*entry
+	// epoch is the first time the core was told; entry times count from it
+	// (so they keep the monotonic clock and stay small).
+	epoch time.Time
+	// cancelledJobs remembers the jobs cancelled as a whole, so that their
+	// DTRs still on the way are cancelled when they arrive.
+	cancelledJobs map[string]time.Time
+	// names interns share names and DNs, which many DTRs have in common.
+	names map[string]string
+	// took holds, per queue state, a moving average of how long its grants
+	// run, for estimating when a waiting DTR starts.
+	took    map[dtr.State]time.Duration
+	states  map[dtr.State]*stateQueues
+	delayed delayQueue
+	active  map[uuid.UUID]*entry
+	seq     uint64
+	nextAge time.Time
+
+	out   Decisions
+	dirty map[uuid.UUID]*entry
+}
+
+// New returns an empty core.
+func New(cfg Config) *Core {
+	def := DefaultConfig()
+	if cfg.MaxProcessor <= 0 {
+		cfg.MaxProcessor = def.MaxProcessor
+	}
+	if cfg.MaxDelivery <= 0 {
+		cfg.MaxDelivery = def.MaxDelivery
+	}
+	if cfg.MaxEmergency < 0 {
+		cfg.MaxEmergency = 0
+	}
+	if cfg.MaxTransferTries <= 0 {
+		cfg.MaxTransferTries = def.MaxTransferTries
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = def.RetryBase
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = def.Lease
+	}
+	if cfg.AgeAfter <= 0 {
+		cfg.AgeAfter = def.AgeAfter
+	}
+	if cfg.AgeEvery <= 0 {
+		cfg.AgeEvery = def.AgeEvery
+	}
+	c := &Core{
+		cfg:           cfg,
+		dtrs:          map[uuid.UUID]*entry{},
+		names:         map[string]string{},
+		cancelledJobs: map[string]time.Time{},
+		took:          map[dtr.State]time.Duration{},
+		states:        map[dtr.State]*stateQueues{},
+		active:        map[uuid.UUID]*entry{},
+		dirty:         map[uuid.UUID]*entry{},
+	}
+	for _, s := range dtr.QueueStates {
+		c.states[s] = &stateQueues{shares: map[string]*queue{}, running: map[string]int{},
+			quota: map[string]float64{}, deficit: map[string]float64{}}
+	}
+	return c
+}
+
+// Config returns the configuration in force.
+func (c *Core) Config() Config { return c.cfg }
+
+// SharePriority returns the configured priority of a share (with or without
+// its direction suffix).
+func (c *Core) SharePriority(share string) int {
+	if p, ok := c.cfg.SharePriority[share]; ok {
+		return p
+	}
+	for _, suffix := range []string{"-download", "-upload"} {
+		if parent, ok := strings.CutSuffix(share, suffix); ok {
+			if p, ok := c.cfg.SharePriority[parent]; ok {
+				return p
+			}
+		}
+	}
+	if p, ok := c.cfg.SharePriority[DefaultShare]; ok {
+		return p
+	}
+	return 50
+}
+
+// Submit takes a NEW DTR: it is validated, placed in its share, given its
+// priority and routed to its first queue. An invalid DTR is refused with the
+// reason and nothing changes.
+func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("invalid DTR: %w", err)
+	}
+	if _, ok := c.dtrs[d.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrDuplicate, d.ID)
+	}
+	d.State = dtr.New
+	d.Share = SubShare(c.cfg.SharePolicy.ShareName(d.Owner), d.Direction)
+	d.Priority = DTRPriority(c.SharePriority(d.Share), d.UserPriority)
+	d.MaxAttempts = c.cfg.MaxTransferTries
+	d.Attempts = 0
+	if _, ok := c.cancelledJobs[d.JobID]; ok && d.JobID != "" {
+		d.Cancel = true // its job was cancelled before it arrived
+	}
+	d.Error = nil
+	d.Grant = ""
+	if d.Created.IsZero() {
+		d.Created = now
+	}
+	d.Updated = now
+	e := &entry{d: d, index: -1}
+	c.add(e)
+	c.route(now, e)
+	return nil
+}
+
+// add registers an unfinished DTR.
+func (c *Core) add(e *entry) {
+	e.d.Share = c.intern(e.d.Share)
+	e.d.Owner.DN = c.intern(e.d.Owner.DN)
+	c.dtrs[e.d.ID] = e
+}
+
+// at turns a time into nanoseconds since the core's epoch.
+func (c *Core) at(t time.Time) int64 {
+	if c.epoch.IsZero() {
+		c.epoch = t
+	}
+	return int64(t.Sub(c.epoch))
+}
+
+// when turns nanoseconds since the epoch back into a time.
+func (c *Core) when(ns int64) time.Time { return c.epoch.Add(time.Duration(ns)) }
+
+// intern returns one shared copy of a string that many DTRs hold.
+func (c *Core) intern(s string) string {
+	if v, ok := c.names[s]; ok {
+		return v
+	}
+	c.names[s] = s
+	return s
+}
+
+// Restore puts back a DTR recovered from storage after a restart, in the
+// state it was saved in. Active DTRs keep their grant and get a fresh lease;
+// DTRs waiting for a retry wait on.
+func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
+	if _, ok := c.dtrs[d.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrDuplicate, d.ID)
+	}
+	if d.State.Final() {
+		return nil
+	}
+	e := &entry{d: d, index: -1}
+	c.add(e)
+	switch {
+	case d.State.IsQueue():
+		c.enqueue(now, e)
+	case d.State.IsActive():
+		q, _ := dtr.QueueOf(d.State)
+		if d.State == dtr.TransferringCancel {
+			q = dtr.Transfer
+		}
+		st := c.states[q]
+		st.running[d.Share]++
+		st.total++
+		e.queued = q
+		e.lease = c.at(now.Add(c.cfg.Lease))
+		e.granted = c.at(now)
+		c.active[d.ID] = e
+	case (d.State == dtr.New || d.State == dtr.CacheProcessed) && !d.NextProcess.IsZero():
+		heap.Push(&c.delayed, e)
+	default:
+		c.route(now, e)
+	}
+	return nil
+}
+
+// Result applies a worker's outcome. A result for a grant that is not the
+// DTR's current one (a worker that lost its lease, a redelivery) is refused
+// with ErrStaleResult and changes nothing.
+func (c *Core) Result(now time.Time, r Result) error {
+	e, ok := c.dtrs[r.DTR]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, r.DTR)
+	}
+	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
+		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, e.d.Grant, e.d.State)
+	}
+	c.release(e)
+	if e.granted != 0 {
+		// Moving average over about the last 16 grants of the state.
+		took := now.Sub(c.when(e.granted))
+		if avg, ok := c.took[e.queued]; ok {
+			took = avg + (took-avg)/16
+		}
+		c.took[e.queued] = took
+	}
+	d := e.d
+	if r.Size > 0 {
+		d.Size = r.Size
+	}
+	if r.Bytes > 0 {
+		d.Bytes = r.Bytes
+	}
+	if r.Checksum != "" {
+		d.Checksum = r.Checksum
+	}
+	if e.queued == dtr.Transfer {
+		d.Started, d.Ended = r.Started, r.Ended
+	}
+	if e.queued == dtr.RegisterReplica && !d.Cleanup && r.Failure == nil {
+		e.finalised = true
+	}
+	// A failed cleanup keeps the error that called for it: that error, not
+	// the cleanup's, decides whether the DTR is tried again.
+	if r.Failure != nil && !(d.Cleanup && d.Error != nil) {
+		f := *r.Failure
+		f.State = d.State
+		d.Error = &f
+	}
+	d.Cleanup = false
+	if d.State == dtr.TransferringCancel {
+		c.must(d.Transition(dtr.Transferred, now))
+	} else {
+		c.must(d.Transition(e.queued.Completed(), now))
+	}
+	c.route(now, e)
+	return nil
+}
+
+// Progress renews the lease of a running grant and records the bytes moved.
+func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) error {
+	e, ok := c.active[id]
+	if !ok || e.d.Grant != grant {
+		return fmt.Errorf("%w: dtr %s grant %s", ErrStaleResult, id, grant)
+	}
+	e.lease = c.at(now.Add(c.cfg.Lease))
+	if bytes > e.d.Bytes {
+		e.d.Bytes = bytes
+	}
+	return nil
+}
+
+// Cancel stops a DTR. A queued DTR leaves its queue at once through ARC's
+// cancel mapping; a running one is flagged, its worker is told to stop, and
+// it ends CANCELLED when its result (or lease expiry) comes back; a final DTR
+// is left as it is. Post-processing is never interrupted: it cleans up.
+func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
+	e, ok := c.dtrs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
+	}
+	d := e.d
+	if d.Cancel || d.State.Final() {
+		return nil
+	}
+	d.Cancel = true
+	d.Updated = now
+	c.markDirty(e)
+	switch {
+	case stageOf(d.State) == dtr.StagePost:
+		// Post-processing runs on: it cleans up, or puts a finished file in
+		// place, in which case the DTR ends DONE after all.
+	case d.State.IsQueue():
+		c.states[d.State].shares[d.Share].remove(e)
+		c.dropEmptyQueue(d.State, d.Share)
+		c.must(d.Transition(cancelMapping[d.State], now))
+		c.route(now, e)
+	case d.State == dtr.Transferring:
+		c.must(d.Transition(dtr.TransferringCancel, now))
+		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
+	case d.State.IsActive() && stageOf(d.State) != dtr.StagePost:
+		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
+	case d.State == dtr.New:
+		heap.Remove(&c.delayed, e.index)
+		d.NextProcess = time.Time{}
+		c.route(now, e)
+	case d.State == dtr.CacheProcessed && !d.NextProcess.IsZero():
+		// Waiting to finalise again: like post-processing, that goes on,
+		// since the file may be in place already.
+	}
+	return nil
+}
+
+// cancelMapping is ARC's: where a cancelled queued DTR goes to clean up.
+var cancelMapping = map[dtr.State]dtr.State{
+	dtr.CheckCache:   dtr.CacheProcessed,
+	dtr.Resolve:      dtr.ReplicaRegistered,
+	dtr.QueryReplica: dtr.RequestReleased,
+	dtr.PreClean:     dtr.RequestReleased,
+	dtr.StagePrepare: dtr.RequestReleased,
+	dtr.Transfer:     dtr.Transferred,
+}
+
+// hungMapping is ARC's: where a DTR goes whose worker stopped answering.
+var hungMapping = map[dtr.State]dtr.State{
+	dtr.CheckingCache:      dtr.ReplicaRegistered,
+	dtr.Resolving:          dtr.RequestReleased,
+	dtr.QueryingReplica:    dtr.RequestReleased,
+	dtr.PreCleaning:        dtr.RequestReleased,
+	dtr.StagingPreparing:   dtr.Transferred,
+	dtr.Transferring:       dtr.Transferred,
+	dtr.TransferringCancel: dtr.Transferred,
+	dtr.ReleasingRequest:   dtr.RequestReleased,
+	dtr.FinalisingReplica:  dtr.ReplicaFinalised,
+	dtr.RegisteringReplica: dtr.ReplicaRegistered,
+	dtr.ProcessingCache:    dtr.CacheProcessed,
+}
+
+// SetPriority changes the priority of a queued or running DTR.
+func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
+	if prio < 1 || prio > 100 {
+		return fmt.Errorf("priority %d is outside 1–100", prio)
+	}
+	e, ok := c.dtrs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
+	}
+	e.d.Priority = prio
+	e.d.Updated = now
+	if e.d.State.IsQueue() && e.index >= 0 {
+		c.states[e.d.State].shares[e.d.Share].fix(e)
+	}
+	c.markDirty(e)
+	return nil
+}
+
+// Tick does what time brings: retries whose delay is over go on, expired
+// leases free their slots, waiting DTRs age, and free slots are granted.
+func (c *Core) Tick(now time.Time) {
+	for c.delayed.Len() > 0 && !c.delayed[0].d.NextProcess.After(now) {
+		e := heap.Pop(&c.delayed).(*entry)
+		e.d.NextProcess = time.Time{}
+		if e.d.State == dtr.CacheProcessed { // post-processing is tried again
+			e.d.Error = nil
+			e.refinalise = true
+			c.must(e.d.Transition(dtr.RegisterReplica, now))
+		}
+		c.route(now, e)
+	}
+	c.expireLeases(now)
+	if !now.Before(c.nextAge) {
+		c.age(now)
+		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
+	}
+	for _, s := range dtr.QueueStates {
+		c.schedule(now, s)
+	}
+}
+
+func (c *Core) expireLeases(now time.Time) {
+	var expired []*entry
+	for _, e := range c.active {
+		if c.at(now) > e.lease {
+			expired = append(expired, e)
+		}
+	}
+	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
+	for _, e := range expired {
+		d := e.d
+		c.release(e)
+		if !(d.Cleanup && d.Error != nil) {
+			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
+				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
+		}
+		d.Cleanup = false
+		c.must(d.Transition(hungMapping[d.State], now))
+		c.route(now, e)
+	}
+}
+
+// age raises by one the priority of every queued DTR whose deadline has
+// passed and whose priority is below its queue's head, and sets its next
+// deadline AgeEvery later.
+func (c *Core) age(now time.Time) {
+	for _, s := range dtr.QueueStates {
+		for _, q := range c.states[s].shares {
+			if q.Len() < 2 {
+				continue
+			}
+			top := q.head().d.Priority
+			var aged []*entry
+			for _, e := range q.items {
+				if c.at(now) >= e.deadline && e.d.Priority < top && e.d.Priority < 100 {
+					aged = append(aged, e)
+				}
+			}
+			for _, e := range aged {
+				e.d.Priority++
+				e.deadline = c.at(now.Add(c.cfg.AgeEvery))
+				q.fix(e)
+				c.markDirty(e)
+			}
+		}
+	}
+}
+
+// Limit returns the slot limit of a queue state.
+func (c *Core) Limit(s dtr.State) int {
+	if s == dtr.Transfer {
+		return c.cfg.MaxDelivery
+	}
+	return c.cfg.MaxProcessor
+}
+
+// schedule grants the free slots of one state: each share up to its part of
+// the split, then one emergency slot for each share with work queued and
+// nothing running, up to MaxEmergency above the limit.
+func (c *Core) schedule(now time.Time, s dtr.State) {
+	st := c.states[s]
+	n := c.Limit(s)
+	c.account(now, st)
+	if len(st.shares) == 0 && st.total == 0 {
+		clear(st.quota)
+		return
+	}
+	names := c.shareNames(st)
+	slots, exact := split(n, c.demands(st, names), st.deficit)
+	clear(st.quota)
+	for i, q := range exact {
+		if q > 0 {
+			st.quota[names[i]] = q
+		}
+	}
+	if len(st.shares) == 0 || st.total >= n+c.cfg.MaxEmergency {
+		return
+	}
+	defer func() {
+		for name := range st.shares {
+			c.dropEmptyQueue(s, name)
+		}
+	}()
+	for i, name := range names {
+		q := st.shares[name]
+		if q == nil {
+			continue
+		}
+		running := st.running[name]
+		for q.Len() > 0 && st.total < n && running < slots[i] {
+			c.grant(now, s, q.pop(), false)
+			running++
+		}
+	}
+	if st.total < n {
+		return
+	}
+	// Emergency slots go to the shares of highest priority first.
+	sort.SliceStable(names, func(i, j int) bool { return c.SharePriority(names[i]) > c.SharePriority(names[j]) })
+	for _, name := range names {
+		if st.total >= n+c.cfg.MaxEmergency {
+			break
+		}
+		if q := st.shares[name]; q != nil && q.Len() > 0 && st.running[name] == 0 {
+			c.grant(now, s, q.pop(), true)
+		}
+	}
+}
+
+// stageOf returns the worker stage of a queue or active state, "" for the
+// states the scheduler handles itself.
+func stageOf(s dtr.State) dtr.Stage {
+	if s.IsQueue() {
+		return s.Stage()
+	}
+	if q, ok := dtr.QueueOf(s); ok {
+		return q.Stage()
+	}
+	if s == dtr.TransferringCancel {
+		return dtr.StageDelivery
+	}
+	return ""
+}
+
+// account adds the time since the last tick to each share's deficit: what
+// its exact quota entitled it to, less the slots it used.
+func (c *Core) account(now time.Time, st *stateQueues) {
+	dt := now.Sub(st.last).Seconds()
+	st.last = now
+	if dt <= 0 || dt > 60 { // the first tick, or a long pause: nothing to learn
+		return
+	}
+	for name, q := range st.quota {
+		st.deficit[name] += (q - float64(st.running[name])) * dt
+	}
+	for name := range st.deficit {
+		if _, ok := st.quota[name]; !ok {
+			delete(st.deficit, name)
+		}
+	}
+}
+
+func (c *Core) shareNames(st *stateQueues) []string {
+	names := make([]string, 0, len(st.shares)+len(st.running))
+	for name := range st.shares {
+		names = append(names, name)
+	}
+	for name, n := range st.running {
+		if _, ok := st.shares[name]; !ok && n > 0 {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (c *Core) demands(st *stateQueues, names []string) []ShareDemand {
+	ds := make([]ShareDemand, 0, len(names))
+	for _, name := range names {
+		d := st.running[name]
+		if q := st.shares[name]; q != nil {
+			d += q.Len()
+		}
+		ds = append(ds, ShareDemand{Name: name, Priority: c.SharePriority(name), Demand: d})
+	}
+	return ds
+}
+
+func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
+	d := e.d
+	st := c.states[s]
+	st.running[d.Share]++
+	st.total++
+	c.must(d.Transition(s.Active(), now))
+	n := 1
+	if d.Grant != "" {
+		if _, after, ok := cut(d.Grant); ok {
+			n, _ = strconv.Atoi(after)
+			n++
+		}
+	}
+	d.Grant = grantID(d.ID, n)
+	if s == dtr.Transfer {
+		d.TransferGrant = d.Grant
+	}
+	d.Cleanup = s == dtr.RegisterReplica && (d.Error != nil || d.Cancel) && !e.refinalise
+	e.refinalise = false
+	e.lease = c.at(now.Add(c.cfg.Lease))
+	e.granted = c.at(now)
+	g := c.grantOf(e)
+	g.Emergency = emergency
+	c.active[d.ID] = e
+	c.out.Grants = append(c.out.Grants, g)
+	c.markDirty(e)
+}
+
+// grantID is "<dtr id>.<n>", built with one allocation: grants are the
+// scheduler's hot path.
+func grantID(id uuid.UUID, n int) string {
+	var b [36 + 1 + 20]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], id[10:16])
+	b[36] = '.'
+	return string(strconv.AppendInt(b[:37], int64(n), 10))
+}
+
+func cut(grant string) (string, string, bool) {
+	for i := len(grant) - 1; i >= 0; i-- {
+		if grant[i] == '.' {
+			return grant[:i], grant[i+1:], true
+		}
+	}
+	return grant, "", false
+}
+
+// grantOf describes the grant an active DTR holds.
+func (c *Core) grantOf(e *entry) Grant {
+	d := e.d
+	return Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, Lease: c.cfg.Lease, Cleanup: d.Cleanup}
+}
+
+// release frees the slot of an active DTR.
+func (c *Core) release(e *entry) {
+	st := c.states[e.queued]
+	st.running[e.d.Share]--
+	st.total--
+	if st.running[e.d.Share] <= 0 {
+		delete(st.running, e.d.Share)
+	}
+	delete(c.active, e.d.ID)
+}
+
+func (c *Core) enqueue(now time.Time, e *entry) {
+	s, d := e.d.State, e.d
+	st := c.states[s]
+	q := st.shares[d.Share]
+	if q == nil {
+		q = &queue{}
+		st.shares[d.Share] = q
+	}
+	c.seq++
+	e.seq = c.seq
+	e.queued = s
+	e.deadline = c.at(now.Add(c.cfg.AgeAfter))
+	q.add(e)
+}
+
+func (c *Core) dropEmptyQueue(s dtr.State, share string) {
+	st := c.states[s]
+	if q := st.shares[share]; q != nil && q.Len() == 0 {
+		delete(st.shares, share)
+	}
+}
+
+// route moves a DTR through the states the scheduler handles itself until it
+// rests in a queue, waits for a retry, or ends (reference/arc-dtr.md §1).
+// Sluice has no cache, index or staging steps yet, so it takes ARC's skips:
+// NEW → CACHE_CHECKED → RESOLVED → QUERY_REPLICA (the source is checked) →
+// PRE_CLEAN (the destination is checked and cleaned) → STAGED_PREPARED →
+// TRANSFER → TRANSFERRED → REQUEST_RELEASED → REPLICA_FINALISED →
+// REGISTER_REPLICA (checksum verified, file put in place) → CACHE_PROCESSED.
+func (c *Core) route(now time.Time, e *entry) {
+	d := e.d
+	c.markDirty(e)
+	for {
+		var next dtr.State
+		failed := d.Error != nil
+		switch d.State {
+		case dtr.New:
+			if !d.NextProcess.IsZero() && !d.Cancel {
+				return
+			}
+			if d.Cancel {
+				next = dtr.CacheProcessed
+			} else {
+				next = dtr.CacheChecked
+				d.TransferGrant, e.finalised = "", false
+			}
+		case dtr.CacheChecked:
+			d.Error = nil // ARC clears errors here
+			next = dtr.Resolved
+		case dtr.Resolved:
+			next = dtr.QueryReplica
+			if failed || d.Cancel {
+				next = dtr.RequestReleased
+			}
+		case dtr.ReplicaQueried:
+			next = dtr.PreClean
+			if failed || d.Cancel {
+				next = dtr.RequestReleased
+			}
+		case dtr.PreCleaned:
+			next = dtr.StagedPrepared
+			if failed || d.Cancel {
+				next = dtr.RequestReleased
+			}
+		case dtr.StagedPrepared:
+			next = dtr.Transfer
+			if failed || d.Cancel {
+				next = dtr.Transferred
+			}
+		case dtr.Transferred:
+			next = dtr.RequestReleased
+		case dtr.RequestReleased:
+			next = dtr.ReplicaFinalised
+		case dtr.ReplicaFinalised:
+			next = dtr.RegisterReplica
+			if (failed || d.Cancel) && d.TransferGrant == "" {
+				next = dtr.ReplicaRegistered
+			}
+		case dtr.ReplicaRegistered:
+			next = dtr.CacheProcessed
+		case dtr.CacheProcessed:
+			if !d.NextProcess.IsZero() {
+				return // waiting to try post-processing again
+			}
+			c.decide(now, e)
+			if d.State.Final() || !d.NextProcess.IsZero() {
+				return
+			}
+			continue
+		default:
+			if d.State.IsQueue() {
+				c.enqueue(now, e)
+			}
+			return
+		}
+		c.must(d.Transition(next, now))
+	}
+}
+
+// decide ends a DTR at CACHE_PROCESSED: cancelled, done, retried after
+// RetryBase·k², or failed (reference/arc-dtr.md §4). As in ARC, an error
+// raised in post-processing (REGISTERING_REPLICA) tries post-processing
+// again, since the file may already be in place; every other retry starts
+// over from NEW. A checksum mismatch is the exception: the bad copy is gone,
+// so it starts over from NEW to transfer the file again.
+func (c *Core) decide(now time.Time, e *entry) {
+	d := e.d
+	switch {
+	case d.Cancel && !(d.Error == nil && e.finalised):
+		c.must(d.Transition(dtr.Cancelled, now))
+	case d.Error == nil:
+		d.Attempts++
+		c.must(d.Transition(dtr.Done, now))
+	default:
+		d.Attempts++
+		if d.Error.Kind.Retryable() && d.Attempts < d.MaxAttempts {
+			d.NextProcess = now.Add(c.cfg.RetryBase * time.Duration(d.Attempts*d.Attempts))
+			if d.Error.State == dtr.RegisteringReplica && d.Error.Kind != dtr.ErrTransferSpeed && d.TransferGrant != "" && !d.Cancel {
+				heap.Push(&c.delayed, e) // stays CACHE_PROCESSED until then
+				return
+			}
+			c.must(d.Transition(dtr.New, now))
+			heap.Push(&c.delayed, e)
+			return
+		}
+		c.must(d.Transition(dtr.Error, now))
+	}
+	c.out.Final = append(c.out.Final, d)
+	delete(c.dtrs, d.ID)
+
+}
+
+func (c *Core) markDirty(e *entry) { c.dirty[e.d.ID] = e }
+
+// must panics on an illegal transition: route only takes moves in the table,
+// so one that is refused is a bug in the core, not bad input.
+func (c *Core) must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Take returns and clears the decisions made since the last call.
+func (c *Core) Take() Decisions {
+	out := c.out
+	out.Changed = make([]*dtr.DTR, 0, len(c.dirty))
+	for _, e := range c.dirty {
+		out.Changed = append(out.Changed, e.d)
+	}
+	// The next decisions start with room for as many grants as these had.
+	c.out = Decisions{Grants: make([]Grant, 0, len(out.Grants))}
+	clear(c.dirty)
+	return out
+}
+
+// Get returns a copy of a known, unfinished DTR.
+func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
+	e, ok := c.dtrs[id]
+	if !ok {
+		return dtr.DTR{}, false
+	}
+	return *e.d, true
+}
+
+// Len returns the number of unfinished DTRs.
+func (c *Core) Len() int { return len(c.dtrs) }
+
+// ShareStats is one share's load in one state.
+type ShareStats struct {
+	Share    string    `json:"share"`
+	State    dtr.State `json:"state"`
+	Priority int       `json:"priority"`
+	Queued   int       `json:"queued"`
+	Running  int       `json:"running"`
+	// Slots is the share's part of the state's limit under the current split.
+	Slots int `json:"slots"`
+}
+
+// Shares returns the load of every share in every queue state that has any,
+// sorted by state then share, and the number of DTRs waiting for a retry
+// per share.
+func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
+	for _, s := range dtr.QueueStates {
+		st := c.states[s]
+		names := c.shareNames(st)
+		slots, _ := split(c.Limit(s), c.demands(st, names), st.deficit)
+		for i, name := range names {
+			q := 0
+			if sq := st.shares[name]; sq != nil {
+				q = sq.Len()
+			}
+			if q == 0 && st.running[name] == 0 {
+				continue
+			}
+			stats = append(stats, ShareStats{Share: name, State: s, Priority: c.SharePriority(name),
+				Queued: q, Running: st.running[name], Slots: slots[i]})
+		}
+	}
+	retrying = map[string]int{}
+	for _, e := range c.delayed {
+		retrying[e.d.Share]++
+	}
+	return stats, retrying
+}
+
+// DTRs returns a copy of every unfinished DTR, in the order they arrived.
+func (c *Core) DTRs() []dtr.DTR {
+	es := make([]*entry, 0, len(c.dtrs))
+	for _, e := range c.dtrs {
+		es = append(es, e)
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if !es[i].d.Created.Equal(es[j].d.Created) {
+			return es[i].d.Created.Before(es[j].d.Created)
+		}
+		return es[i].d.ID.String() < es[j].d.ID.String()
+	})
+	out := make([]dtr.DTR, len(es))
+	for i, e := range es {
+		out[i] = *e.d
+	}
+	return out
+}

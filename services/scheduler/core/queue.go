@@ -1,0 +1,63 @@
+package core
+
+import "container/heap"
+
+// queue holds one share's waiting DTRs for one state: highest priority
+// first, first come first served among equals.
+type queue struct{ items []*entry }
+
+func (q *queue) Len() int { return len(q.items) }
+func (q *queue) Less(i, j int) bool {
+	a, b := q.items[i], q.items[j]
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	return a.seq < b.seq
+}
+func (q *queue) Swap(i, j int) {
+	q.items[i], q.items[j] = q.items[j], q.items[i]
+	q.items[i].index, q.items[j].index = i, j
+}
+func (q *queue) Push(x any) {
+	e := x.(*entry)
+	e.index = len(q.items)
+	q.items = append(q.items, e)
+}
+func (q *queue) Pop() any {
+	n := len(q.items) - 1
+	e := q.items[n]
+	q.items[n] = nil
+	q.items = q.items[:n]
+	e.index = -1
+	return e
+}
+
+func (q *queue) add(e *entry)    { e.prio = int32(e.d.Priority); heap.Push(q, e) }
+func (q *queue) remove(e *entry) { heap.Remove(q, e.index) }
+func (q *queue) fix(e *entry)    { e.prio = int32(e.d.Priority); heap.Fix(q, e.index) }
+func (q *queue) head() *entry    { return q.items[0] }
+func (q *queue) pop() *entry     { return heap.Pop(q).(*entry) }
+
+// delayQueue orders DTRs waiting for a retry by the time they go on.
+type delayQueue []*entry
+
+func (q delayQueue) Len() int           { return len(q) }
+func (q delayQueue) Less(i, j int) bool { return q[i].d.NextProcess.Before(q[j].d.NextProcess) }
+func (q delayQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *delayQueue) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*q)
+	*q = append(*q, e)
+}
+func (q *delayQueue) Pop() any {
+	old := *q
+	n := len(old) - 1
+	e := old[n]
+	old[n] = nil
+	*q = old[:n]
+	e.index = -1
+	return e
+}

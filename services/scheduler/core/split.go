@@ -1,0 +1,164 @@
+package core
+
+import "sort"
+
+// ShareDemand is one share's claim on the slots of a state: its configured
+// priority and its demand (queued plus running DTRs).
+type ShareDemand struct {
+	Name     string
+	Priority int
+	Demand   int
+}
+
+// Split divides n slots between shares in proportion to their priorities
+// (design.md §2 item 2). Only shares with demand take part; each gets at
+// least one slot and never more than its demand; what a capped share cannot
+// use is handed on to the others (water-filling), and the fractions left
+// over go by largest remainder, ties to the higher priority, then to the
+// name that sorts first.
+//
+// ARC computes the same split with float32 and hands leftover slots out
+// round-robin in name order; Split is exact (integer arithmetic) and its
+// leftovers follow the remainders, so 60/40 on 5 gives 3/2 and 20/80 on 10
+// gives 2/8 whatever the share names are.
+//
+// When there are more active shares than slots, the n shares of highest
+// priority get one slot each and the rest none: they wait for a slot or an
+// emergency slot.
+func Split(n int, shares []ShareDemand) map[string]int {
+	alloc, _ := split(n, shares, nil)
+	out := make(map[string]int, len(shares))
+	for i, a := range alloc {
+		if a > 0 {
+			out[shares[i].Name] = a
+		}
+	}
+	return out
+}
+
+// split is Split that also returns each share's exact, fractional quota,
+// and hands the leftover slots to the shares owed the most slot-time
+// (deficit, in slot-seconds) before it looks at the remainders. Over a long
+// run that makes each share's slot-time follow its exact quota, which fixed
+// integer slots cannot: 10 slots at 15/85 would otherwise give 2/8 for ever.
+// Both results are indexed like shares.
+func split(n int, shares []ShareDemand, deficit map[string]float64) ([]int, []float64) {
+	alloc := make([]int, len(shares))
+	exact := make([]float64, len(shares))
+	prio := func(i int) int { return max(shares[i].Priority, 1) }
+	var active []int
+	total := 0
+	for i, s := range shares {
+		if s.Demand > 0 {
+			active = append(active, i)
+			total += s.Demand
+		}
+	}
+	if n <= 0 || len(active) == 0 {
+		return alloc, exact
+	}
+	// Stable, deterministic order: priority descending, then name.
+	sort.Slice(active, func(a, b int) bool {
+		if pa, pb := prio(active[a]), prio(active[b]); pa != pb {
+			return pa > pb
+		}
+		return shares[active[a]].Name < shares[active[b]].Name
+	})
+	if len(active) >= n {
+		for _, i := range active[:n] {
+			alloc[i], exact[i] = 1, 1
+		}
+		return alloc, exact
+	}
+	m := min(n, total) // slots that can be used at all
+
+	// Water-filling: find the allocation a_i = clamp(λ·p_i, 1, d_i) with
+	// Σa_i = m. Shares whose bound is certain are fixed one round at a time:
+	// if the slots the upper-bound violators would give back outweigh what
+	// the lower-bound violators need, the true λ is no smaller than the
+	// current one and the violators above stay capped; otherwise λ is smaller
+	// and the ones below stay at one. All comparisons are in integers,
+	// scaled by the free shares' priority sum.
+	fixed := make([]int, len(shares)) // 0: free, else the fixed allocation
+	// free returns the slots not fixed yet and the free shares' priority sum.
+	free := func() (r, p int) {
+		r = m
+		for _, i := range active {
+			if fixed[i] > 0 {
+				r -= fixed[i]
+			} else {
+				p += prio(i)
+			}
+		}
+		return r, p
+	}
+	var over, under []int
+	for {
+		r, p := free()
+		if p == 0 {
+			break
+		}
+		over, under = over[:0], under[:0]
+		excess, lack := 0, 0 // both scaled by p
+		for _, i := range active {
+			if fixed[i] > 0 {
+				continue
+			}
+			scaled := r * prio(i) // the share's quota times p
+			switch d := shares[i].Demand; {
+			case scaled > d*p:
+				over = append(over, i)
+				excess += scaled - d*p
+			case scaled < p:
+				under = append(under, i)
+				lack += p - scaled
+			}
+		}
+		if len(over) == 0 && len(under) == 0 {
+			break
+		}
+		if excess >= lack && len(over) > 0 {
+			for _, i := range over {
+				fixed[i] = shares[i].Demand
+			}
+		} else {
+			for _, i := range under {
+				fixed[i] = 1
+			}
+		}
+	}
+
+	// Integer parts, then the leftovers: by deficit, then by remainder.
+	r, p := free()
+	rems := make([]int, 0, len(active))
+	rem := make([]int, len(shares))
+	used := 0
+	for _, i := range active {
+		if fixed[i] > 0 {
+			alloc[i], exact[i] = fixed[i], float64(fixed[i])
+			used += fixed[i]
+			continue
+		}
+		alloc[i] = r * prio(i) / p
+		exact[i] = float64(r*prio(i)) / float64(p)
+		rem[i] = r * prio(i) % p
+		used += alloc[i]
+		rems = append(rems, i)
+	}
+	sort.SliceStable(rems, func(a, b int) bool {
+		if da, db := deficit[shares[rems[a]].Name], deficit[shares[rems[b]].Name]; da != db {
+			return da > db
+		}
+		return rem[rems[a]] > rem[rems[b]]
+	})
+	for _, i := range rems {
+		if used >= m {
+			break
+		}
+		if alloc[i] < shares[i].Demand {
+			alloc[i]++
+			used++
+		}
+	}
+	return alloc, exact
+}

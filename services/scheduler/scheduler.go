@@ -1,0 +1,843 @@
+// Package scheduler is the scheduler service: the only holder of queues and
+// shares. It consumes new DTRs, cancels and worker results from JetStream,
+// feeds them to the pure core, persists every changed DTR, publishes the
+// core's grants and final DTRs as CloudEvents, and only then acknowledges
+// what it consumed.
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// Config is the scheduler's configuration, read from SLUICE_* variables.
+// The names follow ARC's [arex/data-staging] options.
+type Config struct {
+	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one share).
+	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty"`
+	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
+	SharePriority    string        `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
+	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
+	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
+	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	MaxTransferTries int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
+	RetryBase        time.Duration `envconfig:"RETRY_BASE" default:"10s" desc:"retry delay unit: RETRY_BASE·k² after k attempts"`
+	Lease            time.Duration `envconfig:"LEASE" default:"2m" desc:"how long a grant lives without a sign of life from its worker"`
+	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
+	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
+	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
+	// StateFile, if set, is rewritten every second in ARC's dtr.state
+	// format, and StateFile.prio is read for priority changes.
+	StateFile string `envconfig:"STATE_FILE" desc:"dtr.state file rewritten every second (ARC format); its .prio file changes priorities"`
+}
+
+// CoreConfig turns the service configuration into the core's.
+func (c Config) CoreConfig() (core.Config, error) {
+	cc := core.DefaultConfig()
+	p, err := core.ParseSharePolicy(c.SharePolicy)
+	if err != nil {
+		return cc, err
+	}
+	cc.SharePolicy = p
+	cc.SharePriority, err = ParseSharePriorities(c.SharePriority)
+	if err != nil {
+		return cc, err
+	}
+	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
+	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
+	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
+	return cc, nil
+}
+
+// ParseSharePriorities reads "share=prio,share=prio" (a space may stand for
+// "=", as in ARC's "sharepriority=atlas:validation 80").
+func ParseSharePriorities(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		i := strings.LastIndexAny(item, "= ")
+		if i <= 0 {
+			return nil, fmt.Errorf("share priority %q is not share=priority", item)
+		}
+		p, err := strconv.Atoi(strings.TrimSpace(item[i+1:]))
+		if err != nil || p < 1 || p > 100 {
+			return nil, fmt.Errorf("share priority %q: priority must be an integer 1–100", item)
+		}
+		out[strings.TrimSpace(item[:i])] = p
+	}
+	return out, nil
+}
+
+// Service is a running scheduler.
+type Service struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	core    *core.Core
+	log     *slog.Logger
+	queries chan *query
+	// finished remembers recently finished DTRs so that a redelivered
+	// submit of one is not run again.
+	finished map[uuid.UUID]time.Time
+	stopped  chan struct{}
+}
+
+// New checks the configuration and prepares a scheduler on nc.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
+	cc, err := cfg.CoreConfig()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler config: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 50 * time.Millisecond
+	}
+	return &Service{
+		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
+		queries: make(chan *query), finished: map[uuid.UUID]time.Time{}, stopped: make(chan struct{}),
+	}, nil
+}
+
+// Run recovers the saved DTRs and schedules until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	defer close(s.stopped)
+	if err := bus.Ensure(ctx, s.js, bus.Setup{}); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	if err := s.recover(ctx, kv); err != nil {
+		return fmt.Errorf("scheduler recovery: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx) // stops the consumers when Run returns
+	defer cancel()
+	in := make(chan jetstream.Msg, 4096)
+	for _, src := range []string{bus.StreamSubmit, bus.StreamResults} {
+		cons, err := s.js.Consumer(ctx, src, bus.ConsumerSched)
+		if err != nil {
+			return fmt.Errorf("scheduler: consumer on %s: %w", src, err)
+		}
+		go func() {
+			_ = bus.Each(ctx, cons, 1000, func(m jetstream.Msg) {
+				select {
+				case in <- m:
+				case <-ctx.Done():
+				}
+			})
+		}()
+	}
+	svc, err := s.addAPI()
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	var dump <-chan time.Time
+	if s.cfg.StateFile != "" {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		dump = t.C
+		defer s.writeState()
+	}
+	var batch []jetstream.Msg
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case q := <-s.queries:
+			q.f()
+			if !q.change {
+				close(q.done)
+				continue
+			}
+			// A change is stored and its effects published before the
+			// caller hears it is done.
+			err := s.step(ctx, kv, nil)
+			q.err = err
+			close(q.done)
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("scheduler: %w", err)
+			}
+			continue
+		case <-dump:
+			s.applyPriorityFile()
+			s.writeState()
+		case m := <-in:
+			batch = append(batch, m)
+		drain:
+			for len(batch) < 2000 {
+				select {
+				case m := <-in:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
+			}
+		case <-tick.C:
+		}
+		if err := s.step(ctx, kv, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// What was not acknowledged is redelivered: a restart recovers
+			// from the last durable state.
+			return fmt.Errorf("scheduler: %w", err)
+		}
+	}
+}
+
+// step applies a batch of inputs, lets time pass, makes the decisions
+// durable and visible, and acknowledges the inputs.
+func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) error {
+	now := time.Now()
+	out := bus.NewBatch(s.js)
+	subs := map[jetstream.Msg]submitted{} // each submit decoded once
+	for _, m := range batch {
+		if m.Subject() == bus.SubjectSubmit {
+			d, err := DecodeSubmit(ctx, bus.Msg(m))
+			subs[m] = submitted{d, err}
+		}
+	}
+	stored, err := s.storedBefore(ctx, kv, subs)
+	if err != nil {
+		return err
+	}
+	var term []jetstream.Msg
+	for _, m := range batch {
+		if err := s.handle(ctx, now, m, out, subs[m], stored); err != nil {
+			term = append(term, m)
+		}
+	}
+	s.core.Tick(now)
+	dec := s.core.Take()
+
+	// 1. Every changed DTR that is not final is stored before anything
+	// depends on it.
+	var finals []*dtr.DTR
+	for i := range dec.Changed {
+		d := dec.Changed[i]
+		if d.State.Final() {
+			finals = append(finals, d)
+			continue
+		}
+		if err := s.persist(out, d); err != nil {
+			return err
+		}
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	// 2. Grants, final DTRs and rejections. A final DTR is announced before
+	// its record says final: if the scheduler dies in between, the input
+	// that finished it is redelivered and it is announced again (the
+	// generator takes a final DTR once).
+	for _, g := range dec.Grants {
+		if err := s.publishGrant(ctx, out, g); err != nil {
+			return err
+		}
+	}
+	for i := range dec.Final {
+		d := dec.Final[i]
+		s.finished[d.ID] = now
+		ev, err := bus.NewEvent(bus.TypeDTRFinal, "sluice/scheduler", d.ID.String(), d)
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final", ev)
+		if err != nil {
+			return err
+		}
+		out.Add(m)
+		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
+			"trace_id", trace.SpanContextFromContext(bus.Context(ctx, d.TraceParent)).TraceID())
+	}
+	if err := out.Wait(ctx); err != nil {
+		return err
+	}
+	for _, d := range finals {
+		if err := s.persist(out, d); err != nil {
+			return err
+		}
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	// 3. Best-effort notices: workers to stop, observers of state changes.
+	for _, g := range dec.CancelRunning {
+		s.notify(ctx, bus.SubjectStopPrefix+g.ID, bus.TypeStop, bus.Stop{DTR: g.DTR.ID, Grant: g.ID})
+	}
+	for i := range dec.Changed {
+		d := dec.Changed[i]
+		s.notify(ctx, bus.SubjectDTRState, bus.TypeDTRState, bus.StateChange{
+			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
+	}
+	// 4. Only now are the inputs done with.
+	refused := make(map[jetstream.Msg]bool, len(term))
+	for _, m := range term {
+		refused[m] = true
+		_ = m.Term()
+	}
+	for _, m := range batch {
+		if !refused[m] {
+			_ = m.Ack()
+		}
+	}
+	if len(dec.Final) > 0 {
+		s.forget(now)
+	}
+	return nil
+}
+
+// applyPriorityFile applies the priorities of StateFile.prio, if there is
+// one. A malformed line is reported and skipped; the others are applied.
+func (s *Service) applyPriorityFile() {
+	changes, err := readPriorityFile(s.cfg.StateFile)
+	if err != nil {
+		s.log.Error("priority file", "err", err)
+	}
+	now := time.Now()
+	for _, c := range changes {
+		if err := s.core.SetPriority(now, c.DTR, c.Priority); err != nil {
+			s.log.Warn("priority file", "dtr", c.DTR, "err", err)
+		} else {
+			s.log.Info("priority changed by file", "dtr", c.DTR, "priority", c.Priority)
+		}
+	}
+}
+
+// writeState rewrites StateFile.
+func (s *Service) writeState() {
+	if err := WriteFileAtomic(s.cfg.StateFile, StateLines(s.core.DTRs())); err != nil {
+		s.log.Error("state file", "err", err)
+	}
+}
+
+// storedBefore finds the submitted DTRs of a batch that the core does not
+// hold but that have a stored record: they were taken before (and have
+// finished), so a resubmission does not run them again. The look-ups run
+// in parallel.
+func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]bool, error) {
+	var ids, held []uuid.UUID
+	for _, sub := range subs {
+		d := sub.d
+		if sub.err != nil {
+			continue
+		}
+		if _, ok := s.core.Get(d.ID); ok {
+			held = append(held, d.ID) // it may finish within this batch
+			continue
+		}
+		if _, ok := s.finished[d.ID]; !ok {
+			ids = append(ids, d.ID)
+		}
+	}
+	stored := make(map[uuid.UUID]bool, len(ids)+len(held))
+	for _, id := range held {
+		stored[id] = true
+	}
+	if len(ids) == 0 {
+		return stored, nil
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for _, id := range ids {
+		g.Go(func() error {
+			_, err := kv.Get(gctx, id.String())
+			switch {
+			case err == nil:
+				mu.Lock()
+				stored[id] = true
+				mu.Unlock()
+			case !errors.Is(err, jetstream.ErrKeyNotFound):
+				return fmt.Errorf("look up DTR %s: %w", id, err)
+			}
+			return nil
+		})
+	}
+	return stored, g.Wait()
+}
+
+// persist stores a DTR's record in the DTR bucket.
+func (s *Service) persist(out *bus.Batch, d *dtr.DTR) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encode DTR %s: %w", d.ID, err)
+	}
+	m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + d.ID.String())
+	m.Data = b
+	out.Add(m)
+	return nil
+}
+
+// handle applies one consumed message to the core. Bad input is answered
+// with a rejection event on out and an error; it changes nothing else.
+func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *bus.Batch, sub submitted, stored map[uuid.UUID]bool) error {
+	m := bus.Msg(jm)
+	switch {
+	case m.Subject == bus.SubjectSubmit:
+		d, err := sub.d, sub.err
+		if err == nil {
+			if _, done := s.finished[d.ID]; done || stored[d.ID] {
+				s.log.Debug("DTR already taken", "dtr", d.ID)
+				return nil // a resubmission or redelivery of a DTR seen before
+			}
+			cctx, span := bus.StartConsumer(ctx, m, "schedule")
+			d.TraceParent = bus.TraceParent(cctx)
+			span.End()
+			err = s.core.Submit(now, d)
+			if errors.Is(err, core.ErrDuplicate) {
+				return nil
+			}
+		}
+		if err != nil {
+			s.reject(ctx, out, m, jm, err)
+			return err
+		}
+	case m.Subject == bus.SubjectCancel:
+		var c bus.Cancel
+		if _, err := bus.DecodeData(ctx, m, bus.TypeCancel, &c); err != nil {
+			s.reject(ctx, out, m, jm, err)
+			return err
+		}
+		if err := s.core.Cancel(now, c.DTR); err != nil {
+			s.log.Debug("cancel", "dtr", c.DTR, "err", err)
+		}
+	case strings.HasPrefix(m.Subject, bus.SubjectResultPrefix):
+		var r bus.Result
+		if _, err := bus.DecodeData(ctx, m, bus.TypeResult, &r); err != nil {
+			s.reject(ctx, out, m, jm, err)
+			return err
+		}
+		_, span := bus.StartConsumer(ctx, m, "result")
+		defer span.End()
+		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Failure: r.Error, Size: r.Size,
+			Bytes: r.Bytes, Checksum: r.Checksum, Started: r.Started, Ended: r.Ended})
+		if err != nil {
+			s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
+		}
+	case strings.HasPrefix(m.Subject, bus.SubjectProgressPrefix):
+		var p bus.Progress
+		if _, err := bus.DecodeData(ctx, m, bus.TypeProgress, &p); err != nil {
+			s.reject(ctx, out, m, jm, err)
+			return err
+		}
+		if err := s.core.Progress(now, p.DTR, p.Grant, p.Bytes); err != nil {
+			s.log.Debug("progress ignored", "dtr", p.DTR, "err", err)
+		}
+	default:
+		err := fmt.Errorf("no handler for subject %s", m.Subject)
+		s.reject(ctx, out, m, jm, err)
+		return err
+	}
+	return nil
+}
+
+// submitted is a decoded message from dtr.submit.
+type submitted struct {
+	d   *dtr.DTR
+	err error
+}
+
+// DecodeSubmit reads a new DTR from a message on dtr.submit: a binary or
+// structured CloudEvent of type org.sluice.dtr.submit.v1, or plain DTR JSON.
+// Unknown fields are refused by name.
+func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
+	data := m.Data
+	ev, err := bus.Decode(ctx, m)
+	switch {
+	case err == nil:
+		if ev.Type() != bus.TypeSubmit {
+			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), bus.TypeSubmit)
+		}
+		data = ev.Data()
+	case !errors.Is(err, bus.ErrNotCloudEvent):
+		return nil, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("empty DTR")
+	}
+	var sub dtr.Submission
+	if err := decodeStrict(data, &sub); err != nil {
+		return nil, fmt.Errorf("DTR JSON: %w", err)
+	}
+	d := sub.DTR()
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (s *Service) reject(ctx context.Context, out *bus.Batch, m *nats.Msg, jm jetstream.Msg, reason error) {
+	payload := m.Data
+	if len(payload) > 512 {
+		payload = payload[:512]
+	}
+	msgID := m.Header.Get(nats.MsgIdHdr)
+	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
+	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: string(payload)}
+	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	if err != nil {
+		return
+	}
+	id := ""
+	if meta, err := jm.Metadata(); err == nil {
+		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
+	}
+	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+		out.Add(rm)
+	}
+}
+
+func (s *Service) publishGrant(ctx context.Context, out *bus.Batch, g core.Grant) error {
+	gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage))
+	defer span.End()
+	data := bus.Grant{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: *g.DTR,
+		LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency}
+	ev, err := bus.NewEvent(bus.TypeGrant, "sluice/scheduler", g.DTR.ID.String(), data)
+	if err != nil {
+		return err
+	}
+	m, err := bus.Encode(gctx, bus.GrantSubject(g.Stage), g.ID, ev)
+	if err != nil {
+		return err
+	}
+	out.Add(m)
+	return nil
+}
+
+func (s *Service) notify(ctx context.Context, subject, typ string, data any) {
+	ev, err := bus.NewEvent(typ, "sluice/scheduler", "", data)
+	if err != nil {
+		return
+	}
+	if m, err := bus.Encode(ctx, subject, "", ev); err == nil {
+		_ = s.nc.PublishMsg(m)
+	}
+}
+
+// forget drops finished DTRs older than twice the redelivery window.
+func (s *Service) forget(now time.Time) {
+	if len(s.finished) < 100000 {
+		return
+	}
+	for id, t := range s.finished {
+		if now.Sub(t) > 2*time.Minute {
+			delete(s.finished, id)
+		}
+	}
+}
+
+// recover loads every saved DTR: unfinished ones go back into the core in
+// the order they last changed.
+func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var ds []*dtr.DTR
+	now := time.Now()
+	for e := range w.Updates() {
+		if e == nil {
+			break // caught up
+		}
+		d := &dtr.DTR{}
+		if err := json.Unmarshal(e.Value(), d); err != nil {
+			s.log.Error("unreadable saved DTR skipped", "key", e.Key(), "err", err)
+			continue
+		}
+		if d.State.Final() {
+			continue // a resubmission of it is found by storedBefore
+		}
+		ds = append(ds, d)
+	}
+	sort.SliceStable(ds, func(i, j int) bool { return ds[i].Updated.Before(ds[j].Updated) })
+	for _, d := range ds {
+		if err := s.core.Restore(now, d); err != nil {
+			s.log.Error("saved DTR not restored", "dtr", d.ID, "err", err)
+		}
+	}
+	if len(ds) > 0 {
+		s.log.Info("recovered", "dtrs", len(ds))
+	}
+	return nil
+}
+
+// addAPI serves the scheduler's request/reply endpoints as a micro service.
+func (s *Service) addAPI() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: "0.1.0",
+		Description: "Sluice scheduler: shares and DTRs"})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler API: %w", err)
+	}
+	if err := svc.AddEndpoint("shares", micro.HandlerFunc(s.handleShares), micro.WithEndpointSubject(bus.SubjectAPIShares)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("dtr", micro.HandlerFunc(s.handleDTR), micro.WithEndpointSubject(bus.SubjectAPIDTR)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("priority", micro.HandlerFunc(s.handlePriority), micro.WithEndpointSubject(bus.SubjectAPIPriority)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("cancel", micro.HandlerFunc(s.handleCancel), micro.WithEndpointSubject(bus.SubjectAPICancel)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("reconfigure", micro.HandlerFunc(s.handleReconfigure), micro.WithEndpointSubject(bus.SubjectAPIReconfigure)); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// decodeRequest reads a control request strictly: unknown fields and
+// trailing data are errors that name themselves.
+func decodeRequest(data []byte, v any) error {
+	if err := decodeStrict(data, v); err != nil {
+		return fmt.Errorf("malformed request: %w", err)
+	}
+	return nil
+}
+
+// decodeStrict reads one JSON object into v: unknown fields and anything
+// after the object are errors that name themselves.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the object")
+	}
+	return nil
+}
+
+// respondErr answers a control request with an error: 404 for an unknown
+// DTR or job, 400 for everything else.
+func respondErr(r micro.Request, err error) {
+	code := "400"
+	if errors.Is(err, core.ErrUnknownDTR) || errors.Is(err, core.ErrUnknownJob) {
+		code = "404"
+	}
+	_ = r.Error(code, err.Error(), nil)
+}
+
+// PriorityRequest is the body of sluice.api.priority.
+type PriorityRequest struct {
+	DTR      uuid.UUID `json:"dtr"`
+	Priority int       `json:"priority"`
+}
+
+func (s *Service) handlePriority(r micro.Request) {
+	var req PriorityRequest
+	if err := decodeRequest(r.Data(), &req); err != nil {
+		respondErr(r, err)
+		return
+	}
+	var err error
+	var d dtr.DTR
+	if cerr := s.change(func() {
+		if err = s.core.SetPriority(time.Now(), req.DTR, req.Priority); err == nil {
+			d, _ = s.core.Get(req.DTR)
+		}
+	}); cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("priority changed", "dtr", req.DTR, "priority", req.Priority)
+	_ = r.RespondJSON(DTRReply{DTR: d})
+}
+
+// CancelRequest is the body of sluice.api.cancel: one DTR or a whole job.
+type CancelRequest struct {
+	DTR uuid.UUID `json:"dtr,omitzero"`
+	Job string    `json:"job,omitempty"`
+}
+
+// CancelReply says how many DTRs a cancel reached.
+type CancelReply struct {
+	Cancelled int `json:"cancelled"`
+}
+
+func (s *Service) handleCancel(r micro.Request) {
+	var req CancelRequest
+	if err := decodeRequest(r.Data(), &req); err != nil {
+		respondErr(r, err)
+		return
+	}
+	if (req.DTR == uuid.Nil) == (req.Job == "") {
+		respondErr(r, errors.New("name either a dtr or a job to cancel"))
+		return
+	}
+	var n int
+	var err error
+	cerr := s.change(func() {
+		now := time.Now()
+		if req.Job != "" {
+			n, err = s.core.CancelJob(now, req.Job)
+			return
+		}
+		if _, ok := s.core.Get(req.DTR); !ok {
+			err = fmt.Errorf("%w: %s", core.ErrUnknownDTR, req.DTR)
+			return
+		}
+		n, err = 1, s.core.Cancel(now, req.DTR)
+	})
+	if cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("cancelled", "dtr", req.DTR, "job", req.Job, "dtrs", n)
+	_ = r.RespondJSON(CancelReply{Cancelled: n})
+}
+
+// ReconfigureRequest is the body of sluice.api.reconfigure: the share
+// priorities that replace the configured ones until the scheduler restarts.
+type ReconfigureRequest struct {
+	SharePriority map[string]int `json:"sharepriority"`
+}
+
+func (s *Service) handleReconfigure(r micro.Request) {
+	var req ReconfigureRequest
+	if err := decodeRequest(r.Data(), &req); err != nil {
+		respondErr(r, err)
+		return
+	}
+	if req.SharePriority == nil {
+		respondErr(r, errors.New("sharepriority is missing"))
+		return
+	}
+	var err error
+	if cerr := s.change(func() { err = s.core.SetSharePriorities(time.Now(), req.SharePriority) }); cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority)
+	s.handleShares(r)
+}
+
+// SharesReply is the answer of sluice.api.shares.
+type SharesReply struct {
+	Shares   []core.ShareStats `json:"shares"`
+	Retrying map[string]int    `json:"retrying,omitempty"`
+	Limits   map[string]int    `json:"limits"`
+}
+
+func (s *Service) handleShares(r micro.Request) {
+	var reply SharesReply
+	s.query(func() {
+		reply.Shares, reply.Retrying = s.core.Shares()
+		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency}
+	})
+	_ = r.RespondJSON(reply)
+}
+
+// DTRReply is the answer of sluice.api.dtr: the DTR and, while it is
+// unfinished, why it is where it is.
+type DTRReply struct {
+	DTR dtr.DTR   `json:"dtr"`
+	Why *core.Why `json:"why,omitempty"`
+}
+
+func (s *Service) handleDTR(r micro.Request) {
+	id, err := uuid.Parse(strings.TrimSpace(string(r.Data())))
+	if err != nil {
+		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
+		return
+	}
+	var d dtr.DTR
+	var ok bool
+	var why *core.Why
+	s.query(func() {
+		if d, ok = s.core.Get(id); ok {
+			if w, err := s.core.Explain(time.Now(), id); err == nil {
+				why = &w
+			}
+		}
+	})
+	if !ok {
+		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
+		if err == nil {
+			if e, err := kv.Get(context.Background(), id.String()); err == nil {
+				ok = json.Unmarshal(e.Value(), &d) == nil
+			}
+		}
+	}
+	if !ok {
+		_ = r.Error("404", "unknown DTR "+id.String(), nil)
+		return
+	}
+	_ = r.RespondJSON(DTRReply{DTR: d, Why: why})
+}
+
+// query runs f in the scheduling loop, which owns the core.
+func (s *Service) query(f func()) { _ = s.run(f, false) }
+
+// change runs f in the scheduling loop and returns once what f changed is
+// stored, or an error if the scheduler stopped first or could not store it.
+func (s *Service) change(f func()) error { return s.run(f, true) }
+
+type query struct {
+	f      func()
+	change bool
+	done   chan struct{}
+	err    error
+}
+
+// errStopped answers requests that reach a scheduler on its way out.
+var errStopped = errors.New("the scheduler is stopping; try again")
+
+func (s *Service) run(f func(), change bool) error {
+	q := &query{f: f, change: change, done: make(chan struct{})}
+	select {
+	case s.queries <- q:
+		<-q.done
+		return q.err
+	case <-s.stopped:
+		return errStopped
+	}
+}

@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// StateLines writes ARC's dtr.state format (reference/arc-dtr.md §3): one
+// line per unfinished DTR, "<id> <STATE> <priority> <share>", and for
+// TRANSFER and TRANSFERRING also " <destination> <delivery host>"; the host
+// is empty for local delivery, as Sluice's delivery is, which gives 5
+// tokens. Spaces in a share name (a DN) are written as %20, so that the
+// token count stays right, which ARC's own file gets wrong.
+func StateLines(ds []dtr.DTR) []byte {
+	var b bytes.Buffer
+	for i := range ds {
+		d := &ds[i]
+		fmt.Fprintf(&b, "%s %s %d %s", d.ID, d.State, d.Priority, strings.ReplaceAll(d.Share, " ", "%20"))
+		if d.State == dtr.Transfer || d.State == dtr.Transferring {
+			fmt.Fprintf(&b, " %s ", strings.ReplaceAll(d.Destination, " ", "%20"))
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// WriteFileAtomic replaces path with data: a reader sees the old file or
+// the new one, never a part.
+func WriteFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// PriorityChange is one line of a dtr.state.prio file.
+type PriorityChange struct {
+	DTR      uuid.UUID
+	Priority int
+}
+
+// ParsePriorityFile reads ARC's dtr.state.prio format: lines "<id> <prio>",
+// absolute priorities 1–100. Blank lines and lines starting with # are
+// skipped. Every malformed line is reported by number; the good lines are
+// returned all the same.
+func ParsePriorityFile(data []byte) ([]PriorityChange, error) {
+	var out []PriorityChange
+	var errs []error
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			errs = append(errs, fmt.Errorf("line %d %q: want \"<dtr id> <priority>\"", n, line))
+			continue
+		}
+		id, err := uuid.Parse(fields[0])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("line %d: DTR id %q: %w", n, fields[0], err))
+			continue
+		}
+		p, err := strconv.Atoi(fields[1])
+		if err != nil || p < 1 || p > 100 {
+			errs = append(errs, fmt.Errorf("line %d: priority %q is not an integer 1–100", n, fields[1]))
+			continue
+		}
+		out = append(out, PriorityChange{DTR: id, Priority: p})
+	}
+	if err := sc.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// readPriorityFile takes path.prio if it is there: its lines are parsed and
+// the file is renamed to path.prio.read, as ARC does.
+func readPriorityFile(path string) ([]PriorityChange, error) {
+	prio := path + ".prio"
+	data, err := os.ReadFile(prio)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(prio, prio+".read"); err != nil {
+		return nil, err
+	}
+	changes, perr := ParsePriorityFile(data)
+	if perr != nil {
+		perr = fmt.Errorf("%s: %w", prio, perr)
+	}
+	return changes, perr
+}
