@@ -93,7 +93,7 @@ func BenchmarkBarePipeline(b *testing.B) {
 			payload := make([]byte, 600) // about the size of a grant
 			b.ResetTimer()
 			start := time.Now()
-			out := bus.NewBatch(js)
+			out := bus.NewBatch(context.Background(), js)
 			for i := 0; i < b.N; i++ {
 				m := nats.NewMsg("stage.0")
 				m.Data = payload
@@ -166,7 +166,7 @@ func BenchmarkRestartToFirstGrant(b *testing.B) {
 		if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
 			b.Fatal(err)
 		}
-		out := bus.NewBatch(js)
+		out := bus.NewBatch(context.Background(), js)
 		now := time.Now()
 		for i := 0; i < queued; i++ {
 			d := dtr.DTR{ID: uuid.New(), JobID: "bench", Source: fmt.Sprintf("https://storage.example.org/data/file-%07d", i),

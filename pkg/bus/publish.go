@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,28 +14,59 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// batchWindow bounds the acknowledgements one Batch leaves outstanding:
+// nats.go refuses asynchronous publishes once 4,000 are pending on a
+// connection (ErrTooManyStalledMsgs), which a slow server reaches quickly
+// when several batches share one connection.
+const batchWindow = 256
+
 // Batch publishes messages to JetStream without waiting for each one, then
-// waits for all of their acknowledgements at once.
+// waits for all of their acknowledgements at once. At most batchWindow of
+// its messages are unacknowledged at any time: Add waits for the oldest
+// before it publishes more.
 type Batch struct {
+	ctx     context.Context
 	js      jetstream.JetStream
 	futures []jetstream.PubAckFuture
+	acked   int // futures[:acked] are known to be stored
 	err     error
 }
 
-// NewBatch starts an empty batch.
-func NewBatch(js jetstream.JetStream) *Batch { return &Batch{js: js} }
+// NewBatch starts an empty batch; ctx bounds the waits inside Add.
+func NewBatch(ctx context.Context, js jetstream.JetStream) *Batch { return &Batch{ctx: ctx, js: js} }
 
 // Add publishes m; its acknowledgement is awaited by Wait.
 func (b *Batch) Add(m *nats.Msg) {
 	if b.err != nil {
 		return
 	}
-	f, err := b.js.PublishMsgAsync(m)
-	if err != nil {
-		b.err = fmt.Errorf("publish to %s: %w", m.Subject, err)
+	for len(b.futures)-b.acked >= batchWindow {
+		if b.err = b.await(b.ctx, b.futures[b.acked]); b.err != nil {
+			return
+		}
+		b.acked++
+	}
+	for {
+		f, err := b.js.PublishMsgAsync(m)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// Other publishers on this connection fill the client's
+			// window: wait for it to drain, then try again.
+			select {
+			case <-b.js.PublishAsyncComplete():
+			case <-time.After(100 * time.Millisecond):
+			case <-b.ctx.Done():
+				b.err = fmt.Errorf("publish to %s: %w", m.Subject, b.ctx.Err())
+				return
+			}
+			continue
+		}
+		if err != nil {
+			b.err = fmt.Errorf("publish to %s: %w", m.Subject, err)
+			return
+		}
+		b.futures = append(b.futures, f)
 		return
 	}
-	b.futures = append(b.futures, f)
 }
 
 // Len returns the number of messages published so far.
@@ -42,20 +74,27 @@ func (b *Batch) Len() int { return len(b.futures) }
 
 // Wait returns once every message is stored, or the first error.
 func (b *Batch) Wait(ctx context.Context) error {
-	defer func() { b.futures = b.futures[:0] }()
+	defer func() { b.futures, b.acked = b.futures[:0], 0 }()
 	if b.err != nil {
 		return b.err
 	}
-	for _, f := range b.futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+	for _, f := range b.futures[b.acked:] {
+		if err := b.await(ctx, f); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+	}
 }
 
 const tracerName = "github.com/sluice-dtr/sluice"

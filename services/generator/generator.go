@@ -196,7 +196,7 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	if err := s.create(ctx, j.ID, rec, func([]byte) bool { return true }); err != nil {
 		return reply, err
 	}
-	out := bus.NewBatch(s.js)
+	out := bus.NewBatch(ctx, s.js)
 	for _, d := range ds {
 		// One trace per DTR, from here through every stage.
 		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit)
@@ -436,7 +436,7 @@ func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return err
 	}
-	out := bus.NewBatch(s.js)
+	out := bus.NewBatch(ctx, s.js)
 	n := 0
 	for _, ref := range refs {
 		if ref.Direction != dtr.Download || ref.DTR == failed {

@@ -222,7 +222,7 @@ func (s *Service) Run(ctx context.Context) error {
 // durable and visible, and acknowledges the inputs.
 func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) error {
 	now := time.Now()
-	out := bus.NewBatch(s.js)
+	out := bus.NewBatch(ctx, s.js)
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
 		if m.Subject() == bus.SubjectSubmit {
