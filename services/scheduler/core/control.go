@@ -25,7 +25,7 @@ func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
 	c.cancelledJobs[jobID] = now
 	var ids []uuid.UUID
 	for id, e := range c.dtrs { // a rare request: a scan keeps no index in memory
-		if e.d.JobID == jobID && jobID != "" {
+		if c.jobOf(e) == jobID {
 			ids = append(ids, id)
 		}
 	}
@@ -63,16 +63,12 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 	for k, v := range prios {
 		cp[k] = v
 	}
-	old := map[string]int{}
-	for _, e := range c.dtrs {
-		if _, ok := old[e.d.Share]; !ok {
-			old[e.d.Share] = c.SharePriority(e.d.Share)
-		}
-	}
+	old := c.cfg.SharePriority
 	c.cfg.SharePriority = cp
 	for _, e := range c.dtrs {
-		d := e.d
-		if p := c.SharePriority(d.Share); p != old[d.Share] {
+		share := c.shareOf(e)
+		if p := c.SharePriority(share); p != sharePriorityIn(old, share) {
+			d := c.open(e)
 			d.Priority = DTRPriority(p, d.UserPriority)
 			d.Updated = now
 			c.markDirty(e)
@@ -82,8 +78,9 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 		}
 	}
 	for _, st := range c.states {
-		for _, q := range st.shares {
-			heap.Init(q)
+		for _, ss := range st.order {
+			ss.prio = c.SharePriority(ss.name)
+			heap.Init(&ss.q)
 		}
 	}
 	return nil
@@ -119,7 +116,7 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	if !ok {
 		return Why{}, fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	d := e.d
+	d := c.view(e)
 	w := Why{DTR: d.ID, State: d.State, Share: d.Share, Priority: d.Priority}
 	switch {
 	case d.State.IsActive():
@@ -134,20 +131,20 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 		return w, nil
 	}
 	st := c.states[d.State]
-	q := st.shares[d.Share]
+	q := &e.share.q
 	for _, o := range q.items {
 		if q.Less(o.index, e.index) {
 			w.Position++
 		}
 	}
-	names := c.shareNames(st)
-	alloc, _ := split(c.Limit(d.State), c.demands(st, names), st.deficit)
-	for i, name := range names {
-		if name == d.Share {
+	names := st.order
+	alloc, _ := c.split(st)
+	for i, ss := range st.order {
+		if ss == e.share {
 			w.Slots = alloc[i]
 		}
 	}
-	w.Queued, w.Running = q.Len(), st.running[d.Share]
+	w.Queued, w.Running = q.Len(), e.share.running
 	w.Limit, w.Busy = c.Limit(d.State), st.total
 	switch free := w.Slots - w.Running; {
 	case w.Slots == 0:

@@ -6,10 +6,13 @@
 package core
 
 import (
+	"bytes"
 	"container/heap"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,34 +113,85 @@ type Decisions struct {
 }
 
 type entry struct {
-	d     *dtr.DTR
-	seq   uint64 // arrival order, for FIFO among equal priorities
-	index int    // position in its heap
+	// d is the DTR, or nil while it waits in a queue packed (pack.go).
+	d      *dtr.DTR
+	packed string
+	seq    uint64 // arrival order, for FIFO among equal priorities
+	index  int    // position in its heap
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
 	deadline int64 // when ageing starts or next applies
 	granted  int64 // when the current grant was given
 	lease    int64 // when the current grant expires
 	prio     int32 // d.Priority while queued, kept here for fast sorting
-	queued   dtr.State
+	// share is the entry's share in the state it is queued or running in.
+	share  *shareState
+	queued dtr.State
 	// finalised is set by a result that put the file in place, for the
 	// decision that follows at once.
 	finalised bool
 	// refinalise marks a DTR whose post-processing is tried again: it
 	// finalises even if it was cancelled meanwhile.
 	refinalise bool
+	dirty      bool // in Core.dirty
 }
 
+// stateQueues is the work of one queue state.
 type stateQueues struct {
-	shares  map[string]*queue
-	running map[string]int
-	total   int
-	// For the fair hand-out of leftover slots: each active share's exact
-	// quota since the last tick, and the slot-seconds it is owed (quota
-	// minus use, summed over time). A share that goes idle is forgotten.
-	quota   map[string]float64
-	deficit map[string]float64
-	last    time.Time
+	state dtr.State
+	// shares holds every share with work queued or running in the state,
+	// order the same sorted by name. A share with neither is dropped, and
+	// what it was owed with it.
+	shares map[string]*shareState
+	order  []*shareState
+	total  int
+	last   time.Time
+	// Buffers for the split, indexed like order.
+	demand  []ShareDemand
+	deficit []float64
+}
+
+// shareState is one share's work in one queue state.
+type shareState struct {
+	name    string
+	prio    int // the share's configured priority
+	q       queue
+	running int
+	// For the fair hand-out of leftover slots: the share's exact quota at
+	// the last tick, and the slot-seconds it is owed (quota minus use,
+	// summed over time).
+	quota, deficit float64
+}
+
+// share returns the state of a share, adding it if it has none.
+func (c *Core) share(st *stateQueues, name string) *shareState {
+	if ss, ok := st.shares[name]; ok {
+		return ss
+	}
+	ss := &shareState{name: name, prio: c.SharePriority(name), q: queue{due: math.MaxInt64}}
+	st.shares[name] = ss
+	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= name })
+	st.order = slices.Insert(st.order, i, ss)
+	return ss
+}
+
+// drop forgets a share that has nothing queued or running in the state.
+func (st *stateQueues) drop(ss *shareState) {
+	if ss.q.Len() > 0 || ss.running > 0 || st.shares[ss.name] != ss {
+		return
+	}
+	delete(st.shares, ss.name)
+	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= ss.name })
+	st.order = slices.Delete(st.order, i, i+1)
+}
+
+// queued returns how many DTRs wait in the state.
+func (st *stateQueues) queued() int {
+	n := 0
+	for _, ss := range st.order {
+		n += ss.q.Len()
+	}
+	return n
 }
 
 // Core is the scheduler's state machine. It is not safe for concurrent use.
@@ -150,8 +204,11 @@ type Core struct {
 	// cancelledJobs remembers the jobs cancelled as a whole, so that their
 	// DTRs still on the way are cancelled when they arrive.
 	cancelledJobs map[string]time.Time
-	// names interns share names and DNs, which many DTRs have in common.
-	names map[string]string
+	// names interns share names and DNs, which many DTRs have in common;
+	// packed DTRs refer to them by number.
+	names   []string
+	nameIDs map[string]uint32
+	scratch []byte // pack's buffer
 	// took holds, per queue state, a moving average of how long its grants
 	// run, for estimating when a waiting DTR starts.
 	took    map[dtr.State]time.Duration
@@ -162,7 +219,7 @@ type Core struct {
 	nextAge time.Time
 
 	out   Decisions
-	dirty map[uuid.UUID]*entry
+	dirty []*entry // changed since the last Take, each once
 }
 
 // New returns an empty core.
@@ -195,16 +252,14 @@ func New(cfg Config) *Core {
 	c := &Core{
 		cfg:           cfg,
 		dtrs:          map[uuid.UUID]*entry{},
-		names:         map[string]string{},
+		nameIDs:       map[string]uint32{},
 		cancelledJobs: map[string]time.Time{},
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
 		active:        map[uuid.UUID]*entry{},
-		dirty:         map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
-		c.states[s] = &stateQueues{shares: map[string]*queue{}, running: map[string]int{},
-			quota: map[string]float64{}, deficit: map[string]float64{}}
+		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
 	return c
 }
@@ -214,18 +269,20 @@ func (c *Core) Config() Config { return c.cfg }
 
 // SharePriority returns the configured priority of a share (with or without
 // its direction suffix).
-func (c *Core) SharePriority(share string) int {
-	if p, ok := c.cfg.SharePriority[share]; ok {
+func (c *Core) SharePriority(share string) int { return sharePriorityIn(c.cfg.SharePriority, share) }
+
+func sharePriorityIn(prios map[string]int, share string) int {
+	if p, ok := prios[share]; ok {
 		return p
 	}
 	for _, suffix := range []string{"-download", "-upload"} {
 		if parent, ok := strings.CutSuffix(share, suffix); ok {
-			if p, ok := c.cfg.SharePriority[parent]; ok {
+			if p, ok := prios[parent]; ok {
 				return p
 			}
 		}
 	}
-	if p, ok := c.cfg.SharePriority[DefaultShare]; ok {
+	if p, ok := prios[DefaultShare]; ok {
 		return p
 	}
 	return 50
@@ -279,15 +336,6 @@ func (c *Core) at(t time.Time) int64 {
 // when turns nanoseconds since the epoch back into a time.
 func (c *Core) when(ns int64) time.Time { return c.epoch.Add(time.Duration(ns)) }
 
-// intern returns one shared copy of a string that many DTRs hold.
-func (c *Core) intern(s string) string {
-	if v, ok := c.names[s]; ok {
-		return v
-	}
-	c.names[s] = s
-	return s
-}
-
 // Restore puts back a DTR recovered from storage after a restart, in the
 // state it was saved in. Active DTRs keep their grant and get a fresh lease;
 // DTRs waiting for a retry wait on.
@@ -303,13 +351,15 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	switch {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
+		c.close(e)
 	case d.State.IsActive():
 		q, _ := dtr.QueueOf(d.State)
 		if d.State == dtr.TransferringCancel {
 			q = dtr.Transfer
 		}
 		st := c.states[q]
-		st.running[d.Share]++
+		e.share = c.share(st, d.Share)
+		e.share.running++
 		st.total++
 		e.queued = q
 		e.lease = c.at(now.Add(c.cfg.Lease))
@@ -398,10 +448,10 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	d := e.d
-	if d.Cancel || d.State.Final() {
+	if v := c.view(e); v.Cancel || v.State.Final() {
 		return nil
 	}
+	d := c.open(e)
 	d.Cancel = true
 	d.Updated = now
 	c.markDirty(e)
@@ -410,8 +460,8 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		// Post-processing runs on: it cleans up, or puts a finished file in
 		// place, in which case the DTR ends DONE after all.
 	case d.State.IsQueue():
-		c.states[d.State].shares[d.Share].remove(e)
-		c.dropEmptyQueue(d.State, d.Share)
+		e.share.q.remove(e)
+		c.states[d.State].drop(e.share)
 		c.must(d.Transition(cancelMapping[d.State], now))
 		c.route(now, e)
 	case d.State == dtr.Transferring:
@@ -464,10 +514,11 @@ func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	e.d.Priority = prio
-	e.d.Updated = now
-	if e.d.State.IsQueue() && e.index >= 0 {
-		c.states[e.d.State].shares[e.d.Share].fix(e)
+	d := c.open(e)
+	d.Priority = prio
+	d.Updated = now
+	if d.State.IsQueue() && e.index >= 0 {
+		e.share.q.fix(e)
 	}
 	c.markDirty(e)
 	return nil
@@ -519,26 +570,34 @@ func (c *Core) expireLeases(now time.Time) {
 
 // age raises by one the priority of every queued DTR whose deadline has
 // passed and whose priority is below its queue's head, and sets its next
-// deadline AgeEvery later.
+// deadline AgeEvery later. A queue whose earliest deadline is still ahead is
+// not scanned.
 func (c *Core) age(now time.Time) {
+	at := c.at(now)
 	for _, s := range dtr.QueueStates {
-		for _, q := range c.states[s].shares {
-			if q.Len() < 2 {
+		for _, ss := range c.states[s].order {
+			q := &ss.q
+			if q.Len() < 2 || at < q.due {
 				continue
 			}
-			top := q.head().d.Priority
+			top := q.head().prio
 			var aged []*entry
+			due := int64(math.MaxInt64)
 			for _, e := range q.items {
-				if c.at(now) >= e.deadline && e.d.Priority < top && e.d.Priority < 100 {
+				if at >= e.deadline && e.prio < top && e.prio < 100 {
 					aged = append(aged, e)
+					continue
 				}
+				due = min(due, e.deadline)
 			}
 			for _, e := range aged {
-				e.d.Priority++
+				c.open(e).Priority++
 				e.deadline = c.at(now.Add(c.cfg.AgeEvery))
+				due = min(due, e.deadline)
 				q.fix(e)
 				c.markDirty(e)
 			}
+			q.due = due
 		}
 	}
 }
@@ -558,50 +617,49 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	st := c.states[s]
 	n := c.Limit(s)
 	c.account(now, st)
-	if len(st.shares) == 0 && st.total == 0 {
-		clear(st.quota)
+	if len(st.order) == 0 {
 		return
 	}
-	names := c.shareNames(st)
-	slots, exact := split(n, c.demands(st, names), st.deficit)
-	clear(st.quota)
-	for i, q := range exact {
-		if q > 0 {
-			st.quota[names[i]] = q
-		}
+	slots, exact := c.split(st)
+	for i, ss := range st.order {
+		ss.quota = exact[i]
 	}
-	if len(st.shares) == 0 || st.total >= n+c.cfg.MaxEmergency {
+	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}
-	defer func() {
-		for name := range st.shares {
-			c.dropEmptyQueue(s, name)
-		}
-	}()
-	for i, name := range names {
-		q := st.shares[name]
-		if q == nil {
-			continue
-		}
-		running := st.running[name]
-		for q.Len() > 0 && st.total < n && running < slots[i] {
-			c.grant(now, s, q.pop(), false)
-			running++
+	for i, ss := range st.order {
+		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] {
+			c.grant(now, s, ss.q.pop(), false)
 		}
 	}
-	if st.total < n {
+	if st.total < n || c.cfg.MaxEmergency == 0 {
 		return
 	}
 	// Emergency slots go to the shares of highest priority first.
-	sort.SliceStable(names, func(i, j int) bool { return c.SharePriority(names[i]) > c.SharePriority(names[j]) })
-	for _, name := range names {
+	var idle []*shareState
+	for _, ss := range st.order {
+		if ss.q.Len() > 0 && ss.running == 0 {
+			idle = append(idle, ss)
+		}
+	}
+	sort.SliceStable(idle, func(i, j int) bool { return idle[i].prio > idle[j].prio })
+	for _, ss := range idle {
 		if st.total >= n+c.cfg.MaxEmergency {
 			break
 		}
-		if q := st.shares[name]; q != nil && q.Len() > 0 && st.running[name] == 0 {
-			c.grant(now, s, q.pop(), true)
-		}
+		c.grant(now, s, ss.q.pop(), true)
 	}
+}
+
+// split divides the state's slots between its shares; both results are
+// indexed like st.order.
+func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
+	st.demand, st.deficit = st.demand[:0], st.deficit[:0]
+	for _, ss := range st.order {
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Priority: ss.prio, Demand: ss.running + ss.q.Len()})
+		st.deficit = append(st.deficit, ss.deficit)
+	}
+	return split(c.Limit(st.state), st.demand, st.deficit)
 }
 
 // stageOf returns the worker stage of a queue or active state, "" for the
@@ -627,46 +685,19 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 	if dt <= 0 || dt > 60 { // the first tick, or a long pause: nothing to learn
 		return
 	}
-	for name, q := range st.quota {
-		st.deficit[name] += (q - float64(st.running[name])) * dt
-	}
-	for name := range st.deficit {
-		if _, ok := st.quota[name]; !ok {
-			delete(st.deficit, name)
+	for _, ss := range st.order {
+		if ss.quota == 0 {
+			ss.deficit = 0 // a share with no slot is owed nothing
+			continue
 		}
+		ss.deficit += (ss.quota - float64(ss.running)) * dt
 	}
-}
-
-func (c *Core) shareNames(st *stateQueues) []string {
-	names := make([]string, 0, len(st.shares)+len(st.running))
-	for name := range st.shares {
-		names = append(names, name)
-	}
-	for name, n := range st.running {
-		if _, ok := st.shares[name]; !ok && n > 0 {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	return names
-}
-
-func (c *Core) demands(st *stateQueues, names []string) []ShareDemand {
-	ds := make([]ShareDemand, 0, len(names))
-	for _, name := range names {
-		d := st.running[name]
-		if q := st.shares[name]; q != nil {
-			d += q.Len()
-		}
-		ds = append(ds, ShareDemand{Name: name, Priority: c.SharePriority(name), Demand: d})
-	}
-	return ds
 }
 
 func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
-	d := e.d
+	d := c.open(e)
 	st := c.states[s]
-	st.running[d.Share]++
+	e.share.running++
 	st.total++
 	c.must(d.Transition(s.Active(), now))
 	n := 1
@@ -726,34 +757,22 @@ func (c *Core) grantOf(e *entry) Grant {
 // release frees the slot of an active DTR.
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
-	st.running[e.d.Share]--
+	e.share.running--
 	st.total--
-	if st.running[e.d.Share] <= 0 {
-		delete(st.running, e.d.Share)
-	}
+	st.drop(e.share)
 	delete(c.active, e.d.ID)
 }
 
 func (c *Core) enqueue(now time.Time, e *entry) {
 	s, d := e.d.State, e.d
-	st := c.states[s]
-	q := st.shares[d.Share]
-	if q == nil {
-		q = &queue{}
-		st.shares[d.Share] = q
-	}
+	e.share = c.share(c.states[s], d.Share)
+	q := &e.share.q
 	c.seq++
 	e.seq = c.seq
 	e.queued = s
 	e.deadline = c.at(now.Add(c.cfg.AgeAfter))
 	q.add(e)
-}
-
-func (c *Core) dropEmptyQueue(s dtr.State, share string) {
-	st := c.states[s]
-	if q := st.shares[share]; q != nil && q.Len() == 0 {
-		delete(st.shares, share)
-	}
+	q.due = min(q.due, e.deadline)
 }
 
 // route moves a DTR through the states the scheduler handles itself until it
@@ -866,7 +885,12 @@ func (c *Core) decide(now time.Time, e *entry) {
 
 }
 
-func (c *Core) markDirty(e *entry) { c.dirty[e.d.ID] = e }
+func (c *Core) markDirty(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		c.dirty = append(c.dirty, e)
+	}
+}
 
 // must panics on an illegal transition: route only takes moves in the table,
 // so one that is refused is a bug in the core, not bad input.
@@ -881,11 +905,14 @@ func (c *Core) Take() Decisions {
 	out := c.out
 	out.Changed = make([]*dtr.DTR, 0, len(c.dirty))
 	for _, e := range c.dirty {
-		out.Changed = append(out.Changed, e.d)
+		out.Changed = append(out.Changed, c.open(e))
+		c.close(e)
+		e.dirty = false
 	}
 	// The next decisions start with room for as many grants as these had.
 	c.out = Decisions{Grants: make([]Grant, 0, len(out.Grants))}
 	clear(c.dirty)
+	c.dirty = c.dirty[:0]
 	return out
 }
 
@@ -895,7 +922,7 @@ func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
 	if !ok {
 		return dtr.DTR{}, false
 	}
-	return *e.d, true
+	return *c.view(e), true
 }
 
 // Len returns the number of unfinished DTRs.
@@ -918,42 +945,30 @@ type ShareStats struct {
 func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 	for _, s := range dtr.QueueStates {
 		st := c.states[s]
-		names := c.shareNames(st)
-		slots, _ := split(c.Limit(s), c.demands(st, names), st.deficit)
-		for i, name := range names {
-			q := 0
-			if sq := st.shares[name]; sq != nil {
-				q = sq.Len()
-			}
-			if q == 0 && st.running[name] == 0 {
-				continue
-			}
-			stats = append(stats, ShareStats{Share: name, State: s, Priority: c.SharePriority(name),
-				Queued: q, Running: st.running[name], Slots: slots[i]})
+		slots, _ := c.split(st)
+		for i, ss := range st.order {
+			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
+				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i]})
 		}
 	}
 	retrying = map[string]int{}
 	for _, e := range c.delayed {
-		retrying[e.d.Share]++
+		retrying[e.d.Share]++ // waiting for a retry: not packed
 	}
 	return stats, retrying
 }
 
 // DTRs returns a copy of every unfinished DTR, in the order they arrived.
 func (c *Core) DTRs() []dtr.DTR {
-	es := make([]*entry, 0, len(c.dtrs))
+	out := make([]dtr.DTR, 0, len(c.dtrs))
 	for _, e := range c.dtrs {
-		es = append(es, e)
+		out = append(out, *c.view(e))
 	}
-	sort.Slice(es, func(i, j int) bool {
-		if !es[i].d.Created.Equal(es[j].d.Created) {
-			return es[i].d.Created.Before(es[j].d.Created)
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
 		}
-		return es[i].d.ID.String() < es[j].d.ID.String()
+		return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
 	})
-	out := make([]dtr.DTR, len(es))
-	for i, e := range es {
-		out[i] = *e.d
-	}
 	return out
 }

@@ -455,7 +455,7 @@ func TestRestoredCoreCarriesOn(t *testing.T) {
 	h2 := newHarness(t, cfg)
 	h2.now = h.now
 	for _, d := range h.c.dtrs {
-		cp := *d.d
+		cp := *h.c.view(d)
 		if err := h2.c.Restore(h2.now, &cp); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,12 @@ import "container/heap"
 
 // queue holds one share's waiting DTRs for one state: highest priority
 // first, first come first served among equals.
-type queue struct{ items []*entry }
+type queue struct {
+	items []*entry
+	// due is no later than the earliest ageing deadline of its items, so
+	// ageing can pass the queue by until then.
+	due int64
+}
 
 func (q *queue) Len() int { return len(q.items) }
 func (q *queue) Less(i, j int) bool {

@@ -42,7 +42,7 @@ func Split(n int, shares []ShareDemand) map[string]int {
 // run that makes each share's slot-time follow its exact quota, which fixed
 // integer slots cannot: 10 slots at 15/85 would otherwise give 2/8 for ever.
 // Both results are indexed like shares.
-func split(n int, shares []ShareDemand, deficit map[string]float64) ([]int, []float64) {
+func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	alloc := make([]int, len(shares))
 	exact := make([]float64, len(shares))
 	prio := func(i int) int { return max(shares[i].Priority, 1) }
@@ -146,7 +146,7 @@ func split(n int, shares []ShareDemand, deficit map[string]float64) ([]int, []fl
 		rems = append(rems, i)
 	}
 	sort.SliceStable(rems, func(a, b int) bool {
-		if da, db := deficit[shares[rems[a]].Name], deficit[shares[rems[b]].Name]; da != db {
+		if da, db := at(deficit, rems[a]), at(deficit, rems[b]); da != db {
 			return da > db
 		}
 		return rem[rems[a]] > rem[rems[b]]
@@ -161,4 +161,12 @@ func split(n int, shares []ShareDemand, deficit map[string]float64) ([]int, []fl
 		}
 	}
 	return alloc, exact
+}
+
+// at returns xs[i], or 0 if xs is nil.
+func at(xs []float64, i int) float64 {
+	if xs == nil {
+		return 0
+	}
+	return xs[i]
 }

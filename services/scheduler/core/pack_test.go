@@ -1,0 +1,94 @@
+package core
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+func TestPackedDTRReadsBackTheSame(t *testing.T) {
+	when := time.Date(2026, 11, 22, 5, 6, 7, 890, time.UTC)
+	full := dtr.DTR{
+		ID: uuid.MustParse("6f1c1c1e-8f8e-4d8e-9b1a-7c1d2e3f4a5b"), JobID: "job-1",
+		Source: "https://storage.example.org/data/f ü.root", Destination: "file:///scratch/f.root",
+		Owner:     dtr.Identity{DN: "/DC=org/CN=Alice", FQANs: []string{"/atlas/Role=production", "/atlas"}},
+		Direction: dtr.Upload, UserPriority: 77,
+		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true},
+		Share:   "atlas-upload", Priority: 38, State: dtr.RegisterReplica, Attempts: 3, MaxAttempts: 10,
+		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring},
+		Cancel: true, Size: 1 << 40, Bytes: -1, Checksum: "md5:0123",
+		Created: when, Updated: when.Add(time.Second), Started: when.Add(2 * time.Second),
+		Ended: when.Add(3 * time.Second), NextProcess: when.Add(time.Hour),
+		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TransferGrant: "x.2",
+		Cleanup: true, Grant: "x.3",
+	}
+	tests := []struct {
+		name string
+		d    dtr.DTR
+	}{
+		{"every field set", full},
+		{"only what a submission has", dtr.DTR{ID: uuid.New(), Source: "file:///a", Destination: "file:///b", State: dtr.Transfer}},
+		{"zero DTR", dtr.DTR{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(DefaultConfig())
+			got := c.unpack(c.pack(&tt.d))
+			want := tt.d
+			// Times keep their instant, not their location.
+			for _, p := range [][2]*time.Time{{&got.Created, &want.Created}, {&got.Updated, &want.Updated},
+				{&got.Started, &want.Started}, {&got.Ended, &want.Ended}, {&got.NextProcess, &want.NextProcess}} {
+				if !p[0].Equal(*p[1]) {
+					t.Errorf("time %v, want %v", *p[0], *p[1])
+				}
+				*p[0], *p[1] = time.Time{}, time.Time{}
+			}
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("unpacked\n%+v\nwant\n%+v", *got, want)
+			}
+			if tt.d.JobID != "" && c.jobOf(&entry{packed: c.pack(&tt.d)}) != tt.d.JobID {
+				t.Error("jobOf reads the wrong job")
+			}
+			if c.shareOf(&entry{packed: c.pack(&tt.d)}) != tt.d.Share {
+				t.Error("shareOf reads the wrong share")
+			}
+		})
+	}
+}
+
+func TestQueuedDTRsArePackedAndChangesReachThem(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor, cfg.MaxDelivery = 1, 1
+	h := newHarness(t, cfg)
+	for i := 0; i < 4; i++ {
+		h.submit(newDTR(i, "x", ""))
+	}
+	h.tick(time.Second) // one checks its source; the others wait, packed
+	packed := 0
+	for _, e := range h.c.dtrs {
+		if e.d == nil {
+			packed++
+			if e.packed == "" {
+				t.Fatal("an entry has neither its DTR nor its packed form")
+			}
+		}
+	}
+	if packed != 3 {
+		t.Fatalf("%d entries packed, want the 3 queued ones", packed)
+	}
+	id := newDTR(3, "x", "").ID
+	if err := h.c.SetPriority(h.now, id, 99); err != nil {
+		t.Fatal(err)
+	}
+	out := h.take()
+	if len(out.Changed) != 1 || out.Changed[0].Priority != 99 {
+		t.Fatalf("changed %v, want the DTR with priority 99", out.Changed)
+	}
+	if d, _ := h.c.Get(id); d.Priority != 99 || d.Source != newDTR(3, "x", "").Source {
+		t.Fatalf("after packing again: priority %d source %q", d.Priority, d.Source)
+	}
+}
