@@ -832,3 +832,71 @@ find:
 		t.Fatalf("slots still held: %+v", sh)
 	}
 }
+
+func TestStagedSourcesAreCopiedPinnedWithinMaxPreparedAndReleased(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPrepared = 2
+	cfg.MaxDelivery = 1
+	stage := t.TempDir()
+	cfg.Processor.StageDir = stage
+	s := start(t, cfg)
+	remote := filepath.Join(s.dir, "remote")
+	var mu sync.Mutex
+	gets := map[string]int{}
+	store := httpstore.Handler(remote)
+	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			gets[r.URL.Path]++
+			mu.Unlock()
+		}
+		store.ServeHTTP(w, r)
+	}))
+	const n = 12
+	j := &job.Job{}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("tape-%02d", i)
+		writeFile(t, filepath.Join(remote, name), 200000+i, i)
+		j.Inputs = append(j.Inputs, job.File{Source: base + "/" + name,
+			Destination: fileURL(filepath.Join(s.dir, "out", name)), Stage: true})
+	}
+	// Watch the staging area: it never holds more than maxprepared copies.
+	done := make(chan struct{})
+	most := 0
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if es, err := os.ReadDir(stage); err == nil && len(es) > most {
+				most = len(es)
+			}
+		}
+	}()
+	ev := s.wait(s.submit(j).JobID, 2*time.Minute)
+	close(done)
+	if ev.State != generator.JobFinished {
+		t.Fatalf("job %s: %v", ev.State, ev.Failures)
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("tape-%02d", i)
+		want, _ := os.ReadFile(filepath.Join(remote, name))
+		if got, _ := os.ReadFile(filepath.Join(s.dir, "out", name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s differs from its source", name)
+		}
+		if gets["/"+name] != 1 {
+			t.Errorf("%s was read %d times from its source, want once (by staging; delivery reads the staged copy)", name, gets["/"+name])
+		}
+	}
+	if most > cfg.MaxPrepared {
+		t.Errorf("the staging area held %d copies at once, want at most maxprepared = %d", most, cfg.MaxPrepared)
+	}
+	if most == 0 {
+		t.Error("nothing was ever staged")
+	}
+	if es, _ := os.ReadDir(stage); len(es) != 0 {
+		t.Errorf("%d staged copies left after the job, want every one released", len(es))
+	}
+}

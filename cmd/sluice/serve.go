@@ -55,6 +55,7 @@ func serveFlags(role string, cfg *Config) *flag.FlagSet {
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")
 		fs.IntVar(&cfg.MaxProcessor, "maxprocessor", cfg.MaxProcessor, "slots per processing state (env SLUICE_MAXPROCESSOR)")
 		fs.IntVar(&cfg.MaxEmergency, "maxemergency", cfg.MaxEmergency, "emergency slots per state (env SLUICE_MAXEMERGENCY)")
+		fs.IntVar(&cfg.MaxPrepared, "maxprepared", cfg.MaxPrepared, "staged copies a share may hold (env SLUICE_MAXPREPARED)")
 	}
 	return fs
 }

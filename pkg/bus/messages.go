@@ -36,8 +36,10 @@ type Result struct {
 	Size     int64        `json:"size,omitempty"`
 	Bytes    int64        `json:"bytes,omitempty"`
 	Checksum string       `json:"checksum,omitempty"`
-	Started  time.Time    `json:"started,omitzero"`
-	Ended    time.Time    `json:"ended,omitzero"`
+	// TURL is where a staging grant put the source's copy.
+	TURL    string    `json:"turl,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
 }
 
 // Progress is the data of a progress event; it also renews the grant's lease.

@@ -36,6 +36,12 @@ type Options struct {
 	Overwrite bool `json:"overwrite,omitempty"`
 	// FailureAllowed lets the job succeed when this file fails.
 	FailureAllowed bool `json:"failure_allowed,omitempty"`
+	// Stage says the source must be staged before it is transferred: a
+	// pre-processor copies it into the staging area shared with delivery
+	// (the STAGE_PREPARE step; the copy is pinned), delivery reads the
+	// staged copy, and post-processing releases it (RELEASE_REQUEST). The
+	// scheduler limits how many staged copies a share holds (maxprepared).
+	Stage bool `json:"stage,omitempty"`
 }
 
 // ErrorKind classifies a failure (reference/arc-dtr.md §4).
@@ -108,6 +114,9 @@ type DTR struct {
 	Cleanup bool `json:"cleanup,omitempty"`
 	// Grant is the id of the grant that owns the DTR in an active state.
 	Grant string `json:"grant,omitempty"`
+	// TURL is where a staged source's copy is, the URL delivery reads from
+	// (ARC's transfer URL); empty when the source is read directly.
+	TURL string `json:"turl,omitempty"`
 }
 
 // Transition moves the DTR to a new state if the move is legal.

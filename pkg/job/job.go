@@ -51,6 +51,9 @@ type File struct {
 	Overwrite bool `json:"overwrite,omitempty"`
 	// FailureAllowed lets the job succeed when this file fails.
 	FailureAllowed bool `json:"failure_allowed,omitempty"`
+	// Stage has the source staged (brought to the staging area and pinned)
+	// before it is transferred.
+	Stage bool `json:"stage,omitempty"`
 }
 
 // idPattern is what a user-given job ID must look like.
@@ -189,6 +192,7 @@ func (j *Job) DTRs(now time.Time) []*dtr.DTR {
 				Checksum:       f.Checksum,
 				Overwrite:      f.Overwrite,
 				FailureAllowed: f.FailureAllowed,
+				Stage:          f.Stage,
 			},
 			State:   dtr.New,
 			Created: now,

@@ -42,6 +42,7 @@ var (
 		"checksum":        stringShape,
 		"overwrite":       boolShape,
 		"failure_allowed": boolShape,
+		"stage":           boolShape,
 	}}
 	jobShape = &shape{kind: kObject, fields: map[string]*shape{
 		"id":   stringShape,

@@ -665,22 +665,29 @@ func (b *xrslBuilder) files(r *rslRelation, vars map[string]string, input bool) 
 }
 
 // extras reads the elements after name and URL: ARC URL options
-// ("overwrite=yes") and the Sluice checksum extension ("type:value").
+// ("overwrite=yes"), the Sluice staging option ("stage=yes") and the Sluice
+// checksum extension ("type:value").
 func (b *xrslBuilder) extras(attr string, entry int, xs []xval) (File, bool) {
 	var f File
 	ok := true
 	for _, x := range xs {
 		if name, val, isOpt := urlOption(x.str); isOpt {
-			if name != "overwrite" {
+			var set *bool
+			switch name {
+			case "overwrite":
+				set = &f.Overwrite
+			case "stage":
+				set = &f.Stage
+			default:
 				continue // other ARC URL options (cache, threads, ...) do not apply
 			}
 			switch strings.ToLower(val) {
 			case "yes", "true":
-				f.Overwrite = true
+				*set = true
 			case "no", "false":
-				f.Overwrite = false
+				*set = false
 			default:
-				b.errorAt(x.at, nil, "%s entry %d: option %q: expected overwrite=yes or overwrite=no", attr, entry, x.str)
+				b.errorAt(x.at, nil, "%s entry %d: option %q: expected %s=yes or %s=no", attr, entry, x.str, name, name)
 				ok = false
 			}
 			continue

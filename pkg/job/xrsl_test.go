@@ -76,6 +76,14 @@ func TestParseXRSLAccepts(t *testing.T) {
 			},
 		},
 		{
+			name: "the Sluice option stage=yes sets Stage",
+			in:   `&(inputfiles = ("a" "https://h/a" "stage=yes") ("b" "https://h/b" "stage=no"))`,
+			want: Job{
+				Inputs: []File{{Source: "https://h/a", Destination: "file:///sess/j1/a", Stage: true},
+					{Source: "https://h/b", Destination: "file:///sess/j1/b"}},
+			},
+		},
+		{
 			name: "names may have subdirectories and are escaped in the URL",
 			in:   `&(inputfiles = ("data/run 1.root" "https://h/a") ("./b" "https://h/b"))`,
 			want: Job{Inputs: []File{in("https://h/a", "data/run%201.root"), in("https://h/b", "b")}},
@@ -245,6 +253,8 @@ func TestParseXRSLRejects(t *testing.T) {
 			[]string{`inputfiles entry 1: expected strings, found a nested list`}},
 		{"a bad overwrite option", `&(outputfiles = ("a" "https://h/a" "overwrite=maybe"))`, nil,
 			[]string{`outputfiles entry 1: option "overwrite=maybe": expected overwrite=yes or overwrite=no`}},
+		{"a bad stage option", `&(inputfiles = ("a" "https://h/a" "stage=later"))`, nil,
+			[]string{`inputfiles entry 1: option "stage=later": expected stage=yes or stage=no`}},
 		{"two checksums", `&(inputfiles = ("a" "https://h/a" "md5:00" "md5:11"))`, nil,
 			[]string{`inputfiles entry 1: a second checksum "md5:11" (the first is "md5:00")`}},
 		{"an undefined variable", `&(inputfiles = ("a" $(BASE)/a))`, nil,

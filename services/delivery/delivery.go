@@ -99,7 +99,11 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	var moved int64
 	stop := s.watchInactivity(ctx, cancel, &lastMove)
 	defer stop()
-	cr, err := s.client.Copy(ctx, d.Source, transfer.TempURLOf(&d), transfer.CopyOptions{
+	src := d.Source
+	if d.TURL != "" {
+		src = d.TURL // the staged copy
+	}
+	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
 		Progress: func(b int64) {
 			if b > moved {

@@ -1,15 +1,23 @@
 // Package processor is the pre- and post-processing service. Pre-processing
 // checks the source (QUERY_REPLICA: it exists, its size) and the destination
-// (PRE_CLEAN: an existing one is deleted with overwrite, refused without).
-// Post-processing (REGISTER_REPLICA) verifies the delivered file's checksum
-// and renames it from its temporary name to the destination, or, after a
-// failed or cancelled transfer, deletes what was left.
+// (PRE_CLEAN: an existing one is deleted with overwrite, refused without),
+// and stages a source that asks for it (STAGE_PREPARE: a copy in the
+// staging area, pinned until release). Post-processing releases a staged
+// copy (RELEASE_REQUEST), and (REGISTER_REPLICA) verifies the delivered
+// file's checksum and renames it from its temporary name to the
+// destination, or, after a failed or cancelled transfer, deletes what was
+// left.
 package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +32,17 @@ import (
 
 // Config is the processor's configuration, read from SLUICE_PROCESSOR_*.
 type Config struct {
-	PreWorkers  int `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
-	PostWorkers int `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
+	PreWorkers  int    `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
+	PostWorkers int    `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
+	StageDir    string `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
+}
+
+// stageDir returns the staging area.
+func (c Config) stageDir() string {
+	if c.StageDir != "" {
+		return c.StageDir
+	}
+	return filepath.Join(os.TempDir(), "sluice-stage")
 }
 
 // Service is a running processor.
@@ -58,7 +75,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // Handle does the work of one processing grant.
-func (s *Service) Handle(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, int64)) bus.Result {
 	var res bus.Result
 	var err error
 	switch g.State {
@@ -66,6 +83,10 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, _ func(int64, int64))
 		res, err = s.queryReplica(ctx, g.DTR)
 	case dtr.PreCleaning:
 		err = s.preClean(ctx, g.DTR)
+	case dtr.StagingPreparing:
+		res, err = s.stage(ctx, g.DTR, report)
+	case dtr.ReleasingRequest:
+		err = s.release(g.DTR)
 	case dtr.RegisteringReplica:
 		if g.Cleanup {
 			err = s.cleanup(ctx, g.DTR)
@@ -202,4 +223,42 @@ func sameType(a, b string) bool {
 // destination itself (pre-cleaning made sure it was not there before).
 func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
 	return s.client.Delete(ctx, transfer.TempURLOf(&d))
+}
+
+// stage copies the source into the staging area, where it stays, pinned,
+// until release; the copy's URL is the DTR's TURL, which delivery reads.
+// The copy is written under a temporary name and renamed when complete, so
+// a TURL always names a whole file.
+func (s *Service) stage(ctx context.Context, d dtr.DTR, report func(int64, int64)) (bus.Result, error) {
+	dir := s.cfg.stageDir()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source,
+			Err: fmt.Errorf("make the staging area: %w", err)}
+	}
+	staged := filepath.Join(dir, d.ID.String())
+	part := (&url.URL{Scheme: "file", Path: staged + ".part"}).String()
+	cr, err := s.client.Copy(ctx, d.Source, part, transfer.CopyOptions{
+		Progress: func(b int64) { report(b, d.Size) },
+	})
+	if err != nil {
+		_ = os.Remove(staged + ".part")
+		return bus.Result{}, err
+	}
+	if err := os.Rename(staged+".part", staged); err != nil {
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source, Err: err}
+	}
+	return bus.Result{Size: cr.Bytes, TURL: (&url.URL{Scheme: "file", Path: staged}).String()}, nil
+}
+
+// release removes a DTR's staged copy, whole or partial. Only the staging
+// area is touched, whatever the DTR's TURL says; a copy already gone is
+// released.
+func (s *Service) release(d dtr.DTR) error {
+	staged := filepath.Join(s.cfg.stageDir(), d.ID.String())
+	for _, p := range []string{staged, staged + ".part"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "release", URL: d.Source, Err: err}
+		}
+	}
+	return nil
 }

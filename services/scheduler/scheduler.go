@@ -41,6 +41,7 @@ type Config struct {
 	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	MaxPrepared      int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
 	MaxTransferTries int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
 	RetryBase        time.Duration `envconfig:"RETRY_BASE" default:"10s" desc:"retry delay unit: RETRY_BASE·k² after k attempts"`
 	Lease            time.Duration `envconfig:"LEASE" default:"2m" desc:"how long a grant lives without a sign of life from its worker"`
@@ -65,6 +66,7 @@ func (c Config) CoreConfig() (core.Config, error) {
 		return cc, err
 	}
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
+	cc.MaxPrepared = c.MaxPrepared
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
 	return cc, nil
@@ -444,7 +446,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		_, span := bus.StartConsumer(ctx, m, "result")
 		defer span.End()
 		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Failure: r.Error, Size: r.Size,
-			Bytes: r.Bytes, Checksum: r.Checksum, Started: r.Started, Ended: r.Ended})
+			Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Started: r.Started, Ended: r.Ended})
 		if err != nil {
 			s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
 		}
@@ -771,7 +773,7 @@ func (s *Service) handleShares(r micro.Request) {
 	var reply SharesReply
 	s.query(func() {
 		reply.Shares, reply.Retrying = s.core.Shares()
-		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency}
+		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared}
 	})
 	_ = r.RespondJSON(reply)
 }

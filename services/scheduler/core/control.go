@@ -146,6 +146,11 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	}
 	w.Queued, w.Running = q.Len(), e.share.running
 	w.Limit, w.Busy = c.Limit(d.State), st.total
+	if p := c.pins[d.Share]; d.State == dtr.StagePrepare && p != nil && p.n >= c.cfg.MaxPrepared && d.Priority <= p.highest() {
+		w.Reason = fmt.Sprintf("share %s holds %d staged copies (maxprepared %d) and this DTR's priority %d does not outrank the best of them (%d): it waits for one to be released",
+			d.Share, p.n, c.cfg.MaxPrepared, d.Priority, p.highest())
+		return w, nil
+	}
 	switch free := w.Slots - w.Running; {
 	case w.Slots == 0:
 		w.Reason = fmt.Sprintf("share %s has no slot in %s: %d shares with work share its %d slots; it may get an emergency slot when it has nothing running",

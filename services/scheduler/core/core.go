@@ -38,6 +38,10 @@ type Config struct {
 	// MaxEmergency is how many DTRs may run above the limit of a state, one
 	// per share that has work queued and nothing running.
 	MaxEmergency int
+	// MaxPrepared is how many staged (pinned) source copies a share may
+	// hold; a DTR that outranks every staged DTR of its share may stage
+	// beyond it (the highest-priority bypass).
+	MaxPrepared int
 	// MaxTransferTries is how many attempts a DTR gets.
 	MaxTransferTries int
 	// RetryBase is the unit of the retry delay RetryBase·k² after k attempts.
@@ -55,6 +59,7 @@ func DefaultConfig() Config {
 		MaxProcessor:     10,
 		MaxDelivery:      10,
 		MaxEmergency:     1,
+		MaxPrepared:      200,
 		MaxTransferTries: 10,
 		RetryBase:        10 * time.Second,
 		Lease:            5 * time.Minute,
@@ -96,8 +101,10 @@ type Result struct {
 	Size     int64
 	Bytes    int64
 	Checksum string
-	Started  time.Time
-	Ended    time.Time
+	// TURL is where a staging grant put the source's copy.
+	TURL    string
+	Started time.Time
+	Ended   time.Time
 }
 
 // Decisions are what the core has decided since the last Take.
@@ -133,7 +140,11 @@ type entry struct {
 	// refinalise marks a DTR whose post-processing is tried again: it
 	// finalises even if it was cancelled meanwhile.
 	refinalise bool
-	dirty      bool // in Core.dirty
+	// pinned marks a DTR that holds a staged copy, from its STAGE_PREPARE
+	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
+	pinned  bool
+	pinPrio int8
+	dirty   bool // in Core.dirty
 }
 
 // stateQueues is the work of one queue state.
@@ -214,6 +225,8 @@ type Core struct {
 	took    map[dtr.State]time.Duration
 	states  map[dtr.State]*stateQueues
 	delayed delayQueue
+	// pins holds each share's staged copies (maxprepared).
+	pins    map[string]*pins
 	active  map[uuid.UUID]*entry
 	seq     uint64
 	nextAge time.Time
@@ -230,6 +243,9 @@ func New(cfg Config) *Core {
 	}
 	if cfg.MaxDelivery <= 0 {
 		cfg.MaxDelivery = def.MaxDelivery
+	}
+	if cfg.MaxPrepared <= 0 {
+		cfg.MaxPrepared = def.MaxPrepared
 	}
 	if cfg.MaxEmergency < 0 {
 		cfg.MaxEmergency = 0
@@ -256,6 +272,7 @@ func New(cfg Config) *Core {
 		cancelledJobs: map[string]time.Time{},
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
+		pins:          map[string]*pins{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
@@ -348,6 +365,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	}
 	e := &entry{d: d, index: -1}
 	c.add(e)
+	if d.Options.Stage && pinnedStates[d.State] {
+		c.pin(e)
+	}
 	switch {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
@@ -402,6 +422,9 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	if r.Checksum != "" {
 		d.Checksum = r.Checksum
+	}
+	if r.TURL != "" {
+		d.TURL = r.TURL
 	}
 	if e.queued == dtr.Transfer {
 		d.Started, d.Ended = r.Started, r.Ended
@@ -628,7 +651,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 		return
 	}
 	for i, ss := range st.order {
-		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] {
+		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
 			c.grant(now, s, ss.q.pop(), false)
 		}
 	}
@@ -638,7 +661,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	// Emergency slots go to the shares of highest priority first.
 	var idle []*shareState
 	for _, ss := range st.order {
-		if ss.q.Len() > 0 && ss.running == 0 {
+		if ss.q.Len() > 0 && ss.running == 0 && c.admit(s, ss) {
 			idle = append(idle, ss)
 		}
 	}
@@ -656,7 +679,11 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 	st.demand, st.deficit = st.demand[:0], st.deficit[:0]
 	for _, ss := range st.order {
-		st.demand = append(st.demand, ShareDemand{Name: ss.name, Priority: ss.prio, Demand: ss.running + ss.q.Len()})
+		demand := ss.running
+		if c.admit(st.state, ss) {
+			demand += ss.q.Len()
+		}
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Priority: ss.prio, Demand: demand})
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	return split(c.Limit(st.state), st.demand, st.deficit)
@@ -710,6 +737,9 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	d.Grant = grantID(d.ID, n)
 	if s == dtr.Transfer {
 		d.TransferGrant = d.Grant
+	}
+	if s == dtr.StagePrepare {
+		c.pin(e)
 	}
 	d.Cleanup = s == dtr.RegisterReplica && (d.Error != nil || d.Cancel) && !e.refinalise
 	e.refinalise = false
@@ -797,7 +827,7 @@ func (c *Core) route(now time.Time, e *entry) {
 				next = dtr.CacheProcessed
 			} else {
 				next = dtr.CacheChecked
-				d.TransferGrant, e.finalised = "", false
+				d.TransferGrant, d.TURL, e.finalised = "", "", false
 			}
 		case dtr.CacheChecked:
 			d.Error = nil // ARC clears errors here
@@ -814,6 +844,9 @@ func (c *Core) route(now time.Time, e *entry) {
 			}
 		case dtr.PreCleaned:
 			next = dtr.StagedPrepared
+			if d.Options.Stage {
+				next = dtr.StagePrepare
+			}
 			if failed || d.Cancel {
 				next = dtr.RequestReleased
 			}
@@ -821,10 +854,17 @@ func (c *Core) route(now time.Time, e *entry) {
 			next = dtr.Transfer
 			if failed || d.Cancel {
 				next = dtr.Transferred
+				if e.pinned {
+					next = dtr.ReleaseRequest
+				}
 			}
 		case dtr.Transferred:
 			next = dtr.RequestReleased
+			if e.pinned {
+				next = dtr.ReleaseRequest // the staged copy is released
+			}
 		case dtr.RequestReleased:
+			c.unpin(e)
 			next = dtr.ReplicaFinalised
 		case dtr.ReplicaFinalised:
 			next = dtr.RegisterReplica
@@ -880,6 +920,7 @@ func (c *Core) decide(now time.Time, e *entry) {
 		}
 		c.must(d.Transition(dtr.Error, now))
 	}
+	c.unpin(e)
 	c.out.Final = append(c.out.Final, d)
 	delete(c.dtrs, d.ID)
 
@@ -971,4 +1012,70 @@ func (c *Core) DTRs() []dtr.DTR {
 		return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
 	})
 	return out
+}
+
+// pins counts a share's staged copies by the priority they were pinned at.
+type pins struct {
+	n      int
+	byPrio [101]int32
+}
+
+// highest returns the highest priority among the pins.
+func (p *pins) highest() int {
+	for prio := 100; prio > 0; prio-- {
+		if p.byPrio[prio] > 0 {
+			return prio
+		}
+	}
+	return 0
+}
+
+// pinnedStates are the states of a staged DTR that holds its staged copy,
+// for rebuilding the pins after a restart.
+var pinnedStates = map[dtr.State]bool{
+	dtr.StagingPreparing: true, dtr.StagingPreparingWait: true, dtr.StagedPrepared: true,
+	dtr.Transfer: true, dtr.Transferring: true, dtr.TransferringCancel: true, dtr.Transferred: true,
+	dtr.ReleaseRequest: true, dtr.ReleasingRequest: true,
+}
+
+// pin records that a DTR holds a staged copy.
+func (c *Core) pin(e *entry) {
+	if e.pinned {
+		return
+	}
+	d := c.view(e)
+	p := c.pins[d.Share]
+	if p == nil {
+		p = &pins{}
+		c.pins[d.Share] = p
+	}
+	e.pinned, e.pinPrio = true, int8(min(max(d.Priority, 1), 100))
+	p.n++
+	p.byPrio[e.pinPrio]++
+}
+
+// unpin records that a DTR's staged copy is released.
+func (c *Core) unpin(e *entry) {
+	if !e.pinned {
+		return
+	}
+	share := c.view(e).Share
+	p := c.pins[share]
+	p.n--
+	p.byPrio[e.pinPrio]--
+	if p.n == 0 {
+		delete(c.pins, share)
+	}
+	e.pinned = false
+}
+
+// admit reports whether the head of a share's queue may be granted as far
+// as the state's own limits go: in STAGE_PREPARE, the share must hold fewer
+// than MaxPrepared staged copies, or the DTR must outrank all of them.
+func (c *Core) admit(s dtr.State, ss *shareState) bool {
+	if s != dtr.StagePrepare || ss.q.Len() == 0 {
+		return true
+	}
+	p := c.pins[ss.name]
+	return p == nil || p.n < c.cfg.MaxPrepared || int(ss.q.head().prio) > p.highest()
 }

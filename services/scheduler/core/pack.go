@@ -26,6 +26,7 @@ const (
 	packCancel
 	packCleanup
 	packError
+	packStage
 )
 
 // nameID returns the number of an interned name, adding it if new.
@@ -57,7 +58,7 @@ func (c *Core) pack(d *dtr.DTR) string {
 	b = binary.AppendVarint(b, int64(d.UserPriority))
 	b = appendString(b, d.Options.Checksum)
 	var flags byte
-	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil} {
+	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil, d.Options.Stage} {
 		if on {
 			flags |= 1 << bit
 		}
@@ -86,6 +87,7 @@ func (c *Core) pack(d *dtr.DTR) string {
 	b = appendString(b, d.TraceParent)
 	b = appendString(b, d.TransferGrant)
 	b = appendString(b, d.Grant)
+	b = appendString(b, d.TURL)
 	c.scratch = b
 	return string(b)
 }
@@ -118,6 +120,7 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.Options.FailureAllowed = flags&packFailureAllowed != 0
 	d.Cancel = flags&packCancel != 0
 	d.Cleanup = flags&packCleanup != 0
+	d.Options.Stage = flags&packStage != 0
 	d.Share = c.names[r.uvarint()]
 	d.Priority = int(r.varint())
 	d.State = dtr.State(r.byte())
@@ -137,6 +140,7 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.TraceParent = r.str()
 	d.TransferGrant = r.str()
 	d.Grant = r.str()
+	d.TURL = r.str()
 	return d
 }
 
