@@ -69,7 +69,7 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 		share := c.shareOf(e)
 		if p := c.SharePriority(share); p != sharePriorityIn(old, share) {
 			d := c.open(e)
-			d.Priority = DTRPriority(p, d.UserPriority)
+			d.Priority = c.policy.Priority(d.Share, d)
 			d.Updated = now
 			c.markDirty(e)
 			if d.State.IsQueue() && e.index >= 0 {

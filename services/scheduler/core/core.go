@@ -26,6 +26,9 @@ import (
 // Config holds the scheduler's limits and policy (ARC's [arex/data-staging]
 // options).
 type Config struct {
+	// Policy makes the fair-share scheme; nil means ARC's.
+	Policy func(*Core) Policy
+	// SharePolicy names shares for ARC's policy (and others that ask).
 	SharePolicy SharePolicy
 	// SharePriority gives configured share priorities (1–100) by share name
 	// without the direction suffix; DefaultShare's entry, if any, is the
@@ -226,7 +229,11 @@ type Core struct {
 	states  map[dtr.State]*stateQueues
 	delayed delayQueue
 	// pins holds each share's staged copies (maxprepared).
-	pins    map[string]*pins
+	pins map[string]*pins
+	// policy weighs the shares; now is the time of the last tick, for
+	// weighing outside one.
+	policy  Policy
+	now     time.Time
 	active  map[uuid.UUID]*entry
 	seq     uint64
 	nextAge time.Time
@@ -278,6 +285,10 @@ func New(cfg Config) *Core {
 	for _, s := range dtr.QueueStates {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
+	c.policy = ARC{c}
+	if cfg.Policy != nil {
+		c.policy = cfg.Policy(c)
+	}
 	return c
 }
 
@@ -316,8 +327,8 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 		return fmt.Errorf("%w: %s", ErrDuplicate, d.ID)
 	}
 	d.State = dtr.New
-	d.Share = SubShare(c.cfg.SharePolicy.ShareName(d.Owner), d.Direction)
-	d.Priority = DTRPriority(c.SharePriority(d.Share), d.UserPriority)
+	d.Share = SubShare(c.policy.Share(d), d.Direction)
+	d.Priority = c.policy.Priority(d.Share, d)
 	d.MaxAttempts = c.cfg.MaxTransferTries
 	d.Attempts = 0
 	if _, ok := c.cancelledJobs[d.JobID]; ok && d.JobID != "" {
@@ -404,6 +415,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
 		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, e.d.Grant, e.d.State)
 	}
+	c.charge(now, e)
 	c.release(e)
 	if e.granted != 0 {
 		// Moving average over about the last 16 grants of the state.
@@ -550,6 +562,7 @@ func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
 // Tick does what time brings: retries whose delay is over go on, expired
 // leases free their slots, waiting DTRs age, and free slots are granted.
 func (c *Core) Tick(now time.Time) {
+	c.now = now
 	for c.delayed.Len() > 0 && !c.delayed[0].d.NextProcess.After(now) {
 		e := heap.Pop(&c.delayed).(*entry)
 		e.d.NextProcess = time.Time{}
@@ -580,6 +593,7 @@ func (c *Core) expireLeases(now time.Time) {
 	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
 	for _, e := range expired {
 		d := e.d
+		c.charge(now, e)
 		c.release(e)
 		if !(d.Cleanup && d.Error != nil) {
 			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
@@ -683,9 +697,10 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 		if c.admit(st.state, ss) {
 			demand += ss.q.Len()
 		}
-		st.demand = append(st.demand, ShareDemand{Name: ss.name, Priority: ss.prio, Demand: demand})
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand})
 		st.deficit = append(st.deficit, ss.deficit)
 	}
+	c.policy.Weigh(c.now, st.state, st.demand)
 	return split(c.Limit(st.state), st.demand, st.deficit)
 }
 
@@ -1078,4 +1093,13 @@ func (c *Core) admit(s dtr.State, ss *shareState) bool {
 	}
 	p := c.pins[ss.name]
 	return p == nil || p.n < c.cfg.MaxPrepared || int(ss.q.head().prio) > p.highest()
+}
+
+// charge tells the policy what an active DTR's grant used.
+func (c *Core) charge(now time.Time, e *entry) {
+	var bytes int64
+	if e.queued == dtr.Transfer {
+		bytes = e.d.Bytes
+	}
+	c.policy.Charge(now, e.queued, e.d.Share, now.Sub(c.when(e.granted)), bytes)
 }

@@ -2,12 +2,13 @@ package core
 
 import "sort"
 
-// ShareDemand is one share's claim on the slots of a state: its configured
-// priority and its demand (queued plus running DTRs).
+// ShareDemand is one share's claim on the slots of a state: its weight (the
+// configured priority under ARC's policy; see Policy) and its demand (queued
+// plus running DTRs).
 type ShareDemand struct {
-	Name     string
-	Priority int
-	Demand   int
+	Name   string
+	Weight int64
+	Demand int
 }
 
 // Split divides n slots between shares in proportion to their priorities
@@ -45,7 +46,7 @@ func Split(n int, shares []ShareDemand) map[string]int {
 func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	alloc := make([]int, len(shares))
 	exact := make([]float64, len(shares))
-	prio := func(i int) int { return max(shares[i].Priority, 1) }
+	prio := func(i int) int64 { return max(shares[i].Weight, 1) }
 	var active []int
 	total := 0
 	for i, s := range shares {
@@ -70,7 +71,7 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 		}
 		return alloc, exact
 	}
-	m := min(n, total) // slots that can be used at all
+	m := int64(min(n, total)) // slots that can be used at all
 
 	// Water-filling: find the allocation a_i = clamp(λ·p_i, 1, d_i) with
 	// Σa_i = m. Shares whose bound is certain are fixed one round at a time:
@@ -79,9 +80,9 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	// current one and the violators above stay capped; otherwise λ is smaller
 	// and the ones below stay at one. All comparisons are in integers,
 	// scaled by the free shares' priority sum.
-	fixed := make([]int, len(shares)) // 0: free, else the fixed allocation
-	// free returns the slots not fixed yet and the free shares' priority sum.
-	free := func() (r, p int) {
+	fixed := make([]int64, len(shares)) // 0: free, else the fixed allocation
+	// free returns the slots not fixed yet and the free shares' weight sum.
+	free := func() (r, p int64) {
 		r = m
 		for _, i := range active {
 			if fixed[i] > 0 {
@@ -99,13 +100,13 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 			break
 		}
 		over, under = over[:0], under[:0]
-		excess, lack := 0, 0 // both scaled by p
+		excess, lack := int64(0), int64(0) // both scaled by p
 		for _, i := range active {
 			if fixed[i] > 0 {
 				continue
 			}
 			scaled := r * prio(i) // the share's quota times p
-			switch d := shares[i].Demand; {
+			switch d := int64(shares[i].Demand); {
 			case scaled > d*p:
 				over = append(over, i)
 				excess += scaled - d*p
@@ -119,7 +120,7 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 		}
 		if excess >= lack && len(over) > 0 {
 			for _, i := range over {
-				fixed[i] = shares[i].Demand
+				fixed[i] = int64(shares[i].Demand)
 			}
 		} else {
 			for _, i := range under {
@@ -131,18 +132,18 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	// Integer parts, then the leftovers: by deficit, then by remainder.
 	r, p := free()
 	rems := make([]int, 0, len(active))
-	rem := make([]int, len(shares))
-	used := 0
+	rem := make([]int64, len(shares))
+	used := int64(0)
 	for _, i := range active {
 		if fixed[i] > 0 {
-			alloc[i], exact[i] = fixed[i], float64(fixed[i])
+			alloc[i], exact[i] = int(fixed[i]), float64(fixed[i])
 			used += fixed[i]
 			continue
 		}
-		alloc[i] = r * prio(i) / p
+		alloc[i] = int(r * prio(i) / p)
 		exact[i] = float64(r*prio(i)) / float64(p)
 		rem[i] = r * prio(i) % p
-		used += alloc[i]
+		used += int64(alloc[i])
 		rems = append(rems, i)
 	}
 	sort.SliceStable(rems, func(a, b int) bool {

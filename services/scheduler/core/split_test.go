@@ -63,7 +63,7 @@ func TestSplitInvariants(t *testing.T) {
 			total := 0
 			for i := 0; i < k; i++ {
 				d := (seed*7 + i*13) % 9
-				shares = append(shares, ShareDemand{fmt.Sprintf("s%d", i), 1 + (seed*31+i*17)%100, d})
+				shares = append(shares, ShareDemand{fmt.Sprintf("s%d", i), int64(1 + (seed*31+i*17)%100), d})
 				total += d
 			}
 			got := Split(n, shares)

@@ -1,0 +1,53 @@
+package core
+
+import (
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Policy is a fair-share scheme: it names the share of each DTR, orders the
+// DTRs inside a share, and weighs the shares that have work in a state.
+// The core does the rest the same way for every policy: it turns the
+// weights into slots (water-filling, leftovers by slot-time deficit),
+// hands out emergency slots, applies maxprepared, leases, retries and
+// ageing. ARC's proportional split (ARC) is the default.
+type Policy interface {
+	// Name is the policy's name in the configuration.
+	Name() string
+	// Share names the share of a new DTR; the core appends the direction
+	// ("-download", "-upload"), so that uploads are never starved by
+	// downloads.
+	Share(d *dtr.DTR) string
+	// Priority is a DTR's priority inside its share, 1–100: higher goes
+	// first, equals in order of arrival.
+	Priority(share string, d *dtr.DTR) int
+	// Weigh sets the Weight of each share with work in a state. On entry
+	// Weight holds the share's configured priority (ARC's weight).
+	Weigh(now time.Time, state dtr.State, shares []ShareDemand)
+	// Charge tells the policy that a grant of a share ended: it held a
+	// slot of state for held and moved bytes (0 outside delivery).
+	Charge(now time.Time, state dtr.State, share string, held time.Duration, bytes int64)
+}
+
+// ARC is ARC's policy: shares named by the share policy (dn, voms:vo, …),
+// each weighted by its configured priority, a DTR's priority the share's
+// priority times its user priority over 100.
+type ARC struct{ c *Core }
+
+// Name implements Policy.
+func (ARC) Name() string { return "arc" }
+
+// Share implements Policy.
+func (p ARC) Share(d *dtr.DTR) string { return p.c.cfg.SharePolicy.ShareName(d.Owner) }
+
+// Priority implements Policy.
+func (p ARC) Priority(share string, d *dtr.DTR) int {
+	return DTRPriority(p.c.SharePriority(share), d.UserPriority)
+}
+
+// Weigh implements Policy: the configured priorities are the weights.
+func (ARC) Weigh(time.Time, dtr.State, []ShareDemand) {}
+
+// Charge implements Policy: ARC keeps no history.
+func (ARC) Charge(time.Time, dtr.State, string, time.Duration, int64) {}
