@@ -900,3 +900,51 @@ func TestStagedSourcesAreCopiedPinnedWithinMaxPreparedAndReleased(t *testing.T) 
 		t.Errorf("%d staged copies left after the job, want every one released", len(es))
 	}
 }
+
+func TestDIRACPolicyGivesEachUserOfAGroupAShareAndFinishesTheJobs(t *testing.T) {
+	cfg := testConfig()
+	cfg.Policy, cfg.SharePolicy = "dirac", "voms:vo"
+	cfg.DIRACGroups, cfg.DIRACSlices = "prod=100:sharing,user=50", "1h:1:5"
+	cfg.MaxDelivery = 2
+	s := start(t, cfg)
+	remote := filepath.Join(s.dir, "remote")
+	store := httpstore.Handler(remote)
+	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			time.Sleep(50 * time.Millisecond) // slow enough for queues to form
+		}
+		store.ServeHTTP(w, r)
+	}))
+	var ids []string
+	for _, user := range []string{"alice", "bob"} {
+		j := &job.Job{Owner: dtr.Identity{DN: "/CN=" + user, FQANs: []string{"/user"}}}
+		for i := 0; i < 15; i++ {
+			name := fmt.Sprintf("%s-%02d", user, i)
+			writeFile(t, filepath.Join(remote, name), 5000+i, i)
+			j.Inputs = append(j.Inputs, job.File{Source: base + "/" + name, Destination: fileURL(filepath.Join(s.dir, "out", name))})
+		}
+		ids = append(ids, s.submit(j).JobID)
+	}
+	seen := map[string]int64{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(seen) < 2 && time.Now().Before(deadline) {
+		for _, sh := range s.shares().Shares {
+			if sh.State == dtr.Transfer {
+				seen[sh.Share] = sh.Weight
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, id := range ids {
+		if ev := s.wait(id, time.Minute); ev.State != generator.JobFinished {
+			t.Fatalf("job %s: %s %v", id, ev.State, ev.Failures)
+		}
+	}
+	a, b := "user|/CN=alice-download", "user|/CN=bob-download"
+	if _, ok := seen[a]; !ok {
+		t.Fatalf("transfer shares seen %v, want one per user of the group: %s and %s", seen, a, b)
+	}
+	if _, ok := seen[b]; !ok {
+		t.Fatalf("transfer shares seen %v, want one per user of the group: %s and %s", seen, a, b)
+	}
+}

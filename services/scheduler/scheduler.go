@@ -34,6 +34,13 @@ import (
 // Config is the scheduler's configuration, read from SLUICE_* variables.
 // The names follow ARC's [arex/data-staging] options.
 type Config struct {
+	// Policy is the fair-share scheme: arc (default) or dirac.
+	Policy string `envconfig:"POLICY" default:"arc" desc:"fair-share policy: arc (proportional split by share priority) or dirac (group shares, per-user division, history correction)"`
+	// DIRAC's policy.
+	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing],... e.g. prod=100:sharing,user=50; groups are named by SLUICE_SHAREPOLICY"`
+	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
+	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
+	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
 	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one share).
 	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
@@ -69,6 +76,25 @@ func (c Config) CoreConfig() (core.Config, error) {
 	cc.MaxPrepared = c.MaxPrepared
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
+	switch strings.ToLower(c.Policy) {
+	case "", "arc":
+	case "dirac":
+		dc := core.DIRACConfig{MaxGlobalCorrection: c.DIRACMaxCorrection}
+		if dc.Groups, err = core.ParseDIRACGroups(c.DIRACGroups); err != nil {
+			return cc, err
+		}
+		if dc.Slices, err = core.ParseDIRACSlices(c.DIRACSlices); err != nil {
+			return cc, err
+		}
+		switch dc.Unit = strings.ToLower(c.DIRACUnit); dc.Unit {
+		case "", core.UnitSlotSeconds, core.UnitBytes, core.UnitFiles:
+		default:
+			return cc, fmt.Errorf("DIRAC usage unit %q is not seconds, bytes or files", c.DIRACUnit)
+		}
+		cc.Policy = core.NewDIRAC(dc)
+	default:
+		return cc, fmt.Errorf("policy %q is not arc or dirac", c.Policy)
+	}
 	return cc, nil
 }
 

@@ -993,6 +993,9 @@ type ShareStats struct {
 	Running  int       `json:"running"`
 	// Slots is the share's part of the state's limit under the current split.
 	Slots int `json:"slots"`
+	// Weight is the share's weight in that split under the policy in force
+	// (the configured priority under ARC's).
+	Weight int64 `json:"weight"`
 }
 
 // Shares returns the load of every share in every queue state that has any,
@@ -1004,7 +1007,7 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		slots, _ := c.split(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
-				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i]})
+				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})
 		}
 	}
 	retrying = map[string]int{}

@@ -51,3 +51,6 @@ func (ARC) Weigh(time.Time, dtr.State, []ShareDemand) {}
 
 // Charge implements Policy: ARC keeps no history.
 func (ARC) Charge(time.Time, dtr.State, string, time.Duration, int64) {}
+
+// Policy returns the policy in force.
+func (c *Core) Policy() Policy { return c.policy }

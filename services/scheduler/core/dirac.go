@@ -1,0 +1,368 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// DIRACGroup is one group's configuration under DIRAC's policy.
+type DIRACGroup struct {
+	// Priority is the group's share (DIRAC's JobShare).
+	Priority float64
+	// JobSharing makes the group's users share one share and one priority
+	// (a production group); otherwise every user with waiting work has a
+	// share of their own and the group's priority is divided among them.
+	JobSharing bool
+}
+
+// DIRACSlice is one time window of the history correction.
+type DIRACSlice struct {
+	Span          time.Duration
+	Weight        float64
+	MaxCorrection float64
+}
+
+// Usage units: what a policy with a history charges a share for.
+const (
+	UnitSlotSeconds = "seconds" // how long the grant held its slot
+	UnitBytes       = "bytes"   // the bytes a transfer moved (byte-fair)
+	UnitFiles       = "files"   // one per grant
+)
+
+// DIRACConfig configures DIRAC's policy.
+type DIRACConfig struct {
+	// Groups by group name, as SharePolicy names them (voms:vo gives
+	// "atlas", voms:group "atlas:higgs", ...). An unlisted group has the
+	// entry of DefaultShare, or priority 1 without job sharing.
+	Groups map[string]DIRACGroup
+	// Slices of usage history for the correction; none turns it off.
+	Slices []DIRACSlice
+	// MaxGlobalCorrection bounds the total correction to [1/G, G];
+	// default 5.
+	MaxGlobalCorrection float64
+	// Unit is what usage is counted in: UnitSlotSeconds (default),
+	// UnitBytes or UnitFiles.
+	Unit string
+}
+
+// DIRAC is DIRAC's priority schema on Sluice's slots
+// (seeds/dirac-priority-schema.txt, reference/peers.md §5):
+//
+//   - The share of a DTR is its group if the group has JobSharing, else
+//     "<group>|<DN>": one share per user of the group.
+//   - A sharing group's share weighs the group's priority; a user's share
+//     weighs the group's priority divided by the number of the group's
+//     users with work in the state (and direction).
+//   - That weight S_e is corrected from usage history: for each slice k
+//     with usage H_k (summed over its span) and total T_k over the shares
+//     present, c_ek = clamp(n_e / (H_k[e]/T_k), 1/M_k, M_k), where n_e =
+//     S_e/ΣS; the correction is C_e = clamp(Σ_k w_k·c_ek / Σ_k w_k, 1/G, G)
+//     and the weight S_e·C_e.
+//   - Inside a share, DTRs go by user priority.
+//
+// Where DIRAC's code is known to be wrong Sluice does the principled thing:
+// a share with no usage in a slice gets that slice's maximum correction
+// weighted like any other (DIRAC adds M_k unweighted); a slice with no
+// usage at all is left out of the weights' sum as well as the sum (DIRAC
+// keeps its weight, shrinking every correction); and there is no weighted
+// random pick, whose ORDER BY RAND()/w is not proportional: the weights go
+// to the exact water-filling split. DIRAC splits an entity's priority
+// among its task queues by the sum of their jobs' user priorities; a Sluice
+// share has one queue per state, so that factor is 1 and user priority
+// orders the DTRs inside the queue instead.
+type DIRAC struct {
+	c   *Core
+	cfg DIRACConfig
+	// shares maps a share name (without direction) to its group and user.
+	shares map[string]diracEntity
+	// history holds, per state and share, the usage in each slice.
+	history map[dtr.State]map[string][]*window
+}
+
+type diracEntity struct{ group, user string }
+
+// NewDIRAC returns a maker of DIRAC's policy for Config.Policy.
+func NewDIRAC(cfg DIRACConfig) func(*Core) Policy {
+	if cfg.MaxGlobalCorrection <= 0 {
+		cfg.MaxGlobalCorrection = 5
+	}
+	if cfg.Unit == "" {
+		cfg.Unit = UnitSlotSeconds
+	}
+	return func(c *Core) Policy {
+		return &DIRAC{c: c, cfg: cfg, shares: map[string]diracEntity{}, history: map[dtr.State]map[string][]*window{}}
+	}
+}
+
+// Name implements Policy.
+func (*DIRAC) Name() string { return "dirac" }
+
+func (p *DIRAC) group(name string) DIRACGroup {
+	if g, ok := p.cfg.Groups[name]; ok {
+		return g
+	}
+	if g, ok := p.cfg.Groups[DefaultShare]; ok {
+		return g
+	}
+	return DIRACGroup{Priority: 1}
+}
+
+// Share implements Policy.
+func (p *DIRAC) Share(d *dtr.DTR) string {
+	g := p.c.cfg.SharePolicy.ShareName(d.Owner)
+	name, user := g, ""
+	if !p.group(g).JobSharing {
+		user = d.Owner.DN
+		name = g + "|" + user
+	}
+	if _, ok := p.shares[name]; !ok {
+		p.shares[name] = diracEntity{group: g, user: user}
+	}
+	return name
+}
+
+// Priority implements Policy: the user priority.
+func (*DIRAC) Priority(_ string, d *dtr.DTR) int {
+	if d.UserPriority == 0 {
+		return 50
+	}
+	return max(1, min(100, d.UserPriority))
+}
+
+// entity returns the group of a share name with its direction suffix, and
+// the suffix.
+func (p *DIRAC) entity(share string) (diracEntity, string) {
+	for _, suffix := range []string{"-download", "-upload"} {
+		if base, ok := strings.CutSuffix(share, suffix); ok {
+			if e, ok := p.shares[base]; ok {
+				return e, suffix
+			}
+		}
+	}
+	if e, ok := p.shares[share]; ok {
+		return e, ""
+	}
+	return diracEntity{group: share}, "" // restored before this policy saw it
+}
+
+// Weigh implements Policy.
+func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []ShareDemand) {
+	users := map[string]int{} // group+direction → users with work
+	for _, s := range shares {
+		if e, suffix := p.entity(s.Name); s.Demand > 0 && e.user != "" {
+			users[e.group+suffix]++
+		}
+	}
+	S := make([]float64, len(shares))
+	for i, s := range shares {
+		e, suffix := p.entity(s.Name)
+		S[i] = p.group(e.group).Priority
+		if e.user != "" && users[e.group+suffix] > 0 {
+			S[i] /= float64(users[e.group+suffix])
+		}
+		if s.Demand == 0 {
+			S[i] = 0
+		}
+	}
+	C := make([]float64, len(shares))
+	for i := range C {
+		C[i] = 1
+	}
+	if len(p.cfg.Slices) > 0 {
+		H := make([][]float64, len(p.cfg.Slices))
+		for k := range p.cfg.Slices {
+			H[k] = make([]float64, len(shares))
+			for i, s := range shares {
+				if ws := p.history[state][s.Name]; ws != nil {
+					H[k][i] = ws[k].sum(now)
+				}
+			}
+		}
+		C = DIRACCorrection(S, H, p.cfg.Slices, p.cfg.MaxGlobalCorrection)
+	}
+	for i := range shares {
+		shares[i].Weight = max(1, int64(math.Round(S[i]*C[i]*1e6)))
+	}
+}
+
+// DIRACCorrection returns each entity's correction factor C_e from its
+// expected share S[e] and its usage H[k][e] in each slice k (see DIRAC).
+// Entities with S[e] = 0 take no part and get 1.
+func DIRACCorrection(S []float64, H [][]float64, slices []DIRACSlice, maxGlobal float64) []float64 {
+	C := make([]float64, len(S))
+	sumS := 0.0
+	for _, s := range S {
+		sumS += s
+	}
+	sum := make([]float64, len(S))
+	weights := 0.0
+	for k, sl := range slices {
+		T := 0.0
+		for e := range S {
+			if S[e] > 0 {
+				T += H[k][e]
+			}
+		}
+		if T == 0 || sl.Weight <= 0 {
+			continue // no usage in this slice: nothing to correct from
+		}
+		M := max(sl.MaxCorrection, 1)
+		weights += sl.Weight
+		for e := range S {
+			if S[e] == 0 {
+				continue
+			}
+			c := M // no usage at all: as far below its share as allowed
+			if H[k][e] > 0 {
+				c = min(max((S[e]/sumS)/(H[k][e]/T), 1/M), M)
+			}
+			sum[e] += sl.Weight * c
+		}
+	}
+	G := max(maxGlobal, 1)
+	for e := range S {
+		C[e] = 1
+		if weights > 0 && S[e] > 0 {
+			C[e] = min(max(sum[e]/weights, 1/G), G)
+		}
+	}
+	return C
+}
+
+// Charge implements Policy: the usage goes into every slice's window.
+func (p *DIRAC) Charge(now time.Time, state dtr.State, share string, held time.Duration, bytes int64) {
+	if len(p.cfg.Slices) == 0 {
+		return
+	}
+	var amount float64
+	switch p.cfg.Unit {
+	case UnitBytes:
+		amount = float64(bytes)
+	case UnitFiles:
+		amount = 1
+	default:
+		amount = held.Seconds()
+	}
+	if amount <= 0 {
+		return
+	}
+	byShare := p.history[state]
+	if byShare == nil {
+		byShare = map[string][]*window{}
+		p.history[state] = byShare
+	}
+	ws := byShare[share]
+	if ws == nil {
+		for _, sl := range p.cfg.Slices {
+			ws = append(ws, newWindow(sl.Span))
+		}
+		byShare[share] = ws
+	}
+	for _, w := range ws {
+		w.add(now, amount)
+	}
+}
+
+// window sums amounts over the last span in 60 buckets: an amount leaves
+// the sum between span and span·61/60 after it was added.
+type window struct {
+	width   time.Duration
+	buckets [60]float64
+	// head is the index, since the epoch, of the newest bucket.
+	head int64
+}
+
+func newWindow(span time.Duration) *window {
+	return &window{width: max(span/60, time.Nanosecond)}
+}
+
+func (w *window) advance(now time.Time) {
+	i := now.UnixNano() / int64(w.width)
+	if i <= w.head {
+		return
+	}
+	for j := w.head + 1; j <= i && j <= w.head+60; j++ {
+		w.buckets[j%60] = 0
+	}
+	w.head = i
+}
+
+func (w *window) add(now time.Time, amount float64) {
+	w.advance(now)
+	w.buckets[w.head%60] += amount
+}
+
+func (w *window) sum(now time.Time) float64 {
+	w.advance(now)
+	s := 0.0
+	for _, b := range w.buckets {
+		s += b
+	}
+	return s
+}
+
+// ParseDIRACGroups reads "group=priority[:sharing],..." as in
+// "lhcb_prod=100:sharing,lhcb_user=50".
+func ParseDIRACGroups(s string) (map[string]DIRACGroup, error) {
+	out := map[string]DIRACGroup{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, rest, ok := strings.Cut(item, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("DIRAC group %q: want group=priority[:sharing]", item)
+		}
+		prio, flag, _ := strings.Cut(rest, ":")
+		var g DIRACGroup
+		var err error
+		if g.Priority, err = strconv.ParseFloat(prio, 64); err != nil || g.Priority <= 0 {
+			return nil, fmt.Errorf("DIRAC group %q: priority %q is not a positive number", name, prio)
+		}
+		switch flag {
+		case "":
+		case "sharing":
+			g.JobSharing = true
+		default:
+			return nil, fmt.Errorf("DIRAC group %q: flag %q is not \"sharing\"", name, flag)
+		}
+		out[name] = g
+	}
+	return out, nil
+}
+
+// ParseDIRACSlices reads "span:weight:maxcorrection,..." as in
+// "168h:80:2,1h:20:5".
+func ParseDIRACSlices(s string) ([]DIRACSlice, error) {
+	var out []DIRACSlice
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		parts := strings.Split(item, ":")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("DIRAC slice %q: want span:weight:maxcorrection", item)
+		}
+		span, err := time.ParseDuration(parts[0])
+		if err != nil || span <= 0 {
+			return nil, fmt.Errorf("DIRAC slice %q: span %q is not a positive duration", item, parts[0])
+		}
+		var sl DIRACSlice
+		sl.Span = span
+		if sl.Weight, err = strconv.ParseFloat(parts[1], 64); err != nil || sl.Weight <= 0 {
+			return nil, fmt.Errorf("DIRAC slice %q: weight %q is not a positive number", item, parts[1])
+		}
+		if sl.MaxCorrection, err = strconv.ParseFloat(parts[2], 64); err != nil || sl.MaxCorrection < 1 {
+			return nil, fmt.Errorf("DIRAC slice %q: max correction %q is not a number ≥ 1", item, parts[2])
+		}
+		out = append(out, sl)
+	}
+	return out, nil
+}

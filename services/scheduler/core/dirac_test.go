@@ -1,0 +1,250 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+func TestDIRACCorrectionMatchesHandComputedCases(t *testing.T) {
+	week := DIRACSlice{Span: 168 * time.Hour, Weight: 80, MaxCorrection: 2}
+	hour := DIRACSlice{Span: time.Hour, Weight: 20, MaxCorrection: 5}
+	tests := []struct {
+		name   string
+		S      []float64
+		H      [][]float64
+		slices []DIRACSlice
+		G      float64
+		want   []float64
+	}{
+		{
+			// week: a 2/3 vs 100/120 → 0.8; b 1/3 vs 20/120 → 2 (the cap).
+			// hour: a 2/3 vs 10/10 → 0.667; b used nothing → 5 (the cap).
+			// C_a = (80·0.8 + 20·0.667)/100 = 0.7733; C_b = (80·2 + 20·5)/100 = 2.6.
+			name: "the seed's week and hour slices", S: []float64{2, 1},
+			H: [][]float64{{100, 20}, {10, 0}}, slices: []DIRACSlice{week, hour}, G: 3,
+			want: []float64{(80*0.8 + 20*(2.0/3)) / 100, 2.6},
+		},
+		{
+			name: "no history corrects nothing", S: []float64{2, 1},
+			H: [][]float64{{0, 0}, {0, 0}}, slices: []DIRACSlice{week, hour}, G: 3,
+			want: []float64{1, 1},
+		},
+		{
+			// a: 0.5 vs 100/101 → 0.505; b: 0.5 vs 1/101 → 50.5, capped at 10, then at G = 2.
+			name: "the global maximum caps the total", S: []float64{1, 1},
+			H: [][]float64{{100, 1}}, slices: []DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 10}}, G: 2,
+			want: []float64{0.5 / (100.0 / 101), 2},
+		},
+		{
+			// DIRAC would keep the empty slice's weight and halve both.
+			name: "a slice with no usage at all is left out of the weights", S: []float64{1, 1},
+			H:      [][]float64{{30, 10}, {0, 0}},
+			slices: []DIRACSlice{{Span: time.Hour, Weight: 50, MaxCorrection: 2}, {Span: time.Minute, Weight: 50, MaxCorrection: 5}}, G: 5,
+			want: []float64{0.5 / 0.75, 2},
+		},
+		{
+			// DIRAC adds M unweighted; Sluice weighs it like every value.
+			name: "a share absent from a slice gets its maximum, weighted", S: []float64{1, 1},
+			H:      [][]float64{{10, 0}, {10, 10}},
+			slices: []DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 3}, {Span: time.Minute, Weight: 3, MaxCorrection: 3}}, G: 5,
+			want: []float64{(1*0.5 + 3*1) / 4, (1*3 + 3*1) / 4.0},
+		},
+		{
+			name: "an entity without an expected share takes no part", S: []float64{1, 0},
+			H: [][]float64{{10, 1000}}, slices: []DIRACSlice{hour}, G: 5,
+			want: []float64{1, 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DIRACCorrection(tt.S, tt.H, tt.slices, tt.G)
+			for i := range tt.want {
+				if math.Abs(got[i]-tt.want[i]) > 1e-9 {
+					t.Fatalf("C = %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// diracDTR is a DTR of a user (DN) in a VO group (FQAN).
+func diracDTR(i int, group, user string) *dtr.DTR {
+	d := newDTR(i, group+"-"+user, dtr.Download)
+	d.Owner = dtr.Identity{DN: "/CN=" + user, FQANs: []string{"/" + group}}
+	return d
+}
+
+func diracConfig() Config {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyVOMSVO
+	cfg.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{
+		"prod": {Priority: 100, JobSharing: true},
+		"user": {Priority: 50},
+	}})
+	return cfg
+}
+
+func TestDIRACSharesAndWeights(t *testing.T) {
+	c := New(diracConfig())
+	share := func(group, user string) string {
+		d := diracDTR(0, group, user)
+		return SubShare(c.policy.Share(d), d.Direction)
+	}
+	if a, b := share("prod", "alice"), share("prod", "bob"); a != b || a != "prod-download" {
+		t.Fatalf("a job-sharing group's users have shares %q and %q, want one, prod-download", a, b)
+	}
+	if a, b := share("user", "alice"), share("user", "bob"); a == b || a != "user|/CN=alice-download" {
+		t.Fatalf("users of a group without job sharing have shares %q and %q, want one each", a, b)
+	}
+	tests := []struct {
+		name   string
+		shares []ShareDemand
+		want   []int64
+	}{
+		{"a sharing group weighs its priority; the others' is divided among users with work",
+			[]ShareDemand{{"prod-download", 0, 10}, {"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-download", 0, 10}},
+			[]int64{100e6, 25e6, 25e6}},
+		{"a user without work does not divide the group's priority",
+			[]ShareDemand{{"prod-download", 0, 10}, {"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-download", 0, 0}},
+			[]int64{100e6, 50e6, 1}},
+		{"users count per direction",
+			[]ShareDemand{{"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-upload", 0, 10}},
+			[]int64{50e6, 50e6}},
+	}
+	share("user", "bob")
+	bob := diracDTR(0, "user", "bob")
+	bob.Direction = dtr.Upload
+	c.policy.Share(bob)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c.policy.Weigh(t0, dtr.Transfer, tt.shares)
+			for i, s := range tt.shares {
+				if s.Weight != tt.want[i] {
+					t.Fatalf("share %s weighs %d, want %d", s.Name, s.Weight, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestDIRACPriorityIsTheUserPriority(t *testing.T) {
+	c := New(diracConfig())
+	for _, tt := range []struct{ user, want int }{{0, 50}, {1, 1}, {77, 77}, {100, 100}} {
+		d := diracDTR(0, "user", "alice")
+		d.UserPriority = tt.user
+		if got := c.policy.Priority("x", d); got != tt.want {
+			t.Errorf("user priority %d gives %d, want %d", tt.user, got, tt.want)
+		}
+	}
+}
+
+// diracSim runs a saturated TRANSFER state under DIRAC's policy and returns
+// each share's part of the slot-time.
+func diracSim(t *testing.T, cfg Config, users map[string][2]string, d time.Duration) (*sim, map[string]float64) {
+	cfg.MaxDelivery = 10
+	cfg.MaxProcessor = 100
+	cfg.Lease = 24 * time.Hour
+	s := newSim(t, cfg)
+	s.transferTime = func(share string, i int) time.Duration {
+		return time.Duration(5000+(i*7919+len(share)*104729)%10000) * time.Millisecond
+	}
+	for name, gu := range users {
+		for i := 0; i < 4000; i++ {
+			if err := s.c.Submit(s.now, diracDTR(i, gu[0], gu[1]+name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.run(d, 100*time.Millisecond)
+	var total time.Duration
+	for _, v := range s.slotTime {
+		total += v
+	}
+	parts := map[string]float64{}
+	for k, v := range s.slotTime {
+		parts[k] = 100 * float64(v) / float64(total)
+	}
+	return s, parts
+}
+
+func TestDIRACSaturatedSplitFollowsTheWeights(t *testing.T) {
+	_, parts := diracSim(t, diracConfig(), map[string][2]string{
+		"p1": {"prod", "pat"}, "p2": {"prod", "pia"}, "a": {"user", "al"}, "b": {"user", "bo"},
+	}, time.Hour)
+	t.Logf("parts %v", parts)
+	want := map[string]float64{"prod-download": 100.0 * 100 / 150, "user|/CN=ala-download": 100.0 * 25 / 150,
+		"user|/CN=bob-download": 100.0 * 25 / 150}
+	for share, w := range want {
+		if math.Abs(parts[share]-w) > 1 {
+			t.Errorf("share %s had %.2f%% of the slot-time, want %.2f%% ± 1", share, parts[share], w)
+		}
+	}
+	if len(parts) != len(want) {
+		t.Errorf("slot-time went to %v, want only %v", parts, want)
+	}
+}
+
+func TestDIRACHistoryCorrectionFavoursTheShareThatUsedLess(t *testing.T) {
+	cfg := diracConfig()
+	cfg.Policy = NewDIRAC(DIRACConfig{
+		Groups: map[string]DIRACGroup{"user": {Priority: 50}},
+		Slices: []DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}, MaxGlobalCorrection: 5,
+	})
+	// Alice works alone for half an hour, then Bob arrives with as much work.
+	s, _ := diracSim(t, cfg, map[string][2]string{"a": {"user", "al"}}, 30*time.Minute)
+	before := s.slotTime["user|/CN=bob-download"]
+	aliceBefore := s.slotTime["user|/CN=ala-download"]
+	for i := 0; i < 4000; i++ {
+		if err := s.c.Submit(s.now, diracDTR(i, "user", "bob")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.run(10*time.Minute, 100*time.Millisecond)
+	bob := s.slotTime["user|/CN=bob-download"] - before
+	alice := s.slotTime["user|/CN=ala-download"] - aliceBefore
+	t.Logf("bob %s alice %s", bob, alice)
+	// Equal shares, but Alice has used the last half hour: Bob gets most.
+	if bob < 3*alice {
+		t.Errorf("after Alice's half hour alone, Bob had %s of slot-time to her %s in 10 minutes, want at least 3×", bob, alice)
+	}
+	if alice == 0 {
+		t.Error("Alice got no slot at all; every active share keeps one")
+	}
+}
+
+func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
+	groups, err := ParseDIRACGroups("lhcb_prod=100:sharing, lhcb_user=50")
+	if err != nil || groups["lhcb_prod"] != (DIRACGroup{100, true}) || groups["lhcb_user"] != (DIRACGroup{50, false}) {
+		t.Fatalf("groups %v, %v", groups, err)
+	}
+	slices, err := ParseDIRACSlices("168h:80:2,1h:20:5")
+	if err != nil || len(slices) != 2 || slices[1] != (DIRACSlice{time.Hour, 20, 5}) {
+		t.Fatalf("slices %v, %v", slices, err)
+	}
+	for _, bad := range []struct{ in, want string }{
+		{"prod", "want group=priority"},
+		{"prod=x", "not a positive number"},
+		{"prod=-1", "not a positive number"},
+		{"prod=10:shared", `not "sharing"`},
+	} {
+		if _, err := ParseDIRACGroups(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("groups %q: error %v, want %q", bad.in, err, bad.want)
+		}
+	}
+	for _, bad := range []struct{ in, want string }{
+		{"1h:20", "want span:weight:maxcorrection"},
+		{"soon:20:5", "not a positive duration"},
+		{"1h:0:5", "weight"},
+		{"1h:20:0.5", "max correction"},
+	} {
+		if _, err := ParseDIRACSlices(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("slices %q: error %v, want %q", bad.in, err, bad.want)
+		}
+	}
+	_ = fmt.Sprint()
+}
