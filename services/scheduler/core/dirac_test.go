@@ -107,13 +107,13 @@ func TestDIRACSharesAndWeights(t *testing.T) {
 		want   []int64
 	}{
 		{"a sharing group weighs its priority; the others' is divided among users with work",
-			[]ShareDemand{{"prod-download", 0, 10}, {"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-download", 0, 10}},
+			[]ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 10}},
 			[]int64{100e6, 25e6, 25e6}},
 		{"a user without work does not divide the group's priority",
-			[]ShareDemand{{"prod-download", 0, 10}, {"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-download", 0, 0}},
+			[]ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 0}},
 			[]int64{100e6, 50e6, 1}},
 		{"users count per direction",
-			[]ShareDemand{{"user|/CN=alice-download", 0, 10}, {"user|/CN=bob-upload", 0, 10}},
+			[]ShareDemand{{Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-upload", Weight: 0, Demand: 10}},
 			[]int64{50e6, 50e6}},
 	}
 	share("user", "bob")

@@ -9,6 +9,13 @@ type ShareDemand struct {
 	Name   string
 	Weight int64
 	Demand int
+	// Tier orders shares strictly: the slots go to the highest tier with
+	// demand first, and a lower tier only gets what the higher ones cannot
+	// use. Weights share out the slots inside a tier. Default 0.
+	Tier int
+	// Min is a number of slots the share is guaranteed while it has that
+	// much demand (capacity it owns); others use them while it is idle.
+	Min int
 }
 
 // Split divides n slots between shares in proportion to their priorities
@@ -46,30 +53,62 @@ func Split(n int, shares []ShareDemand) map[string]int {
 func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	alloc := make([]int, len(shares))
 	exact := make([]float64, len(shares))
-	prio := func(i int) int64 { return max(shares[i].Weight, 1) }
-	var active []int
-	total := 0
+	tiers := map[int][]int{}
+	var order []int
 	for i, s := range shares {
 		if s.Demand > 0 {
-			active = append(active, i)
-			total += s.Demand
+			if _, ok := tiers[s.Tier]; !ok {
+				order = append(order, s.Tier)
+			}
+			tiers[s.Tier] = append(tiers[s.Tier], i)
 		}
 	}
-	if n <= 0 || len(active) == 0 {
-		return alloc, exact
+	sort.Sort(sort.Reverse(sort.IntSlice(order)))
+	for _, t := range order {
+		if n <= 0 {
+			break
+		}
+		n -= splitTier(n, shares, tiers[t], deficit, alloc, exact)
 	}
-	// Stable, deterministic order: priority descending, then name.
+	return alloc, exact
+}
+
+// splitTier shares n slots between the shares active (all with demand, of
+// one tier), writing alloc and exact, and returns the slots it gave.
+func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64) int {
+	prio := func(i int) int64 { return max(shares[i].Weight, 1) }
+	lo := func(i int) int64 { return int64(max(1, min(shares[i].Min, shares[i].Demand))) }
+	total, sumLo := 0, int64(0)
+	for _, i := range active {
+		total += shares[i].Demand
+		sumLo += lo(i)
+	}
+	if n <= 0 || len(active) == 0 {
+		return 0
+	}
+	// Stable, deterministic order: owners of capacity first, then weight
+	// descending, then name.
 	sort.Slice(active, func(a, b int) bool {
+		if oa, ob := shares[active[a]].Min > 0, shares[active[b]].Min > 0; oa != ob {
+			return oa
+		}
 		if pa, pb := prio(active[a]), prio(active[b]); pa != pb {
 			return pa > pb
 		}
 		return shares[active[a]].Name < shares[active[b]].Name
 	})
-	if len(active) >= n {
-		for _, i := range active[:n] {
-			alloc[i], exact[i] = 1, 1
+	if sumLo >= int64(n) {
+		// Not even the minimums fit: owners get theirs first, then one
+		// slot each in order of weight.
+		left := int64(n)
+		for _, i := range active {
+			give := min(lo(i), left)
+			alloc[i], exact[i] = int(give), float64(give)
+			if left -= give; left == 0 {
+				break
+			}
 		}
-		return alloc, exact
+		return n
 	}
 	m := int64(min(n, total)) // slots that can be used at all
 
@@ -110,9 +149,9 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 			case scaled > d*p:
 				over = append(over, i)
 				excess += scaled - d*p
-			case scaled < p:
+			case scaled < lo(i)*p:
 				under = append(under, i)
-				lack += p - scaled
+				lack += lo(i)*p - scaled
 			}
 		}
 		if len(over) == 0 && len(under) == 0 {
@@ -124,7 +163,7 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 			}
 		} else {
 			for _, i := range under {
-				fixed[i] = 1
+				fixed[i] = lo(i)
 			}
 		}
 	}
@@ -161,7 +200,7 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 			used++
 		}
 	}
-	return alloc, exact
+	return int(used)
 }
 
 // at returns xs[i], or 0 if xs is nil.

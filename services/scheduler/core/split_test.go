@@ -15,32 +15,32 @@ func TestSplitDividesSlotsInProportionToPriority(t *testing.T) {
 		want   map[string]int
 	}{
 		{"seed example 60/40 on 5 slots", 5,
-			[]ShareDemand{{"a", 60, 100}, {"b", 40, 100}}, map[string]int{"a": 3, "b": 2}},
+			[]ShareDemand{{Name: "a", Weight: 60, Demand: 100}, {Name: "b", Weight: 40, Demand: 100}}, map[string]int{"a": 3, "b": 2}},
 		{"seed example 20/80 on 10 slots", 10,
-			[]ShareDemand{{"atlas:slow-prod", 20, 100}, {"atlas:validation", 80, 100}},
+			[]ShareDemand{{Name: "atlas:slow-prod", Weight: 20, Demand: 100}, {Name: "atlas:validation", Weight: 80, Demand: 100}},
 			map[string]int{"atlas:slow-prod": 2, "atlas:validation": 8}},
 		{"names do not change the split", 10,
-			[]ShareDemand{{"z", 20, 100}, {"a", 80, 100}}, map[string]int{"z": 2, "a": 8}},
+			[]ShareDemand{{Name: "z", Weight: 20, Demand: 100}, {Name: "a", Weight: 80, Demand: 100}}, map[string]int{"z": 2, "a": 8}},
 		{"equal shares split evenly", 10,
-			[]ShareDemand{{"a", 50, 100}, {"b", 50, 100}}, map[string]int{"a": 5, "b": 5}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 100}, {Name: "b", Weight: 50, Demand: 100}}, map[string]int{"a": 5, "b": 5}},
 		{"a share never gets more than its demand; the rest is handed on", 10,
-			[]ShareDemand{{"a", 50, 2}, {"b", 50, 100}}, map[string]int{"a": 2, "b": 8}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 2}, {Name: "b", Weight: 50, Demand: 100}}, map[string]int{"a": 2, "b": 8}},
 		{"every active share gets at least one slot", 10,
-			[]ShareDemand{{"big", 99, 100}, {"small", 1, 100}}, map[string]int{"big": 9, "small": 1}},
+			[]ShareDemand{{Name: "big", Weight: 99, Demand: 100}, {Name: "small", Weight: 1, Demand: 100}}, map[string]int{"big": 9, "small": 1}},
 		{"shares without demand take no part", 4,
-			[]ShareDemand{{"a", 50, 0}, {"b", 50, 10}}, map[string]int{"b": 4}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 0}, {Name: "b", Weight: 50, Demand: 10}}, map[string]int{"b": 4}},
 		{"no more slots than the total demand", 10,
-			[]ShareDemand{{"a", 50, 1}, {"b", 50, 2}}, map[string]int{"a": 1, "b": 2}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 1}, {Name: "b", Weight: 50, Demand: 2}}, map[string]int{"a": 1, "b": 2}},
 		{"leftover goes to the largest remainder", 10,
-			[]ShareDemand{{"a", 50, 100}, {"b", 30, 100}, {"c", 20, 100}}, map[string]int{"a": 5, "b": 3, "c": 2}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 100}, {Name: "b", Weight: 30, Demand: 100}, {Name: "c", Weight: 20, Demand: 100}}, map[string]int{"a": 5, "b": 3, "c": 2}},
 		{"leftover tie goes to the higher priority then the name", 4,
-			[]ShareDemand{{"b", 1, 100}, {"a", 1, 100}, {"c", 1, 100}}, map[string]int{"a": 2, "b": 1, "c": 1}},
+			[]ShareDemand{{Name: "b", Weight: 1, Demand: 100}, {Name: "a", Weight: 1, Demand: 100}, {Name: "c", Weight: 1, Demand: 100}}, map[string]int{"a": 2, "b": 1, "c": 1}},
 		{"more shares than slots: the highest priorities get one each", 2,
-			[]ShareDemand{{"low", 10, 5}, {"high", 90, 5}, {"mid", 50, 5}}, map[string]int{"high": 1, "mid": 1}},
+			[]ShareDemand{{Name: "low", Weight: 10, Demand: 5}, {Name: "high", Weight: 90, Demand: 5}, {Name: "mid", Weight: 50, Demand: 5}}, map[string]int{"high": 1, "mid": 1}},
 		{"caps and minimums together stay within the slots", 4,
-			[]ShareDemand{{"a", 50, 2}, {"b", 25, 10}, {"c", 1, 10}, {"d", 1, 10}},
+			[]ShareDemand{{Name: "a", Weight: 50, Demand: 2}, {Name: "b", Weight: 25, Demand: 10}, {Name: "c", Weight: 1, Demand: 10}, {Name: "d", Weight: 1, Demand: 10}},
 			map[string]int{"a": 1, "b": 1, "c": 1, "d": 1}},
-		{"zero slots give nothing", 0, []ShareDemand{{"a", 50, 3}}, map[string]int{}},
+		{"zero slots give nothing", 0, []ShareDemand{{Name: "a", Weight: 50, Demand: 3}}, map[string]int{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSplitInvariants(t *testing.T) {
 			total := 0
 			for i := 0; i < k; i++ {
 				d := (seed*7 + i*13) % 9
-				shares = append(shares, ShareDemand{fmt.Sprintf("s%d", i), int64(1 + (seed*31+i*17)%100), d})
+				shares = append(shares, ShareDemand{Name: fmt.Sprintf("s%d", i), Weight: int64(1 + (seed*31+i*17)%100), Demand: d})
 				total += d
 			}
 			got := Split(n, shares)
@@ -145,5 +145,44 @@ func TestSharePolicyNamesShares(t *testing.T) {
 	}
 	if _, err := ParseSharePolicy("voms:colour"); err == nil {
 		t.Fatal("ParseSharePolicy accepted an unknown policy")
+	}
+}
+
+func TestSplitServesTiersInOrderAndGuaranteesOwnedSlots(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int
+		shares []ShareDemand
+		want   map[string]int
+	}{
+		{"a higher tier is served first, the rest split by weight", 10,
+			[]ShareDemand{{Name: "admin", Weight: 1, Demand: 3, Tier: 1}, {Name: "a", Weight: 50, Demand: 100}, {Name: "b", Weight: 50, Demand: 100}},
+			map[string]int{"admin": 3, "a": 4, "b": 3}},
+		{"a higher tier with enough demand takes every slot", 10,
+			[]ShareDemand{{Name: "admin", Weight: 1, Demand: 20, Tier: 1}, {Name: "a", Weight: 50, Demand: 100}},
+			map[string]int{"admin": 10}},
+		{"an owner gets its owned slots whatever its weight", 10,
+			[]ShareDemand{{Name: "owner", Weight: 10, Demand: 100, Min: 6}, {Name: "other", Weight: 90, Demand: 100}},
+			map[string]int{"owner": 6, "other": 4}},
+		{"an idle owner's slots are borrowed", 10,
+			[]ShareDemand{{Name: "owner", Weight: 10, Demand: 0, Min: 6}, {Name: "other", Weight: 90, Demand: 100}},
+			map[string]int{"other": 10}},
+		{"an owner with less work than it owns uses only what it needs", 10,
+			[]ShareDemand{{Name: "owner", Weight: 10, Demand: 2, Min: 6}, {Name: "other", Weight: 90, Demand: 100}},
+			map[string]int{"owner": 2, "other": 8}},
+		{"an owner whose weight is worth more than it owns gets its weight", 10,
+			[]ShareDemand{{Name: "owner", Weight: 90, Demand: 100, Min: 2}, {Name: "other", Weight: 10, Demand: 100}},
+			map[string]int{"owner": 9, "other": 1}},
+		{"owned slots that do not all fit go to owners by weight", 10,
+			[]ShareDemand{{Name: "x", Weight: 10, Demand: 100, Min: 6}, {Name: "y", Weight: 20, Demand: 100, Min: 6}, {Name: "z", Weight: 50, Demand: 100}},
+			map[string]int{"y": 6, "x": 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Split(tt.n, tt.shares)
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("Split = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
