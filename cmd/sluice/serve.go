@@ -50,7 +50,7 @@ func serveFlags(role string, cfg *Config) *flag.FlagSet {
 		fs.IntVar(&cfg.NATSPort, "port", cfg.NATSPort, "port of the embedded NATS server on 127.0.0.1, 0 for a free one (env SLUICE_NATS_PORT)")
 	}
 	if role == "all" || role == "scheduler" {
-		fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fair-share policy: arc or dirac (env SLUICE_POLICY; dirac reads SLUICE_DIRAC_*)")
+		fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fair-share policy: arc, dirac, sam or enstore (env SLUICE_POLICY; each reads its SLUICE_<POLICY>_* settings)")
 		fs.StringVar(&cfg.SharePolicy, "sharepolicy", cfg.SharePolicy, "share policy: dn, voms:vo, voms:group, voms:role (env SLUICE_SHAREPOLICY)")
 		fs.StringVar(&cfg.SharePriority, "sharepriority", cfg.SharePriority, "share priorities, e.g. atlas=80,cms=20 (env SLUICE_SHAREPRIORITY)")
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")

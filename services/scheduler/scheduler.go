@@ -35,12 +35,18 @@ import (
 // The names follow ARC's [arex/data-staging] options.
 type Config struct {
 	// Policy is the fair-share scheme: arc (default) or dirac.
-	Policy string `envconfig:"POLICY" default:"arc" desc:"fair-share policy: arc (proportional split by share priority) or dirac (group shares, per-user division, history correction)"`
+	Policy string `envconfig:"POLICY" default:"arc" desc:"fair-share policy: arc (proportional split by share priority), dirac (group shares, per-user division, history correction), sam (cumulative benefit, front or back of one queue) or enstore (admin category, idle groups first, owned slots)"`
 	// DIRAC's policy.
 	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing],... e.g. prod=100:sharing,user=50; groups are named by SLUICE_SHAREPOLICY"`
 	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
 	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
 	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
+	// SAM's policy.
+	SAMGroups string `envconfig:"SAM_GROUPS" desc:"sam policy: group=fraction or group=priority, e.g. daq=priority,cms=0.6,atlas=0.4; priority groups rank in the order given"`
+	SAMUnit   string `envconfig:"SAM_UNIT" default:"files" desc:"sam policy: benefit counted in files, bytes (byte-fair) or seconds"`
+	// Enstore's policy.
+	EnstoreAdmin string `envconfig:"ENSTORE_ADMIN" desc:"enstore policy: admin/DAQ rules as JSON, e.g. [{\"user\":\"/CN=joe\",\"host\":\"node1\"},{\"group\":\"daq\"}]"`
+	EnstoreOwned string `envconfig:"ENSTORE_OWNED" desc:"enstore policy: slots a group owns in each state, e.g. cms=4,atlas=2"`
 	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one share).
 	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
@@ -92,8 +98,35 @@ func (c Config) CoreConfig() (core.Config, error) {
 			return cc, fmt.Errorf("DIRAC usage unit %q is not seconds, bytes or files", c.DIRACUnit)
 		}
 		cc.Policy = core.NewDIRAC(dc)
+	case "sam":
+		sc, err := core.ParseSAMGroups(c.SAMGroups)
+		if err != nil {
+			return cc, err
+		}
+		switch sc.Unit = strings.ToLower(c.SAMUnit); sc.Unit {
+		case "", core.UnitSlotSeconds, core.UnitBytes, core.UnitFiles:
+		default:
+			return cc, fmt.Errorf("SAM benefit unit %q is not files, bytes or seconds", c.SAMUnit)
+		}
+		cc.Policy = core.NewSAM(sc)
+	case "enstore":
+		var ec core.EnstoreConfig
+		if ec.Admin, err = core.ParseEnstoreAdmin(c.EnstoreAdmin); err != nil {
+			return cc, err
+		}
+		if ec.Owned, err = core.ParseOwned(c.EnstoreOwned); err != nil {
+			return cc, err
+		}
+		owned := 0
+		for _, n := range ec.Owned {
+			owned += n
+		}
+		if owned > min(c.MaxDelivery, c.MaxProcessor) && c.MaxDelivery > 0 && c.MaxProcessor > 0 {
+			return cc, fmt.Errorf("Enstore owned slots add up to %d, more than the %d slots of the smallest state", owned, min(c.MaxDelivery, c.MaxProcessor))
+		}
+		cc.Policy = core.NewEnstore(ec)
 	default:
-		return cc, fmt.Errorf("policy %q is not arc or dirac", c.Policy)
+		return cc, fmt.Errorf("policy %q is not arc, dirac, sam or enstore", c.Policy)
 	}
 	return cc, nil
 }

@@ -574,7 +574,9 @@ func (c *Core) Tick(now time.Time) {
 		c.route(now, e)
 	}
 	c.expireLeases(now)
-	if !now.Before(c.nextAge) {
+	if a, ok := c.policy.(ageless); ok && a.Ageless() {
+		// no ageing under this policy
+	} else if !now.Before(c.nextAge) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}
@@ -697,7 +699,7 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 		if c.admit(st.state, ss) {
 			demand += ss.q.Len()
 		}
-		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand})
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand, Running: ss.running})
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
@@ -1104,5 +1106,5 @@ func (c *Core) charge(now time.Time, e *entry) {
 	if e.queued == dtr.Transfer {
 		bytes = e.d.Bytes
 	}
-	c.policy.Charge(now, e.queued, e.d.Share, now.Sub(c.when(e.granted)), bytes)
+	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
 }

@@ -235,7 +235,8 @@ func DIRACCorrection(S []float64, H [][]float64, slices []DIRACSlice, maxGlobal 
 }
 
 // Charge implements Policy: the usage goes into every slice's window.
-func (p *DIRAC) Charge(now time.Time, state dtr.State, share string, held time.Duration, bytes int64) {
+func (p *DIRAC) Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.Duration, bytes int64) {
+	share := d.Share
 	if len(p.cfg.Slices) == 0 {
 		return
 	}

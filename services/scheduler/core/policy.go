@@ -25,10 +25,14 @@ type Policy interface {
 	// Weigh sets the Weight of each share with work in a state. On entry
 	// Weight holds the share's configured priority (ARC's weight).
 	Weigh(now time.Time, state dtr.State, shares []ShareDemand)
-	// Charge tells the policy that a grant of a share ended: it held a
-	// slot of state for held and moved bytes (0 outside delivery).
-	Charge(now time.Time, state dtr.State, share string, held time.Duration, bytes int64)
+	// Charge tells the policy that a grant of d ended: it held a slot of
+	// state for held, and moved bytes (0 outside delivery).
+	Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.Duration, bytes int64)
 }
+
+// ageless is implemented by a policy that wants no priority ageing (SAM's
+// scheme assumes the queue does not age).
+type ageless interface{ Ageless() bool }
 
 // ARC is ARC's policy: shares named by the share policy (dn, voms:vo, …),
 // each weighted by its configured priority, a DTR's priority the share's
@@ -50,7 +54,7 @@ func (p ARC) Priority(share string, d *dtr.DTR) int {
 func (ARC) Weigh(time.Time, dtr.State, []ShareDemand) {}
 
 // Charge implements Policy: ARC keeps no history.
-func (ARC) Charge(time.Time, dtr.State, string, time.Duration, int64) {}
+func (ARC) Charge(time.Time, dtr.State, *dtr.DTR, time.Duration, int64) {}
 
 // Policy returns the policy in force.
 func (c *Core) Policy() Policy { return c.policy }

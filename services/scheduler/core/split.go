@@ -9,6 +9,8 @@ type ShareDemand struct {
 	Name   string
 	Weight int64
 	Demand int
+	// Running is how many of the demand run now (for policies to read).
+	Running int
 	// Tier orders shares strictly: the slots go to the highest tier with
 	// demand first, and a lower tier only gets what the higher ones cannot
 	// use. Weights share out the slots inside a tier. Default 0.

@@ -1,0 +1,187 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// EnstoreRule is one condition for Enstore's admin/DAQ category: every
+// field that is set must match (the DTR owner's DN, its group as
+// SharePolicy names it, the host of its source or destination URL).
+type EnstoreRule struct {
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
+	Host  string `json:"host,omitempty"`
+}
+
+// EnstoreConfig configures Enstore's policy.
+type EnstoreConfig struct {
+	// Admin lists the conditions that grant the admin/DAQ category; a DTR
+	// that meets any of them has it.
+	Admin []EnstoreRule
+	// Owned gives the slots a group owns in every state (and direction):
+	// they are its whenever it has work, and others borrow them while it
+	// is idle.
+	Owned map[string]int
+}
+
+// Enstore is Enstore's queue management (seeds/enstore-job-priority.txt)
+// on Sluice's slots:
+//
+//   - Category: a DTR meeting an admin rule goes to its group's admin share
+//     ("admin:<group>"), which is served before every normal share: it
+//     takes the next free slots, but no running transfer is stopped.
+//   - Numeric priority: the user priority, raised with time in the queue
+//     by the core's ageing (SLUICE_AGE_AFTER / SLUICE_AGE_EVERY; Enstore
+//     raises by one every 30 minutes).
+//   - Fair share: groups weigh the same, and a group with nothing in
+//     progress goes first when there are more groups than free slots.
+//   - Owned capacity: a group's owned slots are guaranteed whenever it has
+//     that much work; while it is idle others use them, and as their
+//     transfers finish the freed slots go back to the owner first.
+//
+// Enstore stops serving normal requests on a volume that an admin request
+// waits for; Sluice has no volumes, so the admin share simply goes first.
+type Enstore struct {
+	c      *Core
+	cfg    EnstoreConfig
+	groups map[string]enstoreShare // by share name without direction
+}
+
+type enstoreShare struct {
+	group string
+	admin bool
+}
+
+// NewEnstore returns a maker of Enstore's policy for Config.Policy.
+func NewEnstore(cfg EnstoreConfig) func(*Core) Policy {
+	return func(c *Core) Policy { return &Enstore{c: c, cfg: cfg, groups: map[string]enstoreShare{}} }
+}
+
+// Name implements Policy.
+func (*Enstore) Name() string { return "enstore" }
+
+// Admin reports whether a DTR of group meets an admin rule.
+func (p *Enstore) Admin(d *dtr.DTR, group string) bool {
+	for _, r := range p.cfg.Admin {
+		if r.User != "" && r.User != d.Owner.DN {
+			continue
+		}
+		if r.Group != "" && r.Group != group {
+			continue
+		}
+		if r.Host != "" && hostOf(d.Source) != r.Host && hostOf(d.Destination) != r.Host {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func hostOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return p.Hostname()
+}
+
+// Share implements Policy.
+func (p *Enstore) Share(d *dtr.DTR) string {
+	group := p.c.cfg.SharePolicy.ShareName(d.Owner)
+	name, admin := group, p.Admin(d, group)
+	if admin {
+		name = "admin:" + group
+	}
+	p.groups[name] = enstoreShare{group: group, admin: admin}
+	return name
+}
+
+// Priority implements Policy: the user priority.
+func (*Enstore) Priority(_ string, d *dtr.DTR) int {
+	if d.UserPriority == 0 {
+		return 50
+	}
+	return max(1, min(100, d.UserPriority))
+}
+
+func (p *Enstore) share(name string) enstoreShare {
+	for _, suffix := range []string{"-download", "-upload"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if s, ok := p.groups[base]; ok {
+				return s
+			}
+		}
+	}
+	if s, ok := p.groups[name]; ok {
+		return s
+	}
+	if g, ok := strings.CutPrefix(name, "admin:"); ok {
+		return enstoreShare{group: strings.TrimSuffix(strings.TrimSuffix(g, "-download"), "-upload"), admin: true}
+	}
+	return enstoreShare{group: strings.TrimSuffix(strings.TrimSuffix(name, "-download"), "-upload")}
+}
+
+// Weigh implements Policy.
+func (p *Enstore) Weigh(_ time.Time, _ dtr.State, shares []ShareDemand) {
+	for i := range shares {
+		s := p.share(shares[i].Name)
+		shares[i].Weight = 1000
+		if shares[i].Running == 0 {
+			shares[i].Weight++ // nothing in progress: first in a crowd
+		}
+		shares[i].Tier, shares[i].Min = 0, 0
+		if s.admin {
+			shares[i].Tier = 1
+		} else {
+			shares[i].Min = p.cfg.Owned[s.group]
+		}
+	}
+}
+
+// Charge implements Policy: Enstore keeps no history.
+func (*Enstore) Charge(time.Time, dtr.State, *dtr.DTR, time.Duration, int64) {}
+
+// ParseEnstoreAdmin reads the admin rules as a JSON array, e.g.
+// [{"user":"/CN=joe","host":"mynode1"},{"host":"myspecialnode"}].
+func ParseEnstoreAdmin(s string) ([]EnstoreRule, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	var rules []EnstoreRule
+	if err := dec.Decode(&rules); err != nil {
+		return nil, fmt.Errorf("Enstore admin rules: want a JSON array of {\"user\", \"group\", \"host\"}: %w", err)
+	}
+	for i, r := range rules {
+		if r == (EnstoreRule{}) {
+			return nil, fmt.Errorf("Enstore admin rule %d is empty: it would match every DTR", i+1)
+		}
+	}
+	return rules, nil
+}
+
+// ParseOwned reads "group=slots,..." as in "cms=4,atlas=2".
+func ParseOwned(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(item, "=")
+		slots, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || slots < 1 {
+			return nil, fmt.Errorf("owned slots %q: want group=slots with slots ≥ 1", item)
+		}
+		out[name] = slots
+	}
+	return out, nil
+}
