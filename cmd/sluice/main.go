@@ -38,6 +38,8 @@ Usage:
   sluice priority DTR N              change a DTR's priority (1–100)
   sluice cancel DTR_OR_JOB           cancel a DTR or every unfinished DTR of a job
   sluice reconfigure SHARE=P,...     set share priorities of the running scheduler (until it restarts)
+  sluice simulate [flags] WORKLOAD   replay a workload through the scheduler under one or more policies
+                                     (-policies arc,dirac,sam,enstore; -svg FILE draws the slots; -example)
   sluice help                        show this text and the environment variables
 
 Run "sluice COMMAND -h" for a command's flags.
@@ -85,6 +87,8 @@ func run(args []string, stdout io.Writer) error {
 		return reconfigure(ctx, &cfg, rest, stdout)
 	case "why":
 		return why(ctx, &cfg, rest, stdout)
+	case "simulate":
+		return simulateCmd(&cfg, rest, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		fmt.Fprintln(stdout, "\nEnvironment (flags win over it):")

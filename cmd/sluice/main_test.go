@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -88,5 +90,41 @@ func TestUnknownCommandIsAnError(t *testing.T) {
 	err := run([]string{"fly"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), `unknown command "fly"`) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSimulateComparesPoliciesOnAWorkloadAndDrawsThem(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work.csv")
+	csv := "at,dn,fqan,bytes\n" + strings.Repeat("0,/CN=a,/atlas,1000000000\n0,/CN=c,/cms,1000000000\n", 30)
+	if err := os.WriteFile(work, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_SHAREPOLICY", "voms:vo")
+	t.Setenv("SLUICE_SAM_GROUPS", "atlas=1,cms=1")
+	svg := filepath.Join(dir, "out.svg")
+	var out bytes.Buffer
+	if err := run([]string{"simulate", "-policies", "arc,sam", "-slots", "4", "-svg", svg, work}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"policy arc:", "policy sam:", "atlas", "cms", "wrote " + svg} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("no SVG written: %v", err)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate"}, "give one workload file, or -example"},
+		{[]string{"simulate", "-policies", "fifo", work}, `policy "fifo"`},
+		{[]string{"simulate", filepath.Join(dir, "missing.csv")}, "no such file"},
+	} {
+		if err := run(bad.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: error %v, want %q", bad.args, err, bad.want)
+		}
 	}
 }

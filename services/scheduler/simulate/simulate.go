@@ -1,0 +1,345 @@
+// Package simulate replays a workload of file transfers through the real
+// scheduler core on a virtual clock, under any policy, and reports what
+// each group got: files, bytes, slot-time, waits, and the transfer slots it
+// held over time.
+package simulate
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// Arrival is one file of a workload: when it arrives, who owns it, its size
+// and user priority, and its direction.
+type Arrival struct {
+	At        time.Duration
+	DN        string
+	FQAN      string
+	Bytes     int64
+	Priority  int
+	Direction dtr.Direction
+}
+
+// Group is who an arrival is reported under: its VO (the first part of
+// its FQAN), or its DN when it has no FQAN.
+func (a Arrival) Group() string {
+	if a.FQAN != "" {
+		return core.PolicyVOMSVO.ShareName(dtr.Identity{FQANs: []string{a.FQAN}})
+	}
+	return a.DN
+}
+
+// ReadWorkload reads a workload in CSV with a header line naming the
+// columns: at (seconds from the start), dn, fqan, bytes, priority (1–100)
+// and direction (download or upload); fqan, priority and direction may be
+// left out or empty. Arrivals need not be in order.
+func ReadWorkload(r io.Reader) ([]Arrival, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("workload header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	for _, need := range []string{"at", "dn", "bytes"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("workload header %q lacks the column %q (want at, dn, fqan, bytes, priority, direction)", strings.Join(header, ","), need)
+		}
+	}
+	cr.FieldsPerRecord = len(header)
+	field := func(rec []string, name string) string {
+		if i, ok := col[name]; ok {
+			return strings.TrimSpace(rec[i])
+		}
+		return ""
+	}
+	var out []Arrival
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workload: %w", err)
+		}
+		var a Arrival
+		at, err := strconv.ParseFloat(field(rec, "at"), 64)
+		if err != nil || at < 0 || math.IsInf(at, 0) || math.IsNaN(at) {
+			return nil, fmt.Errorf("workload line %d: at %q is not a time in seconds ≥ 0", line, field(rec, "at"))
+		}
+		a.At = time.Duration(at * float64(time.Second))
+		if a.DN = field(rec, "dn"); a.DN == "" {
+			return nil, fmt.Errorf("workload line %d: dn is empty", line)
+		}
+		a.FQAN = field(rec, "fqan")
+		if a.Bytes, err = strconv.ParseInt(field(rec, "bytes"), 10, 64); err != nil || a.Bytes < 0 {
+			return nil, fmt.Errorf("workload line %d: bytes %q is not a size ≥ 0", line, field(rec, "bytes"))
+		}
+		if p := field(rec, "priority"); p != "" {
+			if a.Priority, err = strconv.Atoi(p); err != nil || a.Priority < 1 || a.Priority > 100 {
+				return nil, fmt.Errorf("workload line %d: priority %q is not 1–100", line, p)
+			}
+		}
+		switch d := dtr.Direction(field(rec, "direction")); d {
+		case "", dtr.Download, dtr.Upload:
+			a.Direction = d
+		default:
+			return nil, fmt.Errorf("workload line %d: direction %q is neither download nor upload", line, d)
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("workload has no arrivals")
+	}
+	return out, nil
+}
+
+// Options shape the simulated site.
+type Options struct {
+	// Slots is the number of transfer slots (maxdelivery).
+	Slots int
+	// SlotRate is how many bytes a second one transfer moves.
+	SlotRate float64
+	// Overhead is added to every transfer.
+	Overhead time.Duration
+	// Step is the virtual tick; Sample how often the slots are recorded.
+	Step, Sample time.Duration
+	// Limit stops a run that has not finished after this much virtual time.
+	Limit time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Slots <= 0 {
+		o.Slots = 10
+	}
+	if o.SlotRate <= 0 {
+		o.SlotRate = 100e6
+	}
+	if o.Step <= 0 {
+		o.Step = 100 * time.Millisecond
+	}
+	if o.Sample <= 0 {
+		o.Sample = 10 * time.Second
+	}
+	if o.Limit <= 0 {
+		o.Limit = 30 * 24 * time.Hour
+	}
+}
+
+// GroupResult is what one group got.
+type GroupResult struct {
+	Group    string
+	Files    int
+	Bytes    int64
+	SlotTime time.Duration
+	// MeanWait and MaxWait are from arrival to the start of the transfer.
+	MeanWait, MaxWait time.Duration
+	// Finished is when the group's last file was done.
+	Finished time.Duration
+}
+
+// Result is one policy's run.
+type Result struct {
+	Policy string
+	// Duration is the virtual time until the last file was done.
+	Duration time.Duration
+	Groups   []GroupResult
+	// Utilisation is the busy part of the transfer slot-time while files
+	// waited for a transfer slot.
+	Utilisation float64
+	// Samples are the transfer slots each group held, every Sample.
+	Samples []Sample
+}
+
+// Sample is the transfer slots each group held at one moment.
+type Sample struct {
+	At      time.Duration
+	Running map[string]int
+}
+
+// Run replays work through a core made with cfg.
+func Run(cfg core.Config, work []Arrival, opt Options) (Result, error) {
+	opt.defaults()
+	cfg.MaxDelivery = opt.Slots
+	cfg.MaxProcessor = max(cfg.MaxProcessor, 10*opt.Slots) // processing is instant here
+	cfg.Lease = 365 * 24 * time.Hour
+	c := core.New(cfg)
+	res := Result{Policy: c.Policy().Name()}
+	work = append([]Arrival(nil), work...)
+	sort.SliceStable(work, func(i, j int) bool { return work[i].At < work[j].At })
+
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	type info struct {
+		a       Arrival
+		started bool
+	}
+	byID := map[uuid.UUID]*info{}
+	type running struct {
+		g   core.Grant
+		end time.Time
+	}
+	var held []running
+	stats := map[string]*GroupResult{}
+	waits := map[string]time.Duration{}
+	group := func(name string) *GroupResult {
+		if stats[name] == nil {
+			stats[name] = &GroupResult{Group: name}
+		}
+		return stats[name]
+	}
+	next, done := 0, 0
+	var busy, offered time.Duration
+	nextSample := time.Duration(0)
+	for now := start; done < len(work); now = now.Add(opt.Step) {
+		el := now.Sub(start)
+		if el > opt.Limit {
+			return res, fmt.Errorf("%s: %d of %d files done after %s of virtual time", res.Policy, done, len(work), opt.Limit)
+		}
+		for ; next < len(work) && work[next].At <= el; next++ {
+			a := work[next]
+			d := &dtr.DTR{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "sim-%d", next)),
+				Source:      fmt.Sprintf("https://source.example/%s/%d", a.Group(), next),
+				Destination: fmt.Sprintf("file:///sim/%d", next),
+				Owner:       dtr.Identity{DN: a.DN}, UserPriority: a.Priority, Direction: a.Direction}
+			if a.FQAN != "" {
+				d.Owner.FQANs = []string{a.FQAN}
+			}
+			if err := c.Submit(now, d); err != nil {
+				return res, fmt.Errorf("workload arrival %d: %w", next+1, err)
+			}
+			byID[d.ID] = &info{a: a}
+			group(a.Group())
+		}
+		c.Tick(now)
+		out := c.Take()
+		for _, g := range out.Grants {
+			end := now
+			if g.State == dtr.Transferring {
+				in := byID[g.DTR.ID]
+				end = now.Add(opt.Overhead + time.Duration(float64(in.a.Bytes)/opt.SlotRate*float64(time.Second)))
+				if !in.started {
+					in.started = true
+					w := now.Sub(start) - in.a.At
+					gr := group(in.a.Group())
+					waits[gr.Group] += w
+					gr.MaxWait = max(gr.MaxWait, w)
+				}
+			}
+			held = append(held, running{g: g, end: end})
+		}
+		for _, f := range out.Final {
+			in := byID[f.ID]
+			gr := group(in.a.Group())
+			if f.State == dtr.Done {
+				gr.Files++
+				gr.Bytes += in.a.Bytes
+			}
+			gr.Finished = now.Sub(start)
+			done++
+		}
+		// The step: slots held, then what ends.
+		transfers := map[string]int{}
+		for _, r := range held {
+			if r.g.State == dtr.Transferring {
+				g := byID[r.g.DTR.ID].a.Group()
+				transfers[g]++
+				group(g).SlotTime += opt.Step
+			}
+		}
+		n := 0
+		for _, v := range transfers {
+			n += v
+		}
+		if queuedTransfers(c) > 0 {
+			offered += time.Duration(opt.Slots) * opt.Step
+			busy += time.Duration(min(n, opt.Slots)) * opt.Step
+		}
+		if el >= nextSample {
+			res.Samples = append(res.Samples, Sample{At: el, Running: transfers})
+			nextSample += opt.Sample
+		}
+		after := now.Add(opt.Step)
+		kept := held[:0]
+		var due []running
+		for _, r := range held {
+			if r.end.After(after) {
+				kept = append(kept, r)
+			} else {
+				due = append(due, r)
+			}
+		}
+		held = kept
+		sort.Slice(due, func(i, j int) bool { return due[i].g.ID < due[j].g.ID })
+		for _, r := range due {
+			in := byID[r.g.DTR.ID]
+			result := core.Result{DTR: r.g.DTR.ID, Grant: r.g.ID, Size: in.a.Bytes}
+			if r.g.State == dtr.Transferring {
+				result.Bytes = in.a.Bytes
+			}
+			if err := c.Result(after, result); err != nil {
+				return res, fmt.Errorf("result: %w", err)
+			}
+		}
+		res.Duration = after.Sub(start)
+	}
+	for name, gr := range stats {
+		if gr.Files > 0 {
+			gr.MeanWait = waits[name] / time.Duration(gr.Files)
+		}
+		res.Groups = append(res.Groups, *gr)
+	}
+	sort.Slice(res.Groups, func(i, j int) bool { return res.Groups[i].Group < res.Groups[j].Group })
+	if offered > 0 {
+		res.Utilisation = float64(busy) / float64(offered)
+	}
+	return res, nil
+}
+
+func queuedTransfers(c *core.Core) int {
+	stats, _ := c.Shares()
+	n := 0
+	for _, s := range stats {
+		if s.State == dtr.Transfer {
+			n += s.Queued
+		}
+	}
+	return n
+}
+
+// Table writes the per-group results as text columns.
+func (r Result) Table(w io.Writer) error {
+	var slot time.Duration
+	for _, g := range r.Groups {
+		slot += g.SlotTime
+	}
+	_, err := fmt.Fprintf(w, "policy %s: %s of virtual time, transfer slots %.1f%% busy while files waited\n", r.Policy, r.Duration.Round(time.Second), 100*r.Utilisation)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%-24s %8s %12s %10s %9s %10s %10s %10s\n", "GROUP", "FILES", "BYTES", "SLOT-TIME", "SHARE", "MEAN WAIT", "MAX WAIT", "FINISHED")
+	for _, g := range r.Groups {
+		share := 0.0
+		if slot > 0 {
+			share = 100 * float64(g.SlotTime) / float64(slot)
+		}
+		fmt.Fprintf(w, "%-24s %8d %12d %10s %8.1f%% %10s %10s %10s\n", g.Group, g.Files, g.Bytes,
+			g.SlotTime.Round(time.Second), share, g.MeanWait.Round(time.Second), g.MaxWait.Round(time.Second), g.Finished.Round(time.Second))
+	}
+	return nil
+}

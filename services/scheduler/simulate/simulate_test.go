@@ -1,0 +1,132 @@
+package simulate
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+func TestReadWorkloadTakesGoodFilesAndNamesBadLines(t *testing.T) {
+	good := "# a comment\nat,dn,fqan,bytes,priority,direction\n0,/CN=a,/atlas,100,50,download\n1.5,/CN=b,,200,,upload\n"
+	work, err := ReadWorkload(strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(work) != 2 || work[1].At != 1500*time.Millisecond || work[1].Group() != "/CN=b" || work[0].Group() != "atlas" {
+		t.Fatalf("read %+v", work)
+	}
+	tests := []struct{ name, in, want string }{
+		{"no header column at", "dn,bytes\n/CN=a,1\n", `lacks the column "at"`},
+		{"a negative time", "at,dn,bytes\n-1,/CN=a,1\n", "line 2: at \"-1\""},
+		{"an empty dn", "at,dn,bytes\n0,,1\n", "line 2: dn is empty"},
+		{"a bad size", "at,dn,bytes\n0,/CN=a,lots\n", `line 2: bytes "lots"`},
+		{"a priority out of range", "at,dn,bytes,priority\n0,/CN=a,1,101\n", `priority "101" is not 1–100`},
+		{"a bad direction", "at,dn,bytes,direction\n0,/CN=a,1,sideways\n", `direction "sideways"`},
+		{"a short line", "at,dn,bytes\n0,/CN=a\n", "wrong number of fields"},
+		{"no arrivals", "at,dn,bytes\n", "no arrivals"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ReadWorkload(strings.NewReader(tt.in)); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestExampleWorkloadSurvivesWritingAndReading(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteWorkload(&b, Example()); err != nil {
+		t.Fatal(err)
+	}
+	work, err := ReadWorkload(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := Example()
+	if len(work) != len(ex) || work[len(ex)-1] != ex[len(ex)-1] || work[0] != ex[0] {
+		t.Fatalf("read back %d arrivals (last %+v), want %d (last %+v)", len(work), work[len(work)-1], len(ex), ex[len(ex)-1])
+	}
+}
+
+// saturated is two VOs that each alone could fill every slot.
+func saturated() []Arrival {
+	var work []Arrival
+	for i := 0; i < 400; i++ {
+		work = append(work, Arrival{DN: "/CN=a", FQAN: "/atlas", Bytes: 1e9}, Arrival{DN: "/CN=c", FQAN: "/cms", Bytes: 1e9})
+	}
+	return work
+}
+
+func TestRunSharesSlotTimeByThePolicyAndFinishesEveryFile(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO
+	cfg.SharePriority = map[string]int{"atlas": 60, "cms": 40}
+	res, err := Run(cfg, saturated(), Options{Slots: 10, Overhead: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Policy != "arc" || len(res.Groups) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	a, c := res.Groups[0], res.Groups[1]
+	if a.Files != 400 || c.Files != 400 {
+		t.Fatalf("files done: atlas %d, cms %d, want 400 each", a.Files, c.Files)
+	}
+	// While both have work (until atlas is done), atlas gets 6 slots of 10.
+	if a.Finished >= c.Finished {
+		t.Fatalf("atlas finished at %s, cms at %s: the 60%% share should finish first", a.Finished, c.Finished)
+	}
+	wantA := 400 * 10 * time.Second / 6 // 400 files of 10 s on 6 slots
+	if d := math.Abs(float64(a.Finished - wantA)); d > float64(30*time.Second) {
+		t.Fatalf("atlas finished at %s, want about %s (6 of 10 slots)", a.Finished, wantA)
+	}
+	if res.Utilisation < 0.99 {
+		t.Fatalf("utilisation %.3f while files waited, want 1", res.Utilisation)
+	}
+	if a.MeanWait <= 0 || a.MaxWait < a.MeanWait {
+		t.Fatalf("waits mean %s max %s", a.MeanWait, a.MaxWait)
+	}
+	var b bytes.Buffer
+	if err := res.Table(&b); err != nil || !strings.Contains(b.String(), "atlas") {
+		t.Fatalf("table %q, %v", b.String(), err)
+	}
+}
+
+func TestRunStopsAtItsLimitWithAClearError(t *testing.T) {
+	_, err := Run(core.DefaultConfig(), []Arrival{{DN: "/CN=a", Bytes: 1e12}}, Options{Slots: 1, Limit: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "0 of 1 files done after 1m0s") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestSVGDrawsEveryGroupOfEveryPanel(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO
+	r1, err := Run(cfg, saturated(), Options{Slots: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy = core.NewEnstore(core.EnstoreConfig{})
+	r2, err := Run(cfg, saturated(), Options{Slots: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := SVG(&b, []Result{r1, r2}, 10); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	if n := strings.Count(s, "<polygon"); n != 4 {
+		t.Errorf("%d areas, want 2 groups × 2 panels", n)
+	}
+	for _, want := range []string{">arc<", ">enstore<", ">atlas<", ">cms<", "</svg>"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+}
