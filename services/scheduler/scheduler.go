@@ -37,7 +37,7 @@ type Config struct {
 	// Policy is the fair-share scheme: arc (default) or dirac.
 	Policy string `envconfig:"POLICY" default:"arc" desc:"fair-share policy: arc (proportional split by share priority), dirac (group shares, per-user division, history correction), sam (cumulative benefit, front or back of one queue) or enstore (admin category, idle groups first, owned slots)"`
 	// DIRAC's policy.
-	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing],... e.g. prod=100:sharing,user=50; groups are named by SLUICE_SHAREPOLICY"`
+	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing][:background],... e.g. prod=100:sharing,user=50:background; groups are named by SLUICE_SHAREPOLICY"`
 	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
 	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
 	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"sort"
@@ -73,14 +72,13 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 			d.Updated = now
 			c.markDirty(e)
 			if d.State.IsQueue() && e.index >= 0 {
-				e.prio = int32(d.Priority)
+				e.share.q.fix(e)
 			}
 		}
 	}
 	for _, st := range c.states {
 		for _, ss := range st.order {
 			ss.prio = c.SharePriority(ss.name)
-			heap.Init(&ss.q)
 		}
 	}
 	return nil

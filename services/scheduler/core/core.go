@@ -674,10 +674,18 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n || c.cfg.MaxEmergency == 0 {
 		return
 	}
-	// Emergency slots go to the shares of highest priority first.
+	// Emergency slots go to the shares of highest priority first, and
+	// only to shares of the highest tier with work: a lower tier waits for
+	// what the higher ones leave.
+	top := math.MinInt
+	for _, d := range st.demand {
+		if d.Demand > 0 {
+			top = max(top, d.Tier)
+		}
+	}
 	var idle []*shareState
-	for _, ss := range st.order {
-		if ss.q.Len() > 0 && ss.running == 0 && c.admit(s, ss) {
+	for i, ss := range st.order {
+		if ss.q.Len() > 0 && ss.running == 0 && c.admit(s, ss) && st.demand[i].Tier == top {
 			idle = append(idle, ss)
 		}
 	}
@@ -699,7 +707,7 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 		if c.admit(st.state, ss) {
 			demand += ss.q.Len()
 		}
-		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand, Running: ss.running})
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand, Running: ss.running, Queued: &ss.q.hist})
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)

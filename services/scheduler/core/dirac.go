@@ -18,6 +18,11 @@ type DIRACGroup struct {
 	// (a production group); otherwise every user with waiting work has a
 	// share of their own and the group's priority is divided among them.
 	JobSharing bool
+	// AllowBackground lets a share whose waiting DTRs have, on average, a
+	// RealPriority of 0.1 or less (in practice: all at user priority 1) run
+	// in the background: only on slots that no other share can use
+	// (DIRAC's AllowBackgroundTQs).
+	AllowBackground bool
 }
 
 // DIRACSlice is one time window of the history correction.
@@ -63,7 +68,12 @@ type DIRACConfig struct {
 //     present, c_ek = clamp(n_e / (H_k[e]/T_k), 1/M_k, M_k), where n_e =
 //     S_e/ΣS; the correction is C_e = clamp(Σ_k w_k·c_ek / Σ_k w_k, 1/G, G)
 //     and the weight S_e·C_e.
-//   - Inside a share, DTRs go by user priority.
+//   - Inside a share, DTRs go by user priority. DIRAC's RealPriority maps
+//     the lowest user priority (1) to 1e-5 and the highest (100) to 1e6; a
+//     share of a group with AllowBackground whose waiting DTRs average a
+//     RealPriority of 0.1 or less is a background share: it gets only the
+//     slots the other shares cannot use (DIRAC gives it a tiny priority,
+//     0.001, which still takes slots from the others by chance).
 //
 // Where DIRAC's code is known to be wrong Sluice does the principled thing:
 // a share with no usage in a slice gets that slice's maximum correction
@@ -187,7 +197,39 @@ func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []ShareDemand) {
 	}
 	for i := range shares {
 		shares[i].Weight = max(1, int64(math.Round(S[i]*C[i]*1e6)))
+		shares[i].Tier = 0
+		if e, _ := p.entity(shares[i].Name); p.group(e.group).AllowBackground && background(shares[i].Queued) {
+			shares[i].Tier = -1
+		}
 	}
+}
+
+// RealPriority is DIRAC's mapping of a user priority: the lowest becomes
+// 1e-5, the highest 1e6, the others stay.
+func RealPriority(p int) float64 {
+	switch {
+	case p <= 1:
+		return 1e-5
+	case p >= 100:
+		return 1e6
+	}
+	return float64(p)
+}
+
+// background reports whether waiting DTRs counted by priority average a
+// RealPriority of at most 0.1.
+func background(hist *[101]int32) bool {
+	if hist == nil {
+		return false
+	}
+	n, sum := 0, 0.0
+	for p, k := range hist {
+		if k > 0 {
+			n += int(k)
+			sum += float64(k) * RealPriority(p)
+		}
+	}
+	return n > 0 && sum/float64(n) <= 0.1
 }
 
 // DIRACCorrection returns each entity's correction factor C_e from its
@@ -307,8 +349,8 @@ func (w *window) sum(now time.Time) float64 {
 	return s
 }
 
-// ParseDIRACGroups reads "group=priority[:sharing],..." as in
-// "lhcb_prod=100:sharing,lhcb_user=50".
+// ParseDIRACGroups reads "group=priority[:sharing][:background],..." as
+// in "lhcb_prod=100:sharing,lhcb_user=50:background".
 func ParseDIRACGroups(s string) (map[string]DIRACGroup, error) {
 	out := map[string]DIRACGroup{}
 	for _, item := range strings.Split(s, ",") {
@@ -320,18 +362,21 @@ func ParseDIRACGroups(s string) (map[string]DIRACGroup, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("DIRAC group %q: want group=priority[:sharing]", item)
 		}
-		prio, flag, _ := strings.Cut(rest, ":")
+		parts := strings.Split(rest, ":")
 		var g DIRACGroup
 		var err error
-		if g.Priority, err = strconv.ParseFloat(prio, 64); err != nil || g.Priority <= 0 {
-			return nil, fmt.Errorf("DIRAC group %q: priority %q is not a positive number", name, prio)
+		if g.Priority, err = strconv.ParseFloat(parts[0], 64); err != nil || g.Priority <= 0 {
+			return nil, fmt.Errorf("DIRAC group %q: priority %q is not a positive number", name, parts[0])
 		}
-		switch flag {
-		case "":
-		case "sharing":
-			g.JobSharing = true
-		default:
-			return nil, fmt.Errorf("DIRAC group %q: flag %q is not \"sharing\"", name, flag)
+		for _, flag := range parts[1:] {
+			switch flag {
+			case "sharing":
+				g.JobSharing = true
+			case "background":
+				g.AllowBackground = true
+			default:
+				return nil, fmt.Errorf("DIRAC group %q: flag %q is not \"sharing\" or \"background\"", name, flag)
+			}
 		}
 		out[name] = g
 	}

@@ -218,8 +218,9 @@ func TestDIRACHistoryCorrectionFavoursTheShareThatUsedLess(t *testing.T) {
 }
 
 func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
-	groups, err := ParseDIRACGroups("lhcb_prod=100:sharing, lhcb_user=50")
-	if err != nil || groups["lhcb_prod"] != (DIRACGroup{100, true}) || groups["lhcb_user"] != (DIRACGroup{50, false}) {
+	groups, err := ParseDIRACGroups("lhcb_prod=100:sharing, lhcb_user=50:background")
+	if err != nil || groups["lhcb_prod"] != (DIRACGroup{Priority: 100, JobSharing: true}) ||
+		groups["lhcb_user"] != (DIRACGroup{Priority: 50, AllowBackground: true}) {
 		t.Fatalf("groups %v, %v", groups, err)
 	}
 	slices, err := ParseDIRACSlices("168h:80:2,1h:20:5")
@@ -230,7 +231,7 @@ func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
 		{"prod", "want group=priority"},
 		{"prod=x", "not a positive number"},
 		{"prod=-1", "not a positive number"},
-		{"prod=10:shared", `not "sharing"`},
+		{"prod=10:shared", `not "sharing" or "background"`},
 	} {
 		if _, err := ParseDIRACGroups(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("groups %q: error %v, want %q", bad.in, err, bad.want)
@@ -247,4 +248,52 @@ func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
 		}
 	}
 	_ = fmt.Sprint()
+}
+
+func TestDIRACRealPriorityMapsTheBounds(t *testing.T) {
+	for _, tt := range []struct {
+		user int
+		want float64
+	}{{1, 1e-5}, {2, 2}, {50, 50}, {99, 99}, {100, 1e6}} {
+		if got := RealPriority(tt.user); got != tt.want {
+			t.Errorf("RealPriority(%d) = %g, want %g", tt.user, got, tt.want)
+		}
+	}
+}
+
+func TestDIRACBackgroundShareGetsOnlyWhatOthersCannotUse(t *testing.T) {
+	tests := []struct {
+		name       string
+		background bool
+		wantAlice  func(alice, bob time.Duration) bool
+		want       string
+	}{
+		{"with AllowBackground, the lowest-priority share waits for unused slots", true,
+			func(alice, bob time.Duration) bool { return alice == 0 }, "no slot-time for alice while bob can use every slot"},
+		{"without it, the lowest priority still has its share", false,
+			func(alice, bob time.Duration) bool { return math.Abs(float64(alice-bob)) < 0.02*float64(alice+bob) }, "equal slot-time"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := diracConfig()
+			cfg.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{"user": {Priority: 50, AllowBackground: tt.background}}})
+			cfg.MaxDelivery, cfg.MaxProcessor, cfg.Lease = 10, 100, 24*time.Hour
+			s := newSim(t, cfg)
+			for i := 0; i < 3000; i++ {
+				d := diracDTR(i, "user", "alice")
+				d.UserPriority = 1
+				if err := s.c.Submit(s.now, d); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.c.Submit(s.now, diracDTR(i, "user", "bob")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.run(30*time.Minute, 100*time.Millisecond)
+			alice, bob := s.slotTime["user|/CN=alice-download"], s.slotTime["user|/CN=bob-download"]
+			if !tt.wantAlice(alice, bob) {
+				t.Fatalf("alice %s, bob %s of slot-time: want %s", alice, bob, tt.want)
+			}
+		})
+	}
 }

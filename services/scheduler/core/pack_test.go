@@ -92,3 +92,55 @@ func TestQueuedDTRsArePackedAndChangesReachThem(t *testing.T) {
 		t.Fatalf("after packing again: priority %d source %q", d.Priority, d.Source)
 	}
 }
+
+func TestQueueCountsByPriorityStayExactThroughChanges(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxProcessor, cfg.MaxDelivery = 3, 2
+	cfg.AgeAfter, cfg.AgeEvery = time.Second, time.Second
+	h := newHarness(t, cfg)
+	for i := 0; i < 60; i++ {
+		d := newDTR(i, []string{"a", "b", "c"}[i%3], "")
+		d.UserPriority = 1 + (i*37)%100
+		h.submit(d)
+	}
+	for step := 0; step < 40; step++ {
+		for _, g := range h.tick(time.Second) {
+			if step%3 == 0 {
+				h.answer(g, nil)
+			}
+		}
+		id := newDTR(step, []string{"a", "b", "c"}[step%3], "").ID
+		_ = h.c.SetPriority(h.now, id, 1+(step*13)%100)
+		if step%7 == 0 {
+			_ = h.c.Cancel(h.now, newDTR(step+20, []string{"a", "b", "c"}[(step+20)%3], "").ID)
+		}
+		if step == 20 {
+			if err := h.c.SetSharePriorities(h.now, map[string]int{"a": 90}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.take()
+		for _, st := range h.c.states {
+			for _, ss := range st.order {
+				var want [101]int32
+				for _, e := range ss.q.items {
+					want[e.prio]++
+				}
+				if want != ss.q.hist {
+					t.Fatalf("step %d, %s share %s: counts by priority %v, want %v", step, st.state, ss.name, nonzero(ss.q.hist), nonzero(want))
+				}
+			}
+		}
+	}
+}
+
+func nonzero(h [101]int32) map[int]int32 {
+	m := map[int]int32{}
+	for p, n := range h {
+		if n != 0 {
+			m[p] = n
+		}
+	}
+	return m
+}

@@ -9,6 +9,9 @@ type queue struct {
 	// due is no later than the earliest ageing deadline of its items, so
 	// ageing can pass the queue by until then.
 	due int64
+	// hist counts the items by priority, for policies that weigh a queue
+	// by its DTRs' priorities.
+	hist [101]int32
 }
 
 func (q *queue) Len() int { return len(q.items) }
@@ -37,11 +40,34 @@ func (q *queue) Pop() any {
 	return e
 }
 
-func (q *queue) add(e *entry)    { e.prio = int32(e.d.Priority); heap.Push(q, e) }
-func (q *queue) remove(e *entry) { heap.Remove(q, e.index) }
-func (q *queue) fix(e *entry)    { e.prio = int32(e.d.Priority); heap.Fix(q, e.index) }
-func (q *queue) head() *entry    { return q.items[0] }
-func (q *queue) pop() *entry     { return heap.Pop(q).(*entry) }
+func (q *queue) add(e *entry) {
+	e.prio = clampPrio(e.d.Priority)
+	q.hist[e.prio]++
+	heap.Push(q, e)
+}
+
+func (q *queue) remove(e *entry) {
+	q.hist[e.prio]--
+	heap.Remove(q, e.index)
+}
+
+// fix puts an item whose DTR's priority changed back in order.
+func (q *queue) fix(e *entry) {
+	q.hist[e.prio]--
+	e.prio = clampPrio(e.d.Priority)
+	q.hist[e.prio]++
+	heap.Fix(q, e.index)
+}
+
+func (q *queue) head() *entry { return q.items[0] }
+
+func (q *queue) pop() *entry {
+	e := heap.Pop(q).(*entry)
+	q.hist[e.prio]--
+	return e
+}
+
+func clampPrio(p int) int32 { return int32(max(1, min(100, p))) }
 
 // delayQueue orders DTRs waiting for a retry by the time they go on.
 type delayQueue []*entry

@@ -9,8 +9,10 @@ type ShareDemand struct {
 	Name   string
 	Weight int64
 	Demand int
-	// Running is how many of the demand run now (for policies to read).
+	// Running is how many of the demand run now, and Queued counts the
+	// waiting DTRs by priority (1–100): for policies to read.
 	Running int
+	Queued  *[101]int32
 	// Tier orders shares strictly: the slots go to the highest tier with
 	// demand first, and a lower tier only gets what the higher ones cannot
 	// use. Weights share out the slots inside a tier. Default 0.

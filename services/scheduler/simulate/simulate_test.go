@@ -130,3 +130,52 @@ func TestSVGDrawsEveryGroupOfEveryPanel(t *testing.T) {
 		}
 	}
 }
+
+// TestNoGroupWithWorkWaitsForeverUnderAnyPolicy runs three groups that
+// each could fill most slots, one of them favoured 98 to 1, under every
+// policy, and checks that every group holds a transfer slot in every five
+// minutes while it has work. What a policy lets wait on purpose is left
+// out: SAM's back of the queue while front DTRs keep coming, DIRAC's
+// background shares, Enstore's normal DTRs while admin ones fill every
+// slot (README, Policies).
+func TestNoGroupWithWorkWaitsForeverUnderAnyPolicy(t *testing.T) {
+	var work []Arrival
+	for at := time.Duration(0); at < time.Hour; at += 2 * time.Second {
+		for _, vo := range []string{"atlas", "cms", "lhcb"} {
+			work = append(work, Arrival{At: at, DN: "/CN=" + vo, FQAN: "/" + vo, Bytes: 1e9})
+		}
+	}
+	base := core.DefaultConfig()
+	base.SharePolicy = core.PolicyVOMSVO
+	policies := map[string]func(*core.Core) core.Policy{
+		"arc":     nil,
+		"dirac":   core.NewDIRAC(core.DIRACConfig{Groups: map[string]core.DIRACGroup{"atlas": {Priority: 98, JobSharing: true}, "cms": {Priority: 1, JobSharing: true}, "lhcb": {Priority: 1, JobSharing: true}}, Slices: []core.DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}}),
+		"sam":     core.NewSAM(core.SAMConfig{Fractions: map[string]float64{"atlas": 0.98, "cms": 0.01, "lhcb": 0.01}}),
+		"enstore": core.NewEnstore(core.EnstoreConfig{}),
+	}
+	for name, p := range policies {
+		t.Run(name, func(t *testing.T) {
+			cfg := base
+			cfg.SharePriority = map[string]int{"atlas": 98, "cms": 1, "lhcb": 1}
+			cfg.Policy = p
+			res, err := Run(cfg, work, Options{Slots: 10, Sample: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, vo := range []string{"atlas", "cms", "lhcb"} {
+				last := time.Duration(0)
+				for _, s := range res.Samples {
+					if s.At > time.Hour {
+						break
+					}
+					if s.Running[vo] > 0 {
+						last = s.At
+					}
+					if s.At-last > 5*time.Minute {
+						t.Fatalf("%s held no transfer slot from %s to %s while it had work", vo, last, s.At)
+					}
+				}
+			}
+		})
+	}
+}
