@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -130,10 +131,11 @@ type entry struct {
 	index  int    // position in its heap
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
-	deadline int64 // when ageing starts or next applies
-	granted  int64 // when the current grant was given
-	lease    int64 // when the current grant expires
-	prio     int32 // d.Priority while queued, kept here for fast sorting
+	deadline int64   // when ageing starts or next applies
+	granted  int64   // when the current grant was given
+	lease    int64   // when the current grant expires
+	prio     int32   // d.Priority while queued, kept here for fast sorting
+	key      float64 // place in the queue under a policy that draws lots
 	// share is the entry's share in the state it is queued or running in.
 	share  *shareState
 	queued dtr.State
@@ -183,6 +185,9 @@ func (c *Core) share(st *stateQueues, name string) *shareState {
 		return ss
 	}
 	ss := &shareState{name: name, prio: c.SharePriority(name), q: queue{due: math.MaxInt64}}
+	if l, ok := c.policy.(lottery); ok {
+		ss.q.draw = func(prio int32) float64 { return c.rand.ExpFloat64() / l.PickWeight(int(prio)) }
+	}
 	st.shares[name] = ss
 	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= name })
 	st.order = slices.Insert(st.order, i, ss)
@@ -234,6 +239,7 @@ type Core struct {
 	// weighing outside one.
 	policy  Policy
 	now     time.Time
+	rand    *rand.Rand // for policies that draw lots; seeded, so runs repeat
 	active  map[uuid.UUID]*entry
 	seq     uint64
 	nextAge time.Time
@@ -285,6 +291,7 @@ func New(cfg Config) *Core {
 	for _, s := range dtr.QueueStates {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
+	c.rand = rand.New(rand.NewPCG(1, 2))
 	c.policy = ARC{c}
 	if cfg.Policy != nil {
 		c.policy = cfg.Policy(c)
@@ -619,7 +626,7 @@ func (c *Core) age(now time.Time) {
 			if q.Len() < 2 || at < q.due {
 				continue
 			}
-			top := q.head().prio
+			top := q.top()
 			var aged []*entry
 			due := int64(math.MaxInt64)
 			for _, e := range q.items {

@@ -204,6 +204,11 @@ func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []ShareDemand) {
 	}
 }
 
+// PickWeight implements lottery: inside a share DIRAC picks a DTR at
+// random, weighted by its RealPriority. DIRAC's ORDER BY RAND()/w is not
+// proportional to w; Sluice's exponential race is, exactly.
+func (*DIRAC) PickWeight(prio int) float64 { return RealPriority(prio) }
+
 // RealPriority is DIRAC's mapping of a user priority: the lowest becomes
 // 1e-5, the highest 1e6, the others stay.
 func RealPriority(p int) float64 {

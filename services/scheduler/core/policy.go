@@ -30,6 +30,11 @@ type Policy interface {
 	Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.Duration, bytes int64)
 }
 
+// lottery is implemented by a policy that picks inside a share at random,
+// each waiting DTR with a chance in proportion to PickWeight of its
+// priority, instead of strictly by priority.
+type lottery interface{ PickWeight(prio int) float64 }
+
 // ageless is implemented by a policy that wants no priority ageing (SAM's
 // scheme assumes the queue does not age).
 type ageless interface{ Ageless() bool }

@@ -3,9 +3,17 @@ package core
 import "container/heap"
 
 // queue holds one share's waiting DTRs for one state: highest priority
-// first, first come first served among equals.
+// first, first come first served among equals; or, under a policy that
+// draws lots, in the order of an exponential race.
 type queue struct {
 	items []*entry
+	// draw, if set, gives a DTR of a priority its place in the race: the
+	// queue goes by key, the time at which its exponential clock rings,
+	// and clock is the key of the last DTR taken. Taking the smallest key
+	// picks each waiting DTR with a chance in proportion to its weight,
+	// exactly, arrivals included (the clocks are memoryless).
+	draw  func(prio int32) float64
+	clock float64
 	// due is no later than the earliest ageing deadline of its items, so
 	// ageing can pass the queue by until then.
 	due int64
@@ -17,6 +25,12 @@ type queue struct {
 func (q *queue) Len() int { return len(q.items) }
 func (q *queue) Less(i, j int) bool {
 	a, b := q.items[i], q.items[j]
+	if q.draw != nil {
+		if a.key != b.key {
+			return a.key < b.key
+		}
+		return a.seq < b.seq
+	}
 	if a.prio != b.prio {
 		return a.prio > b.prio
 	}
@@ -43,6 +57,9 @@ func (q *queue) Pop() any {
 func (q *queue) add(e *entry) {
 	e.prio = clampPrio(e.d.Priority)
 	q.hist[e.prio]++
+	if q.draw != nil {
+		e.key = q.clock + q.draw(e.prio)
+	}
 	heap.Push(q, e)
 }
 
@@ -56,14 +73,30 @@ func (q *queue) fix(e *entry) {
 	q.hist[e.prio]--
 	e.prio = clampPrio(e.d.Priority)
 	q.hist[e.prio]++
+	if q.draw != nil {
+		e.key = q.clock + q.draw(e.prio)
+	}
 	heap.Fix(q, e.index)
 }
 
 func (q *queue) head() *entry { return q.items[0] }
 
+// top returns the highest priority waiting.
+func (q *queue) top() int32 {
+	for p := int32(100); p > 0; p-- {
+		if q.hist[p] > 0 {
+			return p
+		}
+	}
+	return 0
+}
+
 func (q *queue) pop() *entry {
 	e := heap.Pop(q).(*entry)
 	q.hist[e.prio]--
+	if q.draw != nil {
+		q.clock = max(q.clock, e.key)
+	}
 	return e
 }
 
