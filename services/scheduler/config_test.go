@@ -3,6 +3,7 @@ package scheduler
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -26,6 +27,9 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 			EnstoreOwned: "cms=4", MaxDelivery: 10, MaxProcessor: 10}, "enstore", ""},
 		{"enstore owning more slots than there are", Config{Policy: "enstore", EnstoreOwned: "cms=8,atlas=4",
 			MaxDelivery: 10, MaxProcessor: 10}, "", "add up to 12, more than the 10 slots"},
+		{"byte-fair on top of a policy", Config{Policy: "enstore", ByteFair: 10 * time.Minute}, "enstore+bytes", ""},
+		{"byte-fair on top of the default", Config{ByteFair: time.Minute}, "arc+bytes", ""},
+		{"a negative byte-fair span", Config{ByteFair: -time.Minute}, "", "negative"},
 		{"a bad Enstore rule", Config{Policy: "enstore", EnstoreAdmin: `[{}]`}, "", "would match every DTR"},
 		{"a bad DIRAC group", Config{Policy: "dirac", DIRACGroups: "prod"}, "", "want group=priority"},
 		{"a bad DIRAC slice", Config{Policy: "dirac", DIRACSlices: "1h"}, "", "want span:weight:maxcorrection"},

@@ -41,6 +41,9 @@ type Config struct {
 	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
 	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
 	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
+	// Byte-fair shares, for any policy.
+	ByteFair    time.Duration `envconfig:"BYTEFAIR" desc:"make transfer shares fair in bytes under any policy, learning each share's bytes per slot-second over this span (e.g. 10m); empty: off"`
+	ByteFairMax float64       `envconfig:"BYTEFAIR_MAX" default:"20" desc:"byte-fair shares: the most a share's transfer weight is multiplied or divided by"`
 	// SAM's policy.
 	SAMGroups string `envconfig:"SAM_GROUPS" desc:"sam policy: group=fraction or group=priority, e.g. daq=priority,cms=0.6,atlas=0.4; priority groups rank in the order given"`
 	SAMUnit   string `envconfig:"SAM_UNIT" default:"files" desc:"sam policy: benefit counted in files, bytes (byte-fair) or seconds"`
@@ -127,6 +130,12 @@ func (c Config) CoreConfig() (core.Config, error) {
 		cc.Policy = core.NewEnstore(ec)
 	default:
 		return cc, fmt.Errorf("policy %q is not arc, dirac, sam or enstore", c.Policy)
+	}
+	if c.ByteFair < 0 {
+		return cc, fmt.Errorf("byte-fair span %s is negative", c.ByteFair)
+	}
+	if c.ByteFair > 0 {
+		cc.Policy = core.ByteFair(cc.Policy, c.ByteFair, c.ByteFairMax)
 	}
 	return cc, nil
 }

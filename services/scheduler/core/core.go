@@ -185,7 +185,7 @@ func (c *Core) share(st *stateQueues, name string) *shareState {
 		return ss
 	}
 	ss := &shareState{name: name, prio: c.SharePriority(name), q: queue{due: math.MaxInt64}}
-	if l, ok := c.policy.(lottery); ok {
+	if l, ok := innermost(c.policy).(lottery); ok {
 		ss.q.draw = func(prio int32) float64 { return c.rand.ExpFloat64() / l.PickWeight(int(prio)) }
 	}
 	st.shares[name] = ss
@@ -422,7 +422,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
 		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, e.d.Grant, e.d.State)
 	}
-	c.charge(now, e)
+	c.charge(now, e, r.Bytes)
 	c.release(e)
 	if e.granted != 0 {
 		// Moving average over about the last 16 grants of the state.
@@ -581,7 +581,7 @@ func (c *Core) Tick(now time.Time) {
 		c.route(now, e)
 	}
 	c.expireLeases(now)
-	if a, ok := c.policy.(ageless); ok && a.Ageless() {
+	if a, ok := innermost(c.policy).(ageless); ok && a.Ageless() {
 		// no ageing under this policy
 	} else if !now.Before(c.nextAge) {
 		c.age(now)
@@ -602,7 +602,7 @@ func (c *Core) expireLeases(now time.Time) {
 	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
 	for _, e := range expired {
 		d := e.d
-		c.charge(now, e)
+		c.charge(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
 		if !(d.Cleanup && d.Error != nil) {
 			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
@@ -1116,10 +1116,9 @@ func (c *Core) admit(s dtr.State, ss *shareState) bool {
 }
 
 // charge tells the policy what an active DTR's grant used.
-func (c *Core) charge(now time.Time, e *entry) {
-	var bytes int64
-	if e.queued == dtr.Transfer {
-		bytes = e.d.Bytes
+func (c *Core) charge(now time.Time, e *entry, bytes int64) {
+	if e.queued != dtr.Transfer {
+		bytes = 0
 	}
 	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
 }

@@ -23,19 +23,22 @@ type sim struct {
 	held map[string]Grant
 	// transferTime gives the duration of the i-th transfer of a share.
 	transferTime func(share string, i int) time.Duration
-	nth          map[string]int
-	slotTime     map[string]time.Duration // TRANSFER slot-time per share
-	busyTime     time.Duration            // time all TRANSFER slots were busy
-	queuedTime   time.Duration            // time some DTR waited in TRANSFER
-	final        map[uuid.UUID]dtr.DTR
-	firstGrant   map[string]time.Time // first TRANSFER grant per share
-	grantsOrder  []uuid.UUID          // TRANSFER grants in order
+	// bytes, if set, gives the bytes a transfer of a share moved.
+	bytes       func(share string) int64
+	moved       map[string]int64 // bytes moved per share
+	nth         map[string]int
+	slotTime    map[string]time.Duration // TRANSFER slot-time per share
+	busyTime    time.Duration            // time all TRANSFER slots were busy
+	queuedTime  time.Duration            // time some DTR waited in TRANSFER
+	final       map[uuid.UUID]dtr.DTR
+	firstGrant  map[string]time.Time // first TRANSFER grant per share
+	grantsOrder []uuid.UUID          // TRANSFER grants in order
 }
 
 func newSim(t *testing.T, cfg Config) *sim {
 	return &sim{t: t, c: New(cfg), now: t0, ends: map[string]time.Time{}, held: map[string]Grant{},
 		nth: map[string]int{}, slotTime: map[string]time.Duration{}, final: map[uuid.UUID]dtr.DTR{},
-		firstGrant:   map[string]time.Time{},
+		firstGrant: map[string]time.Time{}, moved: map[string]int64{},
 		transferTime: func(string, int) time.Duration { return 10 * time.Second }}
 }
 
@@ -102,7 +105,12 @@ func (s *sim) run(d, tick time.Duration) {
 			g := s.held[id]
 			delete(s.held, id)
 			delete(s.ends, id)
-			if err := s.c.Result(s.now, Result{DTR: g.DTR.ID, Grant: g.ID}); err != nil {
+			r := Result{DTR: g.DTR.ID, Grant: g.ID}
+			if s.bytes != nil && g.State == dtr.Transferring {
+				r.Bytes = s.bytes(g.DTR.Share)
+				s.moved[g.DTR.Share] += r.Bytes
+			}
+			if err := s.c.Result(s.now, r); err != nil {
 				s.t.Fatal(err)
 			}
 		}
