@@ -166,13 +166,17 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		}
 	}()
 
-	// The chaos driver: kill a random role every 0.3–1.5 s, restart it.
+	// The chaos driver: kill a random role every 0.3–1.5 s, restart it,
+	// for at most chaosFor; then let the system settle and finish. (A
+	// system killed without end on a slow, shared machine may not get
+	// anywhere, which says nothing about what it loses.)
+	const chaosFor, settle = 90 * time.Second, 5 * time.Minute
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := map[string]int{}
 	done := make(chan generator.JobEvent, 1)
 	go func() {
 		// Services die under it, so errors here are expected and retried.
-		deadline := time.Now().Add(5 * time.Minute)
+		deadline := time.Now().Add(chaosFor + settle)
 		var ev generator.JobEvent
 		for time.Now().Before(deadline) {
 			if err := s.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err == nil && ev.Announced {
@@ -183,8 +187,9 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		done <- ev
 	}()
 	var ev generator.JobEvent
+	chaosEnd := time.Now().Add(chaosFor)
 chaos:
-	for {
+	for time.Now().Before(chaosEnd) {
 		select {
 		case ev = <-done:
 			break chaos
@@ -195,6 +200,9 @@ chaos:
 		kills[role]++
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 		c.start(role)
+	}
+	if time.Now().After(chaosEnd) {
+		ev = <-done // no more kills: wait for the job to end
 	}
 	stop()
 	watch.Wait()
