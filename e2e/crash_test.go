@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // process is one Sluice role running as its own process.
@@ -212,7 +213,21 @@ chaos:
 	}
 
 	if ev.State != generator.JobFinished || ev.Done != files || len(ev.Files) != files {
-		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d: %v", ev.State, ev.Done, ev.Failed, ev.Cancelled, files, ev.Failures)
+		// Say where the unfinished DTRs are, as the scheduler sees them.
+		for i, ref := range ev.Pending {
+			if i == 5 {
+				break
+			}
+			var reply scheduler.DTRReply
+			err := s.request(bus.SubjectAPIDTR, []byte(ref.DTR.String()), nil, &reply)
+			why := ""
+			if reply.Why != nil {
+				why = reply.Why.Reason
+			}
+			t.Logf("pending %s: scheduler says %v state %s grant %q attempts %d error %+v: %s",
+				ref.DTR, err, reply.DTR.State, reply.DTR.Grant, reply.DTR.Attempts, reply.DTR.Error, why)
+		}
+		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d, %d pending: %v", ev.State, ev.Done, ev.Failed, ev.Cancelled, files, len(ev.Pending), ev.Failures)
 	}
 	for _, f := range ev.Files {
 		if f.State != dtr.Done {

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -115,6 +117,81 @@ type Service struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	log *slog.Logger
+
+	mu sync.Mutex
+	// suspects are jobs whose counts may miss a final DTR (one was
+	// redelivered, or this generator has just started): reconcile counts
+	// them again from the stored final DTRs.
+	suspects map[string]bool
+	// lastFinal is when each job last counted a final DTR here: a job is
+	// counted again only once it has been quiet for a while, so that the
+	// recount does not race a stream of new finals.
+	lastFinal map[string]time.Time
+}
+
+// suspect marks a job for reconcile.
+func (s *Service) suspect(jobID string) {
+	s.mu.Lock()
+	s.suspects[jobID] = true
+	s.mu.Unlock()
+}
+
+// reconcile counts every suspect job again from its stored final DTRs and
+// announces it if every DTR is final, every interval until ctx ends. At
+// start every job not yet announced is suspect: a generator that died
+// between storing a final DTR and counting it leaves no other trace.
+func (s *Service) reconcile(ctx context.Context, every time.Duration) {
+	if w, err := s.kv.WatchFiltered(ctx, []string{"*"}, jetstream.IgnoreDeletes()); err == nil {
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			var r Record
+			if json.Unmarshal(e.Value(), &r) == nil && !r.Announced {
+				s.suspect(e.Key())
+			}
+		}
+		_ = w.Stop()
+	} else {
+		s.log.Error("list jobs to reconcile", "err", err)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		jobs := make([]string, 0, len(s.suspects))
+		for j := range s.suspects {
+			jobs = append(jobs, j)
+		}
+		s.mu.Unlock()
+		for _, jobID := range jobs {
+			s.mu.Lock()
+			busy := time.Since(s.lastFinal[jobID]) < 2*every
+			s.mu.Unlock()
+			if busy {
+				continue
+			}
+			rec, err := s.update(ctx, jobID, func(r *Record) error { return s.recount(ctx, jobID, r) })
+			if err == nil && rec.Final() >= rec.Total && !rec.Announced {
+				err = s.announce(ctx, jobID)
+			}
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				if ctx.Err() == nil {
+					s.log.Error("reconcile job", "job", jobID, "err", err)
+				}
+				continue // try again at the next tick
+			}
+			s.mu.Lock()
+			delete(s.suspects, jobID)
+			delete(s.lastFinal, jobID)
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // New prepares a generator on nc.
@@ -126,7 +203,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = 10000
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator")}, nil
+	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), suspects: map[string]bool{}, lastFinal: map[string]time.Time{}}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -155,6 +232,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
+	go s.reconcile(ctx, time.Second)
 	return bus.Each(ctx, cons, 500, func(m jetstream.Msg) {
 		if err := s.onFinal(ctx, m); err != nil {
 			if ctx.Err() == nil {
@@ -284,9 +362,13 @@ func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return ev, fmt.Errorf("job %q files: %w", jobID, err)
 	}
+	finals, err := s.finals(ctx, jobID)
+	if err != nil {
+		return ev, err
+	}
 	for _, ref := range refs {
-		var d dtr.DTR
-		if _, err := s.get(ctx, jobID+".f."+ref.DTR.String(), &d); err != nil {
+		d, ok := finals[ref.DTR]
+		if !ok {
 			ev.Pending = append(ev.Pending, ref)
 			continue
 		}
@@ -294,6 +376,35 @@ func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
 			Ended: d.Ended, Checksum: d.Checksum, Attempts: d.Attempts, Error: d.Error})
 	}
 	return ev, nil
+}
+
+// finals reads the final DTRs stored for a job in one pass over the
+// bucket's stream (a watch of "<job>.f.*"), not one request per DTR.
+func (s *Service) finals(ctx context.Context, jobID string) (map[uuid.UUID]*dtr.DTR, error) {
+	w, err := s.kv.WatchFiltered(ctx, []string{jobID + ".f.*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("job %q final DTRs: %w", jobID, err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[uuid.UUID]*dtr.DTR{}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("job %q final DTRs: the watch ended early", jobID)
+			}
+			if e == nil {
+				return out, nil // every stored value has been seen
+			}
+			d := &dtr.DTR{}
+			if err := json.Unmarshal(e.Value(), d); err != nil {
+				return nil, fmt.Errorf("stored %s: %w", e.Key(), err)
+			}
+			out[d.ID] = d
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
@@ -327,9 +438,18 @@ func (s *Service) onFinal(ctx context.Context, jm jetstream.Msg) error {
 		fresh = false // seen before, but the count may have missed it
 	}
 	first := false // this DTR is the job's first failed download
+	s.mu.Lock()
+	s.lastFinal[d.JobID] = time.Now()
+	s.mu.Unlock()
+	if !fresh {
+		// Seen before: the count may or may not have it. The reconcile
+		// loop counts the job again from what is stored, once for any
+		// number of such redeliveries.
+		s.suspect(d.JobID)
+	}
 	rec, err := s.update(ctx, d.JobID, func(r *Record) error {
 		if !fresh {
-			return s.recount(ctx, d.JobID, r)
+			return nil
 		}
 		first = !r.DownloadFailed
 		count(r, &d)
@@ -392,17 +512,18 @@ func count(r *Record, d *dtr.DTR) {
 
 // recount sets a job record's counts from the final DTRs stored for it.
 func (s *Service) recount(ctx context.Context, jobID string, r *Record) error {
-	keys, err := s.kv.ListKeysFiltered(ctx, jobID+".f.*")
+	finals, err := s.finals(ctx, jobID)
 	if err != nil {
 		return err
 	}
+	ds := make([]*dtr.DTR, 0, len(finals))
+	for _, d := range finals {
+		ds = append(ds, d)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].Ended.Before(ds[j].Ended) })
 	r.Done, r.Failed, r.Cancelled, r.Failures, r.DownloadFailed = 0, 0, 0, nil, false
-	for key := range keys.Keys() {
-		var d dtr.DTR
-		if _, err := s.get(ctx, key, &d); err != nil {
-			return err
-		}
-		count(r, &d)
+	for _, d := range ds {
+		count(r, d)
 	}
 	return nil
 }
@@ -492,6 +613,9 @@ func (s *Service) announce(ctx context.Context, jobID string) error {
 		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
 		return nil
 	})
+	s.mu.Lock()
+	delete(s.lastFinal, jobID)
+	s.mu.Unlock()
 	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
 	return err
 }

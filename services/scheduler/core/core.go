@@ -420,7 +420,8 @@ func (c *Core) Result(now time.Time, r Result) error {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, r.DTR)
 	}
 	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
-		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, e.d.Grant, e.d.State)
+		v := c.view(e) // not running: it may be packed in a queue
+		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, v.Grant, v.State)
 	}
 	c.charge(now, e, r.Bytes)
 	c.release(e)

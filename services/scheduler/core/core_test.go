@@ -416,6 +416,30 @@ func TestStaleResultIsRefusedAndChangesNothing(t *testing.T) {
 	}
 }
 
+func TestStaleResultForAQueuedPackedDTRIsRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor = 1
+	h := newHarness(t, cfg)
+	a, b := newDTR(1, "x", ""), newDTR(2, "x", "")
+	h.submit(a, b)
+	h.tick(time.Second) // one of them runs; the other waits, packed
+	queued := a
+	if _, running := h.c.active[a.ID]; running {
+		queued = b
+	}
+	if h.c.dtrs[queued.ID].d != nil {
+		t.Fatal("the waiting DTR is not packed; the test needs it packed")
+	}
+	// A worker that lost its lease before a restart reports late.
+	err := h.c.Result(h.now, Result{DTR: queued.ID, Grant: queued.ID.String() + ".1"})
+	if !errors.Is(err, ErrStaleResult) {
+		t.Fatalf("got %v, want ErrStaleResult", err)
+	}
+	if got, _ := h.c.Get(queued.ID); got.State != dtr.QueryReplica {
+		t.Fatalf("state changed to %s", got.State)
+	}
+}
+
 func TestInvalidAndDuplicateDTRsAreRefused(t *testing.T) {
 	h := newHarness(t, DefaultConfig())
 	bad := newDTR(1, "x", "")
