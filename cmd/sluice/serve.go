@@ -56,6 +56,7 @@ func serveFlags(role string, cfg *Config) *flag.FlagSet {
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")
 		fs.IntVar(&cfg.MaxProcessor, "maxprocessor", cfg.MaxProcessor, "slots per processing state (env SLUICE_MAXPROCESSOR)")
 		fs.IntVar(&cfg.MaxEmergency, "maxemergency", cfg.MaxEmergency, "emergency slots per state (env SLUICE_MAXEMERGENCY)")
+		fs.IntVar(&cfg.MaxPerHost, "maxperhost", cfg.MaxPerHost, "transfers at once per storage endpoint, 0 for no limit (env SLUICE_MAXPERHOST)")
 		fs.IntVar(&cfg.MaxPrepared, "maxprepared", cfg.MaxPrepared, "staged copies a share may hold (env SLUICE_MAXPREPARED)")
 	}
 	return fs

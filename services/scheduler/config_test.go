@@ -30,6 +30,7 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 		{"byte-fair on top of a policy", Config{Policy: "enstore", ByteFair: 10 * time.Minute}, "enstore+bytes", ""},
 		{"byte-fair on top of the default", Config{ByteFair: time.Minute}, "arc+bytes", ""},
 		{"a negative byte-fair span", Config{ByteFair: -time.Minute}, "", "negative"},
+		{"a negative maxperhost", Config{MaxPerHost: -1}, "", "maxperhost -1 is negative"},
 		{"a bad Enstore rule", Config{Policy: "enstore", EnstoreAdmin: `[{}]`}, "", "would match every DTR"},
 		{"a bad DIRAC group", Config{Policy: "dirac", DIRACGroups: "prod"}, "", "want group=priority"},
 		{"a bad DIRAC slice", Config{Policy: "dirac", DIRACSlices: "1h"}, "", "want span:weight:maxcorrection"},

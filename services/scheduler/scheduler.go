@@ -57,6 +57,7 @@ type Config struct {
 	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	MaxPerHost       int           `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
 	MaxPrepared      int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
 	MaxTransferTries int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
 	RetryBase        time.Duration `envconfig:"RETRY_BASE" default:"10s" desc:"retry delay unit: RETRY_BASE·k² after k attempts"`
@@ -82,7 +83,10 @@ func (c Config) CoreConfig() (core.Config, error) {
 		return cc, err
 	}
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
-	cc.MaxPrepared = c.MaxPrepared
+	cc.MaxPrepared, cc.MaxPerHost = c.MaxPrepared, c.MaxPerHost
+	if c.MaxPerHost < 0 {
+		return cc, fmt.Errorf("maxperhost %d is negative", c.MaxPerHost)
+	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
 	switch strings.ToLower(c.Policy) {
@@ -841,7 +845,7 @@ func (s *Service) handleShares(r micro.Request) {
 	var reply SharesReply
 	s.query(func() {
 		reply.Shares, reply.Retrying = s.core.Shares()
-		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared}
+		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})
 	_ = r.RespondJSON(reply)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -42,6 +43,10 @@ type Config struct {
 	// MaxEmergency is how many DTRs may run above the limit of a state, one
 	// per share that has work queued and nothing running.
 	MaxEmergency int
+	// MaxPerHost is how many transfers may run at once against one storage
+	// endpoint (the host of a remote source or destination), so that one
+	// slow storage cannot hold every delivery slot; 0 means no limit.
+	MaxPerHost int
 	// MaxPrepared is how many staged (pinned) source copies a share may
 	// hold; a DTR that outranks every staged DTR of its share may stage
 	// beyond it (the highest-priority bypass).
@@ -149,7 +154,10 @@ type entry struct {
 	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
 	pinned  bool
 	pinPrio int8
-	dirty   bool // in Core.dirty
+	// hosts are the storage endpoints of its remote ends, as 1 + their
+	// number in the names table (0: a local end).
+	hosts [2]uint32
+	dirty bool // in Core.dirty
 }
 
 // stateQueues is the work of one queue state.
@@ -235,6 +243,8 @@ type Core struct {
 	delayed delayQueue
 	// pins holds each share's staged copies (maxprepared).
 	pins map[string]*pins
+	// hostBusy counts the transfers running per storage endpoint.
+	hostBusy map[uint32]int
 	// policy weighs the shares; now is the time of the last tick, for
 	// weighing outside one.
 	policy  Policy
@@ -286,6 +296,7 @@ func New(cfg Config) *Core {
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
 		pins:          map[string]*pins{},
+		hostBusy:      map[uint32]int{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
@@ -357,7 +368,22 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 func (c *Core) add(e *entry) {
 	e.d.Share = c.intern(e.d.Share)
 	e.d.Owner.DN = c.intern(e.d.Owner.DN)
+	for i, u := range [2]string{e.d.Source, e.d.Destination} {
+		if h := endpointOf(u); h != "" {
+			e.hosts[i] = uint32(c.nameID(h)) + 1
+		}
+	}
 	c.dtrs[e.d.ID] = e
+}
+
+// endpointOf returns the storage endpoint of a remote URL ("host:port" as
+// written), "" for a local file.
+func endpointOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "file" {
+		return ""
+	}
+	return p.Host
 }
 
 // at turns a time into nanoseconds since the core's epoch.
@@ -400,6 +426,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.share.running++
 		st.total++
 		e.queued = q
+		if q == dtr.Transfer {
+			c.busy(e, 1)
+		}
 		e.lease = c.at(now.Add(c.cfg.Lease))
 		e.granted = c.at(now)
 		c.active[d.ID] = e
@@ -676,7 +705,24 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	}
 	for i, ss := range st.order {
 		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
-			c.grant(now, s, ss.q.pop(), false)
+			e := c.take(s, ss)
+			if e == nil {
+				break
+			}
+			c.grant(now, s, e, false)
+		}
+	}
+	if st.total < n && s == dtr.Transfer && c.cfg.MaxPerHost > 0 {
+		// Slots left because some shares' DTRs wait for a full endpoint go
+		// to any share that can use them: a slow storage holds no slot.
+		for _, ss := range st.order {
+			for ss.q.Len() > 0 && st.total < n {
+				e := c.take(s, ss)
+				if e == nil {
+					break
+				}
+				c.grant(now, s, e, false)
+			}
 		}
 	}
 	if st.total < n || c.cfg.MaxEmergency == 0 {
@@ -702,7 +748,60 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 		if st.total >= n+c.cfg.MaxEmergency {
 			break
 		}
-		c.grant(now, s, ss.q.pop(), true)
+		if e := c.take(s, ss); e != nil {
+			c.grant(now, s, e, true)
+		}
+	}
+}
+
+// maxSkip bounds how many DTRs of one share a grant looks past for one
+// whose endpoints have room.
+const maxSkip = 64
+
+// take pops the first DTR of a share's queue that may start now: in
+// TRANSFER, one whose endpoints are below MaxPerHost (ARC: a delivery DTR
+// first chooses a host; if none is free it is skipped). The DTRs passed
+// over keep their place. It returns nil if none of the first maxSkip can.
+func (c *Core) take(s dtr.State, ss *shareState) *entry {
+	if s != dtr.Transfer || c.cfg.MaxPerHost <= 0 {
+		return ss.q.pop()
+	}
+	var skipped []*entry
+	defer func() {
+		for _, e := range skipped {
+			ss.q.readd(e)
+		}
+	}()
+	for ss.q.Len() > 0 && len(skipped) < maxSkip {
+		e := ss.q.pop()
+		if c.hostFull(e) == 0 {
+			return e
+		}
+		skipped = append(skipped, e)
+	}
+	return nil
+}
+
+// hostFull returns an endpoint of e that has MaxPerHost transfers running
+// (1 + its number in the names table), or 0 if both have room.
+func (c *Core) hostFull(e *entry) uint32 {
+	for _, h := range e.hosts {
+		if h != 0 && c.hostBusy[h] >= c.cfg.MaxPerHost {
+			return h
+		}
+	}
+	return 0
+}
+
+// busy counts a transfer in or out of its endpoints.
+func (c *Core) busy(e *entry, n int) {
+	for i, h := range e.hosts {
+		if h == 0 || (i == 1 && h == e.hosts[0]) {
+			continue
+		}
+		if c.hostBusy[h] += n; c.hostBusy[h] <= 0 {
+			delete(c.hostBusy, h)
+		}
 	}
 }
 
@@ -774,6 +873,9 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	if s == dtr.StagePrepare {
 		c.pin(e)
 	}
+	if s == dtr.Transfer {
+		c.busy(e, 1)
+	}
 	d.Cleanup = s == dtr.RegisterReplica && (d.Error != nil || d.Cancel) && !e.refinalise
 	e.refinalise = false
 	e.lease = c.at(now.Add(c.cfg.Lease))
@@ -820,6 +922,9 @@ func (c *Core) grantOf(e *entry) Grant {
 // release frees the slot of an active DTR.
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
+	if e.queued == dtr.Transfer {
+		c.busy(e, -1)
+	}
 	e.share.running--
 	st.total--
 	st.drop(e.share)

@@ -79,6 +79,12 @@ func (q *queue) fix(e *entry) {
 	heap.Fix(q, e.index)
 }
 
+// readd puts back an item taken with pop, in its old place.
+func (q *queue) readd(e *entry) {
+	q.hist[e.prio]++
+	heap.Push(q, e)
+}
+
 func (q *queue) head() *entry { return q.items[0] }
 
 // top returns the highest priority waiting.
