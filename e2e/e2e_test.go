@@ -948,3 +948,40 @@ func TestDIRACPolicyGivesEachUserOfAGroupAShareAndFinishesTheJobs(t *testing.T) 
 		t.Fatalf("transfer shares seen %v, want one per user of the group: %s and %s", seen, a, b)
 	}
 }
+
+func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
+	cfg := testConfig()
+	root := t.TempDir()
+	cfg.FileRoots = []string{root}
+	s := start(t, cfg)
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(root, "in"), 5000, 1)
+	writeFile(t, filepath.Join(outside, "secret"), 100, 2)
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	j := &job.Job{Inputs: []job.File{
+		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(root, "out", "in"))},
+		{Source: fileURL(filepath.Join(outside, "secret")), Destination: fileURL(filepath.Join(root, "out", "secret")), FailureAllowed: true},
+		{Source: fileURL(filepath.Join(root, "link")), Destination: fileURL(filepath.Join(root, "out", "link")), FailureAllowed: true},
+		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(outside, "planted")), FailureAllowed: true},
+	}}
+	ev := s.wait(s.submit(j).JobID, time.Minute)
+	byDst := map[string]generator.FileStat{}
+	for _, f := range ev.Files {
+		byDst[f.Destination] = f
+	}
+	if f := byDst[fileURL(filepath.Join(root, "out", "in"))]; f.State != dtr.Done {
+		t.Fatalf("the file within the root: %s %+v", f.State, f.Error)
+	}
+	for _, dst := range []string{filepath.Join(root, "out", "secret"), filepath.Join(root, "out", "link"), filepath.Join(outside, "planted")} {
+		f := byDst[fileURL(dst)]
+		if f.State != dtr.Error || f.Error == nil || f.Error.Kind != dtr.ErrLocalFile || f.Attempts != 1 {
+			t.Fatalf("%s: %s after %d attempts, %+v; want ERROR, LOCAL_FILE, no retry", dst, f.State, f.Attempts, f.Error)
+		}
+		mustContain(t, "error", f.Error.Text, "outside the allowed file roots")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
+		t.Fatal("a file was written outside the roots")
+	}
+}

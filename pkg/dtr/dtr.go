@@ -169,8 +169,18 @@ func ValidateURL(u string) error {
 	}
 	p, err := url.Parse(u)
 	if err != nil {
+		if strings.Contains(u, "@") {
+			// The parser's message may quote a password.
+			return errors.New("bad URL (not quoted: it may hold credentials)")
+		}
 		return fmt.Errorf("bad URL %q: %w", u, err)
 	}
+	if p.User != nil {
+		if _, has := p.User.Password(); has {
+			return fmt.Errorf("URL %q carries a password: credentials come from the environment or files (SLUICE_HTTP_TOKENS), never from URLs, which end up in events and logs", p.Redacted())
+		}
+	}
+	u = p.Redacted()
 	if !Schemes[p.Scheme] {
 		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https", u, p.Scheme)
 	}

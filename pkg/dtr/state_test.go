@@ -86,3 +86,15 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestValidateURLRefusesPasswordsWithoutQuotingThem(t *testing.T) {
+	for _, u := range []string{"https://alice:hunter2@storage.example/f", "http://bob:hunter2@h/x"} {
+		err := ValidateURL(u)
+		if err == nil || !contains(err.Error(), "carries a password") || contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want a refusal that does not quote the password", u, err)
+		}
+	}
+	if err := ValidateURL("https://token-user@storage.example/f"); err != nil {
+		t.Errorf("a user name alone is no secret: %v", err)
+	}
+}

@@ -6,7 +6,9 @@ package stack
 import (
 	"context"
 	"fmt"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,6 +31,10 @@ type Config struct {
 	NATSPort  int    `envconfig:"NATS_PORT" default:"4222" desc:"port of the embedded server on 127.0.0.1; 0 picks a free one"`
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
+	// HTTPTokens names bearer token files per host.
+	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
+	// FileRoots are the only directories file:// URLs may reach.
+	FileRoots []string `envconfig:"FILE_ROOTS" desc:"comma-separated directories that file:// sources and destinations must lie under (\"..\" and symbolic links out of them are refused); processors add their staging area; empty: any path"`
 	scheduler.Config
 	Generator generator.Config `envconfig:"GENERATOR"`
 	Processor processor.Config `envconfig:"PROCESSOR"`
@@ -72,6 +78,10 @@ func (cfg Config) connect(name string) (*nats.Conn, error) {
 
 // Run runs the given roles until ctx ends or one of them fails.
 func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) error {
+	tokens, err := transfer.ParseTokens(cfg.HTTPTokens)
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {
 		nc, err := cfg.connect("sluice-" + role)
@@ -94,9 +104,17 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			}
 			run = s.Run
 		case "processor":
-			run = processor.New(cfg.Processor, nc, log).Run
+			pc := cfg.Processor
+			pc.FileRoots, pc.Tokens = cfg.FileRoots, tokens
+			run = processor.New(pc, nc, log).Run
 		case "delivery":
-			run = delivery.New(cfg.Delivery, nc, log).Run
+			dc := cfg.Delivery
+			dc.Tokens = tokens
+			if len(cfg.FileRoots) > 0 {
+				// Deliverers read the staged copies that processors write.
+				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
+			}
+			run = delivery.New(dc, nc, log).Run
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)
 		}

@@ -141,7 +141,7 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 	}
 	var failure *Error
 	if dst.url.Scheme == "file" {
-		res.Bytes, failure = copyToFile(ctx, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
+		res.Bytes, failure = copyToFile(ctx, c.files, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
 	} else {
 		res.Bytes, failure = c.copyToHTTP(ctx, in, p, src.raw, dst.raw)
 	}
@@ -172,7 +172,7 @@ func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) 
 		if ctx.Err() != nil {
 			return nil, cancelled(ctx, op, rawURL)
 		}
-		f, err := os.Open(u.Path)
+		f, err := c.files.Open(u.Path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
 		}
@@ -233,12 +233,12 @@ func checkLength(in *source, n int64) error {
 }
 
 // copyToFile writes the source to path, removing it on failure.
-func copyToFile(ctx context.Context, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
+func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
 	const op = "copy"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := files.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, localError(ctx, op, dst, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return 0, localError(ctx, op, dst, err)
 	}
@@ -266,7 +266,7 @@ func copyToFile(ctx context.Context, in *source, p *pump, src, dst, path string,
 		failure = localError(ctx, op, dst, err)
 	}
 	if failure != nil {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := files.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
 		}
 	}

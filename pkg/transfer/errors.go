@@ -129,6 +129,9 @@ func remoteError(ctx context.Context, op, rawURL string, err error, moved int64)
 	if errors.As(err, &se) {
 		return &Error{Kind: statusKind(se.Code), Op: op, URL: rawURL, Err: err}
 	}
+	if errors.Is(err, errCredentials) {
+		return &Error{Kind: dtr.ErrLocalFile, Op: op, URL: rawURL, Err: err}
+	}
 	err = stripURLError(err)
 	return &Error{Kind: networkKind(err, moved), Op: op, URL: rawURL, Err: err}
 }

@@ -28,7 +28,11 @@ import (
 // Client performs operations on URLs. The zero value is not usable; use
 // New. A Client is safe for concurrent use.
 type Client struct {
-	http *http.Client
+	http  *http.Client
+	files *Files
+	// tokens maps a host ("host" or "host:port", as in URLs) to the file
+	// that holds its bearer token.
+	tokens map[string]string
 }
 
 // New returns a Client that makes HTTP requests with httpClient. A nil
@@ -43,6 +47,45 @@ func New(httpClient *http.Client) *Client {
 	}
 	return &Client{http: httpClient}
 }
+
+// WithFiles returns a copy of c that reaches local paths only through f.
+func (c *Client) WithFiles(f *Files) *Client {
+	cp := *c
+	cp.files = f
+	return &cp
+}
+
+// errCredentials marks a failure to read this site's own credentials: a
+// local problem, not the remote end's, and not worth a retry.
+var errCredentials = errors.New("credentials")
+
+// WithTokens returns a copy of c that sends a bearer token to each host in
+// tokens (host or host:port → file holding the token).
+func (c *Client) WithTokens(tokens map[string]string) *Client {
+	cp := *c
+	cp.tokens = tokens
+	return &cp
+}
+
+// ParseTokens reads "host=file,host:port=file" (SLUICE_HTTP_TOKENS).
+func ParseTokens(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		host, file, ok := strings.Cut(item, "=")
+		if !ok || host == "" || !filepath.IsAbs(file) {
+			return nil, fmt.Errorf("HTTP token %q: want host=/absolute/path/of/the/token/file", item)
+		}
+		out[host] = file
+	}
+	return out, nil
+}
+
+// Files returns how c reaches local paths.
+func (c *Client) Files() *Files { return c.files }
 
 func newTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -89,7 +132,7 @@ func (c *Client) Stat(ctx context.Context, rawURL string) (Info, error) {
 		if ctx.Err() != nil {
 			return missing, cancelled(ctx, op, rawURL)
 		}
-		fi, err := os.Stat(u.Path)
+		fi, err := c.files.Stat(u.Path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return missing, nil
@@ -126,12 +169,12 @@ func (c *Client) Delete(ctx context.Context, rawURL string) error {
 		if ctx.Err() != nil {
 			return cancelled(ctx, op, rawURL)
 		}
-		fi, err := os.Lstat(u.Path)
+		fi, err := c.files.Lstat(u.Path)
 		if err == nil && fi.IsDir() {
 			return localError(ctx, op, rawURL, errors.New("is a directory"))
 		}
 		if err == nil {
-			err = os.Remove(u.Path)
+			err = c.files.Remove(u.Path)
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return localError(ctx, op, rawURL, err)
@@ -169,7 +212,7 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if ctx.Err() != nil {
 		return cancelled(ctx, op, from)
 	}
-	if err := os.Rename(fu.Path, tu.Path); err != nil {
+	if err := c.files.Rename(fu.Path, tu.Path); err != nil {
 		return localError(ctx, op, from, err)
 	}
 	return nil
@@ -186,7 +229,7 @@ func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	if ctx.Err() != nil {
 		return cancelled(ctx, op, rawURL)
 	}
-	if err := os.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
+	if err := c.files.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
 		return localError(ctx, op, rawURL, err)
 	}
 	return nil
@@ -270,6 +313,15 @@ func (c *Client) do(ctx context.Context, method, rawURL string, body io.Reader) 
 		return nil, err
 	}
 	req.Header.Set("Accept-Encoding", "identity")
+	if file, ok := c.tokens[req.URL.Host]; ok {
+		// Read at every request, so that a renewed token is used at once.
+		// net/http does not pass it on to another host on a redirect.
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bearer token for %s: %v", errCredentials, req.URL.Host, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	}
 	if method == http.MethodGet || method == http.MethodHead {
 		req.Header.Set("Want-Digest", wantDigest)
 	}

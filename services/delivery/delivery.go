@@ -27,6 +27,11 @@ type Config struct {
 	// MaxInactivity ends a transfer that moved no data for this long with a
 	// TRANSFER_SPEED error, which is retried (ARC: speedcontrol max_inact).
 	MaxInactivity time.Duration `envconfig:"MAX_INACTIVITY" default:"5m" desc:"a transfer that moves no data for this long fails (TRANSFER_SPEED, retried)"`
+	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); none
+	// means no limit.
+	FileRoots []string `ignored:"true"`
+	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
+	Tokens map[string]string `ignored:"true"`
 }
 
 // errInactive ends a transfer that stopped moving data.
@@ -47,6 +52,14 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	s.client = s.client.WithTokens(s.cfg.Tokens)
+	if len(s.cfg.FileRoots) > 0 {
+		files, err := transfer.OpenFiles(s.cfg.FileRoots...)
+		if err != nil {
+			return fmt.Errorf("delivery: %w", err)
+		}
+		s.client = s.client.WithFiles(files)
+	}
 	p, err := worker.NewPool(s.nc, dtr.StageDelivery, s.cfg.Workers, s.Handle, s.log)
 	if err != nil {
 		return err

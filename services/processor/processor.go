@@ -32,10 +32,18 @@ import (
 
 // Config is the processor's configuration, read from SLUICE_PROCESSOR_*.
 type Config struct {
-	PreWorkers  int    `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
-	PostWorkers int    `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
-	StageDir    string `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
+	PreWorkers  int `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
+	PostWorkers int `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
+	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); the
+	// staging area is added to them.
+	FileRoots []string `ignored:"true"`
+	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
+	Tokens   map[string]string `ignored:"true"`
+	StageDir string            `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
 }
+
+// StageDirOrDefault returns the staging area.
+func (c Config) StageDirOrDefault() string { return c.stageDir() }
 
 // stageDir returns the staging area.
 func (c Config) stageDir() string {
@@ -60,6 +68,14 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves pre- and post-processing grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	s.client = s.client.WithTokens(s.cfg.Tokens)
+	if len(s.cfg.FileRoots) > 0 {
+		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir())...)
+		if err != nil {
+			return fmt.Errorf("processor: %w", err)
+		}
+		s.client = s.client.WithFiles(files)
+	}
 	pre, err := worker.NewPool(s.nc, dtr.StagePre, s.cfg.PreWorkers, s.Handle, s.log)
 	if err != nil {
 		return err
@@ -158,13 +174,9 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 		} else if t, _, err := dtr.ParseChecksum(d.Checksum); err == nil {
 			typ = t
 		}
-		p, err := transfer.LocalPath(tmp)
+		sum, err := s.client.Checksum(ctx, tmp, typ)
 		if err != nil {
 			return bus.Result{}, err
-		}
-		sum, err := checksum.File(p, typ)
-		if err != nil {
-			return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "verify", URL: tmp, Err: err}
 		}
 		if d.Checksum != "" && sameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
 			_ = s.client.Delete(ctx, tmp)
@@ -201,11 +213,7 @@ func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bo
 	if err != nil {
 		return false, nil
 	}
-	p, err := transfer.LocalPath(d.Destination)
-	if err != nil {
-		return false, nil
-	}
-	sum, err := checksum.File(p, typ)
+	sum, err := s.client.Checksum(ctx, d.Destination, typ)
 	if err != nil {
 		return false, nil // not there: the verification below reports the missing file
 	}
@@ -241,10 +249,10 @@ func (s *Service) stage(ctx context.Context, d dtr.DTR, report func(int64, int64
 		Progress: func(b int64) { report(b, d.Size) },
 	})
 	if err != nil {
-		_ = os.Remove(staged + ".part")
+		_ = s.client.Files().Remove(staged + ".part")
 		return bus.Result{}, err
 	}
-	if err := os.Rename(staged+".part", staged); err != nil {
+	if err := s.client.Files().Rename(staged+".part", staged); err != nil {
 		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source, Err: err}
 	}
 	return bus.Result{Size: cr.Bytes, TURL: (&url.URL{Scheme: "file", Path: staged}).String()}, nil
@@ -256,7 +264,7 @@ func (s *Service) stage(ctx context.Context, d dtr.DTR, report func(int64, int64
 func (s *Service) release(d dtr.DTR) error {
 	staged := filepath.Join(s.cfg.stageDir(), d.ID.String())
 	for _, p := range []string{staged, staged + ".part"} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.client.Files().Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "release", URL: d.Source, Err: err}
 		}
 	}
