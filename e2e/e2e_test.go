@@ -56,10 +56,10 @@ func TestJobOfManyFilesAcrossTwoSharesEndsDoneByteExact(t *testing.T) {
 		atlas.Outputs = append(atlas.Outputs, job.File{Source: fileURL(src), Destination: dst})
 		srcOf[dst] = src
 	}
-	for i := 0; i < 100; i++ { // local copies, with md5 and sha256 expected
+	for i := 0; i < 100; i++ { // local copies, with md5, sha256 and crc32c expected
 		src := filepath.Join(s.dir, "local", fmt.Sprintf("c%03d", i))
 		writeFile(t, src, 20000+i*13, 2000+i)
-		typ := []string{"md5", "sha256"}[i%2]
+		typ := []string{"md5", "sha256", "crc32c"}[i%3]
 		sum, _ := checksum.File(src, typ)
 		dst := fileURL(filepath.Join(s.dir, "session", "cms", fmt.Sprintf("c%03d", i)))
 		cms.Inputs = append(cms.Inputs, job.File{Source: fileURL(src), Destination: dst, Checksum: sum})

@@ -1,9 +1,10 @@
 // Package checksum computes and compares the file checksums Sluice records,
 // written as "type:value" (for example "adler32:11e60398").
 //
-// The types are those of dtr.ChecksumTypes: adler32, md5 and sha256. Values
-// are lowercase hex; adler32 is always printed as eight zero-padded digits,
-// as ARC and xrootd print it.
+// The types are those of dtr.ChecksumTypes: adler32, md5, sha256 and crc32c
+// (Castagnoli, as S3 and Google Cloud Storage use it). Values are lowercase
+// hex; adler32 and crc32c are always printed as eight zero-padded digits,
+// as ARC and xrootd print them.
 package checksum
 
 import (
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/adler32"
+	"hash/crc32"
 	"io"
 	"os"
 	"strings"
@@ -33,8 +35,10 @@ func New(typ string) (hash.Hash, error) {
 		return md5.New(), nil
 	case "sha256":
 		return sha256.New(), nil
+	case "crc32c":
+		return crc32.New(crc32.MakeTable(crc32.Castagnoli)), nil
 	}
-	return nil, fmt.Errorf("%w %q (want adler32, md5 or sha256)", ErrUnknownType, typ)
+	return nil, fmt.Errorf("%w %q (want adler32, md5, sha256 or crc32c)", ErrUnknownType, typ)
 }
 
 // Format returns "type:value" for the data written to h so far, with the
@@ -65,7 +69,7 @@ func File(path, typ string) (string, error) {
 
 // Equal reports whether two "type:value" checksums are the same: the types
 // must match and the values are compared without regard to case. adler32
-// values are compared as numbers, so "adler32:0a0b0c0d" equals
+// and crc32c values are compared as numbers, so "adler32:0a0b0c0d" equals
 // "adler32:a0b0c0d". A malformed checksum equals nothing.
 func Equal(a, b string) bool {
 	ta, va, ok := split(a)
@@ -76,7 +80,7 @@ func Equal(a, b string) bool {
 	if !ok || ta != tb {
 		return false
 	}
-	if ta == "adler32" {
+	if ta == "adler32" || ta == "crc32c" {
 		va, vb = trimZeros(va), trimZeros(vb)
 	}
 	return va == vb

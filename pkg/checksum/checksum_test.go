@@ -21,6 +21,8 @@ var vectors = []struct {
 	{"md5", "", "md5:d41d8cd98f00b204e9800998ecf8427e"},
 	{"sha256", "abc", "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
 	{"SHA256", "abc", "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+	{"crc32c", "123456789", "crc32c:e3069283"}, // the Castagnoli check value
+	{"crc32c", "", "crc32c:00000000"},
 	{"Adler32", "Wikipedia", "adler32:11e60398"},
 }
 

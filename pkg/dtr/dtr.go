@@ -29,7 +29,8 @@ const (
 
 // Options are the per-file settings a job gives.
 type Options struct {
-	// Checksum is the expected checksum "type:value" (adler32, md5, sha256);
+	// Checksum is the expected checksum "type:value" (adler32, md5, sha256,
+	// crc32c);
 	// empty means none is known and adler32 is computed for the record.
 	Checksum string `json:"checksum,omitempty"`
 	// Overwrite lets pre-cleaning delete an existing destination.
@@ -201,7 +202,7 @@ func ValidateURL(u string) error {
 }
 
 // Checksum algorithms Sluice computes.
-var ChecksumTypes = map[string]bool{"adler32": true, "md5": true, "sha256": true}
+var ChecksumTypes = map[string]bool{"adler32": true, "md5": true, "sha256": true, "crc32c": true}
 
 // ParseChecksum splits "type:value" and checks the type is known.
 func ParseChecksum(s string) (typ, value string, err error) {
@@ -211,7 +212,7 @@ func ParseChecksum(s string) (typ, value string, err error) {
 		return "", "", fmt.Errorf("checksum %q is not type:value", s)
 	}
 	if !ChecksumTypes[typ] {
-		return "", "", fmt.Errorf("checksum %q: type %q is not one of adler32, md5, sha256", s, typ)
+		return "", "", fmt.Errorf("checksum %q: type %q is not one of adler32, md5, sha256, crc32c", s, typ)
 	}
 	return typ, strings.ToLower(value), nil
 }

@@ -45,7 +45,8 @@ type Job struct {
 type File struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
-	// Checksum is the expected checksum "type:value" (adler32, md5, sha256).
+	// Checksum is the expected checksum "type:value" (adler32, md5, sha256,
+	// crc32c).
 	Checksum string `json:"checksum,omitempty"`
 	// Overwrite lets an existing destination be replaced.
 	Overwrite bool `json:"overwrite,omitempty"`
