@@ -985,3 +985,42 @@ func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
 		t.Fatal("a file was written outside the roots")
 	}
 }
+
+func TestATransferBelowTheMinimumSpeedFailsAndIsRetried(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxTransferTries = 2
+	cfg.Delivery.MinSpeed, cfg.Delivery.MinSpeedTime = 200000, 2*time.Second
+	s := start(t, cfg)
+	var gets atomic.Int32
+	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "10000000")
+		if r.Method != http.MethodGet {
+			return
+		}
+		gets.Add(1)
+		for { // 20 KB/s: data keeps coming, too slowly
+			if _, err := w.Write(make([]byte, 1000)); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}))
+	j := &job.Job{Inputs: []job.File{{Source: base + "/slow", Destination: fileURL(filepath.Join(s.dir, "out", "slow"))}}}
+	ev := s.wait(s.submit(j).JobID, time.Minute)
+	f := ev.Files[0]
+	if f.State != dtr.Error || f.Attempts != 2 || f.Error == nil || f.Error.Kind != dtr.ErrTransferSpeed {
+		t.Fatalf("slow transfer ended %s after %d attempts: %+v; want ERROR (TRANSFER_SPEED) after 2", f.State, f.Attempts, f.Error)
+	}
+	mustContain(t, "error", f.Error.Text, "below the minimum speed of 200000 B/s")
+	if gets.Load() != 2 {
+		t.Fatalf("%d GETs, want one per attempt", gets.Load())
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "out", "slow")); err == nil {
+		t.Fatal("the partial file was left at the destination")
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +26,11 @@ type Config struct {
 	// MaxInactivity ends a transfer that moved no data for this long with a
 	// TRANSFER_SPEED error, which is retried (ARC: speedcontrol max_inact).
 	MaxInactivity time.Duration `envconfig:"MAX_INACTIVITY" default:"5m" desc:"a transfer that moves no data for this long fails (TRANSFER_SPEED, retried)"`
+	// MinSpeed, MinSpeedTime and MinAverageSpeed are the rest of ARC's
+	// speedcontrol (see SpeedLimits).
+	MinSpeed        float64       `envconfig:"MIN_SPEED" default:"0" desc:"a transfer slower than this many bytes/s over the last MIN_SPEED_TIME fails (TRANSFER_SPEED, retried); 0: off"`
+	MinSpeedTime    time.Duration `envconfig:"MIN_SPEED_TIME" default:"5m" desc:"the window of MIN_SPEED; no speed is checked before a transfer has run this long"`
+	MinAverageSpeed float64       `envconfig:"MIN_AVERAGE_SPEED" default:"0" desc:"a transfer whose average since its start falls below this many bytes/s fails (TRANSFER_SPEED, retried); 0: off"`
 	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); none
 	// means no limit.
 	FileRoots []string `ignored:"true"`
@@ -34,8 +38,8 @@ type Config struct {
 	Tokens map[string]string `ignored:"true"`
 }
 
-// errInactive ends a transfer that stopped moving data.
-var errInactive = errors.New("no data moved")
+// errTooSlow ends a transfer that broke a speed limit.
+var errTooSlow = errors.New("too slow")
 
 // Service is a running delivery service.
 type Service struct {
@@ -69,14 +73,23 @@ func (s *Service) Run(ctx context.Context) error {
 
 // watchInactivity cancels a transfer whose byte count has not grown for
 // MaxInactivity.
-func (s *Service) watchInactivity(ctx context.Context, cancel context.CancelCauseFunc, lastMove *atomic.Int64) (stop func()) {
-	limit := s.cfg.MaxInactivity
-	if limit <= 0 {
+// watchSpeed checks the transfer against the speed limits every second
+// (or more often for short limits) and ends it with errTooSlow, and the
+// reason, when it breaks one.
+func (s *Service) watchSpeed(ctx context.Context, cancel context.CancelCauseFunc, m *speedMeter) (stop func()) {
+	l := m.limits
+	if l.MaxInactivity <= 0 && l.MinSpeed <= 0 && l.MinAverageSpeed <= 0 {
 		return func() {}
+	}
+	every := time.Second
+	for _, d := range []time.Duration{l.MaxInactivity / 4, l.MinSpeedTime / 4} {
+		if d > 0 {
+			every = min(every, d)
+		}
 	}
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(min(limit/4, time.Second))
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -84,9 +97,9 @@ func (s *Service) watchInactivity(ctx context.Context, cancel context.CancelCaus
 				return
 			case <-ctx.Done():
 				return
-			case <-t.C:
-				if time.Since(time.Unix(0, lastMove.Load())) > limit {
-					cancel(errInactive)
+			case now := <-t.C:
+				if err := m.Check(now); err != nil {
+					cancel(fmt.Errorf("%w: %v", errTooSlow, err))
 					return
 				}
 			}
@@ -107,10 +120,9 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var lastMove atomic.Int64 // when the byte count last grew
-	lastMove.Store(time.Now().UnixNano())
-	var moved int64
-	stop := s.watchInactivity(ctx, cancel, &lastMove)
+	meter := newSpeedMeter(SpeedLimits{MinSpeed: s.cfg.MinSpeed, MinSpeedTime: s.cfg.MinSpeedTime,
+		MinAverageSpeed: s.cfg.MinAverageSpeed, MaxInactivity: s.cfg.MaxInactivity}, time.Now())
+	stop := s.watchSpeed(ctx, cancel, meter)
 	defer stop()
 	src := d.Source
 	if d.TURL != "" {
@@ -119,18 +131,15 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
 		Progress: func(b int64) {
-			if b > moved {
-				moved = b
-				lastMove.Store(time.Now().UnixNano())
-			}
+			meter.Record(time.Now(), b)
 			report(b, d.Size)
 		},
 	})
 	res := bus.Result{Bytes: cr.Bytes, Size: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
 	if err != nil {
 		kind, text := transfer.KindOf(err), err.Error()
-		if errors.Is(context.Cause(ctx), errInactive) {
-			kind, text = dtr.ErrTransferSpeed, fmt.Sprintf("%s for %s (max inactivity); %d bytes moved", errInactive, s.cfg.MaxInactivity, cr.Bytes)
+		if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {
+			kind, text = dtr.ErrTransferSpeed, cause.Error()
 		}
 		res.Error = &dtr.Failure{Kind: kind, Text: text}
 		return res
