@@ -283,9 +283,12 @@ var errEarlyAnswer = errors.New("server answered before receiving the whole body
 func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
 	const op = "copy"
 	pr, pw := io.Pipe()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, dst, pr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpURL(dst), pr)
 	if err != nil {
 		return 0, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: stripURLError(err)}
+	}
+	if err := c.authorize(req); err != nil {
+		return 0, remoteError(ctx, op, dst, err, 0)
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = in.size // -1: chunked

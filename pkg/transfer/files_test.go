@@ -139,6 +139,9 @@ func TestBearerTokensGoOnlyToTheirHostAndNeverIntoErrors(t *testing.T) {
 	if _, err := c.Copy(ctx, srv.URL+"/f", "file://"+filepath.Join(dir, "out"), CopyOptions{}); err != nil {
 		t.Fatalf("with the token: %v", err)
 	}
+	if _, err := c.Copy(ctx, "file://"+filepath.Join(dir, "out"), srv.URL+"/up", CopyOptions{}); err != nil {
+		t.Fatalf("an upload with the token: %v", err)
+	}
 	if _, err := c.Stat(ctx, other.URL+"/f"); err != nil {
 		t.Fatal(err)
 	}

@@ -218,13 +218,30 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	return nil
 }
 
-// MakeParents creates the directories above a file:// URL (mode 0755). For
-// HTTP it does nothing: servers create collections on PUT or refuse.
+// httpURL turns a WebDAV URL (dav://, davs://, as ARC writes them) into
+// the HTTP URL it is reached at.
+func httpURL(rawURL string) string {
+	switch {
+	case strings.HasPrefix(rawURL, "dav://"):
+		return "http://" + strings.TrimPrefix(rawURL, "dav://")
+	case strings.HasPrefix(rawURL, "davs://"):
+		return "https://" + strings.TrimPrefix(rawURL, "davs://")
+	}
+	return rawURL
+}
+
+// MakeParents creates the directories above a file:// URL (mode 0755), or
+// the WebDAV collections above an HTTP URL (MKCOL, from the top down, once
+// PROPFIND finds the parent missing). A server that speaks no WebDAV
+// (PROPFIND answered 405 or 501) is left to create what it needs on PUT.
 func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	const op = "mkdir"
 	u, err := parseURL(op, rawURL)
-	if err != nil || u.Scheme != "file" {
+	if err != nil {
 		return err
+	}
+	if u.Scheme != "file" {
+		return c.makeCollections(ctx, rawURL, u)
 	}
 	if ctx.Err() != nil {
 		return cancelled(ctx, op, rawURL)
@@ -292,12 +309,12 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 		} else if !path.IsAbs(u.Path) {
 			err = errors.New("file URL needs an absolute path (file:///path)")
 		}
-	case "http", "https":
+	case "http", "https", "dav", "davs":
 		if u.Host == "" {
 			err = errors.New("URL has no host")
 		}
 	default:
-		err = fmt.Errorf("unsupported scheme %q (want file, http or https)", u.Scheme)
+		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav or davs)", u.Scheme)
 	}
 	if err != nil {
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
@@ -308,19 +325,21 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 // do sends one request. It asks for the identity encoding, so that sizes
 // and checksums are those of the stored bytes, and for a Digest header.
 func (c *Client) do(ctx context.Context, method, rawURL string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, rawURL, body)
+	return c.send(ctx, method, rawURL, body, nil)
+}
+
+// send is do with extra request headers.
+func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, httpURL(rawURL), body)
 	if err != nil {
 		return nil, err
 	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Accept-Encoding", "identity")
-	if file, ok := c.tokens[req.URL.Host]; ok {
-		// Read at every request, so that a renewed token is used at once.
-		// net/http does not pass it on to another host on a redirect.
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bearer token for %s: %v", errCredentials, req.URL.Host, err)
-		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	if err := c.authorize(req); err != nil {
+		return nil, err
 	}
 	if method == http.MethodGet || method == http.MethodHead {
 		req.Header.Set("Want-Digest", wantDigest)
@@ -353,4 +372,76 @@ func isMissing(err error) bool {
 func discard(resp *http.Response) {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
+}
+
+// makeCollections makes the WebDAV collections above u, if the server has
+// WebDAV and they are missing.
+func (c *Client) makeCollections(ctx context.Context, rawURL string, u *url.URL) error {
+	const op = "mkdir"
+	parent := path.Dir(strings.TrimSuffix(u.Path, "/"))
+	if parent == "/" || parent == "." {
+		return nil
+	}
+	exists, err := c.collectionExists(ctx, rawURL, u, parent)
+	if err != nil || exists {
+		return err
+	}
+	// Top down: /a/, /a/b/, ... A 405 is a collection that exists already.
+	parts := strings.Split(strings.Trim(parent, "/"), "/")
+	for i := range parts {
+		cu := *u
+		cu.Path = "/" + strings.Join(parts[:i+1], "/") + "/"
+		cu.RawPath, cu.RawQuery, cu.Fragment = "", "", ""
+		resp, err := c.do(ctx, "MKCOL", cu.String(), nil)
+		if err != nil {
+			return remoteError(ctx, op, rawURL, err, 0)
+		}
+		discard(resp)
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			if err := checkStatus(resp, "MKCOL"); err != nil {
+				return remoteError(ctx, op, rawURL, fmt.Errorf("MKCOL %s: %w", cu.Path, err), 0)
+			}
+		}
+	}
+	return nil
+}
+
+// collectionExists asks with PROPFIND (depth 0) whether dir exists; a
+// server without WebDAV counts as having it.
+func (c *Client) collectionExists(ctx context.Context, rawURL string, u *url.URL, dir string) (bool, error) {
+	cu := *u
+	cu.Path = dir + "/"
+	cu.RawPath, cu.RawQuery, cu.Fragment = "", "", ""
+	resp, err := c.send(ctx, "PROPFIND", cu.String(), strings.NewReader(
+		`<?xml version="1.0" encoding="utf-8"?><propfind xmlns="DAV:"><prop><resourcetype/></prop></propfind>`),
+		http.Header{"Depth": {"0"}, "Content-Type": {"application/xml"}})
+	if err != nil {
+		return false, remoteError(ctx, "mkdir", rawURL, err, 0)
+	}
+	discard(resp)
+	switch {
+	case resp.StatusCode == http.StatusMultiStatus || resp.StatusCode/100 == 2:
+		return true, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return false, nil
+	case resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
+		return true, nil // no WebDAV here: PUT creates what it needs, or fails
+	}
+	return false, remoteError(ctx, "mkdir", rawURL, &StatusError{Code: resp.StatusCode, Status: resp.Status}, 0)
+}
+
+// authorize adds the bearer token of the request's host, if one is
+// configured. It is read at every request, so that a renewed token is used
+// at once; net/http does not pass it on to another host on a redirect.
+func (c *Client) authorize(req *http.Request) error {
+	file, ok := c.tokens[req.URL.Host]
+	if !ok {
+		return nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%w: bearer token for %s: %v", errCredentials, req.URL.Host, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	return nil
 }

@@ -274,7 +274,7 @@ func TestMakeParents(t *testing.T) {
 		{"file creates missing parents", fileURL(filepath.Join(dir, "a/b/c/name")), filepath.Join(dir, "a/b/c"), ""},
 		{"file with existing parent is fine", fileURL(filepath.Join(dir, "name")), dir, ""},
 		{"parent that is a file is a local file error", fileURL(filepath.Join(dir, "file/name")), "", dtr.ErrLocalFile},
-		{"http is a no-op", "http://example.org/a/b/name", "", ""},
+		{"http at the server root needs nothing", "http://example.org/name", "", ""},
 		{"unsupported scheme is internal logic", "gsiftp://example.org/a", "", dtr.ErrInternalLogic},
 	}
 	c := transfer.New(nil)

@@ -1,0 +1,107 @@
+package transfer_test
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/webdav"
+
+	"github.com/sluice-dtr/sluice/pkg/checksum"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/httpstore"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+)
+
+// protocolStore is one protocol under test: base is the URL of an empty directory
+// on a real server (or the local file system), local the directory that
+// holds its files, to look behind the protocol's back.
+type protocolStore struct {
+	name, base, local string
+	// nested says whether the protocolStore needs parents made (file: mkdir,
+	// WebDAV: MKCOL) and shows them as directories.
+	nested bool
+}
+
+func protocolStores(t *testing.T) []protocolStore {
+	t.Helper()
+	fileDir := t.TempDir()
+	httpDir := t.TempDir()
+	httpSrv := httptest.NewServer(httpstore.Handler(httpDir))
+	t.Cleanup(httpSrv.Close)
+	davDir := t.TempDir()
+	dav := httptest.NewServer(&webdav.Handler{FileSystem: webdav.Dir(davDir), LockSystem: webdav.NewMemLS()})
+	t.Cleanup(dav.Close)
+	return []protocolStore{
+		{name: "file", base: fileURL(fileDir), local: fileDir, nested: true},
+		{name: "http", base: httpSrv.URL, local: httpDir},
+		{name: "webdav (golang.org/x/net/webdav)", base: dav.URL, local: davDir, nested: true},
+		{name: "dav:// scheme", base: "dav://" + strings.TrimPrefix(dav.URL, "http://"), local: davDir, nested: true},
+	}
+}
+
+// TestEveryProtocolPassesTheSameConformanceSuite runs one suite of
+// operations against every protocol Sluice moves data with, each against
+// a real server started on loopback.
+func TestEveryProtocolPassesTheSameConformanceSuite(t *testing.T) {
+	data := bytes.Repeat([]byte("conformance "), 50000)
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := checksum.File(src, "adler32")
+	c := transfer.New(nil)
+	ctx := context.Background()
+	for _, s := range protocolStores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			obj := s.base + "/run/a b/file"
+			if info, err := c.Stat(ctx, obj); err != nil || info.Exists {
+				t.Fatalf("stat of a missing object: %+v, %v", info, err)
+			}
+			if err := c.MakeParents(ctx, obj); err != nil {
+				t.Fatalf("make parents: %v", err)
+			}
+			if s.nested {
+				if fi, err := os.Stat(filepath.Join(s.local, "run", "a b")); err != nil || !fi.IsDir() {
+					t.Fatalf("parents not made: %v", err)
+				}
+			}
+			res, err := c.Copy(ctx, fileURL(src), obj, transfer.CopyOptions{})
+			if err != nil {
+				t.Fatalf("upload: %v", err)
+			}
+			if res.Bytes != int64(len(data)) || res.Checksums["adler32"] != want {
+				t.Fatalf("upload moved %d bytes with %s, want %d with %s", res.Bytes, res.Checksums["adler32"], len(data), want)
+			}
+			if b, err := os.ReadFile(filepath.Join(s.local, "run", "a b", "file")); err != nil || !bytes.Equal(b, data) {
+				t.Fatalf("the stored object differs: %v", err)
+			}
+			if info, err := c.Stat(ctx, obj); err != nil || !info.Exists || info.Size != int64(len(data)) {
+				t.Fatalf("stat: %+v, %v", info, err)
+			}
+			back := filepath.Join(t.TempDir(), "back")
+			res, err = c.Copy(ctx, obj, fileURL(back), transfer.CopyOptions{ChecksumTypes: []string{"adler32", "crc32c"}})
+			if err != nil || res.Checksums["adler32"] != want {
+				t.Fatalf("download: %v, %v", res.Checksums, err)
+			}
+			if b, _ := os.ReadFile(back); !bytes.Equal(b, data) {
+				t.Fatal("the downloaded file differs")
+			}
+			_, err = c.Copy(ctx, s.base+"/no/such/object", fileURL(filepath.Join(t.TempDir(), "x")), transfer.CopyOptions{})
+			checkKind(t, err, map[bool]dtr.ErrorKind{true: dtr.ErrLocalFile, false: dtr.ErrPermanentRemote}[s.name == "file"])
+			if err := c.Delete(ctx, obj); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if info, err := c.Stat(ctx, obj); err != nil || info.Exists {
+				t.Fatalf("after delete: %+v, %v", info, err)
+			}
+			if err := c.Delete(ctx, obj); err != nil {
+				t.Fatalf("deleting a missing object: %v", err)
+			}
+		})
+	}
+}
