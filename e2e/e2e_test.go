@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -1079,5 +1082,55 @@ func TestCancelStopsARunningTransferDeletesThePartialFileAndFreesTheSlot(t *test
 	}
 	if sh := s.shares().Shares; len(sh) != 0 {
 		t.Fatalf("slots still held: %+v", sh)
+	}
+}
+
+func TestJobMovesFilesToAndFromS3(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("results"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("sluice sluice-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	cfg := testConfig()
+	cfg.S3Credentials = host + "=" + keys
+	s := start(t, cfg)
+	var up job.Job
+	for i := 0; i < 20; i++ {
+		src := filepath.Join(s.dir, "session", fmt.Sprintf("out-%02d", i))
+		writeFile(t, src, 10000+i*997, i)
+		up.Outputs = append(up.Outputs, job.File{Source: fileURL(src), Destination: fmt.Sprintf("s3://%s/results/run-1/out-%02d", host, i)})
+	}
+	if ev := s.wait(s.submit(&up).JobID, time.Minute); ev.State != generator.JobFinished {
+		t.Fatalf("upload job %s: %v", ev.State, ev.Failures)
+	}
+	var down job.Job
+	for i := 0; i < 20; i++ {
+		sum, _ := checksum.File(filepath.Join(s.dir, "session", fmt.Sprintf("out-%02d", i)), "sha256")
+		down.Inputs = append(down.Inputs, job.File{Source: fmt.Sprintf("s3://%s/results/run-1/out-%02d", host, i),
+			Destination: fileURL(filepath.Join(s.dir, "back", fmt.Sprintf("out-%02d", i))), Checksum: sum})
+	}
+	down.Inputs = append(down.Inputs, job.File{Source: "s3://" + host + "/results/no-such-object",
+		Destination: fileURL(filepath.Join(s.dir, "back", "missing")), FailureAllowed: true})
+	ev := s.wait(s.submit(&down).JobID, time.Minute)
+	if ev.State != generator.JobFinished || ev.Done != 20 {
+		t.Fatalf("download job %s with %d done: %v", ev.State, ev.Done, ev.Failures)
+	}
+	for _, f := range ev.Files {
+		if strings.HasSuffix(f.Source, "no-such-object") {
+			if f.State != dtr.Error || f.Error == nil || f.Error.Kind != dtr.ErrPermanentRemote || f.Attempts != 1 {
+				t.Fatalf("a missing object ended %s after %d attempts: %+v", f.State, f.Attempts, f.Error)
+			}
+			continue
+		}
+		want, _ := os.ReadFile(filepath.Join(s.dir, "session", filepath.Base(f.Destination)))
+		if got, _ := os.ReadFile(strings.TrimPrefix(f.Destination, "file://")); !bytes.Equal(got, want) {
+			t.Fatalf("%s came back different", f.Destination)
+		}
 	}
 }

@@ -33,6 +33,8 @@ type Config struct {
 	LogFormat string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
 	// HTTPTokens names bearer token files per host.
 	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
+	// S3Credentials names key files per S3 endpoint.
+	S3Credentials string `envconfig:"S3_CREDENTIALS" desc:"keys for S3 endpoints: host[:port]=/path/of/file holding \"ACCESS_KEY SECRET_KEY\",...; others use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"`
 	// FileRoots are the only directories file:// URLs may reach.
 	FileRoots []string `envconfig:"FILE_ROOTS" desc:"comma-separated directories that file:// sources and destinations must lie under (\"..\" and symbolic links out of them are refused); processors add their staging area; empty: any path"`
 	scheduler.Config
@@ -82,6 +84,10 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	s3keys, err := transfer.ParseTokens(cfg.S3Credentials)
+	if err != nil {
+		return fmt.Errorf("S3 credentials: %w", err)
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {
 		nc, err := cfg.connect("sluice-" + role)
@@ -105,11 +111,11 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = s.Run
 		case "processor":
 			pc := cfg.Processor
-			pc.FileRoots, pc.Tokens = cfg.FileRoots, tokens
+			pc.FileRoots, pc.Tokens, pc.S3Keys = cfg.FileRoots, tokens, s3keys
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Tokens = tokens
+			dc.Tokens, dc.S3Keys = tokens, s3keys
 			if len(cfg.FileRoots) > 0 {
 				// Deliverers read the staged copies that processors write.
 				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())

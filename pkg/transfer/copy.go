@@ -140,9 +140,12 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		p.every = defaultProgressEvery
 	}
 	var failure *Error
-	if dst.url.Scheme == "file" {
+	switch {
+	case dst.url.Scheme == "file":
 		res.Bytes, failure = copyToFile(ctx, c.files, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
-	} else {
+	case isS3(dst.url.Scheme):
+		res.Bytes, failure = c.copyToS3(ctx, in, p, src.raw, dst.raw, dst.url)
+	default:
 		res.Bytes, failure = c.copyToHTTP(ctx, in, p, src.raw, dst.raw)
 	}
 	if opt.Progress != nil {
@@ -168,6 +171,9 @@ type source struct {
 func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) {
 	const op = "copy"
 	u, rawURL := src.url, src.raw
+	if isS3(u.Scheme) {
+		return c.s3Open(ctx, rawURL, u)
+	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {
 			return nil, cancelled(ctx, op, rawURL)

@@ -33,6 +33,10 @@ type Client struct {
 	// tokens maps a host ("host" or "host:port", as in URLs) to the file
 	// that holds its bearer token.
 	tokens map[string]string
+	// s3Creds maps an S3 endpoint to the file of its keys; s3 holds the
+	// endpoints' clients.
+	s3Creds map[string]string
+	s3      *s3Clients
 }
 
 // New returns a Client that makes HTTP requests with httpClient. A nil
@@ -128,6 +132,9 @@ func (c *Client) Stat(ctx context.Context, rawURL string) (Info, error) {
 	if err != nil {
 		return missing, err
 	}
+	if isS3(u.Scheme) {
+		return c.s3Stat(ctx, op, rawURL, u)
+	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {
 			return missing, cancelled(ctx, op, rawURL)
@@ -164,6 +171,9 @@ func (c *Client) Delete(ctx context.Context, rawURL string) error {
 	u, err := parseURL(op, rawURL)
 	if err != nil {
 		return err
+	}
+	if isS3(u.Scheme) {
+		return c.s3Delete(ctx, op, rawURL, u)
 	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {
@@ -240,6 +250,9 @@ func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
+	if isS3(u.Scheme) {
+		return nil // S3 has no directories
+	}
 	if u.Scheme != "file" {
 		return c.makeCollections(ctx, rawURL, u)
 	}
@@ -313,8 +326,14 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 		if u.Host == "" {
 			err = errors.New("URL has no host")
 		}
+	case "s3", "s3s":
+		if u.Host == "" {
+			err = errors.New("URL has no host")
+		} else {
+			_, _, err = s3Object(u)
+		}
 	default:
-		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav or davs)", u.Scheme)
+		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav, davs, s3 or s3s)", u.Scheme)
 	}
 	if err != nil {
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}

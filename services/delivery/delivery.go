@@ -36,6 +36,8 @@ type Config struct {
 	FileRoots []string `ignored:"true"`
 	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
 	Tokens map[string]string `ignored:"true"`
+	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
+	S3Keys map[string]string `ignored:"true"`
 }
 
 // errTooSlow ends a transfer that broke a speed limit.
@@ -56,7 +58,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	s.client = s.client.WithTokens(s.cfg.Tokens)
+	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys)
 	if len(s.cfg.FileRoots) > 0 {
 		files, err := transfer.OpenFiles(s.cfg.FileRoots...)
 		if err != nil {

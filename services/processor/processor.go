@@ -38,7 +38,9 @@ type Config struct {
 	// staging area is added to them.
 	FileRoots []string `ignored:"true"`
 	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
-	Tokens   map[string]string `ignored:"true"`
+	Tokens map[string]string `ignored:"true"`
+	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
+	S3Keys   map[string]string `ignored:"true"`
 	StageDir string            `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
 }
 
@@ -68,7 +70,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves pre- and post-processing grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	s.client = s.client.WithTokens(s.cfg.Tokens)
+	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys)
 	if len(s.cfg.FileRoots) > 0 {
 		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir())...)
 		if err != nil {
