@@ -1134,3 +1134,48 @@ func TestJobMovesFilesToAndFromS3(t *testing.T) {
 		}
 	}
 }
+
+func TestAFileWithReplicasComesFromTheFirstThatWorksInOneAttempt(t *testing.T) {
+	cfg := testConfig()
+	cfg.PreferredPattern = "127.0.0.1"
+	s := start(t, cfg)
+	remote := filepath.Join(s.dir, "remote")
+	writeFile(t, filepath.Join(remote, "data"), 70000, 3)
+	store := httpstore.Handler(remote)
+	var mu sync.Mutex
+	hits := map[string]int{}
+	handler := func(name string, status int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits[name]++
+			mu.Unlock()
+			if status != 0 {
+				http.Error(w, "no", status)
+				return
+			}
+			store.ServeHTTP(w, r)
+		})
+	}
+	gone := httpServer(t, handler("gone", http.StatusNotFound))
+	down := httpServer(t, handler("down", http.StatusServiceUnavailable))
+	good := httpServer(t, handler("good", 0))
+	// The listed order is gone, down, good; "localhost" URLs sort after
+	// the preferred 127.0.0.1 ones.
+	goneURL := strings.Replace(gone, "127.0.0.1", "localhost", 1) + "/data"
+	j := &job.Job{Inputs: []job.File{{Source: goneURL, Replicas: []string{down + "/data", good + "/data"},
+		Destination: fileURL(filepath.Join(s.dir, "out", "data"))}}}
+	ev := s.wait(s.submit(j).JobID, time.Minute)
+	f := ev.Files[0]
+	if f.State != dtr.Done || f.Attempts != 1 {
+		t.Fatalf("ended %s after %d attempts (%+v); want DONE after 1", f.State, f.Attempts, f.Error)
+	}
+	want, _ := os.ReadFile(filepath.Join(remote, "data"))
+	if got, _ := os.ReadFile(filepath.Join(s.dir, "out", "data")); !bytes.Equal(got, want) {
+		t.Fatal("the file differs from the source")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hits["down"] == 0 || hits["good"] == 0 || hits["gone"] != 0 {
+		t.Fatalf("requests per replica %v: want the preferred ones tried first, down then good, and gone never", hits)
+	}
+}

@@ -73,7 +73,16 @@ type Failure struct {
 	Kind  ErrorKind `json:"kind"`
 	Text  string    `json:"text"`
 	State State     `json:"state"`
+	// Location is the end that failed, if the worker knows:
+	// LocationSource or LocationDestination.
+	Location string `json:"location,omitempty"`
 }
+
+// The ends of a transfer, for Failure.Location.
+const (
+	LocationSource      = "source"
+	LocationDestination = "destination"
+)
 
 // DTR is one file to move.
 type DTR struct {
@@ -118,6 +127,12 @@ type DTR struct {
 	// TURL is where a staged source's copy is, the URL delivery reads from
 	// (ARC's transfer URL); empty when the source is read directly.
 	TURL string `json:"turl,omitempty"`
+	// Replicas, when the file has more than one source, lists them all in
+	// the order they are tried (preferred pattern first); Source is
+	// Replicas[Replica]. A failure of the source moves on to the next
+	// replica before a retry is spent; a retry starts from the first.
+	Replicas []string `json:"replicas,omitempty"`
+	Replica  int      `json:"replica,omitempty"`
 }
 
 // Transition moves the DTR to a new state if the move is legal.
@@ -145,6 +160,14 @@ func (d *DTR) Validate() error {
 	}
 	if err := ValidateURL(d.Destination); err != nil {
 		errs = append(errs, fmt.Errorf("destination: %w", err))
+	}
+	for i, r := range d.Replicas {
+		if err := ValidateURL(r); err != nil {
+			errs = append(errs, fmt.Errorf("replica %d: %w", i+1, err))
+		}
+		if r == d.Destination {
+			errs = append(errs, fmt.Errorf("replica %d is the destination", i+1))
+		}
 	}
 	if d.Source != "" && d.Source == d.Destination {
 		errs = append(errs, errors.New("source and destination are the same"))
@@ -229,16 +252,29 @@ type Submission struct {
 	Direction    Direction `json:"direction,omitempty"`
 	UserPriority int       `json:"user_priority,omitempty"`
 	Options      Options   `json:"options,omitzero"`
+	// Replicas are other URLs of the same source file, tried when one
+	// fails.
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // Submission returns what a publisher sends to submit d.
 func (d *DTR) Submission() Submission {
+	var others []string
+	for _, r := range d.Replicas {
+		if r != d.Source {
+			others = append(others, r)
+		}
+	}
 	return Submission{ID: d.ID, JobID: d.JobID, Source: d.Source, Destination: d.Destination,
-		Owner: d.Owner, Direction: d.Direction, UserPriority: d.UserPriority, Options: d.Options}
+		Owner: d.Owner, Direction: d.Direction, UserPriority: d.UserPriority, Options: d.Options, Replicas: others}
 }
 
 // DTR returns the new DTR a submission asks for.
 func (s Submission) DTR() *DTR {
-	return &DTR{ID: s.ID, JobID: s.JobID, Source: s.Source, Destination: s.Destination,
+	d := &DTR{ID: s.ID, JobID: s.JobID, Source: s.Source, Destination: s.Destination,
 		Owner: s.Owner, Direction: s.Direction, UserPriority: s.UserPriority, Options: s.Options}
+	if len(s.Replicas) > 0 {
+		d.Replicas = append([]string{s.Source}, s.Replicas...)
+	}
+	return d
 }

@@ -55,6 +55,9 @@ type File struct {
 	// Stage has the source staged (brought to the staging area and pinned)
 	// before it is transferred.
 	Stage bool `json:"stage,omitempty"`
+	// Replicas are other URLs of the same source file: when one fails the
+	// next is tried before a retry is spent.
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // idPattern is what a user-given job ID must look like.
@@ -142,6 +145,13 @@ func (j *Job) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.checksum: %w", field, err))
 			}
 		}
+		for k, r := range f.Replicas {
+			if err := dtr.ValidateURL(r); err != nil {
+				errs = append(errs, fmt.Errorf("%s.replicas[%d]: %w", field, k, err))
+			} else if canonicalURL(r) == canonicalURL(f.Destination) {
+				errs = append(errs, fmt.Errorf("%s.replicas[%d]: URL %q is the destination", field, k, r))
+			}
+		}
 	}
 	for i, f := range j.Inputs {
 		check(fmt.Sprintf("inputs[%d]", i), f)
@@ -199,6 +209,9 @@ func (j *Job) DTRs(now time.Time) []*dtr.DTR {
 			Created: now,
 			Updated: now,
 		})
+		if len(f.Replicas) > 0 {
+			out[len(out)-1].Replicas = append([]string{f.Source}, f.Replicas...)
+		}
 	}
 	for _, f := range j.Inputs {
 		add(f, dtr.Download)

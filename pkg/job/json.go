@@ -43,6 +43,7 @@ var (
 		"overwrite":       boolShape,
 		"failure_allowed": boolShape,
 		"stage":           boolShape,
+		"replicas":        {kind: kArray, elem: stringShape},
 	}}
 	jobShape = &shape{kind: kObject, fields: map[string]*shape{
 		"id":   stringShape,

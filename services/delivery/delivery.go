@@ -143,7 +143,11 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 		if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {
 			kind, text = dtr.ErrTransferSpeed, cause.Error()
 		}
-		res.Error = &dtr.Failure{Kind: kind, Text: text}
+		res.Error = &dtr.Failure{Kind: kind, Text: text, Location: dtr.LocationDestination}
+		var te *transfer.Error
+		if errors.As(err, &te) && te.URL == src || errors.Is(context.Cause(ctx), errTooSlow) {
+			res.Error.Location = dtr.LocationSource // a slow transfer: try another copy
+		}
 		return res
 	}
 	res.Checksum = cr.Checksums[typ]

@@ -116,9 +116,17 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 			Err: fmt.Errorf("the processor does not handle state %s", g.State)}
 	}
 	if err != nil {
-		res.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error()}
+		res.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error(), Location: failingEnd[g.State]}
 	}
 	return res
+}
+
+// failingEnd is the end of the transfer a failure in each state is about.
+var failingEnd = map[dtr.State]string{
+	dtr.QueryingReplica:    dtr.LocationSource,
+	dtr.StagingPreparing:   dtr.LocationSource,
+	dtr.PreCleaning:        dtr.LocationDestination,
+	dtr.RegisteringReplica: dtr.LocationDestination,
 }
 
 // queryReplica checks that the source exists and learns its size.

@@ -57,6 +57,7 @@ type Config struct {
 	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	PreferredPattern string        `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
 	MaxPerHost       int           `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
 	MaxPrepared      int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
 	MaxTransferTries int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
@@ -83,7 +84,7 @@ func (c Config) CoreConfig() (core.Config, error) {
 		return cc, err
 	}
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
-	cc.MaxPrepared, cc.MaxPerHost = c.MaxPrepared, c.MaxPerHost
+	cc.MaxPrepared, cc.MaxPerHost, cc.PreferredPattern = c.MaxPrepared, c.MaxPerHost, c.PreferredPattern
 	if c.MaxPerHost < 0 {
 		return cc, fmt.Errorf("maxperhost %d is negative", c.MaxPerHost)
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	// MaxEmergency is how many DTRs may run above the limit of a state, one
 	// per share that has work queued and nothing running.
 	MaxEmergency int
+	// PreferredPattern orders a file's replicas (SortReplicas).
+	PreferredPattern string
 	// MaxPerHost is how many transfers may run at once against one storage
 	// endpoint (the host of a remote source or destination), so that one
 	// slow storage cannot hold every delivery slot; 0 means no limit.
@@ -354,6 +356,14 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	}
 	d.Error = nil
 	d.Grant = ""
+	if len(d.Replicas) > 0 {
+		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
+		if len(d.Replicas) == 1 {
+			d.Replicas = nil
+		} else {
+			d.Replica, d.Source = 0, d.Replicas[0]
+		}
+	}
 	if d.Created.IsZero() {
 		d.Created = now
 	}
@@ -368,12 +378,18 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 func (c *Core) add(e *entry) {
 	e.d.Share = c.intern(e.d.Share)
 	e.d.Owner.DN = c.intern(e.d.Owner.DN)
+	c.setHosts(e)
+	c.dtrs[e.d.ID] = e
+}
+
+// setHosts notes the storage endpoints of a DTR's ends.
+func (c *Core) setHosts(e *entry) {
 	for i, u := range [2]string{e.d.Source, e.d.Destination} {
+		e.hosts[i] = 0
 		if h := endpointOf(u); h != "" {
 			e.hosts[i] = uint32(c.nameID(h)) + 1
 		}
 	}
-	c.dtrs[e.d.ID] = e
 }
 
 // endpointOf returns the storage endpoint of a remote URL ("host:port" as
@@ -966,6 +982,10 @@ func (c *Core) route(now time.Time, e *entry) {
 			} else {
 				next = dtr.CacheChecked
 				d.TransferGrant, d.TURL, e.finalised = "", "", false
+				if len(d.Replicas) > 0 && d.Replica != 0 {
+					d.Replica, d.Source = 0, d.Replicas[0] // a retry starts from the first
+					c.setHosts(e)
+				}
 			}
 		case dtr.CacheChecked:
 			d.Error = nil // ARC clears errors here
@@ -1005,6 +1025,10 @@ func (c *Core) route(now time.Time, e *entry) {
 			c.unpin(e)
 			next = dtr.ReplicaFinalised
 		case dtr.ReplicaFinalised:
+			if failed && !d.Cancel && c.nextReplica(e) {
+				next = dtr.QueryReplica // no retry spent (ARC's next_replica)
+				break
+			}
 			next = dtr.RegisterReplica
 			if (failed || d.Cancel) && d.TransferGrant == "" {
 				next = dtr.ReplicaRegistered

@@ -73,6 +73,7 @@ func (c *Core) pack(d *dtr.DTR) string {
 		b = appendString(b, string(d.Error.Kind))
 		b = appendString(b, d.Error.Text)
 		b = append(b, byte(d.Error.State))
+		b = appendString(b, d.Error.Location)
 	}
 	b = binary.AppendVarint(b, d.Size)
 	b = binary.AppendVarint(b, d.Bytes)
@@ -88,6 +89,11 @@ func (c *Core) pack(d *dtr.DTR) string {
 	b = appendString(b, d.TransferGrant)
 	b = appendString(b, d.Grant)
 	b = appendString(b, d.TURL)
+	b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
+	for _, r := range d.Replicas {
+		b = appendString(b, r)
+	}
+	b = binary.AppendVarint(b, int64(d.Replica))
 	c.scratch = b
 	return string(b)
 }
@@ -127,7 +133,7 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.Attempts = int(r.varint())
 	d.MaxAttempts = int(r.varint())
 	if flags&packError != 0 {
-		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(r.str()), Text: r.str(), State: dtr.State(r.byte())}
+		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(r.str()), Text: r.str(), State: dtr.State(r.byte()), Location: r.str()}
 	}
 	d.Size = r.varint()
 	d.Bytes = r.varint()
@@ -141,6 +147,13 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.TransferGrant = r.str()
 	d.Grant = r.str()
 	d.TURL = r.str()
+	if n := r.uvarint(); n > 0 {
+		d.Replicas = make([]string, n)
+		for i := range d.Replicas {
+			d.Replicas[i] = r.str()
+		}
+	}
+	d.Replica = int(r.varint())
 	return d
 }
 

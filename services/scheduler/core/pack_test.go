@@ -19,12 +19,13 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Direction: dtr.Upload, UserPriority: 77,
 		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true},
 		Share:   "atlas-upload", Priority: 38, State: dtr.RegisterReplica, Attempts: 3, MaxAttempts: 10,
-		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring},
+		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring, Location: dtr.LocationSource},
 		Cancel: true, Size: 1 << 40, Bytes: -1, Checksum: "md5:0123",
 		Created: when, Updated: when.Add(time.Second), Started: when.Add(2 * time.Second),
 		Ended: when.Add(3 * time.Second), NextProcess: when.Add(time.Hour),
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TransferGrant: "x.2",
 		Cleanup: true, Grant: "x.3", TURL: "file:///stage/6f1c1c1e-8f8e-4d8e-9b1a-7c1d2e3f4a5b",
+		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
 	}
 	tests := []struct {
 		name string
