@@ -146,7 +146,7 @@ func (d *DTR) Transition(to State, now time.Time) error {
 }
 
 // Schemes that Sluice moves data between.
-var Schemes = map[string]bool{"file": true, "http": true, "https": true, "dav": true, "davs": true, "s3": true, "s3s": true}
+var Schemes = map[string]bool{"file": true, "http": true, "https": true, "dav": true, "davs": true, "s3": true, "s3s": true, "root": true}
 
 // Validate checks what a DTR must have before it is scheduled: an id, two
 // distinct URLs of known schemes, and a priority in range.
@@ -206,7 +206,7 @@ func ValidateURL(u string) error {
 	}
 	u = p.Redacted()
 	if !Schemes[p.Scheme] {
-		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https, dav, davs, s3, s3s", u, p.Scheme)
+		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https, dav, davs, s3, s3s, root", u, p.Scheme)
 	}
 	switch p.Scheme {
 	case "file":

@@ -3,6 +3,7 @@ package transfer_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"go-hep.org/x/hep/xrootd"
 	"golang.org/x/net/webdav"
 
 	"github.com/sluice-dtr/sluice/pkg/checksum"
@@ -49,7 +51,17 @@ func protocolStores(t *testing.T) []protocolStore {
 	t.Cleanup(s3srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice-secret")
+	// xrootd: go-hep's server on loopback.
+	xrdDir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xrdSrv := xrootd.NewServer(xrootd.NewFSHandler(xrdDir), nil)
+	go func() { _ = xrdSrv.Serve(l) }()
+	t.Cleanup(func() { _ = xrdSrv.Shutdown(context.Background()) })
 	return []protocolStore{
+		{name: "xrootd (go-hep server)", base: "root://" + l.Addr().String() + "/", local: xrdDir, nested: true},
 		{name: "s3 (gofakes3)", base: "s3://" + strings.TrimPrefix(s3srv.URL, "http://") + "/bucket"},
 		{name: "file", base: fileURL(fileDir), local: fileDir, nested: true},
 		{name: "http", base: httpSrv.URL, local: httpDir},

@@ -145,6 +145,8 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		res.Bytes, failure = copyToFile(ctx, c.files, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
 	case isS3(dst.url.Scheme):
 		res.Bytes, failure = c.copyToS3(ctx, in, p, src.raw, dst.raw, dst.url)
+	case isXrootd(dst.url.Scheme):
+		res.Bytes, failure = c.copyToXrootd(ctx, in, p, src.raw, dst.raw, dst.url)
 	default:
 		res.Bytes, failure = c.copyToHTTP(ctx, in, p, src.raw, dst.raw)
 	}
@@ -173,6 +175,9 @@ func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) 
 	u, rawURL := src.url, src.raw
 	if isS3(u.Scheme) {
 		return c.s3Open(ctx, rawURL, u)
+	}
+	if isXrootd(u.Scheme) {
+		return c.xrdOpen(ctx, rawURL, u)
 	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {

@@ -135,6 +135,9 @@ func (c *Client) Stat(ctx context.Context, rawURL string) (Info, error) {
 	if isS3(u.Scheme) {
 		return c.s3Stat(ctx, op, rawURL, u)
 	}
+	if isXrootd(u.Scheme) {
+		return c.xrdStat(ctx, op, rawURL, u)
+	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {
 			return missing, cancelled(ctx, op, rawURL)
@@ -174,6 +177,9 @@ func (c *Client) Delete(ctx context.Context, rawURL string) error {
 	}
 	if isS3(u.Scheme) {
 		return c.s3Delete(ctx, op, rawURL, u)
+	}
+	if isXrootd(u.Scheme) {
+		return c.xrdDelete(ctx, op, rawURL, u)
 	}
 	if u.Scheme == "file" {
 		if ctx.Err() != nil {
@@ -253,6 +259,9 @@ func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	if isS3(u.Scheme) {
 		return nil // S3 has no directories
 	}
+	if isXrootd(u.Scheme) {
+		return c.xrdMakeParents(ctx, op, rawURL, u)
+	}
 	if u.Scheme != "file" {
 		return c.makeCollections(ctx, rawURL, u)
 	}
@@ -326,6 +335,12 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 		if u.Host == "" {
 			err = errors.New("URL has no host")
 		}
+	case "root":
+		if u.Host == "" {
+			err = errors.New("URL has no host")
+		} else if !strings.HasPrefix(u.Path, "//") {
+			err = errors.New("an xrootd URL is root://host[:port]//absolute/path")
+		}
 	case "s3", "s3s":
 		if u.Host == "" {
 			err = errors.New("URL has no host")
@@ -333,7 +348,7 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 			_, _, err = s3Object(u)
 		}
 	default:
-		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav, davs, s3 or s3s)", u.Scheme)
+		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav, davs, s3, s3s or root)", u.Scheme)
 	}
 	if err != nil {
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
