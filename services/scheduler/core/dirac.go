@@ -137,27 +137,16 @@ func (p *DIRAC) Share(d *dtr.DTR) string {
 }
 
 // Priority implements Policy: the user priority.
-func (*DIRAC) Priority(_ string, d *dtr.DTR) int {
-	if d.UserPriority == 0 {
-		return 50
-	}
-	return max(1, min(100, d.UserPriority))
-}
+func (*DIRAC) Priority(_ string, d *dtr.DTR) int { return userPriority(d) }
 
 // entity returns the group of a share name with its direction suffix, and
 // the suffix.
 func (p *DIRAC) entity(share string) (diracEntity, string) {
-	for _, suffix := range []string{"-download", "-upload"} {
-		if base, ok := strings.CutSuffix(share, suffix); ok {
-			if e, ok := p.shares[base]; ok {
-				return e, suffix
-			}
-		}
+	base, suffix := cutDirection(share)
+	if e, ok := p.shares[base]; ok {
+		return e, suffix
 	}
-	if e, ok := p.shares[share]; ok {
-		return e, ""
-	}
-	return diracEntity{group: share}, "" // restored before this policy saw it
+	return diracEntity{group: base}, suffix // restored before this policy saw it
 }
 
 // Weigh implements Policy.

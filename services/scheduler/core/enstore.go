@@ -104,28 +104,17 @@ func (p *Enstore) Share(d *dtr.DTR) string {
 }
 
 // Priority implements Policy: the user priority.
-func (*Enstore) Priority(_ string, d *dtr.DTR) int {
-	if d.UserPriority == 0 {
-		return 50
-	}
-	return max(1, min(100, d.UserPriority))
-}
+func (*Enstore) Priority(_ string, d *dtr.DTR) int { return userPriority(d) }
 
 func (p *Enstore) share(name string) enstoreShare {
-	for _, suffix := range []string{"-download", "-upload"} {
-		if base, ok := strings.CutSuffix(name, suffix); ok {
-			if s, ok := p.groups[base]; ok {
-				return s
-			}
-		}
-	}
-	if s, ok := p.groups[name]; ok {
+	base, _ := cutDirection(name)
+	if s, ok := p.groups[base]; ok {
 		return s
 	}
-	if g, ok := strings.CutPrefix(name, "admin:"); ok {
-		return enstoreShare{group: strings.TrimSuffix(strings.TrimSuffix(g, "-download"), "-upload"), admin: true}
+	if g, ok := strings.CutPrefix(base, "admin:"); ok {
+		return enstoreShare{group: g, admin: true} // restored before this policy saw it
 	}
-	return enstoreShare{group: strings.TrimSuffix(strings.TrimSuffix(name, "-download"), "-upload")}
+	return enstoreShare{group: base}
 }
 
 // Weigh implements Policy.
