@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -1177,5 +1179,103 @@ func TestAFileWithReplicasComesFromTheFirstThatWorksInOneAttempt(t *testing.T) {
 	defer mu.Unlock()
 	if hits["down"] == 0 || hits["good"] == 0 || hits["gone"] != 0 {
 		t.Fatalf("requests per replica %v: want the preferred ones tried first, down then good, and gone never", hits)
+	}
+}
+
+func TestTheCacheServesAFileWantedAgainWithoutTransferringIt(t *testing.T) {
+	cfg := testConfig()
+	cache := t.TempDir()
+	cfg.CacheDir = cache
+	cfg.Processor.CacheMaxBytes, cfg.Processor.CacheCleanEvery, cfg.Processor.CacheMinAge = 1, 50*time.Millisecond, 3*time.Second
+	s := start(t, cfg)
+	remote := filepath.Join(s.dir, "remote")
+	var mu sync.Mutex
+	gets := map[string]int{}
+	store := httpstore.Handler(remote)
+	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			gets[r.URL.Path]++
+			mu.Unlock()
+		}
+		store.ServeHTTP(w, r)
+	}))
+	for i := 0; i < 5; i++ {
+		writeFile(t, filepath.Join(remote, fmt.Sprintf("f%d", i)), 30000+i*1000, i)
+	}
+	job1 := &job.Job{}
+	job2 := &job.Job{}
+	for i := 0; i < 5; i++ {
+		src := fmt.Sprintf("%s/f%d", base, i)
+		job1.Inputs = append(job1.Inputs,
+			job.File{Source: src, Destination: fileURL(filepath.Join(s.dir, "job1", fmt.Sprintf("f%d", i)))},
+			job.File{Source: src, Destination: fileURL(filepath.Join(s.dir, "job1", fmt.Sprintf("again%d", i)))})
+		job2.Inputs = append(job2.Inputs, job.File{Source: src, Destination: fileURL(filepath.Join(s.dir, "job2", fmt.Sprintf("f%d", i)))})
+	}
+	// A lock left on f3 by a downloader that died an hour ago is broken.
+	sum := sha1.Sum([]byte(base + "/f3"))
+	h := hex.EncodeToString(sum[:])
+	stale := filepath.Join(cache, "data", h[:2], h[2:]+".lock")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("a grant long gone\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.wait(s.submit(job1).JobID, time.Minute); ev.State != generator.JobFinished {
+		for _, f := range ev.Files {
+			t.Logf("%s: %s attempts %d error %+v", f.Destination, f.State, f.Attempts, f.Error)
+		}
+		t.Fatalf("job 1 %s: %v", ev.State, ev.Failures)
+	}
+	if ev := s.wait(s.submit(job2).JobID, time.Minute); ev.State != generator.JobFinished {
+		t.Fatalf("job 2 %s: %v", ev.State, ev.Failures)
+	}
+	mu.Lock()
+	for i := 0; i < 5; i++ {
+		if n := gets[fmt.Sprintf("/f%d", i)]; n != 1 {
+			t.Errorf("f%d was fetched %d times for three DTRs, want once", i, n)
+		}
+	}
+	mu.Unlock()
+	for i := 0; i < 5; i++ {
+		want, _ := os.ReadFile(filepath.Join(remote, fmt.Sprintf("f%d", i)))
+		for _, p := range []string{"job1/f%d", "job1/again%d", "job2/f%d"} {
+			if got, _ := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf(p, i))); !bytes.Equal(got, want) {
+				t.Fatalf("%s differs from its source", fmt.Sprintf(p, i))
+			}
+		}
+	}
+	// Served from one cache entry: the files are hard links of each other.
+	a, _ := os.Stat(filepath.Join(s.dir, "job1", "f0"))
+	b, _ := os.Stat(filepath.Join(s.dir, "job2", "f0"))
+	if a == nil || b == nil || !os.SameFile(a, b) {
+		t.Error("job1/f0 and job2/f0 are not links of one cache entry")
+	}
+	// The cache holds more than its 1-byte limit: it is cleaned, and the
+	// jobs' files, hard links, stay.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := 0
+		_ = filepath.WalkDir(filepath.Join(cache, "data"), func(p string, de os.DirEntry, err error) error {
+			if err == nil && !de.IsDir() && filepath.Ext(p) != ".lock" {
+				n++
+			}
+			return nil
+		})
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d cache entries left, want the cache cleaned to its limit", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "job2", "f0")); err != nil {
+		t.Fatalf("cleaning the cache removed a job's file: %v", err)
 	}
 }

@@ -37,9 +37,13 @@ type Result struct {
 	Bytes    int64        `json:"bytes,omitempty"`
 	Checksum string       `json:"checksum,omitempty"`
 	// TURL is where a staging grant put the source's copy.
-	TURL    string    `json:"turl,omitempty"`
-	Started time.Time `json:"started,omitzero"`
-	Ended   time.Time `json:"ended,omitzero"`
+	TURL string `json:"turl,omitempty"`
+	// Cache and CacheFile are what a cache check found (dtr.CacheHit,
+	// CacheDownload, CacheLocked) and the cache entry's file:// URL.
+	Cache     string    `json:"cache,omitempty"`
+	CacheFile string    `json:"cache_file,omitempty"`
+	Started   time.Time `json:"started,omitzero"`
+	Ended     time.Time `json:"ended,omitzero"`
 }
 
 // Progress is the data of a progress event; it also renews the grant's lease.

@@ -43,6 +43,8 @@ type Options struct {
 	// staged copy, and post-processing releases it (RELEASE_REQUEST). The
 	// scheduler limits how many staged copies a share holds (maxprepared).
 	Stage bool `json:"stage,omitempty"`
+	// NoCache keeps a download out of the cache (ARC's cache=no).
+	NoCache bool `json:"no_cache,omitempty"`
 }
 
 // ErrorKind classifies a failure (reference/arc-dtr.md §4).
@@ -133,6 +135,31 @@ type DTR struct {
 	// replica before a retry is spent; a retry starts from the first.
 	Replicas []string `json:"replicas,omitempty"`
 	Replica  int      `json:"replica,omitempty"`
+	// Cache says how the cache serves the DTR (CacheHit, CacheDownload), and
+	// CacheFile is the file:// URL of its cache entry.
+	Cache     string `json:"cache,omitempty"`
+	CacheFile string `json:"cache_file,omitempty"`
+}
+
+// How the cache serves a DTR.
+const (
+	// CacheHit: the file is in the cache; it is linked to the destination
+	// and not transferred.
+	CacheHit = "hit"
+	// CacheDownload: the DTR holds the cache entry's lock and downloads
+	// into it; the entry is then linked to the destination.
+	CacheDownload = "download"
+	// CacheLocked: another DTR is downloading the file into the cache.
+	CacheLocked = "locked"
+)
+
+// Target is where the transfer writes: the cache entry when the DTR
+// downloads into the cache, else the destination.
+func (d *DTR) Target() string {
+	if d.Cache == CacheDownload && d.CacheFile != "" {
+		return d.CacheFile
+	}
+	return d.Destination
 }
 
 // Transition moves the DTR to a new state if the move is legal.

@@ -55,6 +55,8 @@ type File struct {
 	// Stage has the source staged (brought to the staging area and pinned)
 	// before it is transferred.
 	Stage bool `json:"stage,omitempty"`
+	// NoCache keeps the file out of the cache.
+	NoCache bool `json:"no_cache,omitempty"`
 	// Replicas are other URLs of the same source file: when one fails the
 	// next is tried before a retry is spent.
 	Replicas []string `json:"replicas,omitempty"`
@@ -204,6 +206,7 @@ func (j *Job) DTRs(now time.Time) []*dtr.DTR {
 				Overwrite:      f.Overwrite,
 				FailureAllowed: f.FailureAllowed,
 				Stage:          f.Stage,
+				NoCache:        f.NoCache,
 			},
 			State:   dtr.New,
 			Created: now,

@@ -43,6 +43,7 @@ var (
 		"overwrite":       boolShape,
 		"failure_allowed": boolShape,
 		"stage":           boolShape,
+		"no_cache":        boolShape,
 		"replicas":        {kind: kArray, elem: stringShape},
 	}}
 	jobShape = &shape{kind: kObject, fields: map[string]*shape{

@@ -33,6 +33,9 @@ type Config struct {
 	LogFormat string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
 	// HTTPTokens names bearer token files per host.
 	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
+	// CacheDir is the cache of downloads, shared by every processor and
+	// deliverer; the scheduler routes downloads through it when it is set.
+	CacheDir string `envconfig:"CACHE_DIR" desc:"cache of downloads (ARC's cache), shared by processors and deliverers: a remote file wanted again is linked from it instead of transferred; empty: no cache"`
 	// S3Credentials names key files per S3 endpoint.
 	S3Credentials string `envconfig:"S3_CREDENTIALS" desc:"keys for S3 endpoints: host[:port]=/path/of/file holding \"ACCESS_KEY SECRET_KEY\",...; others use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"`
 	// FileRoots are the only directories file:// URLs may reach.
@@ -98,7 +101,9 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		var run func(context.Context) error
 		switch role {
 		case "scheduler":
-			s, err := scheduler.New(cfg.Config, nc, log)
+			sc := cfg.Config
+			sc.Cache = cfg.CacheDir != ""
+			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err
 			}
@@ -111,7 +116,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = s.Run
 		case "processor":
 			pc := cfg.Processor
-			pc.FileRoots, pc.Tokens, pc.S3Keys = cfg.FileRoots, tokens, s3keys
+			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
@@ -119,6 +124,9 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			if len(cfg.FileRoots) > 0 {
 				// Deliverers read the staged copies that processors write.
 				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
+				if cfg.CacheDir != "" {
+					dc.FileRoots = append(dc.FileRoots, cfg.CacheDir)
+				}
 			}
 			run = delivery.New(dc, nc, log).Run
 		default:

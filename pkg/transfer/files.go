@@ -210,3 +210,23 @@ func (c *Client) Checksum(ctx context.Context, rawURL, typ string) (string, erro
 	}
 	return checksum.Format(typ, h), nil
 }
+
+// Link makes newname a hard link to oldname, both local paths; with roots
+// both must lie under the same one.
+func (f *Files) Link(oldname, newname string) error {
+	ro, relOld, err := f.locate(oldname)
+	if err != nil {
+		return err
+	}
+	rn, relNew, err := f.locate(newname)
+	if err != nil {
+		return err
+	}
+	if ro == nil {
+		return os.Link(oldname, newname)
+	}
+	if ro != rn {
+		return fmt.Errorf("link %s to %s: they are under different roots", newname, oldname)
+	}
+	return escape(ro.Link(relOld, relNew))
+}

@@ -296,7 +296,7 @@ func TempURL(dst, tag string) string {
 
 // TempURLOf is where delivery writes a DTR's destination before
 // post-processing puts it in place: one name per transfer grant.
-func TempURLOf(d *dtr.DTR) string { return TempURL(d.Destination, d.TransferGrant) }
+func TempURLOf(d *dtr.DTR) string { return TempURL(d.Target(), d.TransferGrant) }
 
 // LocalPath returns the local file path of a file:// URL, decoding any
 // percent-encoding (a name with spaces, or "file://localhost/...").

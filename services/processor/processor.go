@@ -10,6 +10,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
@@ -40,8 +42,18 @@ type Config struct {
 	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
 	Tokens map[string]string `ignored:"true"`
 	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
-	S3Keys   map[string]string `ignored:"true"`
-	StageDir string            `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
+	S3Keys map[string]string `ignored:"true"`
+	// CacheDir is the cache of downloads (SLUICE_CACHE_DIR, shared with
+	// the scheduler's setting); empty: no cache.
+	CacheDir      string `ignored:"true"`
+	CacheMaxBytes int64  `envconfig:"CACHE_MAX_BYTES" default:"0" desc:"clean the cache (least recently used first) down to this many bytes; 0: no limit"`
+	// CacheCleanEvery is how often the cache is cleaned (default 30 s), and
+	// CacheMinAge how long an entry is kept after it was last used (default
+	// 10 min), so that a DTR that found it can still link it.
+	CacheCleanEvery  time.Duration `ignored:"true"`
+	CacheMinAge      time.Duration `ignored:"true"`
+	CacheLockTimeout time.Duration `envconfig:"CACHE_LOCK_TIMEOUT" default:"15m" desc:"a cache lock older than this is stale (its downloader died) and is broken"`
+	StageDir         string        `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
 }
 
 // StageDirOrDefault returns the staging area.
@@ -70,9 +82,12 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves pre- and post-processing grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	if s.cfg.CacheDir != "" {
+		go s.keepCacheClean(ctx, cmp.Or(s.cfg.CacheCleanEvery, 30*time.Second))
+	}
 	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys)
 	if len(s.cfg.FileRoots) > 0 {
-		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir())...)
+		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir(), s.cfg.CacheDir)...)
 		if err != nil {
 			return fmt.Errorf("processor: %w", err)
 		}
@@ -103,6 +118,10 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 		err = s.preClean(ctx, g.DTR)
 	case dtr.StagingPreparing:
 		res, err = s.stage(ctx, g.DTR, report)
+	case dtr.CheckingCache:
+		res, err = s.checkCache(g)
+	case dtr.ProcessingCache:
+		err = s.processCache(ctx, g)
 	case dtr.ReleasingRequest:
 		err = s.release(g.DTR)
 	case dtr.RegisteringReplica:
@@ -123,6 +142,7 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 
 // failingEnd is the end of the transfer a failure in each state is about.
 var failingEnd = map[dtr.State]string{
+	dtr.ProcessingCache:    dtr.LocationDestination,
 	dtr.QueryingReplica:    dtr.LocationSource,
 	dtr.StagingPreparing:   dtr.LocationSource,
 	dtr.PreCleaning:        dtr.LocationDestination,
@@ -200,8 +220,10 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 		return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
 			Err: fmt.Errorf("checksum mismatch: expected %s, got %s", want, got)}
 	}
-	if tmp != d.Destination {
-		if err := s.client.Rename(ctx, tmp, d.Destination); err != nil {
+	if tmp != d.Target() {
+		// Into place: the destination, or the cache entry that
+		// PROCESS_CACHE then links to it.
+		if err := s.client.Rename(ctx, tmp, d.Target()); err != nil {
 			return bus.Result{}, err
 		}
 	}
@@ -213,7 +235,7 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 // the scheduler restarted): the temporary file is gone and the destination
 // holds what delivery computed.
 func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bool, error) {
-	if tmp == d.Destination || d.Checksum == "" {
+	if tmp == d.Target() || d.Checksum == "" {
 		return false, nil
 	}
 	if info, err := s.client.Stat(ctx, tmp); err != nil || info.Exists {
@@ -223,7 +245,7 @@ func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bo
 	if err != nil {
 		return false, nil
 	}
-	sum, err := s.client.Checksum(ctx, d.Destination, typ)
+	sum, err := s.client.Checksum(ctx, d.Target(), typ)
 	if err != nil {
 		return false, nil // not there: the verification below reports the missing file
 	}

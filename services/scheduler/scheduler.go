@@ -66,6 +66,9 @@ type Config struct {
 	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
 	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
 	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
+	// Cache says processors keep a cache of downloads (SLUICE_CACHE_DIR is
+	// set); stack sets it.
+	Cache bool `ignored:"true"`
 	// StateFile, if set, is rewritten every second in ARC's dtr.state
 	// format, and StateFile.prio is read for priority changes.
 	StateFile string `envconfig:"STATE_FILE" desc:"dtr.state file rewritten every second (ARC format); its .prio file changes priorities"`
@@ -85,6 +88,7 @@ func (c Config) CoreConfig() (core.Config, error) {
 	}
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
 	cc.MaxPrepared, cc.MaxPerHost, cc.PreferredPattern = c.MaxPrepared, c.MaxPerHost, c.PreferredPattern
+	cc.Cache = c.Cache
 	if c.MaxPerHost < 0 {
 		return cc, fmt.Errorf("maxperhost %d is negative", c.MaxPerHost)
 	}
@@ -519,7 +523,8 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		_, span := bus.StartConsumer(ctx, m, "result")
 		defer span.End()
 		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Failure: r.Error, Size: r.Size,
-			Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Started: r.Started, Ended: r.Ended})
+			Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Cache: r.Cache, CacheFile: r.CacheFile,
+			Started: r.Started, Ended: r.Ended})
 		if err != nil {
 			s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
 		}

@@ -43,6 +43,12 @@ type Config struct {
 	// MaxEmergency is how many DTRs may run above the limit of a state, one
 	// per share that has work queued and nothing running.
 	MaxEmergency int
+	// Cache says that processors keep a cache of downloads (ARC's cache):
+	// a download of a remote file to a local destination is checked in it
+	// first. CacheWait is how often a DTR waiting for another's download of
+	// the same file looks again (default 2 s).
+	Cache     bool
+	CacheWait time.Duration
 	// PreferredPattern orders a file's replicas (SortReplicas).
 	PreferredPattern string
 	// MaxPerHost is how many transfers may run at once against one storage
@@ -113,9 +119,11 @@ type Result struct {
 	Bytes    int64
 	Checksum string
 	// TURL is where a staging grant put the source's copy.
-	TURL    string
-	Started time.Time
-	Ended   time.Time
+	TURL string
+	// Cache and CacheFile are what a cache check found.
+	Cache, CacheFile string
+	Started          time.Time
+	Ended            time.Time
 }
 
 // Decisions are what the core has decided since the last Take.
@@ -247,6 +255,8 @@ type Core struct {
 	pins map[string]*pins
 	// hostBusy counts the transfers running per storage endpoint.
 	hostBusy map[uint32]int
+	// caching holds, per source URL, the DTR downloading it into the cache.
+	caching map[string]*entry
 	// policy weighs the shares; now is the time of the last tick, for
 	// weighing outside one.
 	policy  Policy
@@ -268,6 +278,9 @@ func New(cfg Config) *Core {
 	}
 	if cfg.MaxDelivery <= 0 {
 		cfg.MaxDelivery = def.MaxDelivery
+	}
+	if cfg.CacheWait <= 0 {
+		cfg.CacheWait = 2 * time.Second
 	}
 	if cfg.MaxPrepared <= 0 {
 		cfg.MaxPrepared = def.MaxPrepared
@@ -299,6 +312,7 @@ func New(cfg Config) *Core {
 		states:        map[dtr.State]*stateQueues{},
 		pins:          map[string]*pins{},
 		hostBusy:      map[uint32]int{},
+		caching:       map[string]*entry{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
@@ -428,6 +442,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	if d.Options.Stage && pinnedStates[d.State] {
 		c.pin(e)
 	}
+	if d.Cache == dtr.CacheDownload {
+		c.caching[d.Source] = e
+	}
 	switch {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
@@ -448,7 +465,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.lease = c.at(now.Add(c.cfg.Lease))
 		e.granted = c.at(now)
 		c.active[d.ID] = e
-	case (d.State == dtr.New || d.State == dtr.CacheProcessed) && !d.NextProcess.IsZero():
+	case (d.State == dtr.New || d.State == dtr.CacheProcessed || d.State == dtr.CacheWait) && !d.NextProcess.IsZero():
 		heap.Push(&c.delayed, e)
 	default:
 		c.route(now, e)
@@ -494,8 +511,17 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if e.queued == dtr.Transfer {
 		d.Started, d.Ended = r.Started, r.Ended
 	}
-	if e.queued == dtr.RegisterReplica && !d.Cleanup && r.Failure == nil {
-		e.finalised = true
+	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Failure == nil {
+		e.finalised = true // the file is in place
+	}
+	if e.queued == dtr.CheckCache && r.Failure == nil {
+		d.Cache, d.CacheFile = r.Cache, r.CacheFile
+		if d.Cache == dtr.CacheDownload {
+			c.caching[d.Source] = e
+		}
+	}
+	if e.queued == dtr.ProcessCache {
+		c.uncache(e)
 	}
 	// A failed cleanup keeps the error that called for it: that error, not
 	// the cleanup's, decides whether the DTR is tried again.
@@ -505,9 +531,18 @@ func (c *Core) Result(now time.Time, r Result) error {
 		d.Error = &f
 	}
 	d.Cleanup = false
-	if d.State == dtr.TransferringCancel {
+	switch {
+	case d.State == dtr.TransferringCancel:
 		c.must(d.Transition(dtr.Transferred, now))
-	} else {
+	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Failure == nil && !d.Cancel:
+		// Locked by a download this scheduler does not know of (another
+		// process, or one lost in a crash until its lock goes stale).
+		c.must(d.Transition(dtr.CacheWait, now))
+		d.NextProcess = now.Add(c.cfg.CacheWait)
+		heap.Push(&c.delayed, e)
+		c.markDirty(e)
+		return nil
+	default:
 		c.must(d.Transition(e.queued.Completed(), now))
 	}
 	c.route(now, e)
@@ -557,7 +592,7 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
 	case d.State.IsActive() && stageOf(d.State) != dtr.StagePost:
 		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
-	case d.State == dtr.New:
+	case d.State == dtr.New || d.State == dtr.CacheWait:
 		heap.Remove(&c.delayed, e.index)
 		d.NextProcess = time.Time{}
 		c.route(now, e)
@@ -892,7 +927,7 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	if s == dtr.Transfer {
 		c.busy(e, 1)
 	}
-	d.Cleanup = s == dtr.RegisterReplica && (d.Error != nil || d.Cancel) && !e.refinalise
+	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
 	e.refinalise = false
 	e.lease = c.at(now.Add(c.cfg.Lease))
 	e.granted = c.at(now)
@@ -986,10 +1021,37 @@ func (c *Core) route(now time.Time, e *entry) {
 					d.Replica, d.Source = 0, d.Replicas[0] // a retry starts from the first
 					c.setHosts(e)
 				}
+				c.uncache(e)
+				d.Cache, d.CacheFile = "", ""
+				if c.cacheable(d) {
+					next = dtr.CheckCache
+					if h := c.caching[d.Source]; h != nil && h != e {
+						next = dtr.CacheWait // another DTR is downloading the same file
+						c.must(d.Transition(next, now))
+						c.waitForCache(now, e, h)
+						return
+					}
+				}
 			}
 		case dtr.CacheChecked:
 			d.Error = nil // ARC clears errors here
 			next = dtr.Resolved
+			if d.Cache == dtr.CacheHit {
+				next = dtr.ProcessCache // linked from the cache, not transferred
+			}
+		case dtr.CacheWait:
+			if d.Cancel {
+				next = dtr.CacheProcessed
+				break
+			}
+			if !d.NextProcess.IsZero() {
+				return // waiting
+			}
+			if h := c.caching[d.Source]; h != nil && h != e {
+				c.waitForCache(now, e, h) // still downloading: look again later
+				return
+			}
+			next = dtr.CheckCache
 		case dtr.Resolved:
 			next = dtr.QueryReplica
 			if failed || d.Cancel {
@@ -1035,6 +1097,9 @@ func (c *Core) route(now time.Time, e *entry) {
 			}
 		case dtr.ReplicaRegistered:
 			next = dtr.CacheProcessed
+			if d.Cache == dtr.CacheHit || d.Cache == dtr.CacheDownload {
+				next = dtr.ProcessCache // link the entry, or clean it up after a failure
+			}
 		case dtr.CacheProcessed:
 			if !d.NextProcess.IsZero() {
 				return // waiting to try post-processing again
@@ -1083,6 +1148,7 @@ func (c *Core) decide(now time.Time, e *entry) {
 		c.must(d.Transition(dtr.Error, now))
 	}
 	c.unpin(e)
+	c.uncache(e)
 	c.out.Final = append(c.out.Final, d)
 	delete(c.dtrs, d.ID)
 
@@ -1251,4 +1317,33 @@ func (c *Core) charge(now time.Time, e *entry, bytes int64) {
 		bytes = 0
 	}
 	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
+}
+
+// cacheable reports whether a DTR goes through the cache: a cache is kept,
+// the source is remote, the destination local, and the job did not say no.
+func (c *Core) cacheable(d *dtr.DTR) bool {
+	return c.cfg.Cache && !d.Options.NoCache && !d.Options.Stage &&
+		!strings.HasPrefix(d.Source, "file:") && strings.HasPrefix(d.Destination, "file:")
+}
+
+// waitForCache parks a DTR in CACHE_WAIT while h downloads the same file,
+// and gives h the waiter's priority if it is higher (ARC does the same).
+func (c *Core) waitForCache(now time.Time, e, h *entry) {
+	e.d.NextProcess = now.Add(c.cfg.CacheWait)
+	heap.Push(&c.delayed, e)
+	if p := c.view(e).Priority; p > c.view(h).Priority {
+		hd := c.open(h)
+		hd.Priority, hd.Updated = p, now
+		if hd.State.IsQueue() && h.index >= 0 {
+			h.share.q.fix(h)
+		}
+		c.markDirty(h)
+	}
+}
+
+// uncache forgets that a DTR downloads into the cache.
+func (c *Core) uncache(e *entry) {
+	if d := e.d; d != nil && c.caching[d.Source] == e {
+		delete(c.caching, d.Source)
+	}
 }

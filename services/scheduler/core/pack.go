@@ -27,6 +27,7 @@ const (
 	packCleanup
 	packError
 	packStage
+	packNoCache
 )
 
 // nameID returns the number of an interned name, adding it if new.
@@ -58,7 +59,7 @@ func (c *Core) pack(d *dtr.DTR) string {
 	b = binary.AppendVarint(b, int64(d.UserPriority))
 	b = appendString(b, d.Options.Checksum)
 	var flags byte
-	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil, d.Options.Stage} {
+	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil, d.Options.Stage, d.Options.NoCache} {
 		if on {
 			flags |= 1 << bit
 		}
@@ -94,6 +95,8 @@ func (c *Core) pack(d *dtr.DTR) string {
 		b = appendString(b, r)
 	}
 	b = binary.AppendVarint(b, int64(d.Replica))
+	b = appendString(b, d.Cache)
+	b = appendString(b, d.CacheFile)
 	c.scratch = b
 	return string(b)
 }
@@ -127,6 +130,7 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.Cancel = flags&packCancel != 0
 	d.Cleanup = flags&packCleanup != 0
 	d.Options.Stage = flags&packStage != 0
+	d.Options.NoCache = flags&packNoCache != 0
 	d.Share = c.names[r.uvarint()]
 	d.Priority = int(r.varint())
 	d.State = dtr.State(r.byte())
@@ -154,6 +158,8 @@ func (c *Core) unpack(p string) *dtr.DTR {
 		}
 	}
 	d.Replica = int(r.varint())
+	d.Cache = r.str()
+	d.CacheFile = r.str()
 	return d
 }
 

@@ -17,7 +17,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Source: "https://storage.example.org/data/f ü.root", Destination: "file:///scratch/f.root",
 		Owner:     dtr.Identity{DN: "/DC=org/CN=Alice", FQANs: []string{"/atlas/Role=production", "/atlas"}},
 		Direction: dtr.Upload, UserPriority: 77,
-		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true},
+		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true, NoCache: true},
 		Share:   "atlas-upload", Priority: 38, State: dtr.RegisterReplica, Attempts: 3, MaxAttempts: 10,
 		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring, Location: dtr.LocationSource},
 		Cancel: true, Size: 1 << 40, Bytes: -1, Checksum: "md5:0123",
@@ -26,6 +26,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TransferGrant: "x.2",
 		Cleanup: true, Grant: "x.3", TURL: "file:///stage/6f1c1c1e-8f8e-4d8e-9b1a-7c1d2e3f4a5b",
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
+		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef",
 	}
 	tests := []struct {
 		name string

@@ -1,0 +1,183 @@
+package processor
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+)
+
+// The cache is ARC's (reference/arc-dtr.md §6): an entry is
+// <cache>/data/<sha1[0:2]>/<sha1[2:]> of the source URL; while a DTR
+// downloads into it, <entry>.lock names its grant. A lock older than
+// CacheLockTimeout is stale (its downloader died) and is broken. Entries
+// are hard-linked to destinations, so cleaning the cache to its size limit
+// never touches a job's file.
+
+// cacheEntry returns the path of the cache entry of a source URL.
+func (s *Service) cacheEntry(source string) string {
+	sum := sha1.Sum([]byte(source))
+	h := hex.EncodeToString(sum[:])
+	return filepath.Join(s.cfg.CacheDir, "data", h[:2], h[2:])
+}
+
+func fileURL(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
+
+// checkCache looks the source up in the cache: present (hit), being
+// downloaded by another DTR (locked), or absent, in which case this DTR
+// takes the lock and downloads into the entry.
+func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
+	if s.cfg.CacheDir == "" {
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source,
+			Err: errors.New("this processor has no cache (SLUICE_CACHE_DIR)")}
+	}
+	entry := s.cacheEntry(g.DTR.Source)
+	lock := entry + ".lock"
+	res := bus.Result{CacheFile: fileURL(entry)}
+	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
+		return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
+	}
+	for try := 0; try < 2; try++ {
+		if fi, err := os.Stat(lock); err == nil {
+			if time.Since(fi.ModTime()) < cmp.Or(s.cfg.CacheLockTimeout, 15*time.Minute) {
+				res.Cache = dtr.CacheLocked
+				return res, nil
+			}
+			// Stale: its downloader is gone. Break it and start over.
+			s.log.Warn("stale cache lock broken", "entry", entry, "age", time.Since(fi.ModTime()).Round(time.Second))
+			_ = os.Remove(lock)
+			_ = os.Remove(entry)
+		}
+		if _, err := os.Stat(entry); err == nil {
+			res.Cache = dtr.CacheHit
+			now := time.Now()
+			_ = os.Chtimes(entry, now, now) // recently used: cleaned last
+			return res, nil
+		}
+		f, err := os.OpenFile(lock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue // taken a moment ago
+		}
+		if err != nil {
+			return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
+		}
+		fmt.Fprintln(f, g.Grant)
+		if err := f.Close(); err != nil {
+			return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
+		}
+		res.Cache = dtr.CacheDownload
+		return res, nil
+	}
+	res.Cache = dtr.CacheLocked
+	return res, nil
+}
+
+// processCache puts a cached file in place, or cleans up after a failed or
+// cancelled download into the cache; either way this DTR's lock goes.
+func (s *Service) processCache(ctx context.Context, g bus.Grant) error {
+	d := g.DTR
+	entry := s.cacheEntry(d.Source)
+	if d.Cache == dtr.CacheDownload {
+		defer os.Remove(entry + ".lock")
+	}
+	if g.Cleanup {
+		if d.Cache == dtr.CacheDownload {
+			_ = os.Remove(entry)
+		}
+		return nil
+	}
+	dst, err := transfer.LocalPath(d.Destination)
+	if err != nil {
+		return err
+	}
+	if err := s.client.Files().MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "link from cache", URL: d.Destination, Err: err}
+	}
+	if _, err := os.Stat(entry); errors.Is(err, fs.ErrNotExist) {
+		// Cleaned away between the check and now: try again, which
+		// downloads it.
+		return &transfer.Error{Kind: dtr.ErrInternalProcess, Op: "link from cache", URL: d.Destination,
+			Err: fmt.Errorf("the cache entry of %s is gone (cleaned?)", transfer.Redact(d.Source))}
+	}
+	_ = s.client.Files().Remove(dst) // pre-cleaning allowed it; a retry may find its own link
+	if err := s.client.Files().Link(entry, dst); err == nil {
+		return nil
+	}
+	// Another file system, or roots apart: copy instead.
+	if _, err := s.client.Copy(ctx, fileURL(entry), d.Destination, transfer.CopyOptions{}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cleanCache deletes the least recently used entries not locked until the
+// cache holds at most CacheMaxBytes.
+func (s *Service) cleanCache() {
+	if s.cfg.CacheDir == "" || s.cfg.CacheMaxBytes <= 0 {
+		return
+	}
+	type file struct {
+		path string
+		size int64
+		used time.Time
+	}
+	var files []file
+	var total int64
+	root := filepath.Join(s.cfg.CacheDir, "data")
+	_ = filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || de.IsDir() || filepath.Ext(p) == ".lock" {
+			return nil
+		}
+		fi, err := de.Info()
+		if err != nil {
+			return nil
+		}
+		total += fi.Size()
+		if _, err := os.Stat(p + ".lock"); err == nil {
+			return nil // being downloaded
+		}
+		if time.Since(fi.ModTime()) < cmp.Or(s.cfg.CacheMinAge, 10*time.Minute) {
+			return nil // used a moment ago: a DTR may be about to link it
+		}
+		files = append(files, file{p, fi.Size(), fi.ModTime()})
+		return nil
+	})
+	if total <= s.cfg.CacheMaxBytes {
+		return
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	for _, f := range files {
+		if total <= s.cfg.CacheMaxBytes {
+			break
+		}
+		if err := os.Remove(f.path); err == nil {
+			total -= f.size
+		}
+	}
+}
+
+// keepCacheClean cleans the cache every interval until ctx ends.
+func (s *Service) keepCacheClean(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		s.cleanCache()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
