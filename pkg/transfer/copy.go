@@ -140,16 +140,7 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		p.every = defaultProgressEvery
 	}
 	var failure *Error
-	switch {
-	case dst.url.Scheme == "file":
-		res.Bytes, failure = copyToFile(ctx, c.files, in, p, src.raw, dst.raw, dst.url.Path, opt.Sync)
-	case isS3(dst.url.Scheme):
-		res.Bytes, failure = c.copyToS3(ctx, in, p, src.raw, dst.raw, dst.url)
-	case isXrootd(dst.url.Scheme):
-		res.Bytes, failure = c.copyToXrootd(ctx, in, p, src.raw, dst.raw, dst.url)
-	default:
-		res.Bytes, failure = c.copyToHTTP(ctx, in, p, src.raw, dst.raw)
-	}
+	res.Bytes, failure = c.protocol(dst.url).write(ctx, in, p, src.raw, dst, opt)
 	if opt.Progress != nil {
 		opt.Progress(res.Bytes)
 	}
@@ -168,38 +159,42 @@ type source struct {
 	local    bool
 }
 
-// openSource opens a file or sends GET. A missing source is LOCAL_FILE
-// for files and PERMANENT_REMOTE ("source not found: HTTP 404") for HTTP.
+// openSource opens the source with its protocol. A missing source is
+// LOCAL_FILE for files and PERMANENT_REMOTE ("source not found: HTTP 404")
+// elsewhere.
 func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) {
+	return c.protocol(src.url).open(ctx, src)
+}
+
+// openFile opens a local file.
+func (c *Client) openFile(ctx context.Context, src endpoint) (*source, error) {
 	const op = "copy"
 	u, rawURL := src.url, src.raw
-	if isS3(u.Scheme) {
-		return c.s3Open(ctx, rawURL, u)
+	if ctx.Err() != nil {
+		return nil, cancelled(ctx, op, rawURL)
 	}
-	if isXrootd(u.Scheme) {
-		return c.xrdOpen(ctx, rawURL, u)
+	f, err := c.files.Open(u.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
 	}
-	if u.Scheme == "file" {
-		if ctx.Err() != nil {
-			return nil, cancelled(ctx, op, rawURL)
-		}
-		f, err := c.files.Open(u.Path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
-		}
-		if err != nil {
-			return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
-		}
-		fi, err := f.Stat()
-		if err == nil && fi.IsDir() {
-			err = errors.New("source is a directory")
-		}
-		if err != nil {
-			f.Close()
-			return nil, localError(ctx, op, rawURL, err)
-		}
-		return &source{body: f, size: fi.Size(), local: true}, nil
+	if err != nil {
+		return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
 	}
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = errors.New("source is a directory")
+	}
+	if err != nil {
+		f.Close()
+		return nil, localError(ctx, op, rawURL, err)
+	}
+	return &source{body: f, size: fi.Size(), local: true}, nil
+}
+
+// openHTTP sends GET.
+func (c *Client) openHTTP(ctx context.Context, src endpoint) (*source, error) {
+	const op = "copy"
+	rawURL := src.raw
 	resp, err := c.do(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, remoteError(ctx, op, rawURL, err, 0)

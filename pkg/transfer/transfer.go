@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -127,43 +126,11 @@ const wantDigest = "adler32, md5;q=0.5, sha-256;q=0.4"
 // status is an error.
 func (c *Client) Stat(ctx context.Context, rawURL string) (Info, error) {
 	const op = "stat"
-	missing := Info{Size: -1}
 	u, err := parseURL(op, rawURL)
 	if err != nil {
-		return missing, err
+		return Info{Size: -1}, err
 	}
-	if isS3(u.Scheme) {
-		return c.s3Stat(ctx, op, rawURL, u)
-	}
-	if isXrootd(u.Scheme) {
-		return c.xrdStat(ctx, op, rawURL, u)
-	}
-	if u.Scheme == "file" {
-		if ctx.Err() != nil {
-			return missing, cancelled(ctx, op, rawURL)
-		}
-		fi, err := c.files.Stat(u.Path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return missing, nil
-		case err != nil:
-			return missing, localError(ctx, op, rawURL, err)
-		case fi.IsDir():
-			return missing, localError(ctx, op, rawURL, errors.New("is a directory"))
-		}
-		return Info{Exists: true, Size: fi.Size()}, nil
-	}
-	resp, err := c.do(ctx, http.MethodHead, rawURL, nil)
-	if err != nil {
-		return missing, remoteError(ctx, op, rawURL, err, 0)
-	}
-	discard(resp)
-	if err := checkStatus(resp, http.MethodHead); isMissing(err) {
-		return missing, nil
-	} else if err != nil {
-		return missing, remoteError(ctx, op, rawURL, err, 0)
-	}
-	return Info{Exists: true, Size: resp.ContentLength, Checksum: digestChecksum(resp.Header)}, nil
+	return c.protocol(u).stat(ctx, op, endpoint{rawURL, u})
 }
 
 // Delete removes the object at rawURL. A missing object is not an error
@@ -175,37 +142,7 @@ func (c *Client) Delete(ctx context.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
-	if isS3(u.Scheme) {
-		return c.s3Delete(ctx, op, rawURL, u)
-	}
-	if isXrootd(u.Scheme) {
-		return c.xrdDelete(ctx, op, rawURL, u)
-	}
-	if u.Scheme == "file" {
-		if ctx.Err() != nil {
-			return cancelled(ctx, op, rawURL)
-		}
-		fi, err := c.files.Lstat(u.Path)
-		if err == nil && fi.IsDir() {
-			return localError(ctx, op, rawURL, errors.New("is a directory"))
-		}
-		if err == nil {
-			err = c.files.Remove(u.Path)
-		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return localError(ctx, op, rawURL, err)
-		}
-		return nil
-	}
-	resp, err := c.do(ctx, http.MethodDelete, rawURL, nil)
-	if err != nil {
-		return remoteError(ctx, op, rawURL, err, 0)
-	}
-	discard(resp)
-	if err := checkStatus(resp, http.MethodDelete); err != nil && !isMissing(err) {
-		return remoteError(ctx, op, rawURL, err, 0)
-	}
-	return nil
+	return c.protocol(u).remove(ctx, op, endpoint{rawURL, u})
 }
 
 // Rename moves from to to. Both must be file:// URLs; any other scheme is
@@ -246,32 +183,18 @@ func httpURL(rawURL string) string {
 	return rawURL
 }
 
-// MakeParents creates the directories above a file:// URL (mode 0755), or
+// MakeParents creates the directories above a file:// URL (mode 0755),
 // the WebDAV collections above an HTTP URL (MKCOL, from the top down, once
-// PROPFIND finds the parent missing). A server that speaks no WebDAV
-// (PROPFIND answered 405 or 501) is left to create what it needs on PUT.
+// PROPFIND finds the parent missing; a server that speaks no WebDAV is left
+// to create what it needs on PUT), or the directories above an xrootd
+// path. S3 has no directories.
 func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	const op = "mkdir"
 	u, err := parseURL(op, rawURL)
 	if err != nil {
 		return err
 	}
-	if isS3(u.Scheme) {
-		return nil // S3 has no directories
-	}
-	if isXrootd(u.Scheme) {
-		return c.xrdMakeParents(ctx, op, rawURL, u)
-	}
-	if u.Scheme != "file" {
-		return c.makeCollections(ctx, rawURL, u)
-	}
-	if ctx.Err() != nil {
-		return cancelled(ctx, op, rawURL)
-	}
-	if err := c.files.MkdirAll(filepath.Dir(u.Path), 0o755); err != nil {
-		return localError(ctx, op, rawURL, err)
-	}
-	return nil
+	return c.protocol(u).makeParents(ctx, op, endpoint{rawURL, u})
 }
 
 // TempURL returns the name under which Copy should write a file://
