@@ -846,17 +846,7 @@ func TestStagedSourcesAreCopiedPinnedWithinMaxPreparedAndReleased(t *testing.T) 
 	cfg.Processor.StageDir = stage
 	s := start(t, cfg)
 	remote := filepath.Join(s.dir, "remote")
-	var mu sync.Mutex
-	gets := map[string]int{}
-	store := httpstore.Handler(remote)
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			mu.Lock()
-			gets[r.URL.Path]++
-			mu.Unlock()
-		}
-		store.ServeHTTP(w, r)
-	}))
+	base, gets := countingStore(t, remote)
 	const n = 12
 	j := &job.Job{}
 	for i := 0; i < n; i++ {
@@ -891,8 +881,8 @@ func TestStagedSourcesAreCopiedPinnedWithinMaxPreparedAndReleased(t *testing.T) 
 		if got, _ := os.ReadFile(filepath.Join(s.dir, "out", name)); !bytes.Equal(got, want) {
 			t.Fatalf("%s differs from its source", name)
 		}
-		if gets["/"+name] != 1 {
-			t.Errorf("%s was read %d times from its source, want once (by staging; delivery reads the staged copy)", name, gets["/"+name])
+		if n := gets("/" + name); n != 1 {
+			t.Errorf("%s was read %d times from its source, want once (by staging; delivery reads the staged copy)", name, n)
 		}
 	}
 	if most > cfg.MaxPrepared {
@@ -1189,17 +1179,7 @@ func TestTheCacheServesAFileWantedAgainWithoutTransferringIt(t *testing.T) {
 	cfg.Processor.CacheMaxBytes, cfg.Processor.CacheCleanEvery, cfg.Processor.CacheMinAge = 1, 50*time.Millisecond, 3*time.Second
 	s := start(t, cfg)
 	remote := filepath.Join(s.dir, "remote")
-	var mu sync.Mutex
-	gets := map[string]int{}
-	store := httpstore.Handler(remote)
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			mu.Lock()
-			gets[r.URL.Path]++
-			mu.Unlock()
-		}
-		store.ServeHTTP(w, r)
-	}))
+	base, gets := countingStore(t, remote)
 	for i := 0; i < 5; i++ {
 		writeFile(t, filepath.Join(remote, fmt.Sprintf("f%d", i)), 30000+i*1000, i)
 	}
@@ -1235,13 +1215,11 @@ func TestTheCacheServesAFileWantedAgainWithoutTransferringIt(t *testing.T) {
 	if ev := s.wait(s.submit(job2).JobID, time.Minute); ev.State != generator.JobFinished {
 		t.Fatalf("job 2 %s: %v", ev.State, ev.Failures)
 	}
-	mu.Lock()
 	for i := 0; i < 5; i++ {
-		if n := gets[fmt.Sprintf("/f%d", i)]; n != 1 {
+		if n := gets(fmt.Sprintf("/f%d", i)); n != 1 {
 			t.Errorf("f%d was fetched %d times for three DTRs, want once", i, n)
 		}
 	}
-	mu.Unlock()
 	for i := 0; i < 5; i++ {
 		want, _ := os.ReadFile(filepath.Join(remote, fmt.Sprintf("f%d", i)))
 		for _, p := range []string{"job1/f%d", "job1/again%d", "job2/f%d"} {

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/delivery"
@@ -230,5 +231,26 @@ func mustContain(t *testing.T, what, s string, subs ...string) {
 		if !strings.Contains(s, sub) {
 			t.Fatalf("%s %q does not mention %q", what, s, sub)
 		}
+	}
+}
+
+// countingStore serves the files under dir over HTTP and counts the GETs
+// of each path.
+func countingStore(t testing.TB, dir string) (base string, gets func(path string) int) {
+	var mu sync.Mutex
+	n := map[string]int{}
+	store := httpstore.Handler(dir)
+	base = httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			n[r.URL.Path]++
+			mu.Unlock()
+		}
+		store.ServeHTTP(w, r)
+	}))
+	return base, func(path string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n[path]
 	}
 }

@@ -150,7 +150,7 @@ func (c *Client) s3Open(ctx context.Context, rawURL string, u *url.URL) (*source
 		return nil, err
 	}
 	if !info.Exists {
-		return nil, remoteError(ctx, op, rawURL, fmt.Errorf("source not found: %w", &StatusError{Code: http.StatusNotFound, Status: "404 NoSuchKey"}), 0)
+		return nil, sourceNotFound(ctx, rawURL, "404 NoSuchKey")
 	}
 	mc, _ := c.s3Client(u)
 	bucket, key, _ := s3Object(u)
@@ -202,4 +202,10 @@ func (c *Client) copyToS3(ctx context.Context, in *source, p *pump, src, dst str
 		return n, remoteError(ctx, op, dst, err, n)
 	}
 	return n, nil
+}
+
+// sourceNotFound is the PERMANENT_REMOTE error of a source a remote
+// storage does not have.
+func sourceNotFound(ctx context.Context, rawURL, status string) *Error {
+	return remoteError(ctx, "copy", rawURL, fmt.Errorf("source not found: %w", &StatusError{Code: http.StatusNotFound, Status: status}), 0)
 }

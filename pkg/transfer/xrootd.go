@@ -143,7 +143,7 @@ func (c *Client) xrdOpen(ctx context.Context, rawURL string, u *url.URL) (*sourc
 		return nil, err
 	}
 	if !info.Exists {
-		return nil, remoteError(ctx, op, rawURL, fmt.Errorf("source not found: %w", &StatusError{Code: http.StatusNotFound, Status: "xrootd: not found"}), 0)
+		return nil, sourceNotFound(ctx, rawURL, "xrootd: not found")
 	}
 	cli, err := xrdConnect(ctx, u)
 	if err != nil {

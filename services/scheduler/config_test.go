@@ -22,7 +22,7 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 		{"an unknown policy", Config{Policy: "fifo"}, "", `policy "fifo" is not arc, dirac, sam or enstore`},
 		{"sam with priority groups and fractions", Config{Policy: "sam", SAMGroups: "daq=priority,cms=0.6,atlas=0.4", SAMUnit: "bytes"}, "sam", ""},
 		{"sam without fractions", Config{Policy: "sam", SAMGroups: "daq=priority"}, "", "no fair-share group"},
-		{"a bad SAM unit", Config{Policy: "sam", SAMGroups: "cms=1", SAMUnit: "jobs"}, "", `unit "jobs" is not files, bytes or seconds`},
+		{"a bad SAM unit", Config{Policy: "sam", SAMGroups: "cms=1", SAMUnit: "jobs"}, "", `SAM: usage unit "jobs" is not files, bytes or seconds`},
 		{"enstore with admin rules and owned slots", Config{Policy: "enstore", EnstoreAdmin: `[{"group":"daq"}]`,
 			EnstoreOwned: "cms=4", MaxDelivery: 10, MaxProcessor: 10}, "enstore", ""},
 		{"enstore owning more slots than there are", Config{Policy: "enstore", EnstoreOwned: "cms=8,atlas=4",
@@ -34,7 +34,7 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 		{"a bad Enstore rule", Config{Policy: "enstore", EnstoreAdmin: `[{}]`}, "", "would match every DTR"},
 		{"a bad DIRAC group", Config{Policy: "dirac", DIRACGroups: "prod"}, "", "want group=priority"},
 		{"a bad DIRAC slice", Config{Policy: "dirac", DIRACSlices: "1h"}, "", "want span:weight:maxcorrection"},
-		{"a bad DIRAC unit", Config{Policy: "dirac", DIRACUnit: "jobs"}, "", `unit "jobs" is not seconds, bytes or files`},
+		{"a bad DIRAC unit", Config{Policy: "dirac", DIRACUnit: "jobs"}, "", `DIRAC: usage unit "jobs" is not files, bytes or seconds`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -104,10 +104,8 @@ func (c Config) CoreConfig() (core.Config, error) {
 		if dc.Slices, err = core.ParseDIRACSlices(c.DIRACSlices); err != nil {
 			return cc, err
 		}
-		switch dc.Unit = strings.ToLower(c.DIRACUnit); dc.Unit {
-		case "", core.UnitSlotSeconds, core.UnitBytes, core.UnitFiles:
-		default:
-			return cc, fmt.Errorf("DIRAC usage unit %q is not seconds, bytes or files", c.DIRACUnit)
+		if dc.Unit, err = core.ParseUnit(c.DIRACUnit); err != nil {
+			return cc, fmt.Errorf("DIRAC: %w", err)
 		}
 		cc.Policy = core.NewDIRAC(dc)
 	case "sam":
@@ -115,10 +113,8 @@ func (c Config) CoreConfig() (core.Config, error) {
 		if err != nil {
 			return cc, err
 		}
-		switch sc.Unit = strings.ToLower(c.SAMUnit); sc.Unit {
-		case "", core.UnitSlotSeconds, core.UnitBytes, core.UnitFiles:
-		default:
-			return cc, fmt.Errorf("SAM benefit unit %q is not files, bytes or seconds", c.SAMUnit)
+		if sc.Unit, err = core.ParseUnit(c.SAMUnit); err != nil {
+			return cc, fmt.Errorf("SAM: %w", err)
 		}
 		cc.Policy = core.NewSAM(sc)
 	case "enstore":

@@ -39,6 +39,16 @@ const (
 	UnitFiles       = "files"   // one per grant
 )
 
+// ParseUnit checks a usage unit: "files", "bytes" or "seconds" (any
+// case); empty stays empty (the policy's default).
+func ParseUnit(s string) (string, error) {
+	switch u := strings.ToLower(strings.TrimSpace(s)); u {
+	case "", UnitSlotSeconds, UnitBytes, UnitFiles:
+		return u, nil
+	}
+	return "", fmt.Errorf("usage unit %q is not files, bytes or seconds", s)
+}
+
 // DIRACConfig configures DIRAC's policy.
 type DIRACConfig struct {
 	// Groups by group name, as SharePolicy names them (voms:vo gives
