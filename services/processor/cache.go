@@ -51,7 +51,7 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 	}
 	for try := 0; try < 2; try++ {
 		if fi, err := os.Stat(lock); err == nil {
-			if time.Since(fi.ModTime()) < cmp.Or(s.cfg.CacheLockTimeout, 15*time.Minute) {
+			if time.Since(lastActivity(entry, fi.ModTime())) < cmp.Or(s.cfg.CacheLockTimeout, 15*time.Minute) {
 				res.Cache = dtr.CacheLocked
 				return res, nil
 			}
@@ -82,6 +82,20 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 	}
 	res.Cache = dtr.CacheLocked
 	return res, nil
+}
+
+// lastActivity is the latest of the lock's time and the modification
+// times of the entry's partial downloads (delivery writes
+// ".<name>.sluice-<grant>.part" beside it): a long download keeps its
+// lock fresh by writing.
+func lastActivity(entry string, locked time.Time) time.Time {
+	parts, _ := filepath.Glob(filepath.Join(filepath.Dir(entry), "."+filepath.Base(entry)+".sluice-*.part"))
+	for _, p := range parts {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().After(locked) {
+			locked = fi.ModTime()
+		}
+	}
+	return locked
 }
 
 // processCache puts a cached file in place, or cleans up after a failed or
