@@ -322,24 +322,35 @@ func queuedTransfers(c *core.Core) int {
 	return n
 }
 
-// Table writes the per-group results as text columns.
+// Table writes the per-group results as text columns, and a fairness
+// line: Jain's index of the groups' slot-time (1 when every group had the
+// same, 1/n when one had it all).
 func (r Result) Table(w io.Writer) error {
 	var slot time.Duration
+	sum, sumSq := 0.0, 0.0
 	for _, g := range r.Groups {
 		slot += g.SlotTime
+		x := g.SlotTime.Seconds()
+		sum, sumSq = sum+x, sumSq+x*x
 	}
 	_, err := fmt.Fprintf(w, "policy %s: %s of virtual time, transfer slots %.1f%% busy while files waited\n", r.Policy, r.Duration.Round(time.Second), 100*r.Utilisation)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%-24s %8s %12s %10s %9s %10s %10s %10s\n", "GROUP", "FILES", "BYTES", "SLOT-TIME", "SHARE", "MEAN WAIT", "MAX WAIT", "FINISHED")
+	fmt.Fprintf(w, "%-24s %8s %12s %9s %10s %9s %10s %10s %10s\n", "GROUP", "FILES", "BYTES", "MB/S", "SLOT-TIME", "SHARE", "MEAN WAIT", "MAX WAIT", "FINISHED")
 	for _, g := range r.Groups {
-		share := 0.0
+		share, rate := 0.0, 0.0
 		if slot > 0 {
 			share = 100 * float64(g.SlotTime) / float64(slot)
 		}
-		fmt.Fprintf(w, "%-24s %8d %12d %10s %8.1f%% %10s %10s %10s\n", g.Group, g.Files, g.Bytes,
+		if g.Finished > 0 {
+			rate = float64(g.Bytes) / 1e6 / g.Finished.Seconds()
+		}
+		fmt.Fprintf(w, "%-24s %8d %12d %9.1f %10s %8.1f%% %10s %10s %10s\n", g.Group, g.Files, g.Bytes, rate,
 			g.SlotTime.Round(time.Second), share, g.MeanWait.Round(time.Second), g.MaxWait.Round(time.Second), g.Finished.Round(time.Second))
 	}
-	return nil
+	if len(r.Groups) > 0 && sumSq > 0 {
+		_, err = fmt.Fprintf(w, "fairness: Jain's index of slot-time over %d groups %.3f\n", len(r.Groups), sum*sum/(float64(len(r.Groups))*sumSq))
+	}
+	return err
 }

@@ -92,7 +92,7 @@ func TestRunSharesSlotTimeByThePolicyAndFinishesEveryFile(t *testing.T) {
 		t.Fatalf("waits mean %s max %s", a.MeanWait, a.MaxWait)
 	}
 	var b bytes.Buffer
-	if err := res.Table(&b); err != nil || !strings.Contains(b.String(), "atlas") {
+	if err := res.Table(&b); err != nil || !strings.Contains(b.String(), "atlas") || !strings.Contains(b.String(), "fairness: Jain's index of slot-time over 2 groups") {
 		t.Fatalf("table %q, %v", b.String(), err)
 	}
 }
