@@ -1194,6 +1194,14 @@ func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
 	return *c.view(e), true
 }
 
+// Queued returns how many DTRs wait in a queue state.
+func (c *Core) Queued(s dtr.State) int {
+	if st := c.states[s]; st != nil {
+		return st.queued()
+	}
+	return 0
+}
+
 // Len returns the number of unfinished DTRs.
 func (c *Core) Len() int { return len(c.dtrs) }
 

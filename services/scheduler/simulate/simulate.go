@@ -266,7 +266,7 @@ func Run(cfg core.Config, work []Arrival, opt Options) (Result, error) {
 		for _, v := range transfers {
 			n += v
 		}
-		if queuedTransfers(c) > 0 {
+		if c.Queued(dtr.Transfer) > 0 {
 			offered += time.Duration(opt.Slots) * opt.Step
 			busy += time.Duration(min(n, opt.Slots)) * opt.Step
 		}
@@ -309,17 +309,6 @@ func Run(cfg core.Config, work []Arrival, opt Options) (Result, error) {
 		res.Utilisation = float64(busy) / float64(offered)
 	}
 	return res, nil
-}
-
-func queuedTransfers(c *core.Core) int {
-	stats, _ := c.Shares()
-	n := 0
-	for _, s := range stats {
-		if s.State == dtr.Transfer {
-			n += s.Queued
-		}
-	}
-	return n
 }
 
 // Table writes the per-group results as text columns, and a fairness
