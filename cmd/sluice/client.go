@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
@@ -31,7 +32,10 @@ func request(ctx context.Context, nc *nats.Conn, m *nats.Msg, v any) error {
 	reply, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("%s: no service answers (is sluice running at %s?): %w", m.Subject, nc.ConnectedUrl(), err)
+			return fmt.Errorf("%s: no service answers (is sluice running at %s?): %w", m.Subject, nc.ConnectedUrlRedacted(), err)
+		}
+		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+			return fmt.Errorf("%s: refused: %w", m.Subject, last)
 		}
 		return fmt.Errorf("%s: %w", m.Subject, err)
 	}
@@ -49,9 +53,9 @@ type apiError struct{ code, text string }
 func (e *apiError) Error() string { return e.text }
 
 func clientConn(cfg *Config) (*nats.Conn, error) {
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("sluice-cli"))
+	nc, err := nats.Connect(cfg.NATSURL, append(cfg.Options(), nats.Name("sluice-cli"))...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), err)
 	}
 	return nc, nil
 }

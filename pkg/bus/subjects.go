@@ -91,13 +91,13 @@ type Setup struct {
 	AckWait time.Duration
 }
 
-// ensureMu keeps the services of one process from setting up at once.
+// ensureMu keeps the schedulers of one process from setting up at once.
 var ensureMu sync.Mutex
 
 // Ensure creates or updates every stream, consumer and bucket Sluice uses.
-// It is safe to call from every service at start: what exists with the
-// settings wanted is left alone, so services starting together do not
-// update a stream while another adds a consumer to it.
+// The scheduler calls it at start, and only the scheduler needs the rights
+// to; the other roles Await what they use. What exists with the settings
+// wanted is left alone, so a restart changes nothing.
 func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	ensureMu.Lock()
 	defer ensureMu.Unlock()

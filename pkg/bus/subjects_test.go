@@ -11,17 +11,8 @@ import (
 )
 
 func TestEnsureCreatesEverythingAndLeavesItAloneTheSecondTime(t *testing.T) {
-	ns, err := Embedded(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := embeddedJS(t)
+	nc := js.Conn()
 	ctx := context.Background()
 	if err := Ensure(ctx, js, Setup{}); err != nil {
 		t.Fatal(err)
@@ -65,4 +56,25 @@ func TestEnsureCreatesEverythingAndLeavesItAloneTheSecondTime(t *testing.T) {
 			t.Fatalf("stream %s was made again", name)
 		}
 	}
+}
+
+// embeddedJS returns JetStream on an embedded server that lives as long as
+// the test.
+func embeddedJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ns, err := Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
