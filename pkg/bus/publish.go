@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -99,31 +100,37 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 
 const tracerName = "github.com/sluice-dtr/sluice"
 
-// StartProducer starts a producer span for a message to subject, following
-// the OpenTelemetry messaging conventions.
-func StartProducer(ctx context.Context, subject string) (context.Context, trace.Span) {
+// StartProducer starts a producer span for a message to subject whose
+// message id (Nats-Msg-Id) is msgID, following the OpenTelemetry messaging
+// conventions. Encode the message with the returned context, so that its
+// traceparent names this span.
+func StartProducer(ctx context.Context, subject, msgID string) (context.Context, trace.Span) {
 	return otel.Tracer(tracerName).Start(ctx, "send "+subject,
 		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.destination.name", subject),
-		))
+		trace.WithAttributes(messaging(semconv.MessagingOperationTypeSend, subject, msgID)...))
 }
 
 // StartConsumer starts a consumer span for a received message, as a child
 // of the span whose context the message's traceparent header carries.
 func StartConsumer(ctx context.Context, m *nats.Msg, operation string) (context.Context, trace.Span) {
+	msgID := ""
 	if m.Header != nil {
 		ctx = Extract(ctx, m.Header)
+		msgID = headerCarrier(m.Header).Get(nats.MsgIdHdr)
 	}
 	return otel.Tracer(tracerName).Start(ctx, operation+" "+m.Subject,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", m.Subject),
-		))
+		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, m.Subject, msgID)...))
+}
+
+// messaging returns the messaging attributes of a span; a message without
+// an id has no messaging.message.id.
+func messaging(op attribute.KeyValue, subject, msgID string) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.MessagingSystemKey.String("nats"), op, semconv.MessagingDestinationName(subject)}
+	if msgID != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(msgID))
+	}
+	return attrs
 }
 
 // Context returns ctx carrying the span context of a W3C traceparent value.

@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/services/generator"
+)
+
+// exportedSpan is a span as an OTLP receiver got it.
+type exportedSpan struct {
+	service string
+	trace   trace.TraceID
+	name    string
+}
+
+// collector is a real OTLP/HTTP receiver of traces on loopback.
+type collector struct {
+	url   string
+	mu    sync.Mutex
+	spans []exportedSpan
+}
+
+func newCollector(t *testing.T) *collector {
+	c := &collector{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.receive(r); err != nil {
+			t.Errorf("OTLP request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(b)
+	})
+	c.url = httpServer(t, mux)
+	return c
+}
+
+func (c *collector) receive(r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); ct != "application/x-protobuf" {
+		return fmt.Errorf("content type %q, want application/x-protobuf", ct)
+	}
+	body := r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return fmt.Errorf("gzip: %w", err)
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	var req collectorpb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		return fmt.Errorf("decode ExportTraceServiceRequest: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		service := ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.Key == "service.name" {
+				service = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				c.spans = append(c.spans, exportedSpan{service: service, trace: trace.TraceID(sp.TraceId), name: sp.Name})
+			}
+		}
+	}
+	return nil
+}
+
+func (c *collector) received() []exportedSpan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]exportedSpan(nil), c.spans...)
+}
+
+// tracing runs stack.Tracing for role for the rest of the test, and
+// returns its shutdown.
+func tracing(t *testing.T, role string) func(context.Context) error {
+	old := otel.GetTracerProvider()
+	shutdown, err := stack.Tracing(context.Background(), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = shutdown(context.Background())
+		otel.SetTracerProvider(old)
+	})
+	return shutdown
+}
+
+func TestTracingExportsOverOTLPUnderTheRolesServiceName(t *testing.T) {
+	tests := []struct {
+		name    string
+		role    string
+		env     map[string]string // "{url}" is the receiver's address
+		service string            // empty: nothing is exported
+	}{
+		{"one role", "delivery", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice-delivery"},
+		{"every role", "all", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
+		{"the demo", "demo", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
+		{"OTEL_SERVICE_NAME wins", "scheduler",
+			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}", "OTEL_SERVICE_NAME": "site-a-scheduler"}, "site-a-scheduler"},
+		{"the traces endpoint alone", "generator",
+			map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "{url}/v1/traces"}, "sluice-generator"},
+		{"no endpoint: ids only", "processor", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCollector(t)
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"} {
+				t.Setenv(k, "")
+			}
+			for k, v := range tt.env {
+				t.Setenv(k, strings.ReplaceAll(v, "{url}", c.url))
+			}
+			shutdown := tracing(t, tt.role)
+			_, span := otel.Tracer("test").Start(context.Background(), "work")
+			span.End()
+			id := span.SpanContext().TraceID()
+			if !id.IsValid() {
+				t.Fatal("the span has no trace id")
+			}
+			// The batch holds the span for seconds; shutting down sends it.
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			got := c.received()
+			if tt.service == "" {
+				if len(got) != 0 {
+					t.Fatalf("exported %v with no endpoint set", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0] != (exportedSpan{service: tt.service, trace: id, name: "work"}) {
+				t.Fatalf("received %v, want the span %s of trace %s from %s", got, "work", id, tt.service)
+			}
+		})
+	}
+}
+
+func TestEachDTRsTraceArrivesAtAnOTLPReceiver(t *testing.T) {
+	c := newCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.url)
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	shutdown := tracing(t, "all")
+	s := start(t, testConfig())
+
+	// The final events carry each DTR's traceparent.
+	traces := make(chan trace.TraceID, 10)
+	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
+		traces <- trace.SpanContextFromContext(bus.Extract(context.Background(), m.Header)).TraceID()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	var files []job.File
+	for i := range 2 {
+		src := filepath.Join(s.dir, "in", fmt.Sprint(i))
+		writeFile(t, src, 2000, i)
+		files = append(files, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", fmt.Sprint(i)))})
+	}
+	if ev := s.wait(s.submit(&job.Job{Inputs: files}).JobID, time.Minute); ev.State != generator.JobFinished {
+		t.Fatalf("job %s: %v", ev.State, ev.Failures)
+	}
+	want := map[trace.TraceID]bool{}
+	for range files {
+		select {
+		case id := <-traces:
+			want[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("no final event")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the last spans end after the results are stored
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	names := map[trace.TraceID]map[string]bool{}
+	for _, sp := range c.received() {
+		if sp.service != "sluice" {
+			t.Errorf("span %q from service %q, want sluice", sp.name, sp.service)
+		}
+		if !want[sp.trace] {
+			t.Errorf("span %q in trace %s, which is no DTR's", sp.name, sp.trace)
+		}
+		if names[sp.trace] == nil {
+			names[sp.trace] = map[string]bool{}
+		}
+		names[sp.trace][sp.name] = true
+	}
+	for id := range want {
+		for _, n := range []string{"send dtr.submit", "schedule dtr.submit", "process sluice.grant.pre",
+			"process sluice.grant.delivery", "process sluice.grant.post", "send sluice.event.dtr.final"} {
+			if !names[id][n] {
+				t.Errorf("trace %s: no span %q arrived; got %v", id, n, names[id])
+			}
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// Tracing installs an OpenTelemetry tracer provider, so that every DTR's
+// trace has real ids that the logs can name. When OTEL_EXPORTER_OTLP_ENDPOINT
+// or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, spans are also exported
+// there over OTLP/HTTP in batches (the exporter reads the other standard
+// OTEL_EXPORTER_OTLP_* variables). The service is named "sluice-<role>",
+// or "sluice" for "all" and "demo", unless OTEL_SERVICE_NAME says
+// otherwise. The returned function exports what is left and stops.
+func Tracing(ctx context.Context, role string) (shutdown func(context.Context) error, err error) {
+	name := "sluice-" + role
+	if role == "all" || role == "demo" {
+		name = "sluice"
+	}
+	// Later options win: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// over the role's name.
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName(name)), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("tracing resource: %w", err)
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			slog.Warn("OpenTelemetry", "err", err)
+		}))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
