@@ -109,7 +109,7 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 	}
 	defer ns.Shutdown()
 	c := &cluster{t: t, bin: bin, dir: dir, procs: map[string]*process{}, env: []string{
-		"NATS_URL=" + ns.ClientURL(), "SLUICE_LOG_LEVEL=warn", "SLUICE_LOG_FORMAT=text",
+		"NATS_URL=" + ns.ClientURL(), "SLUICE_LOG_LEVEL=warn", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
 		"SLUICE_LEASE=4s", "SLUICE_RETRY_BASE=100ms", "SLUICE_MAXTRANSFERTRIES=20",
 		"SLUICE_MAXDELIVERY=20", "SLUICE_MAXPROCESSOR=20", "SLUICE_GENERATOR_MAX_FILES=10000",
 		"SLUICE_DELIVERY_WORKERS=21", "SLUICE_PROCESSOR_PRE_WORKERS=42", "SLUICE_PROCESSOR_POST_WORKERS=21",

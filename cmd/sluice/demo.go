@@ -72,6 +72,19 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 	cfg.NATSURL = ns.ClientURL()
 	fmt.Fprintf(stdout, "embedded NATS with JetStream at %s, store %s\n", cfg.NATSURL, cfg.Store)
 
+	if cfg.HTTPAddr != "" {
+		// The page of the scheduler, on the usual port if it is free.
+		web, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			web, err = net.Listen("tcp", "127.0.0.1:0")
+		}
+		if err != nil {
+			return fmt.Errorf("web page: %w", err)
+		}
+		cfg.HTTP = web
+		fmt.Fprintf(stdout, "live web page at http://%s/ (metrics at /metrics)\n", web.Addr())
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)

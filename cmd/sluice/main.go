@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
@@ -40,9 +41,16 @@ Usage:
   sluice reconfigure SHARE=P,...     set share priorities of the running scheduler (until it restarts)
   sluice simulate [flags] WORKLOAD   replay a workload through the scheduler under one or more policies
                                      (-policies arc,dirac,sam,enstore; -svg FILE draws the slots; -example)
+  sluice healthcheck [-url URL]      exit 0 if the process at SLUICE_HTTP_ADDR is healthy (its /healthz)
   sluice help                        show this text and the environment variables
 
+Every serving process (all, a role, demo) serves HTTP at SLUICE_HTTP_ADDR: /healthz,
+/metrics (Prometheus) and, where the scheduler runs, a live web page at /.
+
 Run "sluice COMMAND -h" for a command's flags.
+
+Traces (one per DTR) go over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+when set, from the service sluice-<role> ("sluice" for all and demo) unless OTEL_SERVICE_NAME names it.
 `
 
 func main() {
@@ -68,11 +76,9 @@ func run(args []string, stdout io.Writer) error {
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "all", "scheduler", "generator", "processor", "delivery":
-		defer stack.Tracing()(context.Background())
-		return serve(ctx, cmd, &cfg, rest)
+		return traced(ctx, cmd, func() error { return serve(ctx, cmd, &cfg, rest) })
 	case "demo":
-		defer stack.Tracing()(context.Background())
-		return demo(ctx, &cfg, rest, stdout)
+		return traced(ctx, cmd, func() error { return demo(ctx, &cfg, rest, stdout) })
 	case "submit":
 		return submit(ctx, &cfg, rest, stdout)
 	case "status":
@@ -89,6 +95,8 @@ func run(args []string, stdout io.Writer) error {
 		return why(ctx, &cfg, rest, stdout)
 	case "simulate":
 		return simulateCmd(&cfg, rest, stdout)
+	case "healthcheck":
+		return healthcheck(ctx, &cfg, rest, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		fmt.Fprintln(stdout, "\nEnvironment (flags win over it):")
@@ -98,6 +106,23 @@ func run(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprint(stdout, usage)
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// traced runs f with tracing set up for role, and exports the spans still
+// buffered before it returns.
+func traced(ctx context.Context, role string, f func() error) error {
+	shutdown, err := stack.Tracing(ctx, role)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			slog.Warn("traces not all exported", "err", err)
+		}
+	}()
+	return f()
 }
 
 // flags returns a flag set for a command with the flags every command has.

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +60,7 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err := run([]string{"help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS"} {
+	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
@@ -75,6 +78,7 @@ func TestBadConfigurationIsRefusedWithTheReason(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
+			t.Setenv("SLUICE_HTTP_ADDR", "127.0.0.1:0")
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
@@ -126,5 +130,48 @@ func TestSimulateComparesPoliciesOnAWorkloadAndDrawsThem(t *testing.T) {
 		if err := run(bad.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: error %v, want %q", bad.args, err, bad.want)
 		}
+	}
+}
+
+func TestHealthcheckURLComesFromTheListenAddress(t *testing.T) {
+	for _, tt := range []struct{ addr, want, err string }{
+		{":8080", "http://127.0.0.1:8080/healthz", ""},
+		{"0.0.0.0:9000", "http://127.0.0.1:9000/healthz", ""},
+		{"10.0.0.5:8080", "http://10.0.0.5:8080/healthz", ""},
+		{"[::1]:8080", "http://[::1]:8080/healthz", ""},
+		{"", "", "serves no /healthz"},
+		{"8080", "", "SLUICE_HTTP_ADDR"},
+	} {
+		got, err := healthURL(tt.addr)
+		if got != tt.want || (err == nil) != (tt.err == "") || err != nil && !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("healthURL(%q) = %q, %v; want %q, an error mentioning %q", tt.addr, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestHealthcheckExitsNonZeroUnlessTheProcessSaysOK(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		code int
+		ok   bool
+	}{{"healthy", http.StatusOK, true}, {"a role down", http.StatusServiceUnavailable, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.code)
+				fmt.Fprint(w, `{"ok":false}`)
+			}))
+			defer srv.Close()
+			var out bytes.Buffer
+			err := run([]string{"healthcheck", "-url", srv.URL + "/healthz"}, &out)
+			if (err == nil) != tt.ok {
+				t.Fatalf("healthcheck of a %d answer: %v", tt.code, err)
+			}
+			if !strings.Contains(out.String(), `"ok"`) {
+				t.Fatalf("healthcheck printed %q, want the answer", out.String())
+			}
+		})
+	}
+	if err := run([]string{"healthcheck", "-url", "http://127.0.0.1:1/healthz", "-timeout", "1s"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("healthcheck of a closed port succeeded")
 	}
 }

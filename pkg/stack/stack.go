@@ -8,13 +8,15 @@ import (
 	"fmt"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dtr/sluice/services/delivery"
@@ -26,11 +28,15 @@ import (
 // Config is everything the services read from the environment (SLUICE_*,
 // and NATS_URL).
 type Config struct {
-	NATSURL   string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server of the roles and client commands (also read from NATS_URL)"`
+	NATSURL   string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server of the roles and client commands (also read from NATS_URL); nats://user:password@host:4222 logs in as well"`
 	Store     string `envconfig:"STORE" desc:"JetStream store of the embedded server (default: the user's data dir/sluice)"`
 	NATSPort  int    `envconfig:"NATS_PORT" default:"4222" desc:"port of the embedded server on 127.0.0.1; 0 picks a free one"`
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"json" desc:"json or text"`
+
+	// NATSUser and NATSPassword log the connections in; see Options.
+	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user of the roles and client commands (also read from NATS_USER); its replies come to the inbox prefix _INBOX_<user>, which the server must let it subscribe to (deploy/nats/sluice.conf does)"`
+	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"password of that user (also read from NATS_PASSWORD)"`
 	// HTTPTokens names bearer token files per host.
 	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
 	// CacheDir is the cache of downloads, shared by every processor and
@@ -44,37 +50,103 @@ type Config struct {
 	Generator generator.Config `envconfig:"GENERATOR"`
 	Processor processor.Config `envconfig:"PROCESSOR"`
 	Delivery  delivery.Config  `envconfig:"DELIVERY"`
+	// HTTPAddr is where the process serves /healthz, /metrics and, with
+	// the scheduler, its web page; HTTP, if set, is a listener to use
+	// instead.
+	HTTPAddr string       `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"address of the HTTP server of every process: /healthz, /metrics (Prometheus) and, where the scheduler runs, the live web page at /; empty: none"`
+	HTTP     net.Listener `ignored:"true"`
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
-}
-
-// Tracing installs an OpenTelemetry tracer provider, so that every DTR's
-// trace has real ids that the logs can name. Spans are not exported yet.
-func Tracing() func(context.Context) error {
-	tp := sdktrace.NewTracerProvider()
-	otel.SetTracerProvider(tp)
-	return tp.Shutdown
 }
 
 // Roles are the services one process can run.
 var Roles = []string{"scheduler", "generator", "processor", "delivery"}
 
 // Connect opens a NATS connection that keeps trying to reconnect for ever.
-func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), err)
 	}
 	return nc, nil
 }
 
-func (cfg Config) connect(name string) (*nats.Conn, error) {
-	if cfg.InProcess == nil {
-		return Connect(cfg.NATSURL, name)
+// Options are the connection options of the configured NATS user: its
+// name and password, unless the URL names a user, and an inbox prefix of
+// its own, _INBOX_<user>, so that the server can keep every user from
+// reading the replies meant for another.
+func (cfg Config) Options() []nats.Option {
+	user := cfg.NATSUser
+	if u, err := parseURL(strings.Split(cfg.NATSURL, ",")[0]); err == nil && u.User != nil {
+		// nats.go logs in as the URL's user; a user without a password
+		// is a token.
+		user = ""
+		if _, ok := u.User.Password(); ok {
+			user = u.User.Username()
+		}
 	}
-	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(cfg.InProcess))
+	var opts []nats.Option
+	if cfg.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
+	}
+	if user != "" {
+		opts = append(opts, nats.CustomInboxPrefix("_INBOX_"+user))
+	}
+	return opts
+}
+
+// parseURL parses one NATS URL as nats.go does: without a scheme it is
+// nats://.
+func parseURL(s string) (*url.URL, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	return url.Parse(s)
+}
+
+// Redact returns NATS URLs (one or a comma-separated list) fit to log:
+// passwords and tokens are replaced by xxxxx.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := parseURL(p)
+		if err != nil {
+			if strings.Contains(p, "@") {
+				parts[i] = "(a URL with user information that does not parse)"
+			}
+			continue
+		}
+		if u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx") // a token
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// connect opens a role's connection; what NATS reports asynchronously,
+// such as a refused publish or subscription, goes to log.
+func (cfg Config) connect(name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := append(cfg.Options(), nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if sub != nil {
+			log.Error("NATS error", "connection", name, "subscription", sub.Subject, "err", err)
+			return
+		}
+		log.Error("NATS error", "connection", name, "err", err)
+	}))
+	if cfg.InProcess == nil {
+		return Connect(cfg.NATSURL, name, opts...)
+	}
+	nc, err := nats.Connect("", append(opts, nats.Name(name), nats.InProcessServer(cfg.InProcess))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the embedded NATS server in process: %w", err)
 	}
@@ -91,25 +163,54 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("S3 credentials: %w", err)
 	}
+	ln := cfg.HTTP
+	if ln == nil && cfg.HTTPAddr != "" {
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("HTTP server (SLUICE_HTTP_ADDR): %w", err)
+		}
+	}
+	if ln != nil {
+		defer ln.Close()
+	}
+	service := "sluice"
+	if len(roles) == 1 {
+		service += "-" + roles[0]
+	}
+	mp, metrics, err := newMetrics(service)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	meter := mp.Meter("github.com/sluice-dtr/sluice")
+	mux := http.NewServeMux()
+	var hl health
+	mux.Handle("GET /healthz", &hl)
+	mux.Handle("GET /metrics", metrics)
+	site := index([]string{"/healthz", "/metrics"})
+
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {
-		nc, err := cfg.connect("sluice-" + role)
+		nc, err := cfg.connect("sluice-"+role, log)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
 		var run func(context.Context) error
+		var ready func() bool
 		switch role {
 		case "scheduler":
 			sc := cfg.Config
 			sc.Cache = cfg.CacheDir != ""
+			sc.Meter = meter
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err
 			}
-			run = s.Run
+			run, ready, site = s.Run, s.Ready, s.Handler()
 		case "generator":
-			s, err := generator.New(cfg.Generator, nc, log)
+			gc := cfg.Generator
+			gc.Meter = meter
+			s, err := generator.New(gc, nc, log)
 			if err != nil {
 				return err
 			}
@@ -117,10 +218,11 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "processor":
 			pc := cfg.Processor
 			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
+			pc.Meter = meter
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Tokens, dc.S3Keys = tokens, s3keys
+			dc.Tokens, dc.S3Keys, dc.Meter = tokens, s3keys, meter
 			if len(cfg.FileRoots) > 0 {
 				// Deliverers read the staged copies that processors write.
 				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
@@ -132,12 +234,20 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)
 		}
+		hl.add(role, nc, ready)
 		g.Go(func() error {
-			if err := run(ctx); err != nil {
+			hl.set(role, true, nil)
+			err := run(ctx)
+			hl.set(role, false, err)
+			if err != nil {
 				return fmt.Errorf("%s: %w", role, err)
 			}
 			return nil
 		})
+	}
+	mux.Handle("/", site)
+	if ln != nil {
+		g.Go(func() error { return serveHTTP(ctx, ln, mux, log) })
 	}
 	return g.Wait()
 }

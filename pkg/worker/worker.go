@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -37,6 +39,7 @@ type Pool struct {
 	Renew time.Duration
 	Log   *slog.Logger
 
+	metrics *instruments
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	mu      sync.Mutex
@@ -44,9 +47,14 @@ type Pool struct {
 	ackWait time.Duration // of the stage's consumer
 }
 
-// NewPool prepares a pool on nc.
-func NewPool(nc *nats.Conn, stage dtr.Stage, workers int, h Handler, log *slog.Logger) (*Pool, error) {
+// NewPool prepares a pool on nc; its metrics go to meter (nil: the global
+// meter provider's).
+func NewPool(nc *nats.Conn, stage dtr.Stage, workers int, h Handler, log *slog.Logger, meter metric.Meter) (*Pool, error) {
 	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	in, err := newInstruments(meter, stage)
 	if err != nil {
 		return nil, err
 	}
@@ -54,12 +62,13 @@ func NewPool(nc *nats.Conn, stage dtr.Stage, workers int, h Handler, log *slog.L
 		workers = 1
 	}
 	return &Pool{Stage: stage, Workers: workers, Handler: h, Renew: 10 * time.Second, Log: log.With("stage", stage),
-		nc: nc, js: js, running: map[string]context.CancelFunc{}}, nil
+		metrics: in, nc: nc, js: js, running: map[string]context.CancelFunc{}}, nil
 }
 
 // Run takes grants until ctx ends, then waits for the grants in hand.
 func (p *Pool) Run(ctx context.Context) error {
-	if err := bus.Ensure(ctx, p.js, bus.Setup{}); err != nil {
+	if err := bus.Await(ctx, p.js, p.Log, bus.Use{Stream: bus.StreamGrants, Consumer: string(p.Stage)},
+		bus.Use{Stream: bus.StreamResults}); err != nil {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
 	cons, err := p.js.Consumer(ctx, bus.StreamGrants, string(p.Stage))
@@ -184,10 +193,17 @@ func (p *Pool) run(ctx context.Context, jm jetstream.Msg) {
 		}
 	}()
 	start := time.Now()
-	res := p.Handler(wctx, g, func(b, s int64) { moved.Store(b); size.Store(s) })
+	ended := p.metrics.started(ctx)
+	res := p.Handler(wctx, g, func(b, s int64) {
+		p.metrics.moved(ctx, b-moved.Swap(b))
+		size.Store(s)
+	})
 	close(done)
+	p.metrics.moved(ctx, res.Bytes-moved.Load())
+	ended(res, time.Since(start))
 	res.DTR, res.Grant, res.State = g.DTR.ID, g.Grant, g.State
 	if res.Error != nil {
+		span.SetStatus(codes.Error, fmt.Sprintf("%s: %s", res.Error.Kind, res.Error.Text))
 		log.Info("grant failed", "kind", res.Error.Kind, "err", res.Error.Text, "took", time.Since(start))
 	} else {
 		log.Debug("grant done", "took", time.Since(start))
@@ -210,12 +226,15 @@ func (p *Pool) run(ctx context.Context, jm jetstream.Msg) {
 
 // publish sends a CloudEvent to JetStream and waits for it to be stored.
 func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any) error {
-	ctx, span := bus.StartProducer(ctx, subject)
-	defer span.End()
 	ev, err := bus.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
 	if err != nil {
 		return err
 	}
+	if msgID == "" {
+		msgID = ev.ID()
+	}
+	ctx, span := bus.StartProducer(ctx, subject, msgID)
+	defer span.End()
 	m, err := bus.Encode(ctx, subject, msgID, ev)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
 	"log/slog"
 	"time"
 
@@ -38,6 +39,8 @@ type Config struct {
 	Tokens map[string]string `ignored:"true"`
 	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
 	S3Keys map[string]string `ignored:"true"`
+	// Meter takes the service's metrics (nil: the global meter provider's).
+	Meter metric.Meter `ignored:"true"`
 }
 
 // errTooSlow ends a transfer that broke a speed limit.
@@ -66,7 +69,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		s.client = s.client.WithFiles(files)
 	}
-	p, err := worker.NewPool(s.nc, dtr.StageDelivery, s.cfg.Workers, s.Handle, s.log)
+	p, err := worker.NewPool(s.nc, dtr.StageDelivery, s.cfg.Workers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"log/slog"
 	"sort"
 	"strings"
@@ -35,6 +39,8 @@ import (
 // Config is the generator's configuration, read from SLUICE_GENERATOR_*.
 type Config struct {
 	MaxFiles int `envconfig:"MAX_FILES" default:"2000" desc:"most files one job may have (10000 needs a NATS max_payload of 8MB)"`
+	// Meter takes the service's metrics (nil: the global meter provider's).
+	Meter metric.Meter `ignored:"true"`
 }
 
 // Job states.
@@ -117,6 +123,8 @@ type Service struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	log *slog.Logger
+	// jobs counts jobs submitted and ended, dtrs the DTRs submitted.
+	jobs, dtrs metric.Int64Counter
 
 	mu sync.Mutex
 	// suspects are jobs whose counts may miss a final DTR (one was
@@ -203,12 +211,26 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = 10000
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), suspects: map[string]bool{}, lastFinal: map[string]time.Time{}}, nil
+	meter := cfg.Meter
+	if meter == nil {
+		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/generator")
+	}
+	jobs, err := meter.Int64Counter("sluice.generator.jobs", metric.WithDescription("jobs by event: submitted, finished or failed"))
+	if err != nil {
+		return nil, fmt.Errorf("generator metrics: %w", err)
+	}
+	dtrs, err := meter.Int64Counter("sluice.generator.dtrs", metric.WithDescription("DTRs submitted for jobs"))
+	if err != nil {
+		return nil, fmt.Errorf("generator metrics: %w", err)
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs,
+		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	if err := bus.Ensure(ctx, s.js, bus.Setup{}); err != nil {
+	if err := bus.Await(ctx, s.js, s.log, bus.Use{Stream: bus.StreamSubmit}, bus.Use{Bucket: bus.BucketJobs},
+		bus.Use{Stream: bus.StreamEvents, Consumer: bus.ConsumerGen}); err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
 	kv, err := s.js.KeyValue(ctx, bus.BucketJobs)
@@ -234,7 +256,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	go s.reconcile(ctx, time.Second)
 	return bus.Each(ctx, cons, 500, func(m jetstream.Msg) {
+		// The last span of the DTR's trace.
+		_, span := bus.StartConsumer(ctx, bus.Msg(m), "process")
+		defer span.End()
 		if err := s.onFinal(ctx, m); err != nil {
+			span.SetStatus(codes.Error, err.Error())
 			if ctx.Err() == nil {
 				s.log.Error("final DTR not recorded; it will be redelivered", "err", err)
 				_ = m.NakWithDelay(time.Second)
@@ -277,7 +303,7 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	out := bus.NewBatch(ctx, s.js)
 	for _, d := range ds {
 		// One trace per DTR, from here through every stage.
-		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit)
+		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
 		ev, err := bus.NewEvent(bus.TypeSubmit, "sluice/generator", d.ID.String(), d.Submission())
 		if err != nil {
 			span.End()
@@ -293,6 +319,8 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	if err := out.Wait(ctx); err != nil {
 		return reply, fmt.Errorf("submit DTRs of job %s: %w", j.ID, err)
 	}
+	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", "submitted")))
+	s.dtrs.Add(ctx, int64(len(ds)))
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
 }
@@ -609,6 +637,7 @@ func (s *Service) announce(ctx context.Context, jobID string) error {
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("announce job %s: %w", jobID, err)
 	}
+	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", ev.State)))
 	_, err = s.update(ctx, jobID, func(r *Record) error {
 		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
 		return nil

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
 	"io/fs"
 	"log/slog"
 	"net/url"
@@ -54,6 +55,8 @@ type Config struct {
 	CacheMinAge      time.Duration `ignored:"true"`
 	CacheLockTimeout time.Duration `envconfig:"CACHE_LOCK_TIMEOUT" default:"15m" desc:"a cache lock older than this is stale (its downloader died) and is broken"`
 	StageDir         string        `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
+	// Meter takes the service's metrics (nil: the global meter provider's).
+	Meter metric.Meter `ignored:"true"`
 }
 
 // StageDirOrDefault returns the staging area.
@@ -93,11 +96,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		s.client = s.client.WithFiles(files)
 	}
-	pre, err := worker.NewPool(s.nc, dtr.StagePre, s.cfg.PreWorkers, s.Handle, s.log)
+	pre, err := worker.NewPool(s.nc, dtr.StagePre, s.cfg.PreWorkers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {
 		return err
 	}
-	post, err := worker.NewPool(s.nc, dtr.StagePost, s.cfg.PostWorkers, s.Handle, s.log)
+	post, err := worker.NewPool(s.nc, dtr.StagePost, s.cfg.PostWorkers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {
 		return err
 	}

@@ -7,23 +7,26 @@ package scheduler
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"io"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -72,6 +75,11 @@ type Config struct {
 	// StateFile, if set, is rewritten every second in ARC's dtr.state
 	// format, and StateFile.prio is read for priority changes.
 	StateFile string `envconfig:"STATE_FILE" desc:"dtr.state file rewritten every second (ARC format); its .prio file changes priorities"`
+	// StreamReplicas is the replica count of the streams, consumers and
+	// buckets that the scheduler sets up.
+	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
+	// Meter takes the service's metrics (nil: the global meter provider's).
+	Meter metric.Meter `ignored:"true"`
 }
 
 // CoreConfig turns the service configuration into the core's.
@@ -179,6 +187,11 @@ type Service struct {
 	// submit of one is not run again.
 	finished map[uuid.UUID]time.Time
 	stopped  chan struct{}
+	mon      *monitor
+	ready    atomic.Bool
+	// longestAt is when the longest-waiting DTRs were last looked up.
+	longestAt time.Time
+	longest   []Waiting
 }
 
 // New checks the configuration and prepares a scheduler on nc.
@@ -194,16 +207,25 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 50 * time.Millisecond
 	}
-	return &Service{
+	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
 		queries: make(chan *query), finished: map[uuid.UUID]time.Time{}, stopped: make(chan struct{}),
-	}, nil
+		mon: newMonitor(cmp.Or(cfg.Policy, "arc")),
+	}
+	meter := cfg.Meter
+	if meter == nil {
+		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
+	}
+	if err := s.registerMetrics(meter); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Run recovers the saved DTRs and schedules until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	defer close(s.stopped)
-	if err := bus.Ensure(ctx, s.js, bus.Setup{}); err != nil {
+	if err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas}); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
@@ -235,6 +257,8 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer svc.Stop()
+	s.ready.Store(true)
+	defer s.ready.Store(false)
 
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
@@ -245,12 +269,18 @@ func (s *Service) Run(ctx context.Context) error {
 		dump = t.C
 		defer s.writeState()
 	}
+	sample := time.NewTicker(time.Second)
+	defer sample.Stop()
+	s.sample(time.Now())
 	var batch []jetstream.Msg
 	for {
 		batch = batch[:0]
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-sample.C:
+			s.sample(now)
+			continue
 		case q := <-s.queries:
 			q.f()
 			if !q.change {
@@ -346,17 +376,21 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	for i := range dec.Final {
 		d := dec.Final[i]
 		s.finished[d.ID] = now
+		s.mon.final(d)
 		ev, err := bus.NewEvent(bus.TypeDTRFinal, "sluice/scheduler", d.ID.String(), d)
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final", ev)
+		msgID := d.ID.String() + ".final"
+		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, msgID)
+		m, err := bus.Encode(fctx, bus.SubjectDTRFinal, msgID, ev)
+		span.End()
 		if err != nil {
 			return err
 		}
 		out.Add(m)
 		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
-			"trace_id", trace.SpanContextFromContext(bus.Context(ctx, d.TraceParent)).TraceID())
+			"trace_id", span.SpanContext().TraceID())
 	}
 	if err := out.Wait(ctx); err != nil {
 		return err
@@ -393,6 +427,29 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		s.forget(now)
 	}
 	return nil
+}
+
+// sample records the scheduler's state for the web page and the metrics.
+// The longest-waiting DTRs are looked up every second, or every ten with
+// more than 100,000 DTRs, since that walks every queue.
+func (s *Service) sample(now time.Time) {
+	every := time.Second
+	if s.core.Len() > 100_000 {
+		every = 10 * time.Second
+	}
+	if now.Sub(s.longestAt) >= every {
+		s.longestAt = now
+		s.longest = s.longest[:0:0]
+		for _, id := range s.core.Longest(10) {
+			d, _ := s.core.Get(id)
+			w, err := s.core.Explain(now, id)
+			if err != nil {
+				continue
+			}
+			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: d.Source})
+		}
+	}
+	s.mon.sample(now, s.core, s.longest)
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is
@@ -489,7 +546,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				s.log.Debug("DTR already taken", "dtr", d.ID)
 				return nil // a resubmission or redelivery of a DTR seen before
 			}
-			cctx, span := bus.StartConsumer(ctx, m, "schedule")
+			// The publisher's trace goes on: its traceparent header, else
+			// the event's distributed-tracing extension.
+			cctx, span := bus.StartConsumer(bus.Context(ctx, d.TraceParent), m, "schedule")
 			d.TraceParent = bus.TraceParent(cctx)
 			span.End()
 			err = s.core.Submit(now, d)
@@ -573,6 +632,11 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
+	if ev != nil {
+		// CloudEvents' distributed-tracing extension: a ce-traceparent
+		// header, or "traceparent" in a structured event.
+		d.TraceParent, _ = ev.Extensions()["traceparent"].(string)
+	}
 	return d, nil
 }
 
@@ -598,7 +662,7 @@ func (s *Service) reject(ctx context.Context, out *bus.Batch, m *nats.Msg, jm je
 }
 
 func (s *Service) publishGrant(ctx context.Context, out *bus.Batch, g core.Grant) error {
-	gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage))
+	gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
 	defer span.End()
 	data := bus.Grant{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: *g.DTR,
 		LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency}

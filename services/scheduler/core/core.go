@@ -268,7 +268,26 @@ type Core struct {
 
 	out   Decisions
 	dirty []*entry // changed since the last Take, each once
+	count Counts
 }
+
+// Counts are what the core has done since it was made, for metrics.
+type Counts struct {
+	// Grants counts grants given, EmergencyGrants those on emergency slots.
+	Grants          uint64 `json:"grants"`
+	EmergencyGrants uint64 `json:"emergency_grants"`
+	// Retries counts failed attempts that are tried again, LeaseExpiries
+	// grants whose worker stopped giving signs of life.
+	Retries       uint64 `json:"retries"`
+	LeaseExpiries uint64 `json:"lease_expiries"`
+	// Done, Failed and Cancelled count DTRs that ended so.
+	Done      uint64 `json:"done"`
+	Failed    uint64 `json:"failed"`
+	Cancelled uint64 `json:"cancelled"`
+}
+
+// Counts returns what the core has done since it was made.
+func (c *Core) Counts() Counts { return c.count }
 
 // New returns an empty core.
 func New(cfg Config) *Core {
@@ -683,6 +702,7 @@ func (c *Core) expireLeases(now time.Time) {
 	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
 	for _, e := range expired {
 		d := e.d
+		c.count.LeaseExpiries++
 		c.charge(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
 		if !(d.Cleanup && d.Error != nil) {
@@ -933,6 +953,10 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	e.granted = c.at(now)
 	g := c.grantOf(e)
 	g.Emergency = emergency
+	c.count.Grants++
+	if emergency {
+		c.count.EmergencyGrants++
+	}
 	c.active[d.ID] = e
 	c.out.Grants = append(c.out.Grants, g)
 	c.markDirty(e)
@@ -1136,6 +1160,7 @@ func (c *Core) decide(now time.Time, e *entry) {
 	default:
 		d.Attempts++
 		if d.Error.Kind.Retryable() && d.Attempts < d.MaxAttempts {
+			c.count.Retries++
 			d.NextProcess = now.Add(c.cfg.RetryBase * time.Duration(d.Attempts*d.Attempts))
 			if d.Error.State == dtr.RegisteringReplica && d.Error.Kind != dtr.ErrTransferSpeed && d.TransferGrant != "" && !d.Cancel {
 				heap.Push(&c.delayed, e) // stays CACHE_PROCESSED until then
@@ -1149,6 +1174,14 @@ func (c *Core) decide(now time.Time, e *entry) {
 	}
 	c.unpin(e)
 	c.uncache(e)
+	switch d.State {
+	case dtr.Done:
+		c.count.Done++
+	case dtr.Cancelled:
+		c.count.Cancelled++
+	default:
+		c.count.Failed++
+	}
 	c.out.Final = append(c.out.Final, d)
 	delete(c.dtrs, d.ID)
 
@@ -1200,6 +1233,41 @@ func (c *Core) Queued(s dtr.State) int {
 		return st.queued()
 	}
 	return 0
+}
+
+// Longest returns up to n DTRs that wait in a queue or for a retry, those
+// that came to their queue first first.
+func (c *Core) Longest(n int) []uuid.UUID {
+	if n <= 0 {
+		return nil
+	}
+	var found []*entry
+	keep := func(e *entry) {
+		i := sort.Search(len(found), func(i int) bool { return found[i].seq > e.seq })
+		if i >= n {
+			return
+		}
+		if len(found) < n {
+			found = append(found, nil)
+		}
+		copy(found[i+1:], found[i:])
+		found[i] = e
+	}
+	for _, s := range dtr.QueueStates {
+		for _, ss := range c.states[s].order {
+			for _, e := range ss.q.items {
+				keep(e)
+			}
+		}
+	}
+	for _, e := range c.delayed {
+		keep(e)
+	}
+	ids := make([]uuid.UUID, len(found))
+	for i, e := range found {
+		ids[i] = c.view(e).ID
+	}
+	return ids
 }
 
 // Len returns the number of unfinished DTRs.

@@ -1,0 +1,464 @@
+// Package deploy holds the docker compose deployment; its test brings the
+// stack up for real.
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// compose runs docker compose (the plugin, or docker-compose v1) on the
+// test's project.
+type compose struct {
+	t       *testing.T
+	command []string
+	env     []string
+}
+
+func newCompose(t *testing.T, project string, files []string, env []string) *compose {
+	c := &compose{t: t, env: append(os.Environ(), env...)}
+	if exec.Command("docker", "compose", "version").Run() == nil {
+		c.command = []string{"docker", "compose"}
+	} else if p, err := exec.LookPath("docker-compose"); err == nil {
+		c.command = []string{p}
+	} else {
+		t.Fatal("neither `docker compose` nor docker-compose is installed")
+	}
+	c.command = append(c.command, "-p", project)
+	for _, f := range files {
+		c.command = append(c.command, "-f", f)
+	}
+	return c
+}
+
+// run runs a compose command and returns its output, failing the test if
+// it fails.
+func (c *compose) run(args ...string) string {
+	c.t.Helper()
+	out, err := c.try(args...)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v\n%s", strings.Join(c.command, " "), strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (c *compose) try(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.command[0], append(c.command[1:], args...)...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// containers returns the ids of a service's containers.
+func (c *compose) containers(service string) []string {
+	return strings.Fields(c.run("ps", "-q", service))
+}
+
+// healthy waits until every container of the project reports healthy.
+func (c *compose) healthy(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ids := strings.Fields(c.run("ps", "-q"))
+		var bad []string
+		for _, id := range ids {
+			out, err := exec.Command("docker", "inspect", "-f", "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}", id).Output()
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "running healthy") {
+				bad = append(bad, strings.TrimSpace(string(out)))
+			}
+		}
+		if len(ids) > 0 && len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("not healthy after %s: %v\n%s", timeout, bad, c.run("logs", "--tail", "30"))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// slowFiles serves the files under dir to the containers, slowly enough
+// (about 250 ms a file) that transfers are under way when a deliverer is
+// killed.
+func slowFiles(t *testing.T, dir string) string {
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := http.FileServer(http.Dir(dir))
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			time.Sleep(250 * time.Millisecond)
+		}
+		files.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return fmt.Sprintf("http://host.docker.internal:%d", ln.Addr().(*net.TCPAddr).Port)
+}
+
+// deployment is a compose project under test with a job of real files.
+type deployment struct {
+	t       *testing.T
+	c       *compose
+	nc      *nats.Conn
+	webPort int
+	dst     string
+	job     *job.Job
+	sums    map[string][32]byte
+	jobID   string
+	started time.Time
+}
+
+// deploy builds the images (unless SLUICE_COMPOSE_NO_BUILD is set), writes
+// files source files, and brings the project up with the given extra
+// compose files; everything goes down, volumes too, when the test ends.
+func deploy(t *testing.T, files int, extra ...string) *deployment {
+	if os.Getenv("SLUICE_COMPOSE_TEST") != "1" {
+		t.Skip("SKIPPED: the compose test runs with SLUICE_COMPOSE_TEST=1 and a Docker engine (.ci/run sets it when `docker info` works)")
+	}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		t.Fatalf("SLUICE_COMPOSE_TEST=1 but `docker info` fails: %v", err)
+	}
+	if os.Getenv("SLUICE_COMPOSE_NO_BUILD") == "" {
+		build := exec.Command("./build-image.sh")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build-image.sh: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	for _, d := range []string{src, dst} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil { // the containers run as nobody
+			t.Fatal(err)
+		}
+	}
+	base := slowFiles(t, src)
+	d := &deployment{t: t, dst: dst, sums: map[string][32]byte{},
+		job: &job.Job{Name: "compose", Owner: dtr.Identity{DN: "/CN=compose", FQANs: []string{"/atlas"}}}}
+	for i := 0; i < files; i++ {
+		name := fmt.Sprintf("f%03d", i)
+		b := make([]byte, 64<<10+i*97)
+		_, _ = rand.Read(b)
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h, err := checksum.New("adler32")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write(b)
+		d.sums[name] = sha256.Sum256(b)
+		d.job.Inputs = append(d.job.Inputs, job.File{Source: base + "/" + name,
+			Destination: "file:///data/test/dst/" + name, Checksum: checksum.Format("adler32", h)})
+	}
+
+	// The test's own override: the files, the way to the host's HTTP
+	// server, and room for three deliverers' transfers.
+	override := filepath.Join(dir, "compose.test.yaml")
+	testService := fmt.Sprintf(`
+    volumes:
+      - data:/data
+      - %s:/data/test
+    extra_hosts:
+      - "host.docker.internal:host-gateway"`, dir)
+	err := os.WriteFile(override, []byte(`services:
+  processor:`+testService+`
+  delivery:`+testService+`
+    environment:
+      SLUICE_DELIVERY_WORKERS: "10"
+  scheduler:
+    environment:
+      SLUICE_MAXDELIVERY: "30"
+      SLUICE_MAXPROCESSOR: "20"
+      SLUICE_LEASE: "30s"
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsPort := freePort(t)
+	d.webPort = freePort(t)
+	project := fmt.Sprintf("sluicetest%d", os.Getpid())
+	d.c = newCompose(t, project, append(append([]string{"compose.yaml"}, extra...), override), []string{
+		"NATS_IMAGE=" + envOr("SLUICE_NATS_IMAGE", "sluice-nats:dev"),
+		"SLUICE_IMAGE=" + envOr("SLUICE_IMAGE", "sluice:dev"),
+		"NATS_PORT=" + strconv.Itoa(natsPort), "SLUICE_WEB_PORT=" + strconv.Itoa(d.webPort),
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := d.c.try("logs", "--tail", "40")
+			t.Logf("logs:\n%s", out)
+		}
+		if out, err := d.c.try("down", "-v", "--remove-orphans", "-t", "5"); err != nil {
+			t.Errorf("down -v: %v\n%s", err, out)
+		}
+		if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("containers left after down -v: %s", out)
+		}
+		if out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("volumes left after down -v: %s", out)
+		}
+	})
+	start := time.Now()
+	d.c.run("up", "-d", "--scale", "processor=2", "--scale", "delivery=1")
+	d.c.healthy(2 * time.Minute)
+	t.Logf("stack up and healthy in %s", time.Since(start).Round(time.Second))
+
+	d.nc, err = nats.Connect(fmt.Sprintf("nats://submitter:%s@127.0.0.1:%d", envOr("SLUICE_NATS_SUBMITTER_PASSWORD", "submitter-dev"), natsPort),
+		nats.CustomInboxPrefix("_INBOX_submitter"), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.nc.Close)
+	return d
+}
+
+// submit submits the job as a submitter.
+func (d *deployment) submit() {
+	var reply generator.SubmitReply
+	if err := request(d.nc, bus.SubjectAPIJobSubmit, mustJSON(d.t, d.job), &reply); err != nil {
+		d.t.Fatalf("submit: %v", err)
+	}
+	d.jobID, d.started = reply.JobID, time.Now()
+}
+
+// status asks the generator how the job goes, again while NATS fails over
+// (a status read may time out then).
+func (d *deployment) status() generator.JobEvent {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var ev generator.JobEvent
+		err := request(d.nc, bus.SubjectAPIJobStatus, []byte(d.jobID), &ev)
+		if err == nil {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("status: %v", err)
+		}
+		d.t.Logf("status (asking again): %v", err)
+		time.Sleep(time.Second)
+	}
+}
+
+// waitFinal waits until n of the job's files are final.
+func (d *deployment) waitFinal(n int) generator.JobEvent {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ev := d.status()
+		if ev.Final() >= n || ev.Announced {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%d of %d files final after 5 min, want %d", ev.Final(), ev.Total, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// finish waits for the end of the job and checks that every file is DONE
+// and intact and that no slot is held.
+func (d *deployment) finish() (took time.Duration, ov scheduler.Overview) {
+	t := d.t
+	ev := d.waitFinal(len(d.sums))
+	for !ev.Announced {
+		time.Sleep(200 * time.Millisecond)
+		ev = d.status()
+	}
+	took = time.Since(d.started)
+	if ev.State != generator.JobFinished || ev.Done != len(d.sums) {
+		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d", ev.State, ev.Done, ev.Failed, ev.Cancelled, len(d.sums))
+	}
+	for name, want := range d.sums {
+		b, err := os.ReadFile(filepath.Join(d.dst, name))
+		if err != nil {
+			t.Fatalf("destination %s: %v", name, err)
+		}
+		if sha256.Sum256(b) != want {
+			t.Fatalf("destination %s differs from its source", name)
+		}
+	}
+	// The overview is sampled every second: give it a few to catch up.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		ov = overview(t, d.webPort)
+		held := 0
+		for _, st := range ov.States {
+			held += st.Busy
+		}
+		if held == 0 {
+			return took, ov
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots still busy 10 s after the job: %+v", held, ov.States)
+		}
+	}
+}
+
+func (d *deployment) kill(id string) {
+	if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
+		d.t.Fatalf("docker kill: %v\n%s", err, out)
+	}
+}
+
+func TestComposeStackScalesLosesADelivererAndMovesEveryFileIntact(t *testing.T) {
+	const files = 500
+	d := deploy(t, files)
+	d.submit()
+
+	// Scale out while the job runs.
+	d.waitFinal(files / 10)
+	at1, done1 := time.Now(), d.status().Done
+	d.c.run("up", "-d", "--no-recreate", "--scale", "processor=2", "--scale", "delivery=3")
+	if n := len(d.c.containers("delivery")); n != 3 {
+		t.Fatalf("%d delivery containers after scaling to 3", n)
+	}
+	rate1 := float64(done1) / at1.Sub(d.started).Seconds()
+
+	// Kill a deliverer in the middle of its transfers.
+	d.waitFinal(files * 4 / 10)
+	var victim string
+	for _, id := range d.c.containers("delivery") {
+		if active(t, id) > 0 {
+			victim = id
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatal("no delivery container has a transfer in hand to be killed in")
+	}
+	running := busy(overview(t, d.webPort), dtr.Transfer)
+	d.kill(victim)
+	t.Logf("killed delivery container %.12s with transfers in hand; %d transfers running in all", victim, running)
+
+	took, ov := d.finish()
+	t.Logf("%d files DONE and intact in %s; %.0f files/s with 1 deliverer, %.0f files/s overall; %d lease expiries, %d retries",
+		files, took.Round(time.Second), rate1, float64(files)/took.Seconds(), ov.Counts.LeaseExpiries, ov.Counts.Retries)
+}
+
+func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
+	const files = 200
+	d := deploy(t, files, "compose.cluster.yaml")
+	d.submit()
+	d.waitFinal(files / 4)
+	ids := d.c.containers("nats")
+	if len(ids) != 1 {
+		t.Fatalf("%d containers of service nats", len(ids))
+	}
+	d.kill(ids[0]) // the server every role named first
+	ev := d.status()
+	t.Logf("killed NATS server nats-1 with %d of %d files final", ev.Final(), files)
+	took, ov := d.finish()
+	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost one; %d lease expiries, %d retries",
+		files, took.Round(time.Second), ov.Counts.LeaseExpiries, ov.Counts.Retries)
+}
+
+// active asks a delivery container's own /metrics how many transfers it
+// has in hand.
+func active(t *testing.T, id string) int {
+	out, err := exec.Command("docker", "exec", id, "/sluice", "healthcheck", "-url", "http://127.0.0.1:8080/metrics").Output()
+	if err != nil {
+		t.Logf("metrics of %.12s: %v", id, err)
+		return 0
+	}
+	m := regexp.MustCompile(`(?m)^sluice_worker_active\{[^}]*stage="delivery"[^}]*\} (\d+)`).FindSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func overview(t *testing.T, port int) scheduler.Overview {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/overview", port))
+	if err != nil {
+		t.Fatalf("web page of the scheduler: %v", err)
+	}
+	defer resp.Body.Close()
+	var ov scheduler.Overview
+	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil {
+		t.Fatal(err)
+	}
+	return ov
+}
+
+func busy(ov scheduler.Overview, s dtr.State) int {
+	for _, st := range ov.States {
+		if st.State == s {
+			return st.Busy
+		}
+	}
+	return 0
+}
+
+func request(nc *nats.Conn, subject string, data []byte, v any) error {
+	var reply *nats.Msg
+	var err error
+	for range 100 { // the API answers once its service has started
+		reply, err = nc.Request(subject, data, 10*time.Second)
+		if err != nats.ErrNoResponders {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	if e := reply.Header.Get(micro.ErrorHeader); e != "" {
+		return fmt.Errorf("%s", e)
+	}
+	return json.NewDecoder(io.LimitReader(bytes.NewReader(reply.Data), 1<<26)).Decode(v)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/httpstore"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+)
+
+// syncBuffer is a log sink the services write from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
+	// Real trace ids, as `sluice all` has.
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	defer otel.SetTracerProvider(old)
+
+	cfg := testConfig()
+	s := start(t, cfg, "generator") // the other roles run in one process, as `sluice all`
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := s.cfg
+	all.HTTP = ln
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- stack.Run(ctx, all, []string{"scheduler", "processor", "delivery"}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("services: %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String()
+
+	// Healthy once every role runs and the scheduler has recovered.
+	var health stack.Health
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code := getJSON(t, base+"/healthz", &health)
+		if code == http.StatusOK && health.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz %d %+v after 10 s", code, health)
+		}
+	}
+	for _, role := range []string{"scheduler", "processor", "delivery"} {
+		if r := health.Roles[role]; !r.OK || r.NATS != "CONNECTED" {
+			t.Fatalf("role %s in /healthz: %+v", role, r)
+		}
+	}
+
+	// 20 files, one of which fails for good and one that is retried.
+	remote := filepath.Join(s.dir, "remote")
+	var gets atomic.Int32
+	store := httpstore.Handler(remote)
+	web := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/busy" && gets.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		store.ServeHTTP(w, r)
+	}))
+	j := &job.Job{}
+	var bytesWanted int64
+	for i := 0; i < 18; i++ {
+		src := filepath.Join(s.dir, "in", fmt.Sprint(i))
+		writeFile(t, src, 1000*(i+1), i)
+		bytesWanted += int64(1000 * (i + 1))
+		j.Inputs = append(j.Inputs, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", fmt.Sprint(i)))})
+	}
+	writeFile(t, filepath.Join(remote, "busy"), 50000, 99)
+	bytesWanted += 50000
+	j.Inputs = append(j.Inputs,
+		job.File{Source: web + "/busy", Destination: fileURL(filepath.Join(s.dir, "out", "busy"))},
+		job.File{Source: fileURL(filepath.Join(s.dir, "in", "missing")), Destination: fileURL(filepath.Join(s.dir, "out", "missing")), FailureAllowed: true})
+	ev := s.wait(s.submit(j).JobID, time.Minute)
+	if ev.Done != 19 || ev.Failed != 1 {
+		t.Fatalf("job: %d done, %d failed; want 19 and 1", ev.Done, ev.Failed)
+	}
+
+	// The scheduler's figures are sampled every second.
+	want := map[string]float64{
+		`sluice_scheduler_finished_total{outcome="done"}`:                         19,
+		`sluice_scheduler_finished_total{outcome="failed"}`:                       1,
+		`sluice_scheduler_retries_total`:                                          1,
+		`sluice_scheduler_lease_expiries_total`:                                   0,
+		`sluice_scheduler_slots{state="TRANSFER",use="busy"}`:                     0,
+		`sluice_scheduler_slots{state="TRANSFER",use="limit"}`:                    10,
+		`sluice_scheduler_moved_bytes_total{share="_default-download"}`:           float64(bytesWanted),
+		`sluice_worker_bytes_total{stage="delivery"}`:                             float64(bytesWanted),
+		`sluice_worker_grants_total{outcome="ok",stage="delivery"}`:               19,
+		`sluice_worker_grants_total{outcome="TEMPORARY_REMOTE",stage="delivery"}`: 1,
+		`sluice_worker_active{stage="delivery"}`:                                  0,
+	}
+	var got map[string]float64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got = scrape(t, base+"/metrics")
+		ok := true
+		for k, v := range want {
+			ok = ok && got[k] == v
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %v, want %v", k, got[k], v)
+				}
+			}
+			for k, v := range got {
+				if strings.HasPrefix(k, "sluice_") {
+					t.Logf("%s %v", k, v)
+				}
+			}
+			t.FailNow()
+		}
+	}
+	if got[`sluice_worker_duration_seconds_count{stage="pre"}`] == 0 {
+		t.Errorf("no pre-processing durations recorded")
+	}
+	if _, ok := got[`go_goroutines`]; !ok {
+		t.Errorf("no Go runtime metrics")
+	}
+
+	// Every log line is JSON; those about a DTR name its trace.
+	traced := 0
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	hex32 := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		if line["msg"] == "dtr final" {
+			id, _ := line["trace_id"].(string)
+			if !hex32.MatchString(id) || id == strings.Repeat("0", 32) {
+				t.Errorf("dtr final line with trace_id %q: %s", id, sc.Text())
+			}
+			traced++
+		}
+	}
+	if traced != 20 {
+		t.Errorf("%d \"dtr final\" log lines with a trace id, want 20", traced)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+// scrape reads a Prometheus text exposition into "name{labels}" → value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// newMetrics returns a meter provider whose instruments a Prometheus
+// handler serves, with the Go runtime's and the process's own metrics.
+func newMetrics(service string) (*sdkmetric.MeterProvider, http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", service))
+	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+}
+
+// health follows the roles of a process for /healthz.
+type health struct {
+	mu    sync.Mutex
+	roles map[string]*roleHealth
+}
+
+type roleHealth struct {
+	nc      *nats.Conn
+	ready   func() bool // nil: ready once running
+	running bool
+	err     string
+}
+
+// RoleHealth is one role's entry in /healthz.
+type RoleHealth struct {
+	OK   bool   `json:"ok"`
+	NATS string `json:"nats"`
+	// Detail says what is wrong when OK is false.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Health is the answer of /healthz.
+type Health struct {
+	OK    bool                  `json:"ok"`
+	Roles map[string]RoleHealth `json:"roles"`
+}
+
+func (h *health) add(role string, nc *nats.Conn, ready func() bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.roles == nil {
+		h.roles = map[string]*roleHealth{}
+	}
+	h.roles[role] = &roleHealth{nc: nc, ready: ready}
+}
+
+func (h *health) set(role string, running bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.roles[role]
+	r.running = running
+	if err != nil {
+		r.err = err.Error()
+	}
+}
+
+func (h *health) check() Health {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := Health{OK: true, Roles: map[string]RoleHealth{}}
+	for name, r := range h.roles {
+		rh := RoleHealth{NATS: r.nc.Status().String(), OK: true}
+		switch {
+		case !r.running && r.err != "":
+			rh.OK, rh.Detail = false, "stopped: "+r.err
+		case !r.running:
+			rh.OK, rh.Detail = false, "not running"
+		case !r.nc.IsConnected():
+			rh.OK, rh.Detail = false, "not connected to NATS"
+		case r.ready != nil && !r.ready():
+			rh.OK, rh.Detail = false, "starting"
+		}
+		out.OK = out.OK && rh.OK
+		out.Roles[name] = rh
+	}
+	return out
+}
+
+func (h *health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	st := h.check()
+	w.Header().Set("Content-Type", "application/json")
+	if !st.OK {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// index lists what a process serves, for a process without the scheduler's
+// page.
+func index(paths []string) http.Handler {
+	sort.Strings(paths)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "Sluice. This process serves:")
+		for _, p := range paths {
+			fmt.Fprintln(w, " ", p)
+		}
+	})
+}
+
+// serveHTTP serves mux on ln until ctx ends.
+func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("serving HTTP: /healthz, /metrics", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("HTTP server: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// instruments are a pool's metrics.
+type instruments struct {
+	stage    attribute.KeyValue
+	grants   metric.Int64Counter
+	active   metric.Int64UpDownCounter
+	bytes    metric.Int64Counter
+	duration metric.Float64Histogram
+}
+
+func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
+	if meter == nil {
+		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/pkg/worker")
+	}
+	in := &instruments{stage: attribute.String("stage", string(stage))}
+	var err error
+	if in.grants, err = meter.Int64Counter("sluice.worker.grants",
+		metric.WithDescription("grants handled, by stage and outcome (ok, or the error kind)")); err != nil {
+		return nil, fmt.Errorf("worker metrics: %w", err)
+	}
+	if in.active, err = meter.Int64UpDownCounter("sluice.worker.active",
+		metric.WithDescription("grants being handled now")); err != nil {
+		return nil, fmt.Errorf("worker metrics: %w", err)
+	}
+	if in.bytes, err = meter.Int64Counter("sluice.worker.bytes",
+		metric.WithDescription("bytes moved (delivery: the transfer rate is this counter's rate)"), metric.WithUnit("By")); err != nil {
+		return nil, fmt.Errorf("worker metrics: %w", err)
+	}
+	if in.duration, err = meter.Float64Histogram("sluice.worker.duration",
+		metric.WithDescription("time to handle a grant"), metric.WithUnit("s")); err != nil {
+		return nil, fmt.Errorf("worker metrics: %w", err)
+	}
+	return in, nil
+}
+
+// started records a grant taken in hand; the function it returns records
+// its end.
+func (in *instruments) started(ctx context.Context) func(res bus.Result, took time.Duration) {
+	in.active.Add(ctx, 1, metric.WithAttributes(in.stage))
+	return func(res bus.Result, took time.Duration) {
+		outcome := "ok"
+		if res.Error != nil {
+			outcome = string(res.Error.Kind)
+		}
+		in.active.Add(ctx, -1, metric.WithAttributes(in.stage))
+		in.grants.Add(ctx, 1, metric.WithAttributes(in.stage, attribute.String("outcome", outcome)))
+		in.duration.Record(ctx, took.Seconds(), metric.WithAttributes(in.stage))
+	}
+}
+
+// moved records bytes moved.
+func (in *instruments) moved(ctx context.Context, n int64) {
+	if n > 0 {
+		in.bytes.Add(ctx, n, metric.WithAttributes(in.stage))
+	}
+}

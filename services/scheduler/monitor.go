@@ -1,0 +1,199 @@
+package scheduler
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// historyLength is how many one-second samples the monitor keeps (ten
+// minutes).
+const historyLength = 600
+
+// Overview is what the scheduler looks like now and over the last minutes:
+// the answer of the web page's /api/overview and the source of the metrics.
+type Overview struct {
+	Time   time.Time `json:"time"`
+	Policy string    `json:"policy"`
+	// Shares is every share's load in every queue state that has work, with
+	// the slots it has under the split and the slots its configured weight
+	// alone would give it.
+	Shares []ShareLoad `json:"shares"`
+	// States holds each queue state's limit and use.
+	States []StateLoad `json:"states"`
+	// Retrying counts the DTRs per share that wait to be tried again.
+	Retrying map[string]int `json:"retrying"`
+	Counts   core.Counts    `json:"counts"`
+	// Finished counts, per share, the DTRs that ended DONE and their bytes.
+	Finished map[string]Finished `json:"finished"`
+	// History holds one sample per second, oldest first.
+	History []Sample `json:"history"`
+	// Longest are the DTRs that have waited longest in their queue, and why.
+	Longest []Waiting `json:"longest"`
+}
+
+// ShareLoad is one share's load in one queue state.
+type ShareLoad struct {
+	core.ShareStats
+	// Configured is the part of the state's limit the share's configured
+	// weight gives it among the shares with work: the split it should get.
+	Configured float64 `json:"configured"`
+}
+
+// StateLoad is one queue state's slots.
+type StateLoad struct {
+	State dtr.State `json:"state"`
+	Limit int       `json:"limit"`
+	Busy  int       `json:"busy"`
+	// Emergency counts the slots in use above the limit.
+	Emergency int `json:"emergency"`
+	Queued    int `json:"queued"`
+}
+
+// Finished is what a share has moved.
+type Finished struct {
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+// Sample is one second of history.
+type Sample struct {
+	Time time.Time `json:"time"`
+	// Files and Bytes are the DTRs per share that ended DONE in the second
+	// before Time, and their bytes.
+	Files map[string]int64 `json:"files"`
+	Bytes map[string]int64 `json:"bytes"`
+	// Running and Queued are the transfers per share at Time.
+	Running map[string]int `json:"running"`
+	Queued  map[string]int `json:"queued"`
+	// Fairness is Jain's index of the shares' transfer slots against their
+	// configured split (1: every share has exactly its part); absent when
+	// no share had transfers to run.
+	Fairness *float64 `json:"fairness,omitempty"`
+}
+
+// Waiting is a DTR that waits, and why.
+type Waiting struct {
+	core.Why
+	Since   time.Time `json:"since"`
+	Created time.Time `json:"created"`
+	JobID   string    `json:"job_id,omitempty"`
+	Source  string    `json:"source"`
+}
+
+// monitor keeps the overview. The scheduling loop writes it; HTTP handlers
+// and metric callbacks read copies.
+type monitor struct {
+	mu       sync.Mutex
+	now      Overview
+	finished map[string]Finished
+	// last holds the finished counts at the previous sample.
+	last map[string]Finished
+}
+
+func newMonitor(policy string) *monitor {
+	return &monitor{now: Overview{Policy: policy}, finished: map[string]Finished{}, last: map[string]Finished{}}
+}
+
+// final counts a DTR that ended.
+func (m *monitor) final(d *dtr.DTR) {
+	if d.State != dtr.Done {
+		return
+	}
+	m.mu.Lock()
+	f := m.finished[d.Share]
+	f.Files++
+	f.Bytes += d.Bytes
+	m.finished[d.Share] = f
+	m.mu.Unlock()
+}
+
+// sample records the core's state at now. It runs in the scheduling loop.
+func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting) {
+	stats, retrying := c.Shares()
+	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest}
+	byState := map[dtr.State][]core.ShareStats{}
+	for _, s := range stats {
+		byState[s.State] = append(byState[s.State], s)
+	}
+	for _, state := range dtr.QueueStates {
+		ss := byState[state]
+		sl := StateLoad{State: state, Limit: c.Limit(state)}
+		var weights float64
+		for _, s := range ss {
+			sl.Busy += s.Running
+			sl.Queued += s.Queued
+			weights += float64(s.Weight)
+		}
+		sl.Emergency = max(0, sl.Busy-sl.Limit)
+		ov.States = append(ov.States, sl)
+		for _, s := range ss {
+			l := ShareLoad{ShareStats: s}
+			if weights > 0 {
+				l.Configured = float64(sl.Limit) * float64(s.Weight) / weights
+			}
+			ov.Shares = append(ov.Shares, l)
+		}
+	}
+	smp := Sample{Time: now, Files: map[string]int64{}, Bytes: map[string]int64{},
+		Running: map[string]int{}, Queued: map[string]int{}}
+	var x []float64
+	for _, l := range ov.Shares {
+		if l.State != dtr.Transfer {
+			continue
+		}
+		smp.Running[l.Share], smp.Queued[l.Share] = l.Running, l.Queued
+		if l.Configured > 0 {
+			x = append(x, float64(l.Running)/l.Configured)
+		}
+	}
+	if j, ok := jain(x); ok {
+		smp.Fairness = &j
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ov.Finished = make(map[string]Finished, len(m.finished))
+	for share, f := range m.finished {
+		ov.Finished[share] = f
+		if d := f.Files - m.last[share].Files; d > 0 {
+			smp.Files[share] = d
+			smp.Bytes[share] = f.Bytes - m.last[share].Bytes
+		}
+		m.last[share] = f
+	}
+	ov.Policy = m.now.Policy
+	ov.History = append(m.now.History, smp)
+	if n := len(ov.History); n > historyLength {
+		ov.History = slices.Delete(ov.History, 0, n-historyLength)
+	}
+	m.now = ov
+}
+
+// overview returns a copy of the latest overview that callers may keep.
+func (m *monitor) overview() Overview {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ov := m.now
+	ov.History = slices.Clone(ov.History)
+	return ov
+}
+
+// jain returns Jain's fairness index of x: (Σx)² / (n·Σx²), 1 when all are
+// equal, 1/n when one has everything. With no positive x there is nothing
+// to judge.
+func jain(x []float64) (float64, bool) {
+	var sum, sq float64
+	for _, v := range x {
+		sum += v
+		sq += v * v
+	}
+	if len(x) == 0 || sq == 0 {
+		return 0, false
+	}
+	return math.Min(1, sum*sum/(float64(len(x))*sq)), true
+}
