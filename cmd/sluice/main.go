@@ -41,6 +41,8 @@ Usage:
   sluice reconfigure SHARE=P,...     set share priorities of the running scheduler (until it restarts)
   sluice simulate [flags] WORKLOAD   replay a workload through the scheduler under one or more policies
                                      (-policies arc,dirac,sam,enstore; -svg FILE draws the slots; -example)
+  sluice bench [-quick] [-out FILE]  measure throughput, latency, slot use, memory, restart and scale-out
+                                     against a bare JetStream pipeline; writes BENCHMARKS.md
   sluice healthcheck [-url URL]      exit 0 if the process at SLUICE_HTTP_ADDR is healthy (its /healthz)
   sluice help                        show this text and the environment variables
 
@@ -97,6 +99,8 @@ func run(args []string, stdout io.Writer) error {
 		return simulateCmd(&cfg, rest, stdout)
 	case "healthcheck":
 		return healthcheck(ctx, &cfg, rest, stdout)
+	case "bench":
+		return benchCmd(ctx, &cfg, rest, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		fmt.Fprintln(stdout, "\nEnvironment (flags win over it):")

@@ -87,15 +87,46 @@ func (b *Batch) Wait(ctx context.Context) error {
 	return nil
 }
 
+// Acknowledgements that do not come: a JetStream server that fails over
+// may lose an asynchronous publish without an answer. The message is then
+// published again, synchronously (a message with a Nats-Msg-Id is stored
+// once however often it is sent; a key-value put sets the same value), up
+// to ackTries times before Wait gives up with an error.
+var ackTimeout = 5 * time.Second // a variable for tests
+
+const ackTries = 6
+
 func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
+	subject := f.Msg().Subject
+	var last error
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
-		return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		last = err
+	case <-time.After(ackTimeout):
+		last = fmt.Errorf("no acknowledgement within %s", ackTimeout)
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
 	}
+	for try := 2; try <= ackTries; try++ {
+		var api *jetstream.APIError
+		if errors.As(last, &api) {
+			// The server refused it: sending it again changes nothing.
+			return fmt.Errorf("publish to %s: %w", subject, last)
+		}
+		slog.Warn("publishing again", "subject", subject, "try", try, "err", last)
+		pctx, cancel := context.WithTimeout(ctx, ackTimeout)
+		_, last = b.js.PublishMsg(pctx, f.Msg())
+		cancel()
+		if last == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+		}
+	}
+	return fmt.Errorf("publish to %s: no acknowledgement after %d tries: %w", subject, ackTries, last)
 }
 
 const tracerName = "github.com/sluice-dtr/sluice"

@@ -1,0 +1,218 @@
+// Package bench measures Sluice against the machine's limits in one run
+// and writes the figures as BENCHMARKS.md (`sluice bench`). Every speed is
+// set against a baseline measured in the same run on the same machine: the
+// bare JetStream pipeline for Sluice's throughput, one deliverer for
+// scale-out.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Options say how much to measure.
+type Options struct {
+	// Dir is the work directory (a new temporary one if empty).
+	Dir string
+	// Files is the number of 1 KiB files of a throughput run.
+	Files int
+	// Exe is the sluice binary, to run the roles as separate processes;
+	// empty skips that run.
+	Exe string
+	// Queued is the number of DTRs held for the memory figure, Restart the
+	// number stored for the restart figure.
+	Queued, Restart int
+	// Latency is the number of DTRs timed one by one on an idle system.
+	Latency int
+	// Saturate is the number of 200 ms downloads per share of the
+	// saturated run, ScalePerReplica the number of 100 ms downloads per
+	// delivery replica of the scale-out runs.
+	Saturate, ScalePerReplica int
+	// Progress, if set, hears what is being measured.
+	Progress io.Writer
+}
+
+// Quick are options for a run of a minute or two.
+func Quick() Options {
+	return Options{Files: 1000, Queued: 100_000, Restart: 10_000, Latency: 50, Saturate: 150, ScalePerReplica: 100}
+}
+
+// Full are the options of the figures in BENCHMARKS.md.
+func Full() Options {
+	return Options{Files: 5000, Queued: 1_000_000, Restart: 100_000, Latency: 200, Saturate: 300, ScalePerReplica: 200}
+}
+
+// Figure is one measured line of the report.
+type Figure struct {
+	What   string
+	Value  string
+	Target string
+	// Met is "yes", "no" or "" (no target).
+	Met string
+}
+
+// Report is one run's machine and figures.
+type Report struct {
+	Machine  string
+	Started  time.Time
+	Took     time.Duration
+	Options  Options
+	Figures  []Figure
+	Warnings []string
+}
+
+func met(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// Run measures everything, one thing at a time.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "sluice-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		o.Dir = d
+	}
+	r := &Report{Machine: machine(), Started: time.Now(), Options: o}
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, format+"\n", args...)
+		}
+	}
+	dir := func(name string) string {
+		d, err := subdir(o.Dir, name)
+		if err != nil {
+			panic(err) // the work directory was just made
+		}
+		return d
+	}
+
+	// Memory first, while the heap holds nothing else.
+	say("memory per queued DTR, %d queued…", o.Queued)
+	mem := MemoryPerQueued(o.Queued)
+	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Scheduler heap per queued DTR, %d queued in 1,000 shares", o.Queued),
+		Value: fmt.Sprintf("%.0f bytes", mem), Target: "≤ 512 bytes", Met: met(mem <= 512)})
+
+	say("bare 4-stage JetStream pipeline, %d items…", o.Files)
+	bare, err := BarePipeline(ctx, dir("bare"), o.Files)
+	if err != nil {
+		return nil, err
+	}
+	r.Figures = append(r.Figures, Figure{What: "Baseline: bare 4-stage JetStream consume→publish pipeline, loopback TCP",
+		Value: fmt.Sprintf("%.0f items/s", bare)})
+
+	say("Sluice end to end, %d files of 1 KiB, all roles in one process…", o.Files)
+	one, err := Throughput(ctx, dir("one"), o.Files, "")
+	if err != nil {
+		return nil, err
+	}
+	r.Figures = append(r.Figures, Figure{What: "Sluice end to end, 1 KiB file:// files, all roles in one process",
+		Value:  fmt.Sprintf("%.0f DTR/s = %.2f× the bare pipeline", one, one/bare),
+		Target: "≥ 2,000 DTR/s and ≥ 1.0×", Met: met(one >= 2000 && one >= bare)})
+	if o.Exe != "" {
+		say("Sluice end to end, %d files, roles as separate processes…", o.Files)
+		sep, err := Throughput(ctx, dir("separate"), o.Files, o.Exe)
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, Figure{What: "Sluice end to end, 1 KiB file:// files, each role its own process",
+			Value:  fmt.Sprintf("%.0f DTR/s = %.2f× the bare pipeline", sep, sep/bare),
+			Target: "≥ 2,000 DTR/s and ≥ 1.0×", Met: met(sep >= 2000 && sep >= bare)})
+	}
+
+	say("submit→transfer-start latency, %d DTRs one at a time…", o.Latency)
+	lat, err := Latency(ctx, dir("latency"), o.Latency)
+	if err != nil {
+		return nil, err
+	}
+	p50, p99 := Percentile(lat, 50), Percentile(lat, 99)
+	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Submit→transfer-start latency on an idle system (%d DTRs, plain JSON on dtr.submit)", len(lat)),
+		Value:  fmt.Sprintf("p50 %s, p99 %s", p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond)),
+		Target: "p50 ≤ 5 ms, p99 ≤ 20 ms", Met: met(p50 <= 5*time.Millisecond && p99 <= 20*time.Millisecond)})
+
+	say("saturated run: two shares, 10 transfer slots, 200 ms transfers…")
+	sat, err := Saturate(ctx, dir("saturate"), o.Saturate, 200*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Slot utilisation, saturated (10 transfer slots, 2×%d downloads of 200 ms; %d s with both shares waiting)", o.Saturate, sat.Seconds),
+		Value:  fmt.Sprintf("%.1f%% of slots granted; %.1f%% of slot-time moving bytes", 100*sat.Utilisation, 100*sat.Transferring),
+		Target: "≥ 99%", Met: met(sat.Utilisation >= 0.99)})
+	r.Figures = append(r.Figures, Figure{What: "Realised transfer split against the configured one (atlas=60, cms=40)",
+		Value: fmt.Sprintf("atlas %.1f%% (configured %.0f%%), cms %.1f%% (configured %.0f%%)",
+			100*sat.Split["atlas-download"], 100*sat.Configured["atlas-download"], 100*sat.Split["cms-download"], 100*sat.Configured["cms-download"])})
+
+	say("scheduler restart to first grant, %d stored…", o.Restart)
+	rs, err := RestartToFirstGrant(ctx, dir("restart"), o.Restart)
+	if err != nil {
+		return nil, err
+	}
+	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Scheduler restart to first grant, %d DTRs stored as queued", o.Restart),
+		Value: fmt.Sprintf("%.2f s", rs.Seconds()), Target: "≤ 2 s", Met: met(rs <= 2*time.Second)})
+
+	var rates []float64
+	for _, n := range []int{1, 2, 4} {
+		say("scale-out: %d delivery replicas, 100 ms transfers…", n)
+		rate, err := ScaleOut(ctx, dir(fmt.Sprintf("scale%d", n)), n, 5, o.ScalePerReplica, 100*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		rates = append(rates, rate)
+	}
+	r.Figures = append(r.Figures, Figure{What: "Scale-out: 100 ms transfers, 5 per delivery replica, 1 / 2 / 4 replicas",
+		Value:  fmt.Sprintf("%.0f / %.0f / %.0f files/s = 1 / %.2f× / %.2f×", rates[0], rates[1], rates[2], rates[1]/rates[0], rates[2]/rates[0]),
+		Target: "≥ 3.5× at 4", Met: met(rates[2]/rates[0] >= 3.5)})
+	r.Took = time.Since(r.Started)
+	return r, nil
+}
+
+// Markdown writes the report as BENCHMARKS.md.
+func (r *Report) Markdown(w io.Writer, command string) error {
+	b := bufio.NewWriter(w)
+	fmt.Fprintf(b, "# Benchmarks\n\nWritten by `%s` on %s in %s.\n\n", command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
+	fmt.Fprintf(b, "Machine: %s.\n\n", r.Machine)
+	fmt.Fprintln(b, "The machine is shared and noisy: speeds are set against a baseline measured in the same run.")
+	fmt.Fprintln(b, "Every Sluice here runs on an embedded NATS server with JetStream on the local disk.")
+	fmt.Fprintln(b)
+	fmt.Fprintln(b, "| What | Figure | Target | Met |")
+	fmt.Fprintln(b, "|---|---|---|---|")
+	for _, f := range r.Figures {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", f.What, f.Value, f.Target, f.Met)
+	}
+	for _, wn := range r.Warnings {
+		fmt.Fprintf(b, "\n%s\n", wn)
+	}
+	return b.Flush()
+}
+
+// machine describes the CPU, cores, memory and Go.
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return fmt.Sprintf("%s, %d cores%s, %s %s/%s", cpu, runtime.NumCPU(), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchMeasuresEveryFigureAndWritesThem runs every measurement small:
+// each must finish, give a plausible figure and land in the report.
+func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real services for about half a minute")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20}
+	r, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Figures) != 8 {
+		t.Fatalf("%d figures, want 8 (no separate processes): %+v", len(r.Figures), r.Figures)
+	}
+	for _, f := range r.Figures {
+		if f.Value == "" || strings.Contains(f.Value, "NaN") || strings.Contains(f.Value, "Inf") {
+			t.Errorf("%s: %q", f.What, f.Value)
+		}
+	}
+	for _, f := range r.Figures {
+		t.Logf("%s: %s (target %s, met %s)", f.What, f.Value, f.Target, f.Met)
+	}
+	var md bytes.Buffer
+	if err := r.Markdown(&md, "sluice bench -test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Benchmarks", "cores", "| What | Figure | Target | Met |", "bare pipeline", "p50", "restart"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+func TestMemoryPerQueuedIsAPlausibleSize(t *testing.T) {
+	if b := MemoryPerQueued(50_000); b < 100 || b > 5000 {
+		t.Fatalf("%.0f bytes per queued DTR: not a heap size", b)
+	}
+}
+
+func TestPercentileTakesTheValueAtThatRank(t *testing.T) {
+	ms := func(n ...int) []time.Duration {
+		var out []time.Duration
+		for _, v := range n {
+			out = append(out, time.Duration(v)*time.Millisecond)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{nil, 50, 0},
+		{ms(7), 99, 7 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5), 50, 3 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 99, 9 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 100, 10 * time.Millisecond},
+	} {
+		if got := Percentile(tt.in, tt.p); got != tt.want {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", tt.in, tt.p, got, tt.want)
+		}
+	}
+}

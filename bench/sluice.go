@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/services/delivery"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/processor"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// config is the services' configuration in the measurements: the defaults
+// of the environment, with slots and workers for a busy site.
+func config(slots int) stack.Config {
+	return stack.Config{
+		Config: scheduler.Config{MaxProcessor: slots, MaxDelivery: slots, MaxEmergency: 1, MaxTransferTries: 10,
+			RetryBase: time.Second, Lease: 2 * time.Minute, Tick: 50 * time.Millisecond, AgeAfter: time.Hour, AgeEvery: 5 * time.Minute},
+		Generator: generator.Config{MaxFiles: 100_000},
+		Processor: processor.Config{PreWorkers: slots, PostWorkers: slots},
+		Delivery:  delivery.Config{Workers: slots + 1, MaxInactivity: 5 * time.Minute, MinSpeedTime: 5 * time.Minute},
+	}
+}
+
+// configEnv is config(slots) for roles run as child processes.
+func configEnv(slots int) []string {
+	n := strconv.Itoa(slots)
+	return []string{"SLUICE_MAXPROCESSOR=" + n, "SLUICE_MAXDELIVERY=" + n, "SLUICE_PROCESSOR_PRE_WORKERS=" + n,
+		"SLUICE_PROCESSOR_POST_WORKERS=" + n, "SLUICE_DELIVERY_WORKERS=" + strconv.Itoa(slots+1),
+		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s"}
+}
+
+// Throughput moves n 1 KiB files file→file as one job and returns DTRs per
+// second from submission to the job's end. With exe set the four roles run
+// as separate processes of that binary; otherwise all in this process.
+func Throughput(ctx context.Context, dir string, n int, exe string) (float64, error) {
+	const slots = 50
+	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: stack.Roles})
+	if err != nil {
+		return 0, err
+	}
+	defer s.stop()
+	j, err := files(dir, "f", n, 1024, nil)
+	if err != nil {
+		return 0, err
+	}
+	begin := time.Now()
+	ev, err := s.run(ctx, j)
+	if err != nil {
+		return 0, err
+	}
+	if ev.Done != n {
+		return 0, fmt.Errorf("throughput: %d of %d files done", ev.Done, n)
+	}
+	return float64(n) / time.Since(begin).Seconds(), nil
+}
+
+// Latency submits n DTRs one at a time to an idle Sluice (plain JSON on
+// dtr.submit, as any publisher would) and returns each one's time from
+// the publish to the start of its transfer, sorted.
+func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
+	s, err := start(ctx, dir, config(10), "", nil, process{roles: stack.Roles})
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	finals := make(chan dtr.DTR, 16)
+	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
+		var d dtr.DTR
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeDTRFinal, &d); err == nil {
+			finals <- d
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("latency: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	j, err := files(dir, "l", n+5, 1024, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i, f := range j.Inputs {
+		id := uuid.New()
+		body, _ := json.Marshal(map[string]any{"id": id, "source": f.Source, "destination": f.Destination,
+			"owner": map[string]any{"dn": "/CN=bench"}, "direction": "download"})
+		m := nats.NewMsg(bus.SubjectSubmit)
+		m.Data, m.Header = body, nats.Header{"Nats-Msg-Id": []string{id.String()}}
+		sent := time.Now()
+		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+			return nil, fmt.Errorf("latency: %w", err)
+		}
+		for {
+			select {
+			case d := <-finals:
+				if d.ID != id {
+					continue
+				}
+				if d.State != dtr.Done {
+					return nil, fmt.Errorf("latency: DTR %s ended %s: %v", id, d.State, d.Error)
+				}
+				if i >= 5 { // the first ones warm the services up
+					out = append(out, d.Started.Sub(sent))
+				}
+			case <-time.After(time.Minute):
+				return nil, fmt.Errorf("latency: DTR %s not final after a minute", id)
+			}
+			break
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Percentile returns the p-th percentile (0–100) of sorted durations.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
+}
+
+// Saturation is what a saturated run shows.
+type Saturation struct {
+	// Utilisation is the part of the transfer slots granted while DTRs
+	// waited for one; Transferring the part of slot-time in which bytes
+	// moved (from each transfer's start and end).
+	Utilisation, Transferring float64
+	// Split is each share's part of the running transfers over the same
+	// seconds, and Configured the part its priority gives it.
+	Split, Configured map[string]float64
+	Seconds           int
+}
+
+// Saturate runs two VOs' jobs (atlas=60, cms=40) of HTTP downloads that
+// each take delay, with more work than 10 transfer slots, and measures the
+// slots' use and the realised split.
+func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration) (Saturation, error) {
+	var sat Saturation
+	cfg := config(10)
+	cfg.MaxProcessor = 50
+	cfg.Processor.PreWorkers, cfg.Processor.PostWorkers = 50, 50
+	cfg.SharePolicy, cfg.SharePriority = "voms:vo", "atlas=60,cms=40"
+	s, err := start(ctx, dir, cfg, "", nil, process{roles: stack.Roles})
+	if err != nil {
+		return sat, err
+	}
+	defer s.stop()
+	base, stopSrc, err := slowSource(dir, delay)
+	if err != nil {
+		return sat, err
+	}
+	defer stopSrc()
+	var mu sync.Mutex
+	var spans [][2]time.Time
+	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
+		var d dtr.DTR
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeDTRFinal, &d); err == nil {
+			mu.Lock()
+			spans = append(spans, [2]time.Time{d.Started, d.Ended})
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		return sat, fmt.Errorf("saturate: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	jobs := map[string]*job.Job{}
+	for _, vo := range []string{"atlas", "cms"} {
+		j, err := files(dir, vo, perShare, 4096, func(name string) string { return base + "/" + name })
+		if err != nil {
+			return sat, err
+		}
+		j.Owner = dtr.Identity{DN: "/CN=" + vo, FQANs: []string{"/" + vo}}
+		jobs[vo] = j
+	}
+	errs := make(chan error, 2)
+	for _, j := range jobs {
+		go func() {
+			ev, err := s.run(ctx, j)
+			if err == nil && ev.Done != perShare {
+				err = fmt.Errorf("saturate: job %s: %d of %d done", j.Name, ev.Done, perShare)
+			}
+			errs <- err
+		}()
+	}
+	for range jobs {
+		if err := <-errs; err != nil {
+			return sat, err
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // one more sample
+	ov, err := s.overview()
+	if err != nil {
+		return sat, err
+	}
+	// The seconds in which every share had transfers waiting.
+	var busy, limit float64
+	running := map[string]float64{}
+	for _, smp := range ov.History {
+		waiting := len(smp.Queued) == 2
+		for _, q := range smp.Queued {
+			waiting = waiting && q > 0
+		}
+		if !waiting {
+			continue
+		}
+		sat.Seconds++
+		limit += float64(cfg.MaxDelivery)
+		for share, r := range smp.Running {
+			busy += float64(r)
+			running[share] += float64(r)
+		}
+	}
+	if sat.Seconds == 0 {
+		return sat, fmt.Errorf("saturate: no second with both shares waiting")
+	}
+	sat.Utilisation = min(busy, limit) / limit
+	sat.Split = map[string]float64{}
+	for share, r := range running {
+		sat.Split[share] = r / busy
+	}
+	sat.Configured = map[string]float64{"atlas-download": 0.6, "cms-download": 0.4}
+	// Slot-time with bytes moving, over the run's span.
+	var first, last time.Time
+	var moving time.Duration
+	for _, sp := range spans {
+		if first.IsZero() || sp[0].Before(first) {
+			first = sp[0]
+		}
+		if sp[1].After(last) {
+			last = sp[1]
+		}
+		moving += sp[1].Sub(sp[0])
+	}
+	sat.Transferring = moving.Seconds() / (last.Sub(first).Seconds() * float64(cfg.MaxDelivery))
+	return sat, nil
+}
+
+// ScaleOut moves perReplica·replicas HTTP downloads that each take delay
+// with the given number of delivery replicas of workers transfers each, the
+// other roles in one process, and returns files per second.
+func ScaleOut(ctx context.Context, dir string, replicas, workers, perReplica int, delay time.Duration) (float64, error) {
+	cfg := config(4 * workers)
+	cfg.Delivery.Workers = workers
+	procs := []process{{roles: []string{"scheduler", "generator", "processor"}}}
+	for range replicas {
+		procs = append(procs, process{roles: []string{"delivery"}})
+	}
+	s, err := start(ctx, dir, cfg, "", nil, procs...)
+	if err != nil {
+		return 0, err
+	}
+	defer s.stop()
+	base, stopSrc, err := slowSource(dir, delay)
+	if err != nil {
+		return 0, err
+	}
+	defer stopSrc()
+	n := perReplica * replicas
+	j, err := files(dir, "s"+strconv.Itoa(replicas), n, 4096, func(name string) string { return base + "/" + name })
+	if err != nil {
+		return 0, err
+	}
+	begin := time.Now()
+	ev, err := s.run(ctx, j)
+	if err != nil {
+		return 0, err
+	}
+	if ev.Done != n {
+		return 0, fmt.Errorf("scale-out: %d of %d done", ev.Done, n)
+	}
+	return float64(n) / time.Since(begin).Seconds(), nil
+}
+
+// subdir makes a fresh directory for one measurement.
+func subdir(dir, name string) (string, error) {
+	d := filepath.Join(dir, name)
+	if err := os.RemoveAll(d); err != nil {
+		return "", err
+	}
+	return d, os.MkdirAll(d, 0o755)
+}

@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// system is a Sluice under measurement: an embedded NATS server and its
+// roles, in this process or as child processes.
+type system struct {
+	dir   string
+	ns    *server.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	web   string // the scheduler's HTTP base URL, if it serves one
+	stops []func()
+}
+
+// process is one set of roles run together, in this process (a stack.Run)
+// or as a child process of the sluice binary.
+type process struct {
+	roles []string
+	// change adjusts the configuration of these roles.
+	change func(*stack.Config)
+}
+
+// start runs an embedded server and the processes. With exe set, each
+// process is a child running that binary with env; otherwise a stack.Run
+// in this process with base.
+func start(ctx context.Context, dir string, base stack.Config, exe string, env []string, procs ...process) (*system, error) {
+	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
+	if err != nil {
+		return nil, err
+	}
+	s := &system{dir: dir, ns: ns}
+	s.stops = append(s.stops, ns.Shutdown)
+	if s.nc, err = nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1)); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	s.stops = append(s.stops, s.nc.Close)
+	s.js, _ = jetstream.New(s.nc)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, p := range procs {
+		if exe != "" {
+			for _, role := range p.roles {
+				cmd := exec.CommandContext(ctx, exe, role)
+				cmd.Env = append(append(os.Environ(), env...), "NATS_URL="+ns.ClientURL(), "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error")
+				cmd.Stderr = os.Stderr
+				if err := cmd.Start(); err != nil {
+					s.stop()
+					return nil, fmt.Errorf("bench: start %s %s: %w", exe, role, err)
+				}
+				s.stops = append(s.stops, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			}
+			continue
+		}
+		cfg := base
+		cfg.NATSURL = ns.ClientURL()
+		if p.change != nil {
+			p.change(&cfg)
+		}
+		for _, r := range p.roles {
+			if r == "scheduler" && s.web == "" {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					s.stop()
+					return nil, fmt.Errorf("bench: %w", err)
+				}
+				cfg.HTTP = ln
+				s.web = "http://" + ln.Addr().String()
+			}
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = stack.Run(rctx, cfg, p.roles, log)
+		}()
+		s.stops = append(s.stops, func() { cancel(); <-done })
+	}
+	return s, nil
+}
+
+// stop stops everything, the server last.
+func (s *system) stop() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// request calls a Sluice API endpoint, asking again while its service
+// starts.
+func (s *system) request(ctx context.Context, subject string, data []byte, v any) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		reply, err := s.nc.RequestWithContext(rctx, subject, data)
+		cancel()
+		if errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", subject, err)
+		}
+		if e := reply.Header.Get(micro.ErrorHeader); e != "" {
+			return fmt.Errorf("%s: %s", subject, e)
+		}
+		return json.Unmarshal(reply.Data, v)
+	}
+}
+
+// run submits a job and waits for its end.
+func (s *system) run(ctx context.Context, j *job.Job) (generator.JobEvent, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return generator.JobEvent{}, err
+	}
+	var r generator.SubmitReply
+	if err := s.request(ctx, bus.SubjectAPIJobSubmit, b, &r); err != nil {
+		return generator.JobEvent{}, err
+	}
+	return s.wait(ctx, r.JobID)
+}
+
+// wait polls a job until it has ended.
+func (s *system) wait(ctx context.Context, jobID string) (generator.JobEvent, error) {
+	for {
+		var ev generator.JobEvent
+		if err := s.request(ctx, bus.SubjectAPIJobStatus, []byte(jobID), &ev); err != nil {
+			return ev, err
+		}
+		if ev.Announced {
+			return ev, nil
+		}
+		select {
+		case <-ctx.Done():
+			return ev, fmt.Errorf("job %s: %d of %d final: %w", jobID, ev.Final(), ev.Total, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// overview reads the scheduler's web page data.
+func (s *system) overview() (scheduler.Overview, error) {
+	var ov scheduler.Overview
+	resp, err := http.Get(s.web + "/api/overview")
+	if err != nil {
+		return ov, fmt.Errorf("bench: %w", err)
+	}
+	defer resp.Body.Close()
+	return ov, json.NewDecoder(resp.Body).Decode(&ov)
+}
+
+// files writes n files of size bytes under dir/in/prefix and returns a job
+// copying them to dir/out/prefix.
+func files(dir, prefix string, n, size int, source func(name string) string) (*job.Job, error) {
+	j := &job.Job{Name: prefix}
+	b := make([]byte, size)
+	for i := 0; i < n; i++ {
+		name := prefix + "-" + strconv.Itoa(i)
+		src := filepath.Join(dir, "in", name)
+		for k := range b {
+			b[k] = byte(i + k)
+		}
+		if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(src, b, 0o644); err != nil {
+			return nil, err
+		}
+		from := "file://" + src
+		if source != nil {
+			from = source(name)
+		}
+		j.Inputs = append(j.Inputs, job.File{Source: from, Destination: "file://" + filepath.Join(dir, "out", name)})
+	}
+	return j, nil
+}
+
+// slowSource serves the files under dir/in over HTTP, each GET delay late:
+// a transfer of a known length.
+func slowSource(dir string, delay time.Duration) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	fs := http.FileServer(http.Dir(filepath.Join(dir, "in")))
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			time.Sleep(delay)
+		}
+		fs.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sluice-dtr/sluice/bench"
+)
+
+// benchCmd measures Sluice against the machine's limits and writes the
+// figures to BENCHMARKS.md (or -out).
+func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
+	fs := flags("bench", cfg)
+	quick := fs.Bool("quick", false, "smaller runs (a minute or two) instead of the full figures")
+	out := fs.String("out", "BENCHMARKS.md", "file to write the report to; - for standard output")
+	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o := bench.Full()
+	if *quick {
+		o = bench.Quick()
+	}
+	o.Progress = stdout
+	if *separate {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		o.Exe = exe
+	}
+	r, err := bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	command := "sluice " + strings.Join(append([]string{"bench"}, args...), " ")
+	if *out == "-" {
+		return r.Markdown(stdout, command)
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := r.Markdown(f, command); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", *out)
+	return r.Markdown(stdout, command)
+}
