@@ -132,33 +132,37 @@ func (s *system) request(ctx context.Context, subject string, data []byte, v any
 	}
 }
 
-// run submits a job and waits for its end.
+// run submits a job and waits for the event of its end (polling the job's
+// status would load the generator with reading every file's record).
 func (s *system) run(ctx context.Context, j *job.Job) (generator.JobEvent, error) {
 	b, err := json.Marshal(j)
 	if err != nil {
 		return generator.JobEvent{}, err
 	}
+	ends := make(chan *nats.Msg, 64)
+	sub, err := s.nc.ChanSubscribe("sluice.event.job.>", ends)
+	if err != nil {
+		return generator.JobEvent{}, fmt.Errorf("bench: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	var r generator.SubmitReply
 	if err := s.request(ctx, bus.SubjectAPIJobSubmit, b, &r); err != nil {
 		return generator.JobEvent{}, err
 	}
-	return s.wait(ctx, r.JobID)
-}
-
-// wait polls a job until it has ended.
-func (s *system) wait(ctx context.Context, jobID string) (generator.JobEvent, error) {
 	for {
-		var ev generator.JobEvent
-		if err := s.request(ctx, bus.SubjectAPIJobStatus, []byte(jobID), &ev); err != nil {
-			return ev, err
-		}
-		if ev.Announced {
-			return ev, nil
-		}
 		select {
+		case m := <-ends:
+			ce, err := bus.Decode(ctx, m)
+			if err != nil || ce.Subject() != r.JobID {
+				continue
+			}
+			var ev generator.JobEvent
+			if err := json.Unmarshal(ce.Data(), &ev); err != nil {
+				return ev, fmt.Errorf("job %s end: %w", r.JobID, err)
+			}
+			return ev, nil
 		case <-ctx.Done():
-			return ev, fmt.Errorf("job %s: %d of %d final: %w", jobID, ev.Final(), ev.Total, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+			return generator.JobEvent{}, fmt.Errorf("job %s: %w", r.JobID, ctx.Err())
 		}
 	}
 }
