@@ -34,18 +34,25 @@ type Options struct {
 	// saturated run, ScalePerReplica the number of 100 ms downloads per
 	// delivery replica of the scale-out runs.
 	Saturate, ScalePerReplica int
+	// Load is the number of DTRs of the load run, LoadBad the malformed
+	// ones among them; NATSCLI, if set, is the NATS CLI (`nats`) that
+	// publishes LoadCLI more.
+	Load, LoadBad, LoadCLI int
+	NATSCLI                string
 	// Progress, if set, hears what is being measured.
 	Progress io.Writer
 }
 
 // Quick are options for a run of a minute or two.
 func Quick() Options {
-	return Options{Files: 1000, Queued: 100_000, Restart: 10_000, Latency: 50, Saturate: 150, ScalePerReplica: 100}
+	return Options{Files: 1000, Queued: 100_000, Restart: 10_000, Latency: 50, Saturate: 150, ScalePerReplica: 100,
+		Load: 50_000, LoadBad: 100, LoadCLI: 1000}
 }
 
 // Full are the options of the figures in BENCHMARKS.md.
 func Full() Options {
-	return Options{Files: 5000, Queued: 1_000_000, Restart: 100_000, Latency: 200, Saturate: 300, ScalePerReplica: 200}
+	return Options{Files: 5000, Queued: 1_000_000, Restart: 100_000, Latency: 200, Saturate: 300, ScalePerReplica: 200,
+		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000}
 }
 
 // Figure is one measured line of the report.
@@ -173,6 +180,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Figures = append(r.Figures, Figure{What: "Scale-out: 100 ms transfers, 5 per delivery replica, 1 / 2 / 4 replicas",
 		Value:  fmt.Sprintf("%.0f / %.0f / %.0f files/s = 1 / %.2f× / %.2f×", rates[0], rates[1], rates[2], rates[1]/rates[0], rates[2]/rates[0]),
 		Target: "≥ 3.5× at 4", Met: met(rates[2]/rates[0] >= 3.5)})
+	if o.Load > 0 {
+		if o.NATSCLI == "" {
+			o.LoadCLI = 0
+		}
+		say("load: %d DTRs on dtr.submit (%d malformed), %d more with nats pub…", o.Load, o.LoadBad, o.LoadCLI)
+		l, err := Load(ctx, dir("load"), o.Load, o.LoadBad, o.Exe, o.NATSCLI, o.LoadCLI)
+		if err != nil {
+			return nil, err
+		}
+		how := "a Go publisher"
+		if l.CLI > 0 {
+			how += fmt.Sprintf(", %d more with `nats pub`", l.CLI)
+		} else {
+			r.Warnings = append(r.Warnings, "The load run published nothing with the NATS CLI: no `nats` on PATH.")
+		}
+		mem := "the scheduler ran in this process"
+		if l.PeakRSS > 0 {
+			mem = fmt.Sprintf("scheduler peak RSS %.0f MiB = %.0f bytes per held DTR", float64(l.PeakRSS)/(1<<20), float64(l.PeakRSS)/float64(max(l.Held, 1)))
+		}
+		r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Load: %d DTRs on dtr.submit (%s), %d of them malformed; scheduler only, so they stay queued", l.Published, how, l.Bad),
+			Value: fmt.Sprintf("published at %.0f/s (JetStream acknowledgements: the publisher's backpressure); the scheduler took in %.0f/s; it holds %d, rejected %d; %s",
+				l.PublishRate, l.IntakeRate, l.Held, l.Rejected, mem),
+			Target: "none lost, only bad input rejected", Met: met(l.Held == l.Published-l.Bad && l.Rejected == l.Bad)})
+	}
 	r.Took = time.Since(r.Started)
 	return r, nil
 }

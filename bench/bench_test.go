@@ -16,13 +16,17 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20}
+	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
+		Load: 3000, LoadBad: 10}
 	r, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 8 {
-		t.Fatalf("%d figures, want 8 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 9 {
+		t.Fatalf("%d figures, want 9 (no separate processes): %+v", len(r.Figures), r.Figures)
+	}
+	if load := r.Figures[8]; load.Met != "yes" {
+		t.Errorf("load: %s", load.Value)
 	}
 	for _, f := range r.Figures {
 		if f.Value == "" || strings.Contains(f.Value, "NaN") || strings.Contains(f.Value, "Inf") {
@@ -72,4 +76,14 @@ func TestPercentileTakesTheValueAtThatRank(t *testing.T) {
 			t.Errorf("Percentile(%v, %v) = %v, want %v", tt.in, tt.p, got, tt.want)
 		}
 	}
+}
+
+// BenchmarkThroughput is Throughput with all roles in this process, for
+// profiling: go test -run XXX -bench Throughput -cpuprofile cpu.out ./bench/
+func BenchmarkThroughput(b *testing.B) {
+	rate, err := Throughput(context.Background(), b.TempDir(), max(b.N, 100), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "DTR/s")
 }

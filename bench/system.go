@@ -35,6 +35,7 @@ type system struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	web   string // the scheduler's HTTP base URL, if it serves one
+	pids  []int  // of the child processes
 	stops []func()
 }
 
@@ -73,6 +74,7 @@ func start(ctx context.Context, dir string, base stack.Config, exe string, env [
 					s.stop()
 					return nil, fmt.Errorf("bench: start %s %s: %w", exe, role, err)
 				}
+				s.pids = append(s.pids, cmd.Process.Pid)
 				s.stops = append(s.stops, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			}
 			continue

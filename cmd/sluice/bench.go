@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 
 	"github.com/sluice-dtr/sluice/bench"
@@ -17,6 +18,7 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	quick := fs.Bool("quick", false, "smaller runs (a minute or two) instead of the full figures")
 	out := fs.String("out", "BENCHMARKS.md", "file to write the report to; - for standard output")
 	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
+	cli := fs.String("nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -25,6 +27,10 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 		o = bench.Quick()
 	}
 	o.Progress = stdout
+	o.NATSCLI = *cli
+	if o.NATSCLI == "" {
+		o.NATSCLI, _ = exec.LookPath("nats")
+	}
 	if *separate {
 		exe, err := os.Executable()
 		if err != nil {
