@@ -112,7 +112,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Value: fmt.Sprintf("%.0f bytes", mem), Target: "≤ 512 bytes", Met: met(mem <= 512)})
 
 	say("bare 4-stage JetStream pipeline, %d items…", o.Files)
-	bare, err := BarePipeline(ctx, dir("bare"), o.Files)
+	bare, err := BarePipeline(ctx, dir("bare"), o.Files, false)
 	if err != nil {
 		return nil, err
 	}

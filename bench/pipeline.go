@@ -17,15 +17,22 @@ import (
 // JetStream consume→publish pipeline (one work-queue stream per stage, a
 // durable pull consumer each, every message acknowledged after the next
 // publish is stored) on an embedded server like Sluice's, over loopback
-// TCP. It returns items per second through all four stages.
-func BarePipeline(ctx context.Context, dir string, n int) (float64, error) {
+// TCP or nats.go's in-process connection. It returns items per second
+// through all four stages.
+func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float64, error) {
 	ns, err := bus.Embedded(dir, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer ns.Shutdown()
+	connect := func() (*nats.Conn, error) {
+		if inProcess {
+			return nats.Connect("", nats.InProcessServer(ns))
+		}
+		return nats.Connect(ns.ClientURL())
+	}
 	const stages = 4
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := connect()
 	if err != nil {
 		return 0, fmt.Errorf("bare pipeline: %w", err)
 	}
@@ -45,7 +52,7 @@ func BarePipeline(ctx context.Context, dir string, n int) (float64, error) {
 	done.Add(n)
 	errs := make(chan error, 1)
 	for i := 0; i <= stages; i++ {
-		snc, err := nats.Connect(ns.ClientURL())
+		snc, err := connect()
 		if err != nil {
 			return 0, fmt.Errorf("bare pipeline: %w", err)
 		}
