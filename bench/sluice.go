@@ -239,6 +239,8 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	// Slot-time with bytes moving, over the run's span.
 	var first, last time.Time
 	var moving time.Duration
+	mu.Lock()
+	defer mu.Unlock()
 	for _, sp := range spans {
 		if first.IsZero() || sp[0].Before(first) {
 			first = sp[0]

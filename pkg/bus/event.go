@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // CloudEvent types, one per message kind. The data of each is JSON; its
@@ -238,6 +239,16 @@ func Inject(ctx context.Context, h nats.Header) { propagator.Inject(ctx, headerC
 // Extract returns ctx carrying the span context found in h, if any.
 func Extract(ctx context.Context, h nats.Header) context.Context {
 	return propagator.Extract(ctx, headerCarrier(h))
+}
+
+// ValidTraceParent reports whether s is a W3C traceparent value that names
+// a trace and a span (neither all zeros).
+func ValidTraceParent(s string) bool {
+	if s == "" {
+		return false
+	}
+	ctx := Extract(context.Background(), nats.Header{"traceparent": []string{s}})
+	return trace.SpanContextFromContext(ctx).IsValid()
 }
 
 func (r *msgReader) GetAttribute(k spec.Kind) (spec.Attribute, any) {

@@ -70,6 +70,23 @@ const (
 	MaxMessageBytes = 1 << 20
 )
 
+// MaxDTRBytes is the size of the largest DTR (the body of its dtr.submit
+// message) that Sluice takes on a NATS server whose max_payload is
+// maxPayload: MaxMessageBytes (SLUICE_SUBMIT's limit), and at most an
+// eighth of max_payload, so that every message that carries the DTR later,
+// its grants, its stored record and its final event, fits with room for
+// what is added on the way (error texts quoting its URLs among them). A
+// larger DTR would be taken by the stream and then stop the scheduler,
+// which could not publish its grant. On a server with the 8MB of the
+// embedded server and the compose file it is MaxMessageBytes; with NATS's
+// default of 1MB, 128 KiB.
+func MaxDTRBytes(maxPayload int64) int {
+	if maxPayload <= 0 {
+		return MaxMessageBytes // not connected yet: the stream's limit
+	}
+	return int(min(MaxMessageBytes, maxPayload/8))
+}
+
 // GrantSubject returns the grant subject of a stage.
 func GrantSubject(s dtr.Stage) string { return SubjectGrantPrefix + string(s) }
 

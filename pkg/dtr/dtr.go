@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -176,7 +178,8 @@ func (d *DTR) Transition(to State, now time.Time) error {
 var Schemes = map[string]bool{"file": true, "http": true, "https": true, "dav": true, "davs": true, "s3": true, "s3s": true, "root": true}
 
 // Validate checks what a DTR must have before it is scheduled: an id, two
-// distinct URLs of known schemes, and a priority in range.
+// distinct URLs of known schemes, a priority in range, and, if it belongs
+// to a job, a job id the generator can use.
 func (d *DTR) Validate() error {
 	var errs []error
 	if d.ID == uuid.Nil {
@@ -196,6 +199,9 @@ func (d *DTR) Validate() error {
 			errs = append(errs, fmt.Errorf("replica %d is the destination", i+1))
 		}
 	}
+	if d.JobID != "" && !ValidJobID(d.JobID) {
+		errs = append(errs, fmt.Errorf("job_id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", d.JobID))
+	}
 	if d.Source != "" && d.Source == d.Destination {
 		errs = append(errs, errors.New("source and destination are the same"))
 	}
@@ -213,10 +219,17 @@ func (d *DTR) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ValidateURL checks that u is an absolute URL of a scheme Sluice moves.
+// ValidateURL checks that u is an absolute URL of a scheme Sluice moves, in
+// the form its protocol needs (file:///path, a host for the others, a
+// bucket and a key for S3, "//" before an xrootd path), UTF-8, and without
+// a password. Its errors never quote a password.
 func ValidateURL(u string) error {
 	if u == "" {
 		return errors.New("URL is empty")
+	}
+	if !utf8.ValidString(u) {
+		// Not quoted: JSON would mangle it, and it may hold credentials.
+		return errors.New("URL is not valid UTF-8: write other bytes percent-encoded (%FF); a URL that is not UTF-8 would change on its way through JSON")
 	}
 	p, err := url.Parse(u)
 	if err != nil {
@@ -248,8 +261,27 @@ func ValidateURL(u string) error {
 			return fmt.Errorf("URL %q: no host", u)
 		}
 	}
+	switch p.Scheme {
+	case "s3", "s3s":
+		if bucket, key, _ := strings.Cut(strings.TrimPrefix(p.Path, "/"), "/"); bucket == "" || key == "" {
+			return fmt.Errorf("URL %q: an S3 URL is s3://host[:port]/bucket/key", u)
+		}
+	case "root":
+		if !strings.HasPrefix(p.Path, "//") {
+			return fmt.Errorf("URL %q: an xrootd URL is root://host[:port]//absolute/path", u)
+		}
+	}
 	return nil
 }
+
+// jobIDPattern is what a job id must look like: the generator keeps a
+// job's records under keys "<job id>.<...>", so a job id has no dot, and
+// nothing a key-value key cannot hold.
+var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidJobID reports whether id can be a job's id: 1–64 characters of
+// A–Z, a–z, 0–9, '_' and '-'.
+func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }
 
 // Checksum algorithms Sluice computes.
 var ChecksumTypes = map[string]bool{"adler32": true, "md5": true, "sha256": true, "crc32c": true}

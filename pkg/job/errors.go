@@ -65,6 +65,26 @@ func describeAt(data []byte, off int) string {
 	return fmt.Sprintf("%q", r)
 }
 
+// checkUTF8 refuses a description that is not UTF-8, at its first bad
+// byte. Left alone, such bytes would change a file's URL on the way: the
+// JSON decoder turns them into U+FFFD, the xRSL parser keeps them, and the
+// job is stored and sent on as JSON.
+func checkUTF8(format string, data []byte) error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	off := 0
+	for off < len(data) {
+		r, size := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		off += size
+	}
+	return newParseError(format, data, off, nil,
+		"byte 0x%02X is not UTF-8: a job description is UTF-8 text (in a URL, write other bytes percent-encoded, %%%02X)", data[off], data[off])
+}
+
 // blankBOM returns data with a leading UTF-8 byte order mark replaced by
 // spaces, so that parsers skip it while offsets stay true to the input.
 func blankBOM(data []byte) []byte {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -62,9 +61,6 @@ type File struct {
 	Replicas []string `json:"replicas,omitempty"`
 }
 
-// idPattern is what a user-given job ID must look like.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // Parse reads a job description in either format: JSON when its first
 // non-space character is '{', xRSL when it is '&' or '(' (or '+' or '|', so
 // that the xRSL parser can explain that those forms are not supported).
@@ -108,7 +104,7 @@ func (j *Job) Validate() error {
 	switch {
 	case j.ID == "":
 		errs = append(errs, errors.New("id is empty (Normalize assigns one)"))
-	case !idPattern.MatchString(j.ID):
+	case !dtr.ValidJobID(j.ID):
 		errs = append(errs, fmt.Errorf("id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", j.ID))
 	}
 	if j.Priority != 0 && (j.Priority < 1 || j.Priority > 100) {

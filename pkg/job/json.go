@@ -61,13 +61,17 @@ var (
 
 // ParseJSON reads a JSON job description strictly: besides malformed JSON,
 // it reports unknown fields (field names are case-sensitive), fields given
-// twice, values of the wrong type (null included), and anything after the
-// job object. Every such problem (up to 100) is reported, joined, as a
-// *ParseError that names the field and its line and column.
+// twice, values of the wrong type (null included), anything after the job
+// object, and bytes that are not UTF-8. Every such problem (up to 100) is
+// reported, joined, as a *ParseError that names the field and its line and
+// column; a byte that is not UTF-8 stops the parse.
 //
 // ParseJSON does not check the values themselves; that is Validate's job.
 func ParseJSON(data []byte) (*Job, error) {
 	data = blankBOM(data)
+	if err := checkUTF8("json", data); err != nil {
+		return nil, err
+	}
 	c := &jsonChecker{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
 	c.dec.UseNumber()
 	c.value("", jobShape)

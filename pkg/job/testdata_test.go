@@ -339,6 +339,7 @@ func TestDTRSchemaRejectsBadSubmissions(t *testing.T) {
 		{"a scheduler-owned field", `{` + id + `, "source": "https://h/a", "destination": "file:///a", "share": "atlas"}`, false},
 		{"a state other than NEW", `{` + id + `, "source": "https://h/a", "destination": "file:///a", "state": "DONE"}`, false},
 		{"a bad checksum type", `{` + id + `, "source": "https://h/a", "destination": "file:///a", "options": {"checksum": "crc:1"}}`, false},
+		{"a job id that cannot be a job's", `{` + id + `, "job_id": "a job", "source": "https://h/a", "destination": "file:///a"}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

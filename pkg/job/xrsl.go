@@ -51,10 +51,14 @@ type XRSLOptions struct {
 // All other attributes (executable, arguments, stdout, walltime, ...) are
 // ignored. Multi-job ("+") and alternative ("|") descriptions are refused.
 // File names must be relative and stay within the session directory.
-// Syntax errors stop the parse and are returned as a *ParseError; other
+// The description must be UTF-8. Syntax errors (and a byte that is not
+// UTF-8) stop the parse and are returned as a *ParseError; other
 // problems are all collected and joined. The owner comes from opt.
 func ParseXRSL(data []byte, opt XRSLOptions) (*Job, error) {
 	data = blankBOM(data)
+	if err := checkUTF8("xrsl", data); err != nil {
+		return nil, err
+	}
 	p := &xrslParser{data: data}
 	root, err := p.parse()
 	if err != nil {

@@ -291,17 +291,12 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 			FailureAllowed: d.Options.FailureAllowed}
 		reply.DTRs = append(reply.DTRs, d.ID)
 	}
-	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
-	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
-	files, _ := json.Marshal(refs)
-	if err := s.create(ctx, j.ID+".files", refs, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
-		return reply, err
-	}
-	if err := s.create(ctx, j.ID, rec, func([]byte) bool { return true }); err != nil {
-		return reply, err
-	}
-	out := bus.NewBatch(ctx, s.js)
-	for _, d := range ds {
+	// Every DTR's message is made, and its size checked, before anything
+	// is stored: a job whose DTR the scheduler could not take is refused
+	// whole.
+	msgs := make([]*nats.Msg, len(ds))
+	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
+	for i, d := range ds {
 		// One trace per DTR, from here through every stage.
 		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
 		ev, err := bus.NewEvent(bus.TypeSubmit, "sluice/generator", d.ID.String(), d.Submission())
@@ -314,6 +309,23 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 		if err != nil {
 			return reply, err
 		}
+		if len(m.Data) > maxDTR {
+			return SubmitReply{}, fmt.Errorf("file %d (%s): its DTR is %d bytes, more than the %d that a DTR may have on this NATS server (an eighth of its max_payload, at most 1 MiB)",
+				i+1, d.Direction, len(m.Data), maxDTR)
+		}
+		msgs[i] = m
+	}
+	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
+	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
+	files, _ := json.Marshal(refs)
+	if err := s.create(ctx, j.ID+".files", refs, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+		return reply, err
+	}
+	if err := s.create(ctx, j.ID, rec, func([]byte) bool { return true }); err != nil {
+		return reply, err
+	}
+	out := bus.NewBatch(ctx, s.js)
+	for _, m := range msgs {
 		out.Add(m)
 	}
 	if err := out.Wait(ctx); err != nil {

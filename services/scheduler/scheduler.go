@@ -16,12 +16,15 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -153,8 +156,10 @@ func (c Config) CoreConfig() (core.Config, error) {
 	return cc, nil
 }
 
-// ParseSharePriorities reads "share=prio,share=prio" (a space may stand for
-// "=", as in ARC's "sharepriority=atlas:validation 80").
+// ParseSharePriorities reads "share=prio,share=prio" (a space or a tab may
+// stand for "=", as in ARC's "sharepriority=atlas:validation 80", and spaces
+// may surround the "="). The priority follows the last "=", space or tab,
+// so a share named by a DN keeps the "=" of its attributes.
 func ParseSharePriorities(s string) (map[string]int, error) {
 	out := map[string]int{}
 	for _, item := range strings.Split(s, ",") {
@@ -162,15 +167,18 @@ func ParseSharePriorities(s string) (map[string]int, error) {
 		if item == "" {
 			continue
 		}
-		i := strings.LastIndexAny(item, "= ")
-		if i <= 0 {
+		i := strings.LastIndexAny(item, "= \t")
+		// "atlas = 80" and "atlas= 80": the "=" before the space is the
+		// separator too, not a part of the name.
+		share := strings.TrimRightFunc(item[:max(i, 0)], func(r rune) bool { return r == '=' || unicode.IsSpace(r) })
+		if i <= 0 || share == "" {
 			return nil, fmt.Errorf("share priority %q is not share=priority", item)
 		}
 		p, err := strconv.Atoi(strings.TrimSpace(item[i+1:]))
 		if err != nil || p < 1 || p > 100 {
 			return nil, fmt.Errorf("share priority %q: priority must be an integer 1–100", item)
 		}
-		out[strings.TrimSpace(item[:i])] = p
+		out[share] = p
 	}
 	return out, nil
 }
@@ -189,6 +197,10 @@ type Service struct {
 	stopped  chan struct{}
 	mon      *monitor
 	ready    atomic.Bool
+	// looped is when the scheduling loop last came round (Unix ns).
+	looped atomic.Int64
+	// maxDTR is the largest DTR taken from dtr.submit (bus.MaxDTRBytes).
+	maxDTR int
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -232,6 +244,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
 	if err := s.recover(ctx, kv); err != nil {
 		return fmt.Errorf("scheduler recovery: %w", err)
 	}
@@ -275,6 +288,7 @@ func (s *Service) Run(ctx context.Context) error {
 	var batch []jetstream.Msg
 	for {
 		batch = batch[:0]
+		s.looped.Store(time.Now().UnixNano())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -331,7 +345,11 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
 		if m.Subject() == bus.SubjectSubmit {
-			d, err := DecodeSubmit(ctx, bus.Msg(m))
+			var d *dtr.DTR
+			err := checkSize(m.Data(), s.maxDTR)
+			if err == nil {
+				d, err = DecodeSubmit(ctx, bus.Msg(m))
+			}
 			subs[m] = submitted{d, err}
 		}
 	}
@@ -577,7 +595,8 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 		_, span := bus.StartConsumer(ctx, m, "result")
 		defer span.End()
-		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Failure: r.Error, Size: r.Size,
+		stage := dtr.Stage(strings.TrimPrefix(m.Subject, bus.SubjectResultPrefix))
+		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Stage: stage, Failure: r.Error, Size: r.Size,
 			Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Cache: r.Cache, CacheFile: r.CacheFile,
 			Started: r.Started, Ended: r.Ended})
 		if err != nil {
@@ -634,20 +653,19 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	}
 	if ev != nil {
 		// CloudEvents' distributed-tracing extension: a ce-traceparent
-		// header, or "traceparent" in a structured event.
-		d.TraceParent, _ = ev.Extensions()["traceparent"].(string)
+		// header, or "traceparent" in a structured event. One that is not
+		// a valid traceparent is ignored, as W3C Trace Context says.
+		if tp, _ := ev.Extensions()["traceparent"].(string); bus.ValidTraceParent(tp) {
+			d.TraceParent = tp
+		}
 	}
 	return d, nil
 }
 
 func (s *Service) reject(ctx context.Context, out *bus.Batch, m *nats.Msg, jm jetstream.Msg, reason error) {
-	payload := m.Data
-	if len(payload) > 512 {
-		payload = payload[:512]
-	}
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
-	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: string(payload)}
+	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
 	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
 	if err != nil {
 		return
@@ -770,9 +788,13 @@ func decodeRequest(data []byte, v any) error {
 	return nil
 }
 
-// decodeStrict reads one JSON object into v: unknown fields and anything
-// after the object are errors that name themselves.
+// decodeStrict reads one JSON object into v: anything but an object (null
+// included), unknown fields and anything after the object are errors that
+// name themselves.
 func decodeStrict(data []byte, v any) error {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] != '{' && json.Valid(t) {
+		return fmt.Errorf("%s is not a JSON object", describeJSON(t))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -782,6 +804,21 @@ func decodeStrict(data []byte, v any) error {
 		return errors.New("trailing data after the object")
 	}
 	return nil
+}
+
+// describeJSON names the kind of a valid JSON value that is not an object.
+func describeJSON(v []byte) string {
+	switch v[0] {
+	case 'n':
+		return "null"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // respondErr answers a control request with an error: 404 for an unknown
@@ -800,13 +837,29 @@ type PriorityRequest struct {
 	Priority int       `json:"priority"`
 }
 
-func (s *Service) handlePriority(r micro.Request) {
+// decodePriorityRequest reads a sluice.api.priority request: a DTR id and
+// a priority 1–100.
+func decodePriorityRequest(data []byte) (PriorityRequest, error) {
 	var req PriorityRequest
-	if err := decodeRequest(r.Data(), &req); err != nil {
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	var errs []error
+	if req.DTR == uuid.Nil {
+		errs = append(errs, errors.New("dtr is missing"))
+	}
+	if req.Priority < 1 || req.Priority > 100 {
+		errs = append(errs, fmt.Errorf("priority %d is outside 1–100", req.Priority))
+	}
+	return req, errors.Join(errs...)
+}
+
+func (s *Service) handlePriority(r micro.Request) {
+	req, err := decodePriorityRequest(r.Data())
+	if err != nil {
 		respondErr(r, err)
 		return
 	}
-	var err error
 	var d dtr.DTR
 	if cerr := s.change(func() {
 		if err = s.core.SetPriority(time.Now(), req.DTR, req.Priority); err == nil {
@@ -835,18 +888,26 @@ type CancelReply struct {
 	Cancelled int `json:"cancelled"`
 }
 
-func (s *Service) handleCancel(r micro.Request) {
+// decodeCancelRequest reads a sluice.api.cancel request: either a DTR id
+// or a job id.
+func decodeCancelRequest(data []byte) (CancelRequest, error) {
 	var req CancelRequest
-	if err := decodeRequest(r.Data(), &req); err != nil {
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	if (req.DTR == uuid.Nil) == (req.Job == "") {
+		return req, errors.New("name either a dtr or a job to cancel")
+	}
+	return req, nil
+}
+
+func (s *Service) handleCancel(r micro.Request) {
+	req, err := decodeCancelRequest(r.Data())
+	if err != nil {
 		respondErr(r, err)
 		return
 	}
-	if (req.DTR == uuid.Nil) == (req.Job == "") {
-		respondErr(r, errors.New("name either a dtr or a job to cancel"))
-		return
-	}
 	var n int
-	var err error
 	cerr := s.change(func() {
 		now := time.Now()
 		if req.Job != "" {
@@ -877,17 +938,34 @@ type ReconfigureRequest struct {
 	SharePriority map[string]int `json:"sharepriority"`
 }
 
-func (s *Service) handleReconfigure(r micro.Request) {
+// decodeReconfigureRequest reads a sluice.api.reconfigure request: share
+// names, none empty, with priorities 1–100.
+func decodeReconfigureRequest(data []byte) (ReconfigureRequest, error) {
 	var req ReconfigureRequest
-	if err := decodeRequest(r.Data(), &req); err != nil {
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	if req.SharePriority == nil {
+		return req, errors.New("sharepriority is missing")
+	}
+	var errs []error
+	for _, share := range slices.Sorted(maps.Keys(req.SharePriority)) {
+		if p := req.SharePriority[share]; p < 1 || p > 100 {
+			errs = append(errs, fmt.Errorf("share %q: priority %d is outside 1–100", share, p))
+		}
+		if share == "" {
+			errs = append(errs, errors.New("a share name is empty"))
+		}
+	}
+	return req, errors.Join(errs...)
+}
+
+func (s *Service) handleReconfigure(r micro.Request) {
+	req, err := decodeReconfigureRequest(r.Data())
+	if err != nil {
 		respondErr(r, err)
 		return
 	}
-	if req.SharePriority == nil {
-		respondErr(r, errors.New("sharepriority is missing"))
-		return
-	}
-	var err error
 	if cerr := s.change(func() { err = s.core.SetSharePriorities(time.Now(), req.SharePriority) }); cerr != nil {
 		_ = r.Error("503", cerr.Error(), nil)
 		return

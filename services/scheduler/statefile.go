@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -63,38 +62,45 @@ type PriorityChange struct {
 
 // ParsePriorityFile reads ARC's dtr.state.prio format: lines "<id> <prio>",
 // absolute priorities 1–100. Blank lines and lines starting with # are
-// skipped. Every malformed line is reported by number; the good lines are
-// returned all the same.
+// skipped. Every malformed line is reported by number, however long; the
+// good lines are returned all the same.
 func ParsePriorityFile(data []byte) ([]PriorityChange, error) {
 	var out []PriorityChange
 	var errs []error
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	n := 0
+	for raw := range bytes.Lines(data) { // no line is too long
+		n++
+		line := strings.TrimSpace(string(raw))
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		fields := strings.Fields(line)
 		if len(fields) != 2 {
-			errs = append(errs, fmt.Errorf("line %d %q: want \"<dtr id> <priority>\"", n, line))
+			errs = append(errs, fmt.Errorf("line %d %s: want \"<dtr id> <priority>\"", n, quoteStart(line)))
 			continue
 		}
 		id, err := uuid.Parse(fields[0])
 		if err != nil {
-			errs = append(errs, fmt.Errorf("line %d: DTR id %q: %w", n, fields[0], err))
+			errs = append(errs, fmt.Errorf("line %d: DTR id %s: %w", n, quoteStart(fields[0]), err))
 			continue
 		}
 		p, err := strconv.Atoi(fields[1])
 		if err != nil || p < 1 || p > 100 {
-			errs = append(errs, fmt.Errorf("line %d: priority %q is not an integer 1–100", n, fields[1]))
+			errs = append(errs, fmt.Errorf("line %d: priority %s is not an integer 1–100", n, quoteStart(fields[1])))
 			continue
 		}
 		out = append(out, PriorityChange{DTR: id, Priority: p})
 	}
-	if err := sc.Err(); err != nil {
-		errs = append(errs, err)
-	}
 	return out, errors.Join(errs...)
+}
+
+// quoteStart quotes s for a message, cut after its first 80 bytes: a line
+// may be of any length, and the messages go to the log.
+func quoteStart(s string) string {
+	if len(s) <= 80 {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:80]) + "…"
 }
 
 // readPriorityFile takes path.prio if it is there: its lines are parsed and

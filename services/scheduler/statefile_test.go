@@ -45,6 +45,10 @@ func TestParsePriorityFileTakesGoodLinesAndNamesBadOnes(t *testing.T) {
 		{"an id that is not a UUID", "job-7 50", 0, "line 1: DTR id \"job-7\""},
 		{"too many fields", id + " 50 extra", 0, "want \"<dtr id> <priority>\""},
 		{"a bad line does not stop the good ones", "x 1\n" + id + " 70\n", 1, "line 1"},
+		// Found by FuzzParsePriorityFileReportsBadLinesByNumberAndTakesTheRest:
+		// a line over bufio.Scanner's 64 KiB stopped the parse, unnumbered.
+		{"a line longer than 64 KiB is reported, quoted in part, and the rest apply", strings.Repeat("x", 70000) + "\n" + id + " 70\n", 1, "line 1 \"" + strings.Repeat("x", 80) + "\"…: want"},
+		{"a comment longer than 64 KiB is skipped", "#" + strings.Repeat("x", 70000) + "\n" + id + " 70\n", 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

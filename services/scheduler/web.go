@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
+	"time"
 )
 
 //go:embed web
@@ -24,6 +25,13 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// Ready reports whether the scheduler has recovered its DTRs and takes
-// input.
-func (s *Service) Ready() bool { return s.ready.Load() }
+// Ready reports whether the scheduler has recovered its DTRs, takes input
+// and its loop comes round: a loop stuck for stallAfter (a store that never
+// answers) is not ready.
+func (s *Service) Ready() bool {
+	return s.ready.Load() && time.Since(time.Unix(0, s.looped.Load())) < stallAfter
+}
+
+// stallAfter is how long the scheduling loop may take over one round, which
+// the tick keeps near 50 ms.
+const stallAfter = 30 * time.Second

@@ -112,8 +112,11 @@ type Grant struct {
 
 // Result is a worker's outcome for a grant.
 type Result struct {
-	DTR      uuid.UUID
-	Grant    string
+	DTR   uuid.UUID
+	Grant string
+	// Stage is the stage whose result subject brought the result, if
+	// known: a result from another stage than the grant's is refused.
+	Stage    dtr.Stage
 	Failure  *dtr.Failure
 	Size     int64
 	Bytes    int64
@@ -503,6 +506,9 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
 		v := c.view(e) // not running: it may be packed in a queue
 		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, v.Grant, v.State)
+	}
+	if r.Stage != "" && r.Stage != e.queued.Stage() {
+		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
 	}
 	c.charge(now, e, r.Bytes)
 	c.release(e)

@@ -1,0 +1,115 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+// FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType decodes any
+// message, with any body and any values of the headers that matter, as
+// the workers decode grants and the scheduler results. It checks that
+// Decode and DecodeData do not panic; that Decode gives an event or an
+// error, never neither, and ErrNotCloudEvent exactly for a message with
+// neither ce-specversion nor a structured content type; that every error
+// has a message; and that a decoded event is valid, of the type asked for,
+// and its data, encoded again as Sluice encodes it, decodes to the same.
+func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
+	grant := `{"grant":"g.1","stage":"delivery","state":"TRANSFERRING","dtr":{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","source":"file:///a","destination":"file:///b","state":"TRANSFER","created":"2024-03-17T10:00:00Z","updated":"2024-03-17T10:00:01.5+02:00"},"lease_seconds":120,"emergency":true}`
+	result := `{"dtr":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","grant":"g.1","state":"transferred","error":{"kind":"TEMPORARY_REMOTE","text":"HTTP 503","state":"TRANSFERRING","location":"source"},"size":10,"bytes":10,"checksum":"adler32:0a1b2c3d","started":"2024-03-17T10:00:00Z"}`
+	structured := func(typ, data string) string {
+		return `{"specversion":"1.0","id":"1","source":"sluice/scheduler","type":"` + typ + `","time":"2024-03-17T10:00:00Z","datacontenttype":"application/json","data":` + data + `}`
+	}
+	for _, s := range []struct{ body, ct, typ, spec, id, source, time string }{
+		{grant, "application/json", TypeGrant, "1.0", "1", "sluice/scheduler", "2024-03-17T10:00:00Z"},
+		{result, "application/json", TypeResult, "1.0", "2", "sluice/delivery", ""},
+		{grant, "application/json", TypeResult, "1.0", "3", "s", ""},
+		{`{"lease_seconds":1e400}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
+		{`{"state":"NOT_A_STATE"}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
+		{`{"dtr":{"created":"10000-01-01T00:00:00Z"}}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
+		{`{"grant":"g","unknown":1}`, "", TypeGrant, "1.0", "5", "s", "yesterday"},
+		{grant, "", TypeGrant, "0.3", "6", "s", ""},
+		{grant, "", TypeGrant, "9.9", "7", "s", ""},
+		{grant, "", TypeGrant, "1.0", "", "s", ""},
+		{"", "", TypeGrant, "1.0", "8", "s", ""},
+		{structured(TypeGrant, grant), "application/cloudevents+json", "", "", "", "", ""},
+		{structured(TypeResult, result), "application/cloudevents+json; charset=utf-8", "", "", "", "", ""},
+		{`{"specversion":"1.0","id":"1","source":"s","type":"` + TypeGrant + `","data_base64":"e30="}`, "application/cloudevents+json", "", "", "", "", ""},
+		{`{{`, "application/cloudevents+json", "", "", "", "", ""},
+		{grant, "", "", "", "", "", ""},
+	} {
+		f.Add([]byte(s.body), s.ct, s.typ, s.spec, s.id, s.source, s.time)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, contentType, ceType, specVersion, ceID, ceSource, ceTime string) {
+		m := nats.NewMsg("sluice.grant.delivery")
+		for k, v := range map[string]string{"content-type": contentType, "ce-type": ceType, "ce-specversion": specVersion,
+			"ce-id": ceID, "ce-source": ceSource, "ce-time": ceTime} {
+			if v != "" {
+				m.Header[k] = []string{v}
+			}
+		}
+		m.Data = body
+		ctx := context.Background()
+		ev, err := Decode(ctx, m)
+		if (ev == nil) == (err == nil) {
+			t.Fatalf("Decode gave event %v and error %v: want exactly one", ev, err)
+		}
+		notCE := specVersion == "" && !strings.HasPrefix(contentType, "application/cloudevents+json")
+		if errors.Is(err, ErrNotCloudEvent) != notCE {
+			t.Fatalf("Decode's error %v for specversion %q and content type %q", err, specVersion, contentType)
+		}
+		if err != nil {
+			if strings.TrimSpace(err.Error()) == "" {
+				t.Fatal("Decode refused without a reason")
+			}
+		} else if verr := ev.Validate(); verr != nil {
+			t.Fatalf("Decode gave an invalid event: %v", verr)
+		}
+		var g Grant
+		checkDecodeData(t, m, TypeGrant, &g, func() any { return new(Grant) })
+		var r Result
+		checkDecodeData(t, m, TypeResult, &r, func() any { return new(Result) })
+	})
+}
+
+// checkDecodeData decodes m into v as typ and, if it is taken, encodes v
+// again and checks that it decodes to the same.
+func checkDecodeData(t *testing.T, m *nats.Msg, typ string, v any, fresh func() any) {
+	t.Helper()
+	ctx := context.Background()
+	ev, err := DecodeData(ctx, m, typ, v)
+	if err != nil {
+		if strings.TrimSpace(err.Error()) == "" {
+			t.Fatalf("DecodeData(%s) refused without a reason", typ)
+		}
+		return
+	}
+	if ev == nil || ev.Type() != typ || ev.Validate() != nil {
+		t.Fatalf("DecodeData(%s) gave event %v", typ, ev)
+	}
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("%s data taken that does not encode again: %v", typ, err)
+	}
+	again, err := NewEvent(typ, "sluice/test", "", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := Encode(ctx, "x", "", again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := fresh()
+	if _, err := DecodeData(ctx, m2, typ, v2); err != nil {
+		t.Fatalf("%s data taken, encoded again, refused: %v\n%s", typ, err, want)
+	}
+	got, _ := json.Marshal(v2)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s data changed on the way round:\n%s\n%s", typ, want, got)
+	}
+}

@@ -1,0 +1,97 @@
+package dtr
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// Found by the URL fuzz targets (FuzzValidateURLRefusesPasswordsWithoutQuotingThem,
+// and pkg/transfer's FuzzURLsAreCheckedAsAtSubmissionAndFilesStayInsideTheirRoots):
+// URLs that ValidateURL took at submission and the transfer client then
+// refused as INTERNAL_LOGIC, failing the DTR after one attempt; and URLs
+// that are not UTF-8, which change on their way through JSON.
+func TestValidateURLRefusesWhatNoProtocolCanMove(t *testing.T) {
+	tests := []struct {
+		url  string
+		want string // "" means accepted
+	}{
+		{"s3://h:9000/bucket/key", ""},
+		{"s3s://h/bucket/a/b", ""},
+		{"s3://h/bucket", "an S3 URL is s3://host[:port]/bucket/key"},
+		{"s3://h/bucket/", "an S3 URL is s3://host[:port]/bucket/key"},
+		{"s3s://h/", "an S3 URL is s3://host[:port]/bucket/key"},
+		{"s3://h", "an S3 URL is s3://host[:port]/bucket/key"},
+		{"root://h:1094//data/f", ""},
+		{"root://h/data/f", "an xrootd URL is root://host[:port]//absolute/path"},
+		{"root://h", "an xrootd URL is root://host[:port]//absolute/path"},
+		{"https://h/caf%C3%A9", ""},
+		{"https://h/café", ""},
+		{"https://h/caf\xe9", "URL is not valid UTF-8"},
+		{"file:///data/\xff", "URL is not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			err := ValidateURL(tt.url)
+			if tt.want == "" && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("error %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateURLNeverQuotesAPassword(t *testing.T) {
+	for _, u := range []string{
+		"https://alice:s3cr3t@h/x",
+		"https://alice:s3cr3t@h/\xff",
+		"ftp://alice:s3cr3t@h/x",
+		"https://alice:s3cr3t@h:port/x",
+		"s3://alice:s3cr3t@h/bucket",
+	} {
+		err := ValidateURL(u)
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("ValidateURL(%q) = %v, want a refusal that does not quote the password", u, err)
+		}
+	}
+}
+
+// Found by FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason: a DTR
+// submitted on dtr.submit could carry any job_id. The generator keeps a
+// job's final DTRs under "<job id>.f.<dtr id>", so a job_id with a space
+// or a "*" made a key the key-value store refuses, and the final event was
+// redelivered every second for ever; one with a dot reached into the keys
+// of another job.
+func TestValidateRefusesAJobIDTheGeneratorCannotUse(t *testing.T) {
+	tests := []struct {
+		jobID string
+		ok    bool
+	}{
+		{"", true},
+		{"reco-2024_03", true},
+		{strings.Repeat("a", 64), true},
+		{strings.Repeat("a", 65), false},
+		{"a job", false},
+		{"a*", false},
+		{"victim.f", false},
+		{"réco", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.jobID, func(t *testing.T) {
+			d := &DTR{ID: uuid.New(), JobID: tt.jobID, Source: "https://h/a", Destination: "file:///a"}
+			err := d.Validate()
+			if tt.ok != (err == nil) {
+				t.Fatalf("Validate = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "job_id") {
+				t.Fatalf("error %q does not name job_id", err)
+			}
+			if ValidJobID(tt.jobID) != (tt.ok && tt.jobID != "") {
+				t.Fatalf("ValidJobID(%q) = %v", tt.jobID, !tt.ok)
+			}
+		})
+	}
+}
