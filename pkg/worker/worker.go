@@ -40,6 +40,7 @@ type Pool struct {
 	Log   *slog.Logger
 
 	metrics *instruments
+	warned  atomic.Int64 // when taking grants last failed with a warning (Unix ns)
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	mu      sync.Mutex
@@ -95,7 +96,11 @@ func (p *Pool) Run(ctx context.Context) error {
 				cancel()
 				if err != nil {
 					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-						p.Log.Warn("take grant", "err", err)
+						// Every worker meets it while NATS fails over: say
+						// it once in a while, not once per worker and try.
+						if last := p.warned.Load(); time.Since(time.Unix(0, last)) > 10*time.Second && p.warned.CompareAndSwap(last, time.Now().UnixNano()) {
+							p.Log.Warn("cannot take grants; trying again", "err", err)
+						}
 						time.Sleep(100 * time.Millisecond)
 					}
 					continue
