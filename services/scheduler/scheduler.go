@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -237,7 +238,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 // Run recovers the saved DTRs and schedules until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	defer close(s.stopped)
-	if err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas}); err != nil {
+	if err := s.setUp(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
@@ -334,6 +335,38 @@ func (s *Service) Run(ctx context.Context) error {
 			// from the last durable state.
 			return fmt.Errorf("scheduler: %w", err)
 		}
+	}
+}
+
+// setUp creates or checks every stream, consumer and bucket (bus.Ensure).
+// While NATS cannot be reached or its JetStream is not ready (a scheduler
+// started before its server, or while it restarts) it tries again after
+// 50 ms, backing off to 2 s, as the other roles wait in bus.Await; it
+// logs the first failure and then one every 30 s. A refusal by the server
+// (a stream with other settings that it will not change, say) is returned
+// at once, and so is the end of ctx.
+func (s *Service) setUp(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	var logged time.Time
+	for {
+		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas})
+		if err == nil {
+			return nil
+		}
+		var api *jetstream.APIError
+		if ctx.Err() != nil || errors.As(err, &api) && api.Code != 503 {
+			return err
+		}
+		if time.Since(logged) > 30*time.Second {
+			logged = time.Now()
+			s.log.Warn("cannot set up streams, consumers and buckets; trying again", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
@@ -728,20 +761,44 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	defer w.Stop()
 	var ds []*dtr.DTR
 	now := time.Now()
+	// Decoding is most of the work: records are decoded in chunks, each
+	// on every core.
+	var chunk []jetstream.KeyValueEntry
+	decode := func() {
+		out := make([]*dtr.DTR, len(chunk))
+		var wg sync.WaitGroup
+		workers := runtime.GOMAXPROCS(0)
+		for k := range workers {
+			wg.Go(func() {
+				for i := k; i < len(chunk); i += workers {
+					d := &dtr.DTR{}
+					if err := json.Unmarshal(chunk[i].Value(), d); err != nil {
+						s.log.Error("unreadable saved DTR skipped", "key", chunk[i].Key(), "err", err)
+						continue
+					}
+					if !d.State.Final() { // a resubmission of a final one is found by storedBefore
+						out[i] = d
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, d := range out {
+			if d != nil {
+				ds = append(ds, d)
+			}
+		}
+		chunk = chunk[:0]
+	}
 	for e := range w.Updates() {
 		if e == nil {
 			break // caught up
 		}
-		d := &dtr.DTR{}
-		if err := json.Unmarshal(e.Value(), d); err != nil {
-			s.log.Error("unreadable saved DTR skipped", "key", e.Key(), "err", err)
-			continue
+		if chunk = append(chunk, e); len(chunk) == 8192 {
+			decode()
 		}
-		if d.State.Final() {
-			continue // a resubmission of it is found by storedBefore
-		}
-		ds = append(ds, d)
 	}
+	decode()
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].Updated.Before(ds[j].Updated) })
 	for _, d := range ds {
 		if err := s.core.Restore(now, d); err != nil {
