@@ -163,6 +163,10 @@ type entry struct {
 	// refinalise marks a DTR whose post-processing is tried again: it
 	// finalises even if it was cancelled meanwhile.
 	refinalise bool
+	// recleanup marks a DTR whose cleanup grant was lost (its lease
+	// expired), for the decision that follows at once: the cleanup is
+	// done again before the DTR is retried or ends.
+	recleanup bool
 	// pinned marks a DTR that holds a staged copy, from its STAGE_PREPARE
 	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
 	pinned  bool
@@ -680,8 +684,15 @@ func (c *Core) Tick(now time.Time) {
 		e := heap.Pop(&c.delayed).(*entry)
 		e.d.NextProcess = time.Time{}
 		if e.d.State == dtr.CacheProcessed { // post-processing is tried again
-			e.d.Error = nil
-			e.refinalise = true
+			// A finalise whose worker was lost fails in REGISTERING_REPLICA
+			// and tries again to put the file in place; otherwise (the
+			// error of the failed transfer, or none for a cancelled DTR)
+			// a lost cleanup is done again. Both are told apart by the
+			// stored DTR alone, so a restarted scheduler does the same.
+			if e.d.Error != nil && e.d.Error.State == dtr.RegisteringReplica {
+				e.d.Error = nil
+				e.refinalise = true
+			}
 			c.must(e.d.Transition(dtr.RegisterReplica, now))
 		}
 		c.route(now, e)
@@ -711,7 +722,12 @@ func (c *Core) expireLeases(now time.Time) {
 		c.count.LeaseExpiries++
 		c.charge(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
-		if !(d.Cleanup && d.Error != nil) {
+		// A lost cleanup keeps the error that called for it (none for a
+		// cancelled DTR): that error decides what follows, and the
+		// cleanup is done again first.
+		if d.Cleanup && d.State == dtr.RegisteringReplica {
+			e.recleanup = true
+		} else if !(d.Cleanup && d.Error != nil) {
 			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
 				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
 		}
@@ -1157,6 +1173,16 @@ func (c *Core) route(now time.Time, e *entry) {
 // so it starts over from NEW to transfer the file again.
 func (c *Core) decide(now time.Time, e *entry) {
 	d := e.d
+	if e.recleanup {
+		// The cleanup grant was lost (its processor died, or the grant
+		// waited past its lease): the failed transfer's temporary file
+		// may still be there, and a retry writes under another name.
+		// Clean up again after RetryBase; the decision waits for it.
+		e.recleanup = false
+		d.NextProcess = now.Add(c.cfg.RetryBase)
+		heap.Push(&c.delayed, e) // stays CACHE_PROCESSED until then
+		return
+	}
 	switch {
 	case d.Cancel && !(d.Error == nil && e.finalised):
 		c.must(d.Transition(dtr.Cancelled, now))
