@@ -822,32 +822,7 @@ func startWithMaxPayload(t *testing.T, cfg stack.Config, n int32, roles ...strin
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("NATS server not ready")
 	}
-	cfg.NATSURL = ns.ClientURL()
-	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]context.CancelFunc{}}
-	if s.nc, err = stack.Connect(cfg.NATSURL, "e2e-test"); err != nil {
-		t.Fatal(err)
-	}
-	s.js, _ = jetstream.New(s.nc)
-	if len(roles) == 0 {
-		roles = stack.Roles
-	}
-	for _, r := range roles {
-		s.startRole(r)
-	}
-	t.Cleanup(func() {
-		for _, cancel := range s.stop {
-			cancel()
-		}
-		s.wg.Wait()
-		s.nc.Close()
-		ns.Shutdown()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, err := range s.errs {
-			t.Errorf("service failed: %v", err)
-		}
-	})
-	return s
+	return startOn(t, ns, dir, cfg, roles...)
 }
 
 // bigDTR is a DTR of about n bytes (its owner's DN is long) from src.

@@ -74,11 +74,19 @@ func startMode(t testing.TB, cfg stack.Config, inProcess bool, roles ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.NATSURL = ns.ClientURL()
 	if inProcess {
 		cfg.InProcess = ns
 	}
+	return startOn(t, ns, dir, cfg, roles...)
+}
+
+// startOn runs the given roles (all of them if none is named) on a running
+// NATS server, which it shuts down when the test ends.
+func startOn(t testing.TB, ns *server.Server, dir string, cfg stack.Config, roles ...string) *system {
+	t.Helper()
+	cfg.NATSURL = ns.ClientURL()
 	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]context.CancelFunc{}}
+	var err error
 	s.nc, err = stack.Connect(cfg.NATSURL, "e2e-test")
 	if err != nil {
 		t.Fatal(err)
