@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -107,6 +109,26 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 		return 0, fmt.Errorf("bare pipeline: %w", err)
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// CopyBaseline copies n files of size bytes from one directory to another
+// with cp (one process, as `cp -r`): what the file system alone allows for
+// the files of a throughput run. It returns files per second, or 0 if
+// there is no cp.
+func CopyBaseline(ctx context.Context, dir string, n, size int) (float64, error) {
+	cp, err := exec.LookPath("cp")
+	if err != nil {
+		return 0, nil
+	}
+	if _, err := files(dir, "c", n, size, nil); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, cp, "-r", filepath.Join(dir, "in"), filepath.Join(dir, "out"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("cp baseline: %w: %s", err, out)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }

@@ -77,13 +77,32 @@ func watchTerminations(t *testing.T, nc *nats.Conn) <-chan termination {
 	})
 }
 
-// watchResults collects every result a worker publishes.
+// watchResults collects every result a worker publishes, one by one
+// whether it came alone or with others.
 func watchResults(t *testing.T, nc *nats.Conn) <-chan bus.Result {
-	return watch(t, nc, bus.SubjectResultPrefix+">", func(m *nats.Msg) (bus.Result, bool) {
-		var r bus.Result
-		_, err := bus.DecodeData(context.Background(), m, bus.TypeResult, &r)
-		return r, err == nil
+	t.Helper()
+	ch := make(chan bus.Result, 1000)
+	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
+		var rs bus.Results
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResults, &rs); err != nil {
+			var r bus.Result
+			if _, err := bus.DecodeData(context.Background(), m, bus.TypeResult, &r); err != nil {
+				return
+			}
+			rs.Results = []bus.Result{r}
+		}
+		for _, r := range rs.Results {
+			ch <- r
+		}
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return ch
 }
 
 // next returns the first value that ok accepts, failing after within.

@@ -22,6 +22,16 @@ type Grant struct {
 	// transfer left, instead of putting the file in place.
 	Cleanup   bool `json:"cleanup,omitempty"`
 	Emergency bool `json:"emergency,omitempty"`
+	// TraceParent names the scheduler's span that sent this grant, so that
+	// the worker's span joins the DTR's trace when the grant comes in a
+	// Grants event with others.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// Grants is the data of a grants event: several grants of one stage, made
+// in one scheduling step and taken by one worker process.
+type Grants struct {
+	Grants []Grant `json:"grants"`
 }
 
 // Lease returns the grant's lease as a duration.
@@ -44,6 +54,19 @@ type Result struct {
 	CacheFile string    `json:"cache_file,omitempty"`
 	Started   time.Time `json:"started,omitzero"`
 	Ended     time.Time `json:"ended,omitzero"`
+	// Returned says the worker gave the grant back without finishing it
+	// (it was stopping): the DTR goes back to its queue, no attempt spent.
+	Returned bool `json:"returned,omitempty"`
+	// TraceParent names the span that sent this result, so that the
+	// scheduler's span for it joins the DTR's trace when it comes in a
+	// Results event with others.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// Results is the data of a results event: the outcomes of several grants
+// of one stage, sent together by one worker process.
+type Results struct {
+	Results []Result `json:"results"`
 }
 
 // Progress is the data of a progress event; it also renews the grant's lease.
@@ -66,7 +89,13 @@ type Stop struct {
 	Grant string    `json:"grant"`
 }
 
-// StateChange is the data of a DTR state event.
+// StateChanges is the data of a DTR states event: every DTR that changed
+// in one scheduling step, in its new state.
+type StateChanges struct {
+	Changes []StateChange `json:"changes"`
+}
+
+// StateChange is one DTR's new state.
 type StateChange struct {
 	DTR      uuid.UUID `json:"dtr"`
 	JobID    string    `json:"job_id,omitempty"`

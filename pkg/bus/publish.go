@@ -26,6 +26,12 @@ const batchWindow = 256
 // its messages are unacknowledged at any time: Add waits for the oldest
 // before it publishes more.
 type Batch struct {
+	// Refused, if set, hears each message the server refuses, by its
+	// index among those added since the last Wait, and decides whether
+	// the refusal is an error (a create of a key that exists, say, may
+	// not be).
+	Refused func(i int, err error) error
+
 	ctx     context.Context
 	js      jetstream.JetStream
 	futures []jetstream.PubAckFuture
@@ -42,7 +48,7 @@ func (b *Batch) Add(m *nats.Msg) {
 		return
 	}
 	for len(b.futures)-b.acked >= batchWindow {
-		if b.err = b.await(b.ctx, b.futures[b.acked]); b.err != nil {
+		if b.err = b.awaitAt(b.ctx, b.acked); b.err != nil {
 			return
 		}
 		b.acked++
@@ -79,12 +85,22 @@ func (b *Batch) Wait(ctx context.Context) error {
 	if b.err != nil {
 		return b.err
 	}
-	for _, f := range b.futures[b.acked:] {
-		if err := b.await(ctx, f); err != nil {
+	for i := b.acked; i < len(b.futures); i++ {
+		if err := b.awaitAt(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// awaitAt waits for the i-th message, handing a refusal to Refused.
+func (b *Batch) awaitAt(ctx context.Context, i int) error {
+	err := b.await(ctx, b.futures[i])
+	var api *jetstream.APIError
+	if err != nil && b.Refused != nil && errors.As(err, &api) {
+		return b.Refused(i, err)
+	}
+	return err
 }
 
 // Acknowledgements that do not come: a JetStream server that fails over
@@ -154,6 +170,15 @@ func StartConsumer(ctx context.Context, m *nats.Msg, operation string) (context.
 		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, m.Subject, msgID)...))
 }
 
+// StartConsumerOf starts a consumer span for one item of a message that
+// carries several (a Results event), as a child of the span named by the
+// item's own traceparent.
+func StartConsumerOf(ctx context.Context, traceparent, subject, msgID, operation string) (context.Context, trace.Span) {
+	return otel.Tracer(tracerName).Start(Context(ctx, traceparent), operation+" "+subject,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, subject, msgID)...))
+}
+
 // messaging returns the messaging attributes of a span; a message without
 // an id has no messaging.message.id.
 func messaging(op attribute.KeyValue, subject, msgID string) []attribute.KeyValue {
@@ -209,4 +234,39 @@ func Each(ctx context.Context, cons jetstream.Consumer, max int, f func(jetstrea
 		}
 		f(m)
 	}
+}
+
+// EachBatch hands the messages of a consumer to f in batches, until ctx
+// ends: a batch is the messages that have come in since f last returned,
+// at most max, and at least one.
+func EachBatch(ctx context.Context, cons jetstream.Consumer, max int, f func([]jetstream.Msg)) error {
+	in := make(chan jetstream.Msg, max)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(in) // Each has returned: nothing more is sent
+		errc <- Each(ctx, cons, max, func(m jetstream.Msg) {
+			select {
+			case in <- m:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	batch := make([]jetstream.Msg, 0, max)
+	for m := range in {
+		batch = append(batch[:0], m)
+	drain:
+		for len(batch) < max {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		f(batch)
+	}
+	return <-errc
 }

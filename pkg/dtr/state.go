@@ -175,42 +175,43 @@ func QueueOf(active State) (State, bool) {
 // transitions is the table of legal moves. It follows ARC's scheduler
 // (reference/arc-dtr.md §1): queue → active → "-ED" → next queue, the skips
 // ARC takes when a step does not apply (no cache, no index, not stageable),
-// the cancel and hung-worker mappings, and the retry from CACHE_PROCESSED back
-// to NEW.
+// the cancel and hung-worker mappings, the retry from CACHE_PROCESSED back
+// to NEW, and (Sluice's) an active state back to its queue when the worker
+// gives its grant back unfinished.
 var transitions = map[State][]State{
 	New:                  {CacheChecked, CheckCache, CacheWait, CacheProcessed, Error},
 	CheckCache:           {CheckingCache, CacheProcessed},
-	CheckingCache:        {CacheChecked, CacheWait, ReplicaRegistered},
+	CheckingCache:        {CacheChecked, CacheWait, ReplicaRegistered, CheckCache},
 	CacheWait:            {CheckCache, CacheProcessed},
 	CacheChecked:         {ProcessCache, Resolve, Resolved, ReplicaRegistered},
 	Resolve:              {Resolving, ReplicaRegistered},
-	Resolving:            {Resolved, RequestReleased},
+	Resolving:            {Resolved, RequestReleased, Resolve},
 	Resolved:             {QueryReplica, ProcessCache, CacheProcessed, RequestReleased},
 	QueryReplica:         {QueryingReplica, RequestReleased},
-	QueryingReplica:      {ReplicaQueried, RequestReleased},
+	QueryingReplica:      {ReplicaQueried, RequestReleased, QueryReplica},
 	ReplicaQueried:       {PreClean, StagedPrepared, Transferred, QueryReplica, FinaliseReplica, RequestReleased},
 	PreClean:             {PreCleaning, RequestReleased},
-	PreCleaning:          {PreCleaned, RequestReleased},
+	PreCleaning:          {PreCleaned, RequestReleased, PreClean},
 	PreCleaned:           {StagePrepare, StagedPrepared, CacheProcessed, RequestReleased},
 	StagePrepare:         {StagingPreparing, RequestReleased},
-	StagingPreparing:     {StagingPreparingWait, StagedPrepared, Transferred},
+	StagingPreparing:     {StagingPreparingWait, StagedPrepared, Transferred, StagePrepare},
 	StagingPreparingWait: {StagePrepare, ReleaseRequest, Transferred},
 	StagedPrepared:       {Transfer, ReleaseRequest, Transferred},
 	Transfer:             {Transferring, Transferred},
-	Transferring:         {Transferred, TransferringCancel},
+	Transferring:         {Transferred, TransferringCancel, Transfer},
 	TransferringCancel:   {Transferred},
 	Transferred:          {ReleaseRequest, RequestReleased},
 	ReleaseRequest:       {ReleasingRequest},
-	ReleasingRequest:     {RequestReleased},
+	ReleasingRequest:     {RequestReleased, ReleaseRequest},
 	RequestReleased:      {FinaliseReplica, ReplicaFinalised},
 	FinaliseReplica:      {FinalisingReplica},
-	FinalisingReplica:    {ReplicaFinalised},
+	FinalisingReplica:    {ReplicaFinalised, FinaliseReplica},
 	ReplicaFinalised:     {RegisterReplica, ReplicaRegistered, QueryReplica},
 	RegisterReplica:      {RegisteringReplica},
-	RegisteringReplica:   {ReplicaRegistered},
+	RegisteringReplica:   {ReplicaRegistered, RegisterReplica},
 	ReplicaRegistered:    {ProcessCache, CacheProcessed},
 	ProcessCache:         {ProcessingCache},
-	ProcessingCache:      {CacheProcessed},
+	ProcessingCache:      {CacheProcessed, ProcessCache},
 	CacheProcessed:       {Done, Cancelled, Error, New, RegisterReplica},
 }
 

@@ -1,11 +1,16 @@
-// Package worker runs the grants of one stage: it takes them from the
-// stage's durable consumer (shared by every replica), runs each in a handler,
-// keeps its lease alive while the handler works, stops it when the scheduler
-// says so, and publishes the result before acknowledging the grant.
+// Package worker runs the grants of one stage: it takes grant messages
+// from the stage's durable consumer (shared by every replica) when it has
+// a free worker, acknowledges each before it starts anything in it, runs
+// every grant in a handler, keeps the grants' leases alive with the
+// scheduler while they wait or run, stops one when the scheduler says so,
+// and publishes the results, several in one message when they are ready
+// together. A process that stops gives back the grants it holds; one that
+// dies leaves them to the scheduler's lease expiry.
 package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,8 +39,8 @@ type Pool struct {
 	Stage   dtr.Stage
 	Workers int
 	Handler Handler
-	// Renew is how often a running grant's lease is renewed; default 10s,
-	// kept below the consumer's AckWait.
+	// Renew is how often the lease of a grant held is renewed; default
+	// 10s, and at most a third of the grant's lease.
 	Renew time.Duration
 	Log   *slog.Logger
 
@@ -44,8 +49,21 @@ type Pool struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	mu      sync.Mutex
-	running map[string]context.CancelFunc
-	ackWait time.Duration // of the stage's consumer
+	held    map[string]*held // the grants taken and not yet answered
+	results *resultSender
+}
+
+// held is a grant this process has taken: waiting for a worker or running.
+type held struct {
+	g bus.Grant
+	// issued is when the scheduler made the grant; renewed when its lease
+	// was last renewed.
+	issued, renewed time.Time
+	// parent is the traceparent of the span that sent the grant.
+	parent string
+	cancel context.CancelFunc // set while it runs
+	moved  atomic.Int64
+	size   atomic.Int64
 }
 
 // NewPool prepares a pool on nc; its metrics go to meter (nil: the global
@@ -63,10 +81,10 @@ func NewPool(nc *nats.Conn, stage dtr.Stage, workers int, h Handler, log *slog.L
 		workers = 1
 	}
 	return &Pool{Stage: stage, Workers: workers, Handler: h, Renew: 10 * time.Second, Log: log.With("stage", stage),
-		metrics: in, nc: nc, js: js, running: map[string]context.CancelFunc{}}, nil
+		metrics: in, nc: nc, js: js, held: map[string]*held{}}, nil
 }
 
-// Run takes grants until ctx ends, then waits for the grants in hand.
+// Run takes grants until ctx ends, then gives back the grants in hand.
 func (p *Pool) Run(ctx context.Context) error {
 	if err := bus.Await(ctx, p.js, p.Log, bus.Use{Stream: bus.StreamGrants, Consumer: string(p.Stage)},
 		bus.Use{Stream: bus.StreamResults}); err != nil {
@@ -76,47 +94,213 @@ func (p *Pool) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
-	p.ackWait = cons.CachedInfo().Config.AckWait
 	stop, err := p.nc.Subscribe(bus.SubjectStopPrefix+">", p.onStop)
 	if err != nil {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
 	defer func() { _ = stop.Unsubscribe() }()
+	// The result sender and the lease renewals outlive the workers: the
+	// grants given back as the pool stops are sent through them.
+	p.results = newResultSender(p.nc, p.js, bus.ResultSubject(p.Stage), "sluice/"+string(p.Stage))
+	sctx, stopSender := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { p.results.run(sctx) })
+	background.Go(func() { p.renewLeases(sctx) })
+	defer func() { stopSender(); background.Wait() }()
 
-	// Each worker asks for one grant when it is free, so that no grant
-	// waits in this process's buffer while its lease runs out.
+	queue := make(chan *held, maxMessagesPerPull*maxGrantsPerMessage)
+	var idle atomic.Int64
+	ready := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for range p.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				m, err := cons.Next(jetstream.FetchContext(fctx))
-				cancel()
-				if err != nil {
-					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-						// Every worker meets it while NATS fails over: say
-						// it once in a while, not once per worker and try.
-						if last := p.warned.Load(); time.Since(time.Unix(0, last)) > 10*time.Second && p.warned.CompareAndSwap(last, time.Now().UnixNano()) {
-							p.Log.Warn("cannot take grants; trying again", "err", err)
-						}
-						time.Sleep(100 * time.Millisecond)
-					}
+		wg.Go(func() {
+			for {
+				idle.Add(1)
+				select {
+				case ready <- struct{}{}:
+				default:
+				}
+				var h *held
+				select {
+				case h = <-queue:
+				case <-ctx.Done():
+				}
+				idle.Add(-1)
+				if h == nil {
+					return
+				}
+				if ctx.Err() != nil {
+					p.giveBack(h)
 					continue
 				}
-				p.run(ctx, m)
+				p.run(ctx, h)
 			}
-		}()
+		})
+	}
+	// Take messages only for the workers that are free with nothing
+	// waiting for them: what is not taken stays in the stream for the
+	// other replicas.
+	for ctx.Err() == nil {
+		free := int(idle.Load()) - len(queue)
+		if free <= 0 {
+			select {
+			case <-ready:
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		msgs, err := p.fetch(ctx, cons, min(free, maxMessagesPerPull))
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+				// Every pool meets it while NATS fails over: say it once in
+				// a while, not on every try.
+				if last := p.warned.Load(); time.Since(time.Unix(0, last)) > 10*time.Second && p.warned.CompareAndSwap(last, time.Now().UnixNano()) {
+					p.Log.Warn("cannot take grants; trying again", "err", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			continue
+		}
+		// The messages are acknowledged at once, together.
+		taken := make([][]*held, len(msgs))
+		var acks sync.WaitGroup
+		for i, m := range msgs {
+			acks.Go(func() { taken[i] = p.take(ctx, m) })
+		}
+		acks.Wait()
+		for _, hs := range taken {
+			for _, h := range hs {
+				queue <- h
+			}
+		}
 	}
 	wg.Wait()
-	return nil
+	// Grants taken as the workers stopped go back too.
+	for {
+		select {
+		case h := <-queue:
+			p.giveBack(h)
+		default:
+			return nil
+		}
+	}
+}
+
+// A pool takes at most maxMessagesPerPull messages at once, each of at
+// most maxGrantsPerMessage grants.
+const (
+	maxMessagesPerPull  = 16
+	maxGrantsPerMessage = 64
+)
+
+// fetch takes up to n grant messages: those waiting now, or else the first
+// to come within 5 s.
+func (p *Pool) fetch(ctx context.Context, cons jetstream.Consumer, n int) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	if n > 1 {
+		batch, err := cons.FetchNoWait(n)
+		if err != nil {
+			return nil, err
+		}
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := cons.Next(jetstream.FetchContext(fctx))
+	if err != nil {
+		return nil, err
+	}
+	return []jetstream.Msg{m}, nil
+}
+
+// take reads a grant message, acknowledges it and returns the grants in it
+// that are still valid. A message that is not a grant or a Grants event is
+// dropped (terminated) with the reason. Nothing in a message runs before
+// its acknowledgement is confirmed, so a message redelivered (its taker died
+// or could not acknowledge it) was run by nobody before.
+func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
+	m := bus.Msg(jm)
+	grants, parents, issued, err := decodeGrants(ctx, m)
+	if err != nil {
+		// Only the scheduler may publish grants; a message that is not one
+		// is dropped with the reason, not retried.
+		p.Log.Error("malformed grant dropped", "subject", m.Subject, "err", err)
+		_ = jm.Term()
+		return nil
+	}
+	if err := jm.DoubleAck(ctx); err != nil {
+		p.Log.Warn("grant message not acknowledged; it is left to be redelivered", "err", err)
+		return nil
+	}
+	now := time.Now()
+	var out []*held
+	for i, g := range grants {
+		// A grant nobody started within its lease has surely been given
+		// up by the scheduler, which granted the DTR again.
+		if l := g.Lease(); l > 0 && now.Sub(issued) > l {
+			p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", now.Sub(issued))
+			continue
+		}
+		h := &held{g: g, issued: issued, renewed: issued, parent: parents[i]}
+		p.mu.Lock()
+		_, dup := p.held[g.Grant]
+		if !dup {
+			p.held[g.Grant] = h
+		}
+		p.mu.Unlock()
+		if dup {
+			continue // sent twice: it runs once
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// decodeGrants reads the grants of a message: one (org.sluice.grant.v1,
+// its trace in the message's traceparent) or several (org.sluice.grants.v1,
+// each with its own), and when they were issued.
+func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time.Time, error) {
+	ev, err := bus.Decode(ctx, m)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	switch ev.Type() {
+	case bus.TypeGrant:
+		var g bus.Grant
+		if err := json.Unmarshal(ev.Data(), &g); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrant, err)
+		}
+		return []bus.Grant{g}, []string{m.Header.Get("traceparent")}, ev.Time(), nil
+	case bus.TypeGrants:
+		var gs bus.Grants
+		if err := json.Unmarshal(ev.Data(), &gs); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrants, err)
+		}
+		if len(gs.Grants) > maxGrantsPerMessage {
+			return nil, nil, time.Time{}, fmt.Errorf("%d grants in one message, more than %d", len(gs.Grants), maxGrantsPerMessage)
+		}
+		parents := make([]string, len(gs.Grants))
+		for i, g := range gs.Grants {
+			parents[i] = g.TraceParent
+		}
+		return gs.Grants, parents, ev.Time(), nil
+	}
+	return nil, nil, time.Time{}, fmt.Errorf("event type %q, want %q or %q", ev.Type(), bus.TypeGrant, bus.TypeGrants)
 }
 
 func (p *Pool) onStop(m *nats.Msg) {
 	grant := strings.TrimPrefix(m.Subject, bus.SubjectStopPrefix)
+	var cancel context.CancelFunc
 	p.mu.Lock()
-	cancel := p.running[grant]
+	if h := p.held[grant]; h != nil {
+		cancel = h.cancel
+	}
 	p.mu.Unlock()
 	if cancel != nil {
 		p.Log.Info("stopping grant on the scheduler's word", "grant", grant)
@@ -124,39 +308,24 @@ func (p *Pool) onStop(m *nats.Msg) {
 	}
 }
 
-// run handles one grant message.
-func (p *Pool) run(ctx context.Context, jm jetstream.Msg) {
-	m := bus.Msg(jm)
-	var g bus.Grant
-	ev, err := bus.DecodeData(ctx, m, bus.TypeGrant, &g)
-	if err != nil {
-		// Only the scheduler may publish grants; a message that is not one
-		// is dropped with the reason, not retried.
-		p.Log.Error("malformed grant dropped", "subject", m.Subject, "err", err)
-		_ = jm.Term()
-		return
-	}
-	waited := time.Since(ev.Time())
-	redelivered := false
-	if meta, err := jm.Metadata(); err == nil {
-		redelivered = meta.NumDelivered > 1
-	}
-	// A grant is dropped when the scheduler has surely given it up and
-	// granted the DTR again: one that nobody started within its lease, or a
-	// redelivered one whose holder fell silent an AckWait ago, longer than
-	// the lease. A redelivered grant with a longer lease is taken over.
-	if l := g.Lease(); l > 0 && (!redelivered && waited > l || redelivered && l <= p.ackWait) {
-		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", waited)
-		_ = jm.Term()
-		return
-	}
+// run carries out one grant held.
+func (p *Pool) run(ctx context.Context, h *held) {
+	g := h.g
+	defer func() {
+		p.mu.Lock()
+		delete(p.held, g.Grant)
+		p.mu.Unlock()
+	}()
+	// A grant that waited here past its lease is no longer the DTR's.
+	waited := time.Since(h.issued)
 	p.mu.Lock()
-	_, dup := p.running[g.Grant]
+	renewed := h.renewed
 	p.mu.Unlock()
-	if dup {
-		return // redelivered while this process works on it: the renewals go on
+	if l := g.Lease(); l > 0 && time.Since(renewed) > l {
+		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", waited)
+		return
 	}
-	sctx, span := bus.StartConsumer(ctx, m, "process")
+	sctx, span := bus.StartConsumerOf(ctx, h.parent, bus.GrantSubject(p.Stage), g.Grant, "process")
 	defer span.End()
 	log := p.Log.With("dtr", g.DTR.ID, "grant", g.Grant, "state", g.State,
 		"trace_id", trace.SpanContextFromContext(sctx).TraceID())
@@ -164,69 +333,111 @@ func (p *Pool) run(ctx context.Context, jm jetstream.Msg) {
 	wctx, cancel := context.WithCancel(sctx)
 	defer cancel()
 	p.mu.Lock()
-	p.running[g.Grant] = cancel
+	h.cancel = cancel
 	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.running, g.Grant)
-		p.mu.Unlock()
-	}()
-
-	// Keep the lease alive while the handler works. A grant that waited
-	// for a free worker renews its lease as soon as it starts.
-	var moved, size atomic.Int64
-	done := make(chan struct{})
-	renew := p.Renew
-	if l := g.Lease(); l > 0 && l/3 < renew {
-		renew = l / 3
+	// The lease is renewed while the handler works (renewLeases); a grant
+	// that waited for a free worker renews it as it starts.
+	if waited > p.renewEvery(g) {
+		p.renew(h)
 	}
-	if waited > renew {
-		p.publish(sctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress, bus.Progress{DTR: g.DTR.ID, Grant: g.Grant})
-	}
-	go func() {
-		t := time.NewTicker(renew)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = jm.InProgress()
-				p.publish(sctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
-					bus.Progress{DTR: g.DTR.ID, Grant: g.Grant, Bytes: moved.Load(), Size: size.Load()})
-			}
-		}
-	}()
 	start := time.Now()
 	ended := p.metrics.started(ctx)
 	res := p.Handler(wctx, g, func(b, s int64) {
-		p.metrics.moved(ctx, b-moved.Swap(b))
-		size.Store(s)
+		p.metrics.moved(ctx, b-h.moved.Swap(b))
+		h.size.Store(s)
 	})
-	close(done)
-	p.metrics.moved(ctx, res.Bytes-moved.Load())
+	p.metrics.moved(ctx, res.Bytes-h.moved.Load())
 	ended(res, time.Since(start))
 	res.DTR, res.Grant, res.State = g.DTR.ID, g.Grant, g.State
+	if ctx.Err() != nil {
+		// Stopping: the grant goes back to the scheduler, to be granted
+		// again to another replica without spending an attempt.
+		p.giveBack(h)
+		return
+	}
 	if res.Error != nil {
 		span.SetStatus(codes.Error, fmt.Sprintf("%s: %s", res.Error.Kind, res.Error.Text))
 		log.Info("grant failed", "kind", res.Error.Kind, "err", res.Error.Text, "took", time.Since(start))
 	} else {
 		log.Debug("grant done", "took", time.Since(start))
 	}
-	if ctx.Err() != nil {
-		// Shutting down: leave the grant unacknowledged so that another
-		// replica takes it.
-		_ = jm.Nak()
+	if err := p.sendResult(sctx, res); err != nil {
+		// The scheduler grants the DTR again when the lease runs out.
+		log.Error("result not published; the grant's lease will run out", "err", err)
+	}
+}
+
+// giveBack tells the scheduler that a grant held will not be finished
+// here.
+func (p *Pool) giveBack(h *held) {
+	defer func() {
+		p.mu.Lock()
+		delete(p.held, h.g.Grant)
+		p.mu.Unlock()
+	}()
+	res := bus.Result{DTR: h.g.DTR.ID, Grant: h.g.Grant, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
+	ctx, span := bus.StartConsumerOf(context.Background(), h.parent, bus.GrantSubject(p.Stage), h.g.Grant, "process")
+	defer span.End()
+	span.SetStatus(codes.Error, "given back: the worker is stopping")
+	if err := p.sendResult(ctx, res); err != nil {
+		p.Log.Warn("grant not given back; its lease will run out", "dtr", h.g.DTR.ID, "grant", h.g.Grant, "err", err)
 		return
 	}
-	if err := p.publish(sctx, bus.ResultSubject(p.Stage), g.Grant+".result", bus.TypeResult, res); err != nil {
-		log.Error("result not published; the grant will be redelivered", "err", err)
-		_ = jm.NakWithDelay(time.Second)
-		return
+	p.Log.Info("grant given back", "dtr", h.g.DTR.ID, "grant", h.g.Grant)
+}
+
+// renewEvery is how often a grant's lease is renewed.
+func (p *Pool) renewEvery(g bus.Grant) time.Duration {
+	renew := p.Renew
+	if l := g.Lease(); l > 0 && l/3 < renew {
+		renew = l / 3
 	}
-	if err := jm.DoubleAck(ctx); err != nil {
-		log.Warn("grant ack", "err", err)
+	return renew
+}
+
+// renewLeases renews the lease of every grant held, waiting or running,
+// once per renewEvery, until ctx ends.
+func (p *Pool) renewLeases(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			var due []*held
+			p.mu.Lock()
+			for _, h := range p.held {
+				if now.Sub(h.renewed) >= p.renewEvery(h.g) {
+					due = append(due, h)
+				}
+			}
+			p.mu.Unlock()
+			for _, h := range due {
+				p.renew(h)
+			}
+		}
 	}
+}
+
+// renew sends a grant's progress, which renews its lease.
+func (p *Pool) renew(h *held) {
+	p.mu.Lock()
+	h.renewed = time.Now()
+	p.mu.Unlock()
+	ctx := bus.Context(context.Background(), h.parent)
+	_ = p.publish(ctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
+		bus.Progress{DTR: h.g.DTR.ID, Grant: h.g.Grant, Bytes: h.moved.Load(), Size: h.size.Load()})
+}
+
+// sendResult stores a grant's result, with others of this pool's that are
+// ready at the same time, in one Results event. Its span is the result's
+// sender in the DTR's trace.
+func (p *Pool) sendResult(ctx context.Context, res bus.Result) error {
+	ctx, span := bus.StartProducer(ctx, bus.ResultSubject(p.Stage), res.Grant+".result")
+	defer span.End()
+	res.TraceParent = bus.TraceParent(ctx)
+	return p.results.send(ctx, res)
 }
 
 // publish sends a CloudEvent to JetStream and waits for it to be stored.

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"log/slog"
 	"sort"
@@ -255,19 +254,21 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	go s.reconcile(ctx, time.Second)
-	return bus.Each(ctx, cons, 500, func(m jetstream.Msg) {
-		// The last span of the DTR's trace.
-		_, span := bus.StartConsumer(ctx, bus.Msg(m), "process")
-		defer span.End()
-		if err := s.onFinal(ctx, m); err != nil {
-			span.SetStatus(codes.Error, err.Error())
+	// Final DTRs are recorded in batches: whatever has come in while the
+	// last batch was recorded, one record update per job.
+	return bus.EachBatch(ctx, cons, 500, func(ms []jetstream.Msg) {
+		if err := s.onFinals(ctx, ms); err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("final DTR not recorded; it will be redelivered", "err", err)
-				_ = m.NakWithDelay(time.Second)
+				s.log.Error("final DTRs not recorded; they will be redelivered", "err", err, "dtrs", len(ms))
+				for _, m := range ms {
+					_ = m.NakWithDelay(time.Second)
+				}
 			}
 			return
 		}
-		_ = m.Ack()
+		for _, m := range ms {
+			_ = m.Ack()
+		}
 	})
 }
 
@@ -458,46 +459,101 @@ func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
 	return e.Revision(), nil
 }
 
-// onFinal records a final DTR in its job and ends the job when it was the
-// last one.
-func (s *Service) onFinal(ctx context.Context, jm jetstream.Msg) error {
-	var d dtr.DTR
-	if _, err := bus.DecodeData(ctx, bus.Msg(jm), bus.TypeDTRFinal, &d); err != nil {
-		s.log.Error("malformed final DTR event dropped", "err", err)
-		return nil
+// final is a final DTR taken from SLUICE_EVENTS, with whether it is
+// recorded here for the first time.
+type final struct {
+	d     *dtr.DTR
+	fresh bool
+}
+
+// onFinals records final DTRs in their jobs and ends each job whose last
+// DTR is among them. Each final DTR is stored under "<job>.f.<dtr>" (once:
+// a redelivered one finds its key taken), then each job's record counts
+// the fresh ones in one update.
+func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
+	byJob := map[string][]*final{}
+	var jobs []string
+	var fs []*final // in the order of their creates
+	out := bus.NewBatch(ctx, s.js)
+	out.Refused = func(i int, err error) error {
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			fs[i].fresh = false // seen before, but the count may have missed it
+			return nil
+		}
+		return err
 	}
-	if d.JobID == "" {
-		return nil // a DTR published directly, not part of a job
+	for _, jm := range ms {
+		// The last span of the DTR's trace.
+		_, span := bus.StartConsumer(ctx, bus.Msg(jm), "process")
+		d := &dtr.DTR{}
+		_, err := bus.DecodeData(ctx, bus.Msg(jm), bus.TypeDTRFinal, d)
+		span.End()
+		if err != nil {
+			s.log.Error("malformed final DTR event dropped", "err", err)
+			continue
+		}
+		if d.JobID == "" {
+			continue // a DTR published directly, not part of a job
+		}
+		b, _ := json.Marshal(d)
+		m := nats.NewMsg("$KV." + bus.BucketJobs + "." + d.JobID + ".f." + d.ID.String())
+		m.Data = b
+		// A create: refused if the key has a value already.
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		f := &final{d: d, fresh: true}
+		fs = append(fs, f)
+		if _, ok := byJob[d.JobID]; !ok {
+			jobs = append(jobs, d.JobID)
+		}
+		byJob[d.JobID] = append(byJob[d.JobID], f)
+		out.Add(m)
 	}
-	b, _ := json.Marshal(d)
-	fresh := true
-	if _, err := s.kv.Create(ctx, d.JobID+".f."+d.ID.String(), b); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("store final DTRs: %w", err)
+	}
+	for _, jobID := range jobs {
+		if err := s.recordFinals(ctx, jobID, byJob[jobID]); err != nil {
 			return err
 		}
-		fresh = false // seen before, but the count may have missed it
 	}
-	first := false // this DTR is the job's first failed download
+	return nil
+}
+
+// recordFinals counts a job's fresh final DTRs in its record, cancels the
+// job's other downloads after its first failed one, and ends the job when
+// every DTR is final.
+func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) error {
 	s.mu.Lock()
-	s.lastFinal[d.JobID] = time.Now()
+	s.lastFinal[jobID] = time.Now()
 	s.mu.Unlock()
-	if !fresh {
+	stale := false
+	for _, f := range fs {
 		// Seen before: the count may or may not have it. The reconcile
 		// loop counts the job again from what is stored, once for any
 		// number of such redeliveries.
-		s.suspect(d.JobID)
+		stale = stale || !f.fresh
 	}
-	rec, err := s.update(ctx, d.JobID, func(r *Record) error {
-		if !fresh {
-			return nil
+	if stale {
+		s.suspect(jobID)
+	}
+	var first *dtr.DTR // the job's first failed download, if among these
+	rec, err := s.update(ctx, jobID, func(r *Record) error {
+		first = nil
+		for _, f := range fs {
+			if !f.fresh {
+				continue
+			}
+			failed := r.DownloadFailed
+			count(r, f.d)
+			if !failed && r.DownloadFailed {
+				first = f.d
+			}
 		}
-		first = !r.DownloadFailed
-		count(r, &d)
-		first = first && r.DownloadFailed
 		return nil
 	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		s.log.Warn("final DTR of an unknown job", "job", d.JobID, "dtr", d.ID)
+		s.log.Warn("final DTRs of an unknown job", "job", jobID, "dtrs", len(fs))
 		return nil
 	}
 	if err != nil {
@@ -506,21 +562,24 @@ func (s *Service) onFinal(ctx context.Context, jm jetstream.Msg) error {
 	// The first failed download cancels the others. After a redelivery the
 	// cancels are sent again, in case the first try died before: the
 	// scheduler takes each once.
-	failedDownload := d.State == dtr.Error && !d.Options.FailureAllowed && d.Direction == dtr.Download
-	if failedDownload && (first || !fresh) {
-		if err := s.cancelDownloads(ctx, d.JobID, d.ID); err != nil {
-			return err
+	for _, f := range fs {
+		d := f.d
+		failedDownload := d.State == dtr.Error && !d.Options.FailureAllowed && d.Direction == dtr.Download
+		if failedDownload && (d == first || !f.fresh) {
+			if err := s.cancelDownloads(ctx, jobID, d.ID); err != nil {
+				return err
+			}
 		}
 	}
 	if rec.Final() >= rec.Total && !rec.Announced {
 		// Counts kept by several generator replicas can run ahead of the
 		// truth; the stored final DTRs decide whether the job has ended.
-		rec, err = s.update(ctx, d.JobID, func(r *Record) error { return s.recount(ctx, d.JobID, r) })
+		rec, err = s.update(ctx, jobID, func(r *Record) error { return s.recount(ctx, jobID, r) })
 		if err != nil {
 			return err
 		}
 		if rec.Final() >= rec.Total && !rec.Announced {
-			return s.announce(ctx, d.JobID)
+			return s.announce(ctx, jobID)
 		}
 	}
 	return nil

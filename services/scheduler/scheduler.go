@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"maps"
@@ -286,6 +287,27 @@ func (s *Service) Run(ctx context.Context) error {
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
 	s.sample(time.Now())
+	// Decisions are made here and made durable by the committer, which
+	// stores and publishes a step's outputs while the next step is made.
+	commits := make(chan *commit)
+	failed := make(chan error, 1)
+	committed := make(chan struct{})
+	cctx, stopCommits := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCommits()
+	go func() {
+		defer close(committed)
+		s.commitLoop(cctx, commits, failed)
+	}()
+	defer func() {
+		// The steps made are stored and published, for a while.
+		close(commits)
+		select {
+		case <-committed:
+		case <-time.After(commitTimeout):
+			stopCommits()
+			<-committed
+		}
+	}()
 	var batch []jetstream.Msg
 	for {
 		batch = batch[:0]
@@ -293,6 +315,10 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-failed:
+			// What was not acknowledged is redelivered: a restart
+			// recovers from the last durable state.
+			return fmt.Errorf("scheduler: %w", err)
 		case now := <-sample.C:
 			s.sample(now)
 			continue
@@ -304,11 +330,18 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			// A change is stored and its effects published before the
 			// caller hears it is done.
-			err := s.step(ctx, kv, nil)
-			q.err = err
-			close(q.done)
-			if err != nil && ctx.Err() == nil {
+			c, err := s.step(ctx, kv, nil)
+			if err != nil {
+				q.err = err
+				close(q.done)
+				if ctx.Err() != nil {
+					return nil
+				}
 				return fmt.Errorf("scheduler: %w", err)
+			}
+			c.done = func(err error) { q.err = err; close(q.done) }
+			if !s.hand(ctx, commits, c) {
+				return nil
 			}
 			continue
 		case <-dump:
@@ -327,15 +360,138 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 		}
-		if err := s.step(ctx, kv, batch); err != nil {
+		c, err := s.step(ctx, kv, batch)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			// What was not acknowledged is redelivered: a restart recovers
-			// from the last durable state.
 			return fmt.Errorf("scheduler: %w", err)
 		}
+		if !s.hand(ctx, commits, c) {
+			return nil
+		}
 	}
+}
+
+// hand gives a step's commit to the committer, waiting while it is busy
+// with earlier ones; false if ctx ended first.
+func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) bool {
+	if c.empty() {
+		if c.done != nil {
+			c.done(nil)
+		}
+		return true
+	}
+	select {
+	case commits <- c:
+		return true
+	case <-ctx.Done():
+		if c.done != nil {
+			c.done(errStopped)
+		}
+		return false
+	}
+}
+
+// commit is what one step leaves to do, in order: store the records of the
+// changed DTRs (and publish rejections); publish grants and final DTRs;
+// store the records of the final DTRs; send the best-effort notices; and
+// only then acknowledge the step's inputs (or terminate the refused ones).
+type commit struct {
+	records, publish, finals []*nats.Msg
+	notices                  []*nats.Msg
+	acks, terms              []jetstream.Msg
+	// done, if set, hears the outcome.
+	done func(error)
+}
+
+func (c *commit) empty() bool {
+	return len(c.records)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms) == 0
+}
+
+// commitTimeout bounds how long the committer goes on storing the outputs
+// of steps already made once the scheduler stops.
+const commitTimeout = 5 * time.Second
+
+// commitLoop carries out commits in the order made. Commits that wait
+// while one is carried out are carried out together, each phase of all of
+// them before the next phase, so that a busy scheduler stores and publishes
+// in large batches. After a failure nothing more is published and the
+// failure is reported on failed; the inputs of the failed and later
+// commits stay unacknowledged and are redelivered.
+func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
+	var broken error
+	for c := range commits {
+		cs := []*commit{c}
+	more:
+		for {
+			select {
+			case c, ok := <-commits:
+				if !ok {
+					break more
+				}
+				cs = append(cs, c)
+			default:
+				break more
+			}
+		}
+		err := broken
+		if err == nil {
+			err = s.carryOut(ctx, cs)
+		}
+		for _, c := range cs {
+			if c.done != nil {
+				c.done(err)
+			}
+		}
+		if err != nil && broken == nil {
+			broken = err
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	}
+}
+
+func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
+	out := bus.NewBatch(ctx, s.js)
+	phase := func(what string, msgs func(*commit) []*nats.Msg) error {
+		for _, c := range cs {
+			for _, m := range msgs(c) {
+				out.Add(m)
+			}
+		}
+		if err := out.Wait(ctx); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	// A final DTR is announced before its record says final: if the
+	// scheduler dies in between, the input that finished it is
+	// redelivered and it is announced again (the generator takes a final
+	// DTR once).
+	if err := phase("persist", func(c *commit) []*nats.Msg { return c.records }); err != nil {
+		return err
+	}
+	if err := phase("publish", func(c *commit) []*nats.Msg { return c.publish }); err != nil {
+		return err
+	}
+	if err := phase("persist final", func(c *commit) []*nats.Msg { return c.finals }); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		for _, m := range c.notices {
+			_ = s.nc.PublishMsg(m)
+		}
+		for _, m := range c.terms {
+			_ = m.Term()
+		}
+		for _, m := range c.acks {
+			_ = m.Ack()
+		}
+	}
+	return nil
 }
 
 // setUp creates or checks every stream, consumer and bucket (bus.Ensure).
@@ -370,11 +526,11 @@ func (s *Service) setUp(ctx context.Context) error {
 	}
 }
 
-// step applies a batch of inputs, lets time pass, makes the decisions
-// durable and visible, and acknowledges the inputs.
-func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) error {
+// step applies a batch of inputs, lets time pass and returns what makes
+// the decisions durable and visible and then acknowledges the inputs.
+func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) (*commit, error) {
 	now := time.Now()
-	out := bus.NewBatch(ctx, s.js)
+	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
 		if m.Subject() == bus.SubjectSubmit {
@@ -388,96 +544,75 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	}
 	stored, err := s.storedBefore(ctx, kv, subs)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var term []jetstream.Msg
 	for _, m := range batch {
-		if err := s.handle(ctx, now, m, out, subs[m], stored); err != nil {
-			term = append(term, m)
+		if err := s.handle(ctx, now, m, c, subs[m], stored); err != nil {
+			c.terms = append(c.terms, m)
+		} else {
+			c.acks = append(c.acks, m)
 		}
 	}
 	s.core.Tick(now)
 	dec := s.core.Take()
 
-	// 1. Every changed DTR that is not final is stored before anything
-	// depends on it.
-	var finals []*dtr.DTR
+	// The records of changed DTRs, encoded now: the core changes them
+	// after this step.
+	var changes bus.StateChanges
 	for i := range dec.Changed {
 		d := dec.Changed[i]
+		m, err := record(d)
+		if err != nil {
+			return nil, err
+		}
 		if d.State.Final() {
-			finals = append(finals, d)
-			continue
+			c.finals = append(c.finals, m)
+		} else {
+			c.records = append(c.records, m)
 		}
-		if err := s.persist(out, d); err != nil {
-			return err
-		}
+		changes.Changes = append(changes.Changes, bus.StateChange{
+			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
 	}
-	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("persist: %w", err)
+	grants, err := s.grants(ctx, dec.Grants)
+	if err != nil {
+		return nil, err
 	}
-	// 2. Grants, final DTRs and rejections. A final DTR is announced before
-	// its record says final: if the scheduler dies in between, the input
-	// that finished it is redelivered and it is announced again (the
-	// generator takes a final DTR once).
-	for _, g := range dec.Grants {
-		if err := s.publishGrant(ctx, out, g); err != nil {
-			return err
-		}
-	}
+	c.publish = append(c.publish, grants...)
 	for i := range dec.Final {
 		d := dec.Final[i]
 		s.finished[d.ID] = now
 		s.mon.final(d)
 		ev, err := bus.NewEvent(bus.TypeDTRFinal, "sluice/scheduler", d.ID.String(), d)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		msgID := d.ID.String() + ".final"
 		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, msgID)
 		m, err := bus.Encode(fctx, bus.SubjectDTRFinal, msgID, ev)
 		span.End()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out.Add(m)
+		c.publish = append(c.publish, m)
 		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
 			"trace_id", span.SpanContext().TraceID())
 	}
-	if err := out.Wait(ctx); err != nil {
-		return err
-	}
-	for _, d := range finals {
-		if err := s.persist(out, d); err != nil {
-			return err
+	// Best-effort notices: workers to stop, observers of state changes
+	// (one event for the step).
+	for _, g := range dec.CancelRunning {
+		if m := notice(ctx, bus.SubjectStopPrefix+g.ID, bus.TypeStop, bus.Stop{DTR: g.DTR.ID, Grant: g.ID}); m != nil {
+			c.notices = append(c.notices, m)
 		}
 	}
-	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("persist: %w", err)
-	}
-	// 3. Best-effort notices: workers to stop, observers of state changes.
-	for _, g := range dec.CancelRunning {
-		s.notify(ctx, bus.SubjectStopPrefix+g.ID, bus.TypeStop, bus.Stop{DTR: g.DTR.ID, Grant: g.ID})
-	}
-	for i := range dec.Changed {
-		d := dec.Changed[i]
-		s.notify(ctx, bus.SubjectDTRState, bus.TypeDTRState, bus.StateChange{
-			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
-	}
-	// 4. Only now are the inputs done with.
-	refused := make(map[jetstream.Msg]bool, len(term))
-	for _, m := range term {
-		refused[m] = true
-		_ = m.Term()
-	}
-	for _, m := range batch {
-		if !refused[m] {
-			_ = m.Ack()
+	if len(changes.Changes) > 0 {
+		if m := notice(ctx, bus.SubjectDTRState, bus.TypeDTRStates, changes); m != nil {
+			c.notices = append(c.notices, m)
 		}
 	}
 	if len(dec.Final) > 0 {
 		s.forget(now)
 	}
-	return nil
+	return c, nil
 }
 
 // sample records the scheduler's state for the web page and the metrics.
@@ -573,21 +708,20 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 	return stored, g.Wait()
 }
 
-// persist stores a DTR's record in the DTR bucket.
-func (s *Service) persist(out *bus.Batch, d *dtr.DTR) error {
+// record is the message that stores a DTR's record in the DTR bucket.
+func record(d *dtr.DTR) (*nats.Msg, error) {
 	b, err := json.Marshal(d)
 	if err != nil {
-		return fmt.Errorf("encode DTR %s: %w", d.ID, err)
+		return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 	}
 	m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + d.ID.String())
 	m.Data = b
-	out.Add(m)
-	return nil
+	return m, nil
 }
 
 // handle applies one consumed message to the core. Bad input is answered
 // with a rejection event on out and an error; it changes nothing else.
-func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *bus.Batch, sub submitted, stored map[uuid.UUID]bool) error {
+func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *commit, sub submitted, stored map[uuid.UUID]bool) error {
 	m := bus.Msg(jm)
 	switch {
 	case m.Subject == bus.SubjectSubmit:
@@ -621,19 +755,26 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			s.log.Debug("cancel", "dtr", c.DTR, "err", err)
 		}
 	case strings.HasPrefix(m.Subject, bus.SubjectResultPrefix):
-		var r bus.Result
-		if _, err := bus.DecodeData(ctx, m, bus.TypeResult, &r); err != nil {
+		rs, err := decodeResults(ctx, m)
+		if err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}
-		_, span := bus.StartConsumer(ctx, m, "result")
-		defer span.End()
 		stage := dtr.Stage(strings.TrimPrefix(m.Subject, bus.SubjectResultPrefix))
-		err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Stage: stage, Failure: r.Error, Size: r.Size,
-			Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Cache: r.Cache, CacheFile: r.CacheFile,
-			Started: r.Started, Ended: r.Ended})
-		if err != nil {
-			s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
+		for _, r := range rs {
+			var span trace.Span
+			if r.TraceParent != "" {
+				_, span = bus.StartConsumerOf(ctx, r.TraceParent, m.Subject, r.Grant+".result", "result")
+			} else {
+				_, span = bus.StartConsumer(ctx, m, "result")
+			}
+			err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Stage: stage, Failure: r.Error, Size: r.Size,
+				Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Cache: r.Cache, CacheFile: r.CacheFile,
+				Started: r.Started, Ended: r.Ended, Returned: r.Returned})
+			span.End()
+			if err != nil {
+				s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
+			}
 		}
 	case strings.HasPrefix(m.Subject, bus.SubjectProgressPrefix):
 		var p bus.Progress
@@ -650,6 +791,30 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		return err
 	}
 	return nil
+}
+
+// decodeResults reads the results of a message on a result subject: one
+// (org.sluice.result.v1) or several (org.sluice.results.v1).
+func decodeResults(ctx context.Context, m *nats.Msg) ([]bus.Result, error) {
+	ev, err := bus.Decode(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	switch ev.Type() {
+	case bus.TypeResult:
+		var r bus.Result
+		if err := json.Unmarshal(ev.Data(), &r); err != nil {
+			return nil, fmt.Errorf("%s data: %w", bus.TypeResult, err)
+		}
+		return []bus.Result{r}, nil
+	case bus.TypeResults:
+		var rs bus.Results
+		if err := json.Unmarshal(ev.Data(), &rs); err != nil {
+			return nil, fmt.Errorf("%s data: %w", bus.TypeResults, err)
+		}
+		return rs.Results, nil
+	}
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), bus.TypeResult, bus.TypeResults)
 }
 
 // submitted is a decoded message from dtr.submit.
@@ -695,7 +860,7 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	return d, nil
 }
 
-func (s *Service) reject(ctx context.Context, out *bus.Batch, m *nats.Msg, jm jetstream.Msg, reason error) {
+func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, reason error) {
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
 	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
@@ -708,35 +873,93 @@ func (s *Service) reject(ctx context.Context, out *bus.Batch, m *nats.Msg, jm je
 		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
 	}
 	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
-		out.Add(rm)
+		out.records = append(out.records, rm)
 	}
 }
 
-func (s *Service) publishGrant(ctx context.Context, out *bus.Batch, g core.Grant) error {
-	gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
-	defer span.End()
-	data := bus.Grant{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: *g.DTR,
-		LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency}
-	ev, err := bus.NewEvent(bus.TypeGrant, "sluice/scheduler", g.DTR.ID.String(), data)
-	if err != nil {
-		return err
+// maxGrantsPerMessage bounds the grants of one Grants event.
+const maxGrantsPerMessage = 32
+
+// grants encodes a step's grants as Grants events, one stage's per event.
+// A stage's eight or more grants are spread over at least four events (so
+// that a burst of grants goes to several worker processes, each taking
+// messages for its free workers); otherwise they go in as few events as
+// maxGrantsPerMessage allows. No event is larger than half of the server's
+// max_payload. Each grant carries the span that sent it.
+func (s *Service) grants(ctx context.Context, gs []core.Grant) ([]*nats.Msg, error) {
+	byStage := map[dtr.Stage][]encodedGrant{}
+	for _, g := range gs {
+		gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
+		data := bus.Grant{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: *g.DTR,
+			LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency, TraceParent: bus.TraceParent(gctx)}
+		span.End()
+		b, err := json.Marshal(data)
+		if err != nil {
+			return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
+		}
+		byStage[g.Stage] = append(byStage[g.Stage], encodedGrant{g.ID, b})
 	}
-	m, err := bus.Encode(gctx, bus.GrantSubject(g.Stage), g.ID, ev)
-	if err != nil {
-		return err
+	maxBytes := int(s.nc.MaxPayload()) / 2
+	var msgs []*nats.Msg
+	for _, stage := range bus.Stages {
+		enc := byStage[stage]
+		per := (len(enc) + maxGrantsPerMessage - 1) / maxGrantsPerMessage
+		if len(enc) >= 8 {
+			per = max(per, 4)
+		}
+		size := (len(enc) + per - 1) / max(per, 1)
+		for len(enc) > 0 {
+			n, bytes := 0, 0
+			for n < len(enc) && n < size && (n == 0 || bytes+len(enc[n].data) < maxBytes) {
+				bytes += len(enc[n].data) + 1
+				n++
+			}
+			m, err := grantsMessage(ctx, stage, enc[:n])
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+			enc = enc[n:]
+		}
 	}
-	out.Add(m)
-	return nil
+	return msgs, nil
 }
 
-func (s *Service) notify(ctx context.Context, subject, typ string, data any) {
+type encodedGrant struct {
+	id   string
+	data []byte
+}
+
+// grantsMessage makes one Grants event of encoded grants. Its message id
+// is the first grant's id: a grant is sent in one message only.
+func grantsMessage(ctx context.Context, stage dtr.Stage, enc []encodedGrant) (*nats.Msg, error) {
+	data := []byte(`{"grants":[`)
+	for i, g := range enc {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = append(data, g.data...)
+	}
+	data = append(data, "]}"...)
+	// The data is JSON already: the CloudEvents SDK takes it as it is.
+	ev, err := bus.NewEvent(bus.TypeGrants, "sluice/scheduler", "", data)
+	if err != nil {
+		return nil, err
+	}
+	return bus.Encode(ctx, bus.GrantSubject(stage), enc[0].id+".grants", ev)
+}
+
+// notice encodes a best-effort event for core NATS; nil if it cannot be.
+func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
 	ev, err := bus.NewEvent(typ, "sluice/scheduler", "", data)
 	if err != nil {
-		return
+		return nil
 	}
-	if m, err := bus.Encode(ctx, subject, "", ev); err == nil {
-		_ = s.nc.PublishMsg(m)
+	m, err := bus.Encode(ctx, subject, "", ev)
+	if err != nil {
+		return nil
 	}
+	return m
 }
 
 // forget drops finished DTRs older than twice the redelivery window.

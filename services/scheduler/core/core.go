@@ -127,6 +127,9 @@ type Result struct {
 	Cache, CacheFile string
 	Started          time.Time
 	Ended            time.Time
+	// Returned says the worker gave the grant back unfinished (it was
+	// stopping): the DTR goes back to its queue and spends no attempt.
+	Returned bool
 }
 
 // Decisions are what the core has decided since the last Take.
@@ -514,6 +517,10 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if r.Stage != "" && r.Stage != e.queued.Stage() {
 		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
 	}
+	if r.Returned && e.d.State != dtr.TransferringCancel {
+		c.giveBack(now, e, r.Bytes)
+		return nil
+	}
 	c.charge(now, e, r.Bytes)
 	c.release(e)
 	if e.granted != 0 {
@@ -576,6 +583,24 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	c.route(now, e)
 	return nil
+}
+
+// giveBack puts a DTR whose worker returned its grant unfinished back in
+// the queue it was granted from, freeing the slot and spending no attempt;
+// a grant to stage a copy unpins it, and a cleanup or a refinalising is
+// granted as such again. A cancelled transfer is not given back: its
+// cleanup follows as after any other end.
+func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
+	d := e.d
+	c.charge(now, e, bytes)
+	c.release(e)
+	if e.queued == dtr.StagePrepare {
+		c.unpin(e)
+	}
+	e.refinalise = e.queued == dtr.RegisterReplica && !d.Cleanup && d.Error != nil
+	d.Cleanup = false
+	c.must(d.Transition(e.queued, now))
+	c.route(now, e)
 }
 
 // Progress renews the lease of a running grant and records the bytes moved.

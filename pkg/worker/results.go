@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+)
+
+// maxBatchResults bounds the results of one Results event.
+const maxBatchResults = 256
+
+// resultSender publishes the results of one pool's grants. The results
+// handed to it while it publishes go together in the next Results event,
+// so that a busy stage sends one message for many grants and an idle one
+// sends each result at once.
+type resultSender struct {
+	js      jetstream.JetStream
+	subject string
+	source  string
+	// maxBytes bounds a message: a batch larger than it is split.
+	maxBytes int
+	in       chan *pendingResult
+}
+
+type pendingResult struct {
+	r    bus.Result
+	done chan error
+}
+
+func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source string) *resultSender {
+	maxBytes := int(nc.MaxPayload()) / 2
+	if maxBytes <= 0 {
+		maxBytes = bus.MaxMessageBytes / 2
+	}
+	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults)}
+}
+
+// send hands r to the sender and returns once it is stored, or why not.
+func (s *resultSender) send(ctx context.Context, r bus.Result) error {
+	p := &pendingResult{r: r, done: make(chan error, 1)}
+	select {
+	case s.in <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// The sender answers every result it took, within its publish
+	// timeout, even while the pool shuts down.
+	return <-p.done
+}
+
+// run publishes until ctx ends; a result handed over before then is
+// answered.
+func (s *resultSender) run(ctx context.Context) {
+	var batch []*pendingResult
+	for {
+		batch = batch[:0]
+		select {
+		case p := <-s.in:
+			batch = append(batch, p)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < maxBatchResults {
+			select {
+			case p := <-s.in:
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		s.publish(batch)
+	}
+}
+
+// publish sends a batch as one Results event, or as several when it is
+// too large for one message, and tells each result's sender the outcome.
+func (s *resultSender) publish(batch []*pendingResult) {
+	rs := bus.Results{Results: make([]bus.Result, len(batch))}
+	for i, p := range batch {
+		rs.Results[i] = p.r
+	}
+	err := s.publishResults(rs)
+	if tooLarge(err) && len(batch) > 1 {
+		s.publish(batch[:len(batch)/2])
+		s.publish(batch[len(batch)/2:])
+		return
+	}
+	for _, p := range batch {
+		p.done <- err
+	}
+}
+
+var errTooLarge = errors.New("results event too large")
+
+func tooLarge(err error) bool { return errors.Is(err, errTooLarge) }
+
+func (s *resultSender) publishResults(rs bus.Results) error {
+	ev, err := bus.NewEvent(bus.TypeResults, s.source, "", rs)
+	if err != nil {
+		return err
+	}
+	// The event id is the message id: a publish tried again after a lost
+	// acknowledgement is stored once.
+	m, err := bus.Encode(context.Background(), s.subject, "", ev)
+	if err != nil {
+		return err
+	}
+	if len(m.Data) > s.maxBytes && len(rs.Results) > 1 {
+		return errTooLarge
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.js.PublishMsg(pctx, m)
+	return err
+}

@@ -1,0 +1,340 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// rig is a NATS server with Sluice's streams, and what a pool sends on a
+// stage's result and progress subjects.
+type rig struct {
+	t        *testing.T
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	mu       sync.Mutex
+	messages int // result messages
+	results  []bus.Result
+	progress []bus.Progress
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if err := bus.Ensure(context.Background(), js, bus.Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, nc: nc, js: js}
+	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
+		rs, err := decodeResultsForTest(m)
+		if err != nil {
+			t.Errorf("result message: %v", err)
+			return
+		}
+		r.mu.Lock()
+		r.messages++
+		r.results = append(r.results, rs...)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	psub, err := nc.Subscribe(bus.SubjectProgressPrefix+">", func(m *nats.Msg) {
+		var p bus.Progress
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeProgress, &p); err == nil {
+			r.mu.Lock()
+			r.progress = append(r.progress, p)
+			r.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = psub.Unsubscribe() })
+	return r
+}
+
+func decodeResultsForTest(m *nats.Msg) ([]bus.Result, error) {
+	ev, err := bus.Decode(context.Background(), m)
+	if err != nil {
+		return nil, err
+	}
+	switch ev.Type() {
+	case bus.TypeResults:
+		var rs bus.Results
+		err := json.Unmarshal(ev.Data(), &rs)
+		return rs.Results, err
+	case bus.TypeResult:
+		var r bus.Result
+		err := json.Unmarshal(ev.Data(), &r)
+		return []bus.Result{r}, err
+	}
+	return nil, fmt.Errorf("event type %s", ev.Type())
+}
+
+// start runs a pool until the test ends or stop is called.
+func (r *rig) start(workers int, h Handler) (stop func()) {
+	p, err := NewPool(r.nc, dtr.StagePre, workers, h, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	p.Renew = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			r.t.Errorf("pool: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	r.t.Cleanup(stop)
+	return stop
+}
+
+// grants publishes n pre-processing grants in one Grants event issued at
+// issued, with the given lease.
+func (r *rig) grants(n int, issued time.Time, lease time.Duration) []bus.Grant {
+	var gs bus.Grants
+	for i := range n {
+		id := uuid.New()
+		gs.Grants = append(gs.Grants, bus.Grant{Grant: fmt.Sprintf("%s.%d", id, i+1), Stage: dtr.StagePre, State: dtr.QueryingReplica,
+			DTR: dtr.DTR{ID: id, Source: "file:///in/" + id.String(), Destination: "file:///out/" + id.String()}, LeaseSeconds: lease.Seconds()})
+	}
+	ev, err := bus.NewEvent(bus.TypeGrants, "sluice/scheduler", "", gs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ev.SetTime(issued)
+	r.publish(ev)
+	return gs.Grants
+}
+
+func (r *rig) publish(ev event.Event) {
+	m, err := bus.Encode(context.Background(), bus.GrantSubject(dtr.StagePre), "", ev)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// waitResults waits until n results have come, and returns them by grant.
+func (r *rig) waitResults(n int) map[string]bus.Result {
+	r.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.mu.Lock()
+		got := len(r.results)
+		r.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d results after 20 s, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // any more than n would come now
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bus.Result{}
+	for _, res := range r.results {
+		if _, dup := out[res.Grant]; dup {
+			r.t.Errorf("two results for grant %s", res.Grant)
+		}
+		out[res.Grant] = res
+	}
+	if len(r.results) != n {
+		r.t.Errorf("%d results, want %d", len(r.results), n)
+	}
+	return out
+}
+
+// streamEmpty waits until the grants stream holds nothing: every message
+// taken and acknowledged, or terminated.
+func (r *rig) streamEmpty() {
+	r.t.Helper()
+	for range 200 {
+		st, err := r.js.Stream(context.Background(), bus.StreamGrants)
+		if err == nil && st.CachedInfo().State.Msgs == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatal("the grants stream still holds messages")
+}
+
+func TestTheGrantsOfOneMessageRunAtOnceOnFreeWorkersAndEachGetsOneResult(t *testing.T) {
+	r := newRig(t)
+	const n = 10
+	var started sync.WaitGroup
+	started.Add(n)
+	r.start(n, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+		// Every grant waits for all the others to start: they run at once.
+		started.Done()
+		started.Wait()
+		return bus.Result{Checksum: "adler32:" + g.Grant[:8]}
+	})
+	sent := r.grants(n, time.Now(), time.Minute)
+	got := r.waitResults(n)
+	for _, g := range sent {
+		res, ok := got[g.Grant]
+		if !ok {
+			t.Errorf("no result for grant %s", g.Grant)
+			continue
+		}
+		if res.DTR != g.DTR.ID || res.State != g.State || res.Error != nil || res.Checksum != "adler32:"+g.Grant[:8] || res.Returned {
+			t.Errorf("result %+v for grant %+v", res, g)
+		}
+	}
+	r.mu.Lock()
+	if r.messages > n {
+		t.Errorf("%d result messages for %d grants", r.messages, n)
+	}
+	r.mu.Unlock()
+	r.streamEmpty()
+}
+
+func TestAStoppingPoolGivesBackEveryGrantItHolds(t *testing.T) {
+	r := newRig(t)
+	running := make(chan struct{}, 10)
+	stop := r.start(1, func(ctx context.Context, g bus.Grant, report func(int64, int64)) bus.Result {
+		report(100, 1000)
+		running <- struct{}{}
+		<-ctx.Done() // runs until stopped
+		return bus.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}, Bytes: 100}
+	})
+	sent := r.grants(3, time.Now(), time.Minute)
+	<-running // one runs, two wait for the only worker
+	stop()
+	got := r.waitResults(3)
+	for _, g := range sent {
+		if res := got[g.Grant]; !res.Returned || res.Error != nil {
+			t.Errorf("grant %s: %+v, want it given back", g.Grant, res)
+		}
+	}
+	r.streamEmpty()
+}
+
+func TestAGrantPastItsLeaseIsDroppedUnrun(t *testing.T) {
+	r := newRig(t)
+	var ran atomic.Int64
+	r.start(2, func(context.Context, bus.Grant, func(int64, int64)) bus.Result {
+		ran.Add(1)
+		return bus.Result{}
+	})
+	r.grants(2, time.Now().Add(-2*time.Second), time.Second) // issued two leases ago
+	fresh := r.grants(1, time.Now(), time.Minute)
+	got := r.waitResults(1)
+	if _, ok := got[fresh[0].Grant]; !ok || ran.Load() != 1 {
+		t.Errorf("ran %d grants, results %v; want only the fresh grant run", ran.Load(), got)
+	}
+	r.streamEmpty()
+}
+
+func TestAGrantWaitingForAWorkerKeepsItsLeaseAlive(t *testing.T) {
+	r := newRig(t)
+	// One worker; the first grant takes longer than the lease of the
+	// second, which waits: its lease is renewed while it waits, so it runs.
+	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+		if g.DTR.Source[len(g.DTR.Source)-1] != 'x' {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return bus.Result{}
+	})
+	sent := r.grants(2, time.Now(), time.Second)
+	got := r.waitResults(2)
+	for _, g := range sent {
+		if res, ok := got[g.Grant]; !ok || res.Returned || res.Error != nil {
+			t.Errorf("grant %s: %+v, want it run", g.Grant, res)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	renewed := map[string]int{}
+	for _, p := range r.progress {
+		renewed[p.Grant]++
+	}
+	for _, g := range sent {
+		if renewed[g.Grant] == 0 {
+			t.Errorf("the lease of grant %s was never renewed: %v", g.Grant, renewed)
+		}
+	}
+}
+
+func TestAMessageThatIsNotAGrantIsTerminatedAndRunsNothing(t *testing.T) {
+	for _, typ := range []string{bus.TypeResult, "org.example.other"} {
+		t.Run(typ, func(t *testing.T) {
+			r := newRig(t)
+			var ran atomic.Int64
+			r.start(1, func(context.Context, bus.Grant, func(int64, int64)) bus.Result {
+				ran.Add(1)
+				return bus.Result{}
+			})
+			ev, err := bus.NewEvent(typ, "someone", "", map[string]any{"grants": []any{map[string]any{"grant": "x.1"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.publish(ev)
+			r.streamEmpty()
+			time.Sleep(100 * time.Millisecond)
+			if ran.Load() != 0 {
+				t.Errorf("%d grants ran", ran.Load())
+			}
+		})
+	}
+}
+
+func TestResultsTooLargeForOneMessageAreSplit(t *testing.T) {
+	r := newRig(t)
+	s := newResultSender(r.nc, r.js, bus.ResultSubject(dtr.StagePre), "test")
+	s.maxBytes = 4096
+	var batch []*pendingResult
+	for i := range 40 {
+		batch = append(batch, &pendingResult{r: bus.Result{DTR: uuid.New(), Grant: fmt.Sprint("g", i),
+			Error: &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: string(make([]byte, 200))}}, done: make(chan error, 1)})
+	}
+	s.publish(batch)
+	for _, p := range batch {
+		if err := <-p.done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := r.waitResults(40)
+	if len(got) != 40 {
+		t.Errorf("%d distinct results", len(got))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.messages < 3 || r.messages > 40 {
+		t.Errorf("%d messages for 40 results of about 300 bytes at 4096 bytes a message", r.messages)
+	}
+}
