@@ -349,9 +349,10 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	p.metrics.moved(ctx, res.Bytes-h.moved.Load())
 	ended(res, time.Since(start))
 	res.DTR, res.Grant, res.State = g.DTR.ID, g.Grant, g.State
-	if ctx.Err() != nil {
-		// Stopping: the grant goes back to the scheduler, to be granted
-		// again to another replica without spending an attempt.
+	if ctx.Err() != nil && res.Error != nil {
+		// Stopped half way: the grant goes back to the scheduler, to be
+		// granted again to another replica without spending an attempt.
+		// (One that was done as the pool stopped reports its result.)
 		p.giveBack(h)
 		return
 	}
@@ -437,7 +438,9 @@ func (p *Pool) sendResult(ctx context.Context, res bus.Result) error {
 	ctx, span := bus.StartProducer(ctx, bus.ResultSubject(p.Stage), res.Grant+".result")
 	defer span.End()
 	res.TraceParent = bus.TraceParent(ctx)
-	return p.results.send(ctx, res)
+	// Sent even when the pool is stopping: the sender outlives the workers
+	// and answers within its publish timeout.
+	return p.results.send(context.WithoutCancel(ctx), res)
 }
 
 // publish sends a CloudEvent to JetStream and waits for it to be stored.
