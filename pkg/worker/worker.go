@@ -140,6 +140,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	// Take messages only for the workers that are free with nothing
 	// waiting for them: what is not taken stays in the stream for the
 	// other replicas.
+	perMessage := float64(maxGrantsPerBurst)
 	for ctx.Err() == nil {
 		free := int(idle.Load()) - len(queue)
 		if free <= 0 {
@@ -150,7 +151,10 @@ func (p *Pool) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		msgs, err := p.fetch(ctx, cons, min(free, maxMessagesPerPull))
+		// As many messages as free workers would take, by the grants per
+		// message seen so far (a message taken is run here whole).
+		n := max(1, min(int(float64(free)/perMessage), maxMessagesPerPull))
+		msgs, err := p.fetch(ctx, cons, n)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
 				// Every pool meets it while NATS fails over: say it once in
@@ -169,11 +173,14 @@ func (p *Pool) Run(ctx context.Context) error {
 			acks.Go(func() { taken[i] = p.take(ctx, m) })
 		}
 		acks.Wait()
+		grants := 0
 		for _, hs := range taken {
+			grants += len(hs)
 			for _, h := range hs {
 				queue <- h
 			}
 		}
+		perMessage = max(1, (perMessage+float64(grants)/float64(len(msgs)))/2)
 	}
 	wg.Wait()
 	// Grants taken as the workers stopped go back too.
@@ -192,6 +199,9 @@ func (p *Pool) Run(ctx context.Context) error {
 const (
 	maxMessagesPerPull  = 16
 	maxGrantsPerMessage = 64
+	// maxGrantsPerBurst is what a pool expects of a message before it has
+	// seen one: about what the scheduler puts in each message of a burst.
+	maxGrantsPerBurst = 8
 )
 
 // fetch takes up to n grant messages: those waiting now, or else the first
