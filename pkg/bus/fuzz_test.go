@@ -42,6 +42,11 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		{`{"specversion":"1.0","id":"1","source":"s","type":"` + TypeGrant + `","data_base64":"e30="}`, "application/cloudevents+json", "", "", "", "", ""},
 		{`{{`, "application/cloudevents+json", "", "", "", "", ""},
 		{grant, "", "", "", "", "", ""},
+		{`{"grants":[` + grant + `,` + grant + `]}`, "application/json", TypeGrants, "1.0", "9", "sluice/scheduler", ""},
+		{`{"results":[` + result + `]}`, "application/json", TypeResults, "1.0", "10", "sluice/pre", ""},
+		{`{"results":null}`, "application/json", TypeResults, "1.0", "11", "s", ""},
+		{`{"grants":[{}, 1]}`, "application/json", TypeGrants, "1.0", "12", "s", ""},
+		{structured(TypeGrants, `{"grants":[`+grant+`]}`), "application/cloudevents+json", "", "", "", "", ""},
 	} {
 		f.Add([]byte(s.body), s.ct, s.typ, s.spec, s.id, s.source, s.time)
 	}
@@ -74,6 +79,10 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		checkDecodeData(t, m, TypeGrant, &g, func() any { return new(Grant) })
 		var r Result
 		checkDecodeData(t, m, TypeResult, &r, func() any { return new(Result) })
+		var gs Grants
+		checkDecodeData(t, m, TypeGrants, &gs, func() any { return new(Grants) })
+		var rs Results
+		checkDecodeData(t, m, TypeResults, &rs, func() any { return new(Results) })
 	})
 }
 
