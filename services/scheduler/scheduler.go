@@ -289,6 +289,8 @@ func (s *Service) Run(ctx context.Context) error {
 	s.sample(time.Now())
 	// Decisions are made here and made durable by the committer, which
 	// stores and publishes a step's outputs while the next step is made.
+	// The hand-over waits for the committer: what comes in meanwhile goes
+	// into one larger next step.
 	commits := make(chan *commit)
 	failed := make(chan error, 1)
 	committed := make(chan struct{})
