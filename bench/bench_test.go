@@ -22,10 +22,13 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 9 {
-		t.Fatalf("%d figures, want 9 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 10 {
+		t.Fatalf("%d figures, want 10 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
-	if load := r.Figures[8]; load.Met != "yes" {
+	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
+		t.Errorf("the cp baseline: %+v", cp)
+	}
+	if load := r.Figures[len(r.Figures)-1]; load.Met != "yes" {
 		t.Errorf("load: %s", load.Value)
 	}
 	for _, f := range r.Figures {
