@@ -49,16 +49,20 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
 		return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
 	}
-	for try := 0; try < 2; try++ {
+	s.checking.Lock()
+	defer s.checking.Unlock()
+	for try := 0; try < 3; try++ {
 		if fi, err := os.Stat(lock); err == nil {
 			if time.Since(lastActivity(entry, fi.ModTime())) < cmp.Or(s.cfg.CacheLockTimeout, 15*time.Minute) {
 				res.Cache = dtr.CacheLocked
 				return res, nil
 			}
 			// Stale: its downloader is gone. Break it and start over.
-			s.log.Warn("stale cache lock broken", "entry", entry, "age", time.Since(fi.ModTime()).Round(time.Second))
-			_ = os.Remove(lock)
-			_ = os.Remove(entry)
+			if breakLock(lock, fi) {
+				s.log.Warn("stale cache lock broken", "entry", entry, "age", time.Since(fi.ModTime()).Round(time.Second))
+				_ = os.Remove(entry)
+			}
+			continue
 		}
 		if _, err := os.Stat(entry); err == nil {
 			res.Cache = dtr.CacheHit
@@ -82,6 +86,26 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 	}
 	res.Cache = dtr.CacheLocked
 	return res, nil
+}
+
+// breakLock removes the stale lock that stat described, and reports
+// whether it did. The lock is first moved aside (a rename is atomic, so one
+// breaker wins); if what was moved is not the stale lock but one taken
+// since (by a processor that broke it first), it is put back.
+func breakLock(lock string, stale fs.FileInfo) bool {
+	aside := fmt.Sprintf("%s.broken-%d", lock, time.Now().UnixNano())
+	if err := os.Rename(lock, aside); err != nil {
+		return false // another breaker moved it first
+	}
+	// (A file system may give the fresh lock the stale one's inode: its
+	// modification time tells them apart.)
+	if fi, err := os.Stat(aside); err == nil && (!os.SameFile(fi, stale) || !fi.ModTime().Equal(stale.ModTime())) {
+		_ = os.Link(aside, lock) // a fresh lock: back in place (unless yet another is there)
+		_ = os.Remove(aside)
+		return false
+	}
+	_ = os.Remove(aside)
+	return true
 }
 
 // lastActivity is the latest of the lock's time and the modification

@@ -100,3 +100,37 @@ func touch(t *testing.T, p string, at time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// Two processors that find the same stale lock break it once: the second,
+// which saw the stale lock before the first took the entry afresh, leaves
+// the fresh lock in place.
+func TestAStaleLockIsBrokenOnceAndAFreshOneIsNotTaken(t *testing.T) {
+	lock := filepath.Join(t.TempDir(), "entry.lock")
+	if err := os.WriteFile(lock, []byte("gone\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(lock, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.Stat(lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !breakLock(lock, stale) {
+		t.Fatal("the first breaker did not break the stale lock")
+	}
+	// The first breaker takes the entry: a fresh lock at the same path.
+	if err := os.WriteFile(lock, []byte("fresh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if breakLock(lock, stale) {
+		t.Fatal("the second breaker broke the fresh lock")
+	}
+	if b, err := os.ReadFile(lock); err != nil || string(b) != "fresh\n" {
+		t.Fatalf("the fresh lock: %q, %v", b, err)
+	}
+	if es, _ := os.ReadDir(filepath.Dir(lock)); len(es) != 1 {
+		t.Fatalf("left beside the lock: %v", es)
+	}
+}

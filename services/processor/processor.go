@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,9 @@ type Service struct {
 	nc     *nats.Conn
 	client *transfer.Client
 	log    *slog.Logger
+	// checking serialises this process's cache checks (several grants of
+	// one message run at once, often for the same source).
+	checking sync.Mutex
 }
 
 // New prepares a processor on nc.
