@@ -22,6 +22,9 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Measured as `sluice all` runs: the roles in this process collect
+	// garbage as a serving process does.
+	go collectLess(ctx)
 	o := bench.Full()
 	if *quick {
 		o = bench.Quick()

@@ -17,6 +17,7 @@ func serve(ctx context.Context, role string, cfg *Config, args []string) error {
 		return err
 	}
 	log := newLogger(cfg, os.Stderr)
+	go collectLess(ctx)
 	roles := []string{role}
 	if role == "all" {
 		roles = stack.Roles
