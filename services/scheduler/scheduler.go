@@ -561,12 +561,14 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
 	var changes bus.StateChanges
+	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
 		m, err := record(d)
 		if err != nil {
 			return nil, err
 		}
+		encoded[d.ID] = m.Data
 		if d.State.Final() {
 			c.finals = append(c.finals, m)
 		} else {
@@ -575,7 +577,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		changes.Changes = append(changes.Changes, bus.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
 	}
-	grants, err := s.grants(ctx, dec.Grants)
+	grants, err := s.grants(ctx, dec.Grants, encoded)
 	if err != nil {
 		return nil, err
 	}
@@ -888,11 +890,21 @@ const maxGrantsPerMessage = 32
 // messages for its free workers); otherwise they go in as few events as
 // maxGrantsPerMessage allows. No event is larger than half of the server's
 // max_payload. Each grant carries the span that sent it.
-func (s *Service) grants(ctx context.Context, gs []core.Grant) ([]*nats.Msg, error) {
+func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
 	byStage := map[dtr.Stage][]encodedGrant{}
 	for _, g := range gs {
 		gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
-		data := bus.Grant{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: *g.DTR,
+		// The DTR as its record was just encoded (a granted DTR is always
+		// among the changed ones), not encoded again.
+		d, ok := encoded[g.DTR.ID]
+		if !ok {
+			var err error
+			if d, err = json.Marshal(g.DTR); err != nil {
+				span.End()
+				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
+			}
+		}
+		data := grantWire{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: d,
 			LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency, TraceParent: bus.TraceParent(gctx)}
 		span.End()
 		b, err := json.Marshal(data)
@@ -925,6 +937,18 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant) ([]*nats.Msg, err
 		}
 	}
 	return msgs, nil
+}
+
+// grantWire is bus.Grant with its DTR already encoded.
+type grantWire struct {
+	Grant        string          `json:"grant"`
+	Stage        dtr.Stage       `json:"stage"`
+	State        dtr.State       `json:"state"`
+	DTR          json.RawMessage `json:"dtr"`
+	LeaseSeconds float64         `json:"lease_seconds"`
+	Cleanup      bool            `json:"cleanup,omitempty"`
+	Emergency    bool            `json:"emergency,omitempty"`
+	TraceParent  string          `json:"traceparent,omitempty"`
 }
 
 type encodedGrant struct {
