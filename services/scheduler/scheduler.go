@@ -885,10 +885,10 @@ func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetst
 const maxGrantsPerMessage = 32
 
 // grants encodes a step's grants as Grants events, one stage's per event.
-// A stage's eight or more grants are spread over at least four events (so
-// that a burst of grants goes to several worker processes, each taking
-// messages for its free workers); otherwise they go in as few events as
-// maxGrantsPerMessage allows. No event is larger than half of the server's
+// A stage's grants are spread over at least four events, or one per grant
+// if fewer (so that they go to several worker processes, each taking
+// messages for its free workers: a message's grants all run where it is
+// taken), and over more when maxGrantsPerMessage requires. No event is larger than half of the server's
 // max_payload. Each grant carries the span that sent it.
 func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
 	byStage := map[dtr.Stage][]encodedGrant{}
@@ -917,10 +917,7 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	var msgs []*nats.Msg
 	for _, stage := range bus.Stages {
 		enc := byStage[stage]
-		per := (len(enc) + maxGrantsPerMessage - 1) / maxGrantsPerMessage
-		if len(enc) >= 8 {
-			per = max(per, 4)
-		}
+		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), 4))
 		size := (len(enc) + per - 1) / max(per, 1)
 		for len(enc) > 0 {
 			n, bytes := 0, 0
