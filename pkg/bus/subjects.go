@@ -103,8 +103,10 @@ var Stages = []dtr.Stage{dtr.StagePre, dtr.StageDelivery, dtr.StagePost}
 // Setup is how streams are created; Replicas is 1 on a single server.
 type Setup struct {
 	Replicas int
-	// AckWait is how long a worker holds a grant without a sign of life
-	// before JetStream hands it to another replica.
+	// AckWait is how long a consumer's message stays unacknowledged before
+	// JetStream delivers it again: a grant message whose taker died before
+	// acknowledging it (workers acknowledge a grant message before running
+	// any of its grants), or a scheduler or generator input not yet done.
 	AckWait time.Duration
 }
 
