@@ -244,7 +244,7 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 		_ = jm.Term()
 		return nil
 	}
-	if err := jm.DoubleAck(ctx); err != nil {
+	if err := ackConfirmed(ctx, jm); err != nil {
 		p.Log.Warn("grant message not acknowledged; it is left to be redelivered", "err", err)
 		return nil
 	}
@@ -270,6 +270,30 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 		out = append(out, h)
 	}
 	return out
+}
+
+// ackConfirmed acknowledges a message and waits for the server to confirm
+// it, asking again while NATS fails over (an acknowledgement sent again is
+// harmless): a grant whose acknowledgement is not confirmed is not run,
+// and waits for its lease to run out.
+func ackConfirmed(ctx context.Context, jm jetstream.Msg) error {
+	var err error
+	for try := range 5 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try) * 500 * time.Millisecond):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = jm.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return nil
+		}
+	}
+	return err
 }
 
 // decodeGrants reads the grants of a message: one (org.sluice.grant.v1,
