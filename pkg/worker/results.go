@@ -114,8 +114,20 @@ func (s *resultSender) publishResults(rs bus.Results) error {
 	if len(m.Data) > s.maxBytes && len(rs.Results) > 1 {
 		return errTooLarge
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = s.js.PublishMsg(pctx, m)
-	return err
+	// While NATS fails over a publish can go unanswered or be refused for
+	// want of a leader: the same message (the same id, stored once) is
+	// sent again for up to about half a minute.
+	for try := 1; ; try++ {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = s.js.PublishMsg(pctx, m)
+		cancel()
+		if err == nil || try == publishTries {
+			return err
+		}
+		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
+	}
 }
+
+// publishTries is how often a Results event is sent before its results
+// are given up (their grants' leases then run out).
+const publishTries = 6
