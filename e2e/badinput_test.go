@@ -36,9 +36,21 @@ import (
 // message published there, whoever consumes it).
 func watch[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) (T, bool)) <-chan T {
 	t.Helper()
+	return watchEach(t, nc, subject, func(m *nats.Msg) []T {
+		if v, ok := decode(m); ok {
+			return []T{v}
+		}
+		return nil
+	})
+}
+
+// watchEach collects every value that decode finds in the messages on
+// subject, several per message if it finds several.
+func watchEach[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) []T) <-chan T {
+	t.Helper()
 	ch := make(chan T, 1000)
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		if v, ok := decode(m); ok {
+		for _, v := range decode(m) {
 			ch <- v
 		}
 	})
@@ -80,29 +92,17 @@ func watchTerminations(t *testing.T, nc *nats.Conn) <-chan termination {
 // watchResults collects every result a worker publishes, one by one
 // whether it came alone or with others.
 func watchResults(t *testing.T, nc *nats.Conn) <-chan bus.Result {
-	t.Helper()
-	ch := make(chan bus.Result, 1000)
-	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
+	return watchEach(t, nc, bus.SubjectResultPrefix+">", func(m *nats.Msg) []bus.Result {
 		var rs bus.Results
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResults, &rs); err != nil {
-			var r bus.Result
-			if _, err := bus.DecodeData(context.Background(), m, bus.TypeResult, &r); err != nil {
-				return
-			}
-			rs.Results = []bus.Result{r}
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResults, &rs); err == nil {
+			return rs.Results
 		}
-		for _, r := range rs.Results {
-			ch <- r
+		var r bus.Result
+		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResult, &r); err == nil {
+			return []bus.Result{r}
 		}
+		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return ch
 }
 
 // next returns the first value that ok accepts, failing after within.
