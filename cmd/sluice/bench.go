@@ -15,7 +15,7 @@ import (
 // figures to BENCHMARKS.md (or -out).
 func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
 	fs := flags("bench", cfg)
-	quick := fs.Bool("quick", false, "smaller runs (a minute or two) instead of the full figures")
+	quick := fs.Bool("quick", false, "smaller runs (half a minute) instead of the full figures (about two minutes)")
 	out := fs.String("out", "BENCHMARKS.md", "file to write the report to; - for standard output")
 	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
 	cli := fs.String("nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
