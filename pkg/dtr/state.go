@@ -3,7 +3,6 @@
 package dtr
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -86,16 +85,17 @@ func ParseState(name string) (State, error) {
 	return 0, fmt.Errorf("unknown DTR state %q", name)
 }
 
-// MarshalJSON writes the state as its ARC name.
-func (s State) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
-
-// UnmarshalJSON reads a state from its ARC name.
-func (s *State) UnmarshalJSON(b []byte) error {
-	var name string
-	if err := json.Unmarshal(b, &name); err != nil {
-		return fmt.Errorf("DTR state: %w", err)
+// MarshalText writes the state as its ARC name (a JSON string).
+func (s State) MarshalText() ([]byte, error) {
+	if s >= numStates {
+		return nil, fmt.Errorf("DTR state %d is not a state", uint8(s))
 	}
-	v, err := ParseState(strings.ToUpper(name))
+	return []byte(stateNames[s]), nil
+}
+
+// UnmarshalText reads a state from its ARC name, in any case.
+func (s *State) UnmarshalText(b []byte) error {
+	v, err := ParseState(strings.ToUpper(string(b)))
 	if err != nil {
 		return err
 	}

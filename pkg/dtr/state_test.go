@@ -1,6 +1,7 @@
 package dtr
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -58,14 +59,27 @@ func TestEveryQueueStateHasAnActiveAndADoneState(t *testing.T) {
 
 func TestStateNamesRoundTrip(t *testing.T) {
 	for s := New; s < numStates; s++ {
-		b, err := s.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
+		b, err := json.Marshal(s)
+		if err != nil || string(b) != `"`+s.String()+`"` {
+			t.Fatalf("%s in JSON: %s, %v", s, b, err)
 		}
 		var back State
-		if err := back.UnmarshalJSON(b); err != nil || back != s {
+		if err := json.Unmarshal(b, &back); err != nil || back != s {
 			t.Fatalf("%s → %s → %s (%v)", s, b, back, err)
 		}
+		lower := []byte(strings.ToLower(string(b)))
+		if err := json.Unmarshal(lower, &back); err != nil || back != s {
+			t.Fatalf("%s → %s → %s (%v)", s, lower, back, err)
+		}
+	}
+	var st State
+	for _, bad := range []string{`"FLYING"`, `3`, `null"`} {
+		if err := json.Unmarshal([]byte(bad), &st); err == nil {
+			t.Errorf("state %s taken", bad)
+		}
+	}
+	if _, err := json.Marshal(State(200)); err == nil {
+		t.Error("State(200) written")
 	}
 	if _, err := ParseState("FLYING"); err == nil {
 		t.Fatal("ParseState accepted FLYING")

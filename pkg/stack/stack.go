@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,7 +54,7 @@ type Config struct {
 	// HTTPAddr is where the process serves /healthz, /metrics and, with
 	// the scheduler, its web page; HTTP, if set, is a listener to use
 	// instead.
-	HTTPAddr string       `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"address of the HTTP server of every process: /healthz, /metrics (Prometheus) and, where the scheduler runs, the live web page at /; empty: none"`
+	HTTPAddr string       `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"address of the HTTP server of every process: /healthz, /metrics (Prometheus), /debug/pprof/ and, where the scheduler runs, the live web page at /; empty: none"`
 	HTTP     net.Listener `ignored:"true"`
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
@@ -186,7 +187,12 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	var hl health
 	mux.Handle("GET /healthz", &hl)
 	mux.Handle("GET /metrics", metrics)
-	site := index([]string{"/healthz", "/metrics"})
+	// Go's profiles, as Loki and Mimir serve them: what a process spends
+	// its CPU and memory on (go tool pprof http://<addr>/debug/pprof/profile).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	site := index([]string{"/healthz", "/metrics", "/debug/pprof/"})
 
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {

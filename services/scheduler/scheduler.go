@@ -904,10 +904,10 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 			}
 		}
-		data := grantWire{Grant: g.ID, Stage: g.Stage, State: g.State, DTR: d,
+		data := grantWire{Grant: g.ID, Stage: g.Stage, State: g.State,
 			LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency, TraceParent: bus.TraceParent(gctx)}
 		span.End()
-		b, err := json.Marshal(data)
+		b, err := data.encode(d)
 		if err != nil {
 			return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 		}
@@ -936,16 +936,27 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	return msgs, nil
 }
 
-// grantWire is bus.Grant with its DTR already encoded.
+// grantWire is bus.Grant but its DTR, which encode adds already encoded.
 type grantWire struct {
-	Grant        string          `json:"grant"`
-	Stage        dtr.Stage       `json:"stage"`
-	State        dtr.State       `json:"state"`
-	DTR          json.RawMessage `json:"dtr"`
-	LeaseSeconds float64         `json:"lease_seconds"`
-	Cleanup      bool            `json:"cleanup,omitempty"`
-	Emergency    bool            `json:"emergency,omitempty"`
-	TraceParent  string          `json:"traceparent,omitempty"`
+	Grant        string    `json:"grant"`
+	Stage        dtr.Stage `json:"stage"`
+	State        dtr.State `json:"state"`
+	LeaseSeconds float64   `json:"lease_seconds"`
+	Cleanup      bool      `json:"cleanup,omitempty"`
+	Emergency    bool      `json:"emergency,omitempty"`
+	TraceParent  string    `json:"traceparent,omitempty"`
+}
+
+// encode writes the grant with d, a DTR's JSON, as its "dtr" (last, and
+// not checked again as a json.RawMessage would be).
+func (g grantWire) encode(d []byte) ([]byte, error) {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b[:len(b)-1], `,"dtr":`...)
+	b = append(b, d...)
+	return append(b, '}'), nil
 }
 
 type encodedGrant struct {
