@@ -93,15 +93,8 @@ func watchTerminations(t *testing.T, nc *nats.Conn) <-chan termination {
 // whether it came alone or with others.
 func watchResults(t *testing.T, nc *nats.Conn) <-chan bus.Result {
 	return watchEach(t, nc, bus.SubjectResultPrefix+">", func(m *nats.Msg) []bus.Result {
-		var rs bus.Results
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResults, &rs); err == nil {
-			return rs.Results
-		}
-		var r bus.Result
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeResult, &r); err == nil {
-			return []bus.Result{r}
-		}
-		return nil
+		rs, _ := bus.DecodeResults(context.Background(), m)
+		return rs
 	})
 }
 

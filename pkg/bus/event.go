@@ -114,6 +114,30 @@ func DecodeData(ctx context.Context, m *nats.Msg, typ string, v any) (*event.Eve
 	return ev, nil
 }
 
+// DecodeResults reads the results of a message on a result subject: one
+// (org.sluice.result.v1) or several (org.sluice.results.v1).
+func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
+	ev, err := Decode(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	switch ev.Type() {
+	case TypeResult:
+		var r Result
+		if err := json.Unmarshal(ev.Data(), &r); err != nil {
+			return nil, fmt.Errorf("%s data: %w", TypeResult, err)
+		}
+		return []Result{r}, nil
+	case TypeResults:
+		var rs Results
+		if err := json.Unmarshal(ev.Data(), &rs); err != nil {
+			return nil, fmt.Errorf("%s data: %w", TypeResults, err)
+		}
+		return rs.Results, nil
+	}
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeResult, TypeResults)
+}
+
 // headerWriter writes a binary-mode CloudEvent into a NATS message.
 type headerWriter nats.Msg
 

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,7 +49,7 @@ func newRig(t *testing.T) *rig {
 	}
 	r := &rig{t: t, nc: nc, js: js}
 	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
-		rs, err := decodeResultsForTest(m)
+		rs, err := bus.DecodeResults(context.Background(), m)
 		if err != nil {
 			t.Errorf("result message: %v", err)
 			return
@@ -77,24 +76,6 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { _ = psub.Unsubscribe() })
 	return r
-}
-
-func decodeResultsForTest(m *nats.Msg) ([]bus.Result, error) {
-	ev, err := bus.Decode(context.Background(), m)
-	if err != nil {
-		return nil, err
-	}
-	switch ev.Type() {
-	case bus.TypeResults:
-		var rs bus.Results
-		err := json.Unmarshal(ev.Data(), &rs)
-		return rs.Results, err
-	case bus.TypeResult:
-		var r bus.Result
-		err := json.Unmarshal(ev.Data(), &r)
-		return []bus.Result{r}, err
-	}
-	return nil, fmt.Errorf("event type %s", ev.Type())
 }
 
 // start runs a pool until the test ends or stop is called.

@@ -485,9 +485,10 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 	}
 	for _, jm := range ms {
 		// The last span of the DTR's trace.
-		_, span := bus.StartConsumer(ctx, bus.Msg(jm), "process")
+		msg := bus.Msg(jm)
+		_, span := bus.StartConsumer(ctx, msg, "process")
 		d := &dtr.DTR{}
-		_, err := bus.DecodeData(ctx, bus.Msg(jm), bus.TypeDTRFinal, d)
+		ev, err := bus.DecodeData(ctx, msg, bus.TypeDTRFinal, d)
 		span.End()
 		if err != nil {
 			s.log.Error("malformed final DTR event dropped", "err", err)
@@ -496,9 +497,8 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 		if d.JobID == "" {
 			continue // a DTR published directly, not part of a job
 		}
-		b, _ := json.Marshal(d)
 		m := nats.NewMsg("$KV." + bus.BucketJobs + "." + d.JobID + ".f." + d.ID.String())
-		m.Data = b
+		m.Data = ev.Data() // the DTR's JSON, as the scheduler wrote it
 		// A create: refused if the key has a value already.
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 		f := &final{d: d, fresh: true}

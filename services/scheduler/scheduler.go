@@ -759,7 +759,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			s.log.Debug("cancel", "dtr", c.DTR, "err", err)
 		}
 	case strings.HasPrefix(m.Subject, bus.SubjectResultPrefix):
-		rs, err := decodeResults(ctx, m)
+		rs, err := bus.DecodeResults(ctx, m)
 		if err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
@@ -795,30 +795,6 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		return err
 	}
 	return nil
-}
-
-// decodeResults reads the results of a message on a result subject: one
-// (org.sluice.result.v1) or several (org.sluice.results.v1).
-func decodeResults(ctx context.Context, m *nats.Msg) ([]bus.Result, error) {
-	ev, err := bus.Decode(ctx, m)
-	if err != nil {
-		return nil, err
-	}
-	switch ev.Type() {
-	case bus.TypeResult:
-		var r bus.Result
-		if err := json.Unmarshal(ev.Data(), &r); err != nil {
-			return nil, fmt.Errorf("%s data: %w", bus.TypeResult, err)
-		}
-		return []bus.Result{r}, nil
-	case bus.TypeResults:
-		var rs bus.Results
-		if err := json.Unmarshal(ev.Data(), &rs); err != nil {
-			return nil, fmt.Errorf("%s data: %w", bus.TypeResults, err)
-		}
-		return rs.Results, nil
-	}
-	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), bus.TypeResult, bus.TypeResults)
 }
 
 // submitted is a decoded message from dtr.submit.
