@@ -369,11 +369,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	p.mu.Lock()
 	h.cancel = cancel
 	p.mu.Unlock()
-	// The lease is renewed while the handler works (renewLeases); a grant
-	// that waited for a free worker renews it as it starts.
-	if waited > p.renewEvery(g) {
-		p.renew(h)
-	}
+	// renewLeases keeps the lease alive, as it did while the grant waited.
 	start := time.Now()
 	ended := p.metrics.started(ctx)
 	res := p.Handler(wctx, g, func(b, s int64) {
