@@ -159,25 +159,25 @@ func event(t *testing.T, subject, typ string, data any) *nats.Msg {
 	return m
 }
 
-// dtrRecord reads a DTR's stored record and its revision; ok is false when
-// the scheduler never stored it.
-func (s *system) dtrRecord(id uuid.UUID) (d dtr.DTR, rev uint64, ok bool) {
+// dtrRecord is the scheduler's record of a DTR, as sluice.api.dtr answers
+// (the scheduler's DTRs, its journal, then the sluice_dtrs bucket), and
+// that record's JSON, which changes with any change of the DTR; ok is false
+// when the scheduler never stored it.
+func (s *system) dtrRecord(id uuid.UUID) (d dtr.DTR, version string, ok bool) {
 	s.t.Helper()
-	kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	e, err := kv.Get(context.Background(), id.String())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return d, 0, false
+	var r scheduler.DTRReply
+	err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &r)
+	if err != nil && strings.Contains(err.Error(), "unknown DTR") {
+		return d, "", false
 	}
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
+	b, err := json.Marshal(r.DTR)
+	if err != nil {
 		s.t.Fatal(err)
 	}
-	return d, e.Revision(), true
+	return r.DTR, string(b), true
 }
 
 // awaitDTR polls the scheduler's record of a DTR until ok accepts it.
@@ -226,12 +226,24 @@ func (s *system) drained() {
 type durable struct {
 	DTRs         map[string]uint64
 	Grants, Jobs [3]uint64
+	// Journaled is the last sequence of the scheduler's journal: it
+	// grows with every change of a DTR.
+	Journaled uint64
 }
 
+// durableState is taken once the scheduler has checkpointed its journal
+// (testConfig checkpoints soon after every change).
 func durableState(t *testing.T, js jetstream.JetStream) durable {
 	t.Helper()
 	st := snapshot(t, js)
-	return durable{DTRs: st.DTRs, Grants: st.Streams[bus.StreamGrants], Jobs: st.Streams["KV_"+bus.BucketJobs]}
+	for deadline := time.Now().Add(10 * time.Second); st.Streams[bus.StreamJournal][0] > 0; st = snapshot(t, js) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduler's journal still holds %d messages", st.Streams[bus.StreamJournal][0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return durable{DTRs: st.DTRs, Grants: st.Streams[bus.StreamGrants], Jobs: st.Streams["KV_"+bus.BucketJobs],
+		Journaled: st.Streams[bus.StreamJournal][2]}
 }
 
 func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing(t *testing.T) {
@@ -658,7 +670,7 @@ func TestForgedResultsAreIgnoredUnlessTheyNameTheCurrentGrant(t *testing.T) {
 			none(t, terms, 300*time.Millisecond, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamResults })
 			none(t, rejections, 100*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
 			if d, r, _ := s.dtrRecord(id); r != rev || d.State != dtr.QueryingReplica || d.Grant != current {
-				t.Fatalf("the DTR changed: %s, grant %s, revision %d → %d", d.State, d.Grant, rev, r)
+				t.Fatalf("the DTR changed: %s, grant %s:\nbefore %s\nafter  %s", d.State, d.Grant, rev, r)
 			}
 		})
 	}
@@ -811,7 +823,7 @@ func TestADTRIdReusedByAnotherDTRIsNotRunAgain(t *testing.T) {
 	})
 	// Neither ran: the first DTR's record is as it was.
 	if d, r, _ := s.dtrRecord(id); r != rev || d.Source != first.Source || d.State != dtr.Done {
-		t.Fatalf("the DTR is now %s from %s (revision %d → %d)", d.State, d.Source, rev, r)
+		t.Fatalf("the DTR is now %s from %s:\nbefore %s\nafter  %s", d.State, d.Source, rev, r)
 	}
 	for _, name := range []string{"second", "third"} {
 		if _, err := os.Stat(filepath.Join(s.dir, name)); err == nil {

@@ -32,12 +32,14 @@ import (
 )
 
 // testConfig is the services' configuration for tests: ARC's defaults with
-// short retry delays.
+// short retry delays, and checkpoints soon after every change, so that a
+// state that holds still holds still in the sluice_dtrs bucket too.
 func testConfig() stack.Config {
 	return stack.Config{
 		Config: scheduler.Config{
 			MaxProcessor: 10, MaxDelivery: 10, MaxEmergency: 1, MaxTransferTries: 10,
 			RetryBase: 100 * time.Millisecond, Lease: time.Minute, Tick: 20 * time.Millisecond,
+			CheckpointEvery: 20 * time.Millisecond,
 		},
 		Generator: generator.Config{MaxFiles: 10000},
 		Processor: processor.Config{PreWorkers: 10, PostWorkers: 10},

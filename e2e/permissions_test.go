@@ -129,7 +129,7 @@ func snapshot(t *testing.T, js jetstream.JetStream) state {
 	ctx := context.Background()
 	s := state{Streams: map[string][3]uint64{}, Consumers: map[string][3]uint64{}, DTRs: map[string]uint64{}}
 	for _, name := range []string{bus.StreamSubmit, bus.StreamGrants, bus.StreamResults, bus.StreamEvents,
-		"KV_" + bus.BucketDTRs, "KV_" + bus.BucketJobs} {
+		bus.StreamJournal, "KV_" + bus.BucketDTRs, "KV_" + bus.BucketJobs} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)

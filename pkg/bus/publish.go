@@ -31,6 +31,9 @@ type Batch struct {
 	// the refusal is an error (a create of a key that exists, say, may
 	// not be).
 	Refused func(i int, err error) error
+	// Last is the highest stream sequence the server has acknowledged
+	// (useful when every message goes to one stream).
+	Last uint64
 
 	ctx     context.Context
 	js      jetstream.JetStream
@@ -116,7 +119,8 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 	subject := f.Msg().Subject
 	var last error
 	select {
-	case <-f.Ok():
+	case ack := <-f.Ok():
+		b.Last = max(b.Last, ack.Sequence)
 		return nil
 	case err := <-f.Err():
 		last = err
@@ -133,9 +137,11 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 		}
 		slog.Warn("publishing again", "subject", subject, "try", try, "err", last)
 		pctx, cancel := context.WithTimeout(ctx, ackTimeout)
-		_, last = b.js.PublishMsg(pctx, f.Msg())
+		var ack *jetstream.PubAck
+		ack, last = b.js.PublishMsg(pctx, f.Msg())
 		cancel()
 		if last == nil {
+			b.Last = max(b.Last, ack.Sequence)
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -46,6 +46,10 @@ const (
 	// SubjectRejected carries the reason a message was refused (stream
 	// SLUICE_EVENTS).
 	SubjectRejected = "sluice.event.rejected"
+	// SubjectJournal is where the scheduler appends changed DTR records
+	// (stream SLUICE_JOURNAL; not CloudEvents but lines of DTR JSON, read
+	// only by the scheduler).
+	SubjectJournal = "sluice.journal"
 	// API subjects (request/reply, nats.go/micro services).
 	SubjectAPIJobSubmit = "sluice.api.job.submit"
 	SubjectAPIJobStatus = "sluice.api.job.status"
@@ -59,10 +63,13 @@ const (
 
 // Streams, consumers and buckets.
 const (
-	StreamSubmit    = "SLUICE_SUBMIT"
-	StreamGrants    = "SLUICE_GRANTS"
-	StreamResults   = "SLUICE_RESULTS"
-	StreamEvents    = "SLUICE_EVENTS"
+	StreamSubmit  = "SLUICE_SUBMIT"
+	StreamGrants  = "SLUICE_GRANTS"
+	StreamResults = "SLUICE_RESULTS"
+	StreamEvents  = "SLUICE_EVENTS"
+	// StreamJournal is the scheduler's journal of changed DTR records
+	// (services/scheduler/journal.go); only the scheduler uses it.
+	StreamJournal   = "SLUICE_JOURNAL"
 	ConsumerSched   = "scheduler"
 	ConsumerGen     = "generator"
 	BucketDTRs      = "sluice_dtrs"
@@ -135,6 +142,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute},
 		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>", SubjectRejected},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
+		// No limits: the scheduler purges what it has checkpointed.
+		{Name: StreamJournal, Subjects: []string{SubjectJournal},
+			Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute},
 	}
 	for _, cfg := range streams {
 		cfg.Storage = jetstream.FileStorage

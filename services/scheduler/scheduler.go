@@ -1,8 +1,8 @@
 // Package scheduler is the scheduler service: the only holder of queues and
 // shares. It consumes new DTRs, cancels and worker results from JetStream,
-// feeds them to the pure core, persists every changed DTR, publishes the
-// core's grants and final DTRs as CloudEvents, and only then acknowledges
-// what it consumed.
+// feeds them to the pure core, journals every changed DTR (journal.go),
+// publishes the core's grants and final DTRs as CloudEvents, and only then
+// acknowledges what it consumed.
 package scheduler
 
 import (
@@ -83,6 +83,10 @@ type Config struct {
 	// StreamReplicas is the replica count of the streams, consumers and
 	// buckets that the scheduler sets up.
 	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
+	// CheckpointEvery and CheckpointRecords say how often the records in
+	// the journal are checkpointed into the sluice_dtrs bucket (journal.go).
+	CheckpointEvery   time.Duration `envconfig:"CHECKPOINT_EVERY" default:"5s" desc:"how often the DTR records of the scheduler's journal are put in the sluice_dtrs bucket (each changed DTR once) and the journal purged; a restart replays what is left"`
+	CheckpointRecords int           `envconfig:"CHECKPOINT_RECORDS" default:"20000" desc:"checkpoint sooner once this many DTRs have changed since the last one"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 }
@@ -203,6 +207,8 @@ type Service struct {
 	looped atomic.Int64
 	// maxDTR is the largest DTR taken from dtr.submit (bus.MaxDTRBytes).
 	maxDTR int
+	// journal makes every step's changes durable (journal.go).
+	journal *journal
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -247,6 +253,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
+	every, atMost := s.cfg.CheckpointEvery, s.cfg.CheckpointRecords
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	if atMost <= 0 {
+		atMost = 20000
+	}
+	s.journal = newJournal(s.js, kv, s.log, int(s.nc.MaxPayload())/2, every, atMost)
 	if err := s.recover(ctx, kv); err != nil {
 		return fmt.Errorf("scheduler recovery: %w", err)
 	}
@@ -395,20 +409,22 @@ func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) b
 	}
 }
 
-// commit is what one step leaves to do, in order: store the records of the
-// changed DTRs (and publish rejections); publish grants and final DTRs;
-// store the records of the final DTRs; send the best-effort notices; and
-// only then acknowledge the step's inputs (or terminate the refused ones).
+// commit is what one step leaves to do, in order: journal the records of
+// the changed DTRs (and publish rejections); publish grants and final
+// DTRs; journal the records of the final DTRs; send the best-effort
+// notices; and only then acknowledge the step's inputs (or terminate the
+// refused ones).
 type commit struct {
-	records, publish, finals []*nats.Msg
-	notices                  []*nats.Msg
-	acks, terms              []jetstream.Msg
+	records, finals     []record
+	rejections, publish []*nats.Msg
+	notices             []*nats.Msg
+	acks, terms         []jetstream.Msg
 	// done, if set, hears the outcome.
 	done func(error)
 }
 
 func (c *commit) empty() bool {
-	return len(c.records)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms) == 0
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms) == 0
 }
 
 // commitTimeout bounds how long the committer goes on storing the outputs
@@ -420,10 +436,27 @@ const commitTimeout = 5 * time.Second
 // them before the next phase, so that a busy scheduler stores and publishes
 // in large batches. After a failure nothing more is published and the
 // failure is reported on failed; the inputs of the failed and later
-// commits stay unacknowledged and are redelivered.
+// commits stay unacknowledged and are redelivered. Between commits it
+// begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
+	defer s.journal.Wait()
 	var broken error
-	for c := range commits {
+	tick := time.NewTicker(min(time.Second, s.journal.every))
+	defer tick.Stop()
+	for {
+		var c *commit
+		select {
+		case <-tick.C:
+			if broken == nil && s.journal.Due(time.Now()) {
+				s.journal.Checkpoint(ctx)
+			}
+			continue
+		case next, ok := <-commits:
+			if !ok {
+				return
+			}
+			c = next
+		}
 		cs := []*commit{c}
 	more:
 		for {
@@ -453,34 +486,55 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			default:
 			}
 		}
+		if broken == nil && s.journal.Due(time.Now()) {
+			s.journal.Checkpoint(ctx)
+		}
 	}
 }
 
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	out := bus.NewBatch(ctx, s.js)
-	phase := func(what string, msgs func(*commit) []*nats.Msg) error {
+	// records are the latest record of each DTR in the commits.
+	records := func(of func(*commit) []record) []record {
+		var recs []record
+		at := map[uuid.UUID]int{}
 		for _, c := range cs {
-			for _, m := range msgs(c) {
-				out.Add(m)
+			for _, r := range of(c) {
+				if i, ok := at[r.id]; ok {
+					recs[i] = r
+					continue
+				}
+				at[r.id] = len(recs)
+				recs = append(recs, r)
 			}
 		}
-		if err := out.Wait(ctx); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		return nil
+		return recs
 	}
 	// A final DTR is announced before its record says final: if the
 	// scheduler dies in between, the input that finished it is
 	// redelivered and it is announced again (the generator takes a final
 	// DTR once).
-	if err := phase("persist", func(c *commit) []*nats.Msg { return c.records }); err != nil {
-		return err
+	for _, c := range cs {
+		for _, m := range c.rejections {
+			out.Add(m)
+		}
 	}
-	if err := phase("publish", func(c *commit) []*nats.Msg { return c.publish }); err != nil {
-		return err
+	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.records })); err != nil {
+		return fmt.Errorf("persist: %w", err)
 	}
-	if err := phase("persist final", func(c *commit) []*nats.Msg { return c.finals }); err != nil {
-		return err
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("publish rejections: %w", err)
+	}
+	for _, c := range cs {
+		for _, m := range c.publish {
+			out.Add(m)
+		}
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.finals })); err != nil {
+		return fmt.Errorf("persist final: %w", err)
 	}
 	for _, c := range cs {
 		for _, m := range c.notices {
@@ -564,15 +618,15 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
-		m, err := record(d)
+		b, err := json.Marshal(d)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 		}
-		encoded[d.ID] = m.Data
+		encoded[d.ID] = b
 		if d.State.Final() {
-			c.finals = append(c.finals, m)
+			c.finals = append(c.finals, record{d.ID, b})
 		} else {
-			c.records = append(c.records, m)
+			c.records = append(c.records, record{d.ID, b})
 		}
 		changes.Changes = append(changes.Changes, bus.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
@@ -672,6 +726,7 @@ func (s *Service) writeState() {
 // in parallel.
 func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]bool, error) {
 	var ids, held []uuid.UUID
+	stored := make(map[uuid.UUID]bool)
 	for _, sub := range subs {
 		d := sub.d
 		if sub.err != nil {
@@ -681,11 +736,15 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 			held = append(held, d.ID) // it may finish within this batch
 			continue
 		}
-		if _, ok := s.finished[d.ID]; !ok {
-			ids = append(ids, d.ID)
+		if _, ok := s.finished[d.ID]; ok {
+			continue
 		}
+		if _, ok := s.journal.Lookup(d.ID); ok {
+			stored[d.ID] = true // finished, not yet checkpointed
+			continue
+		}
+		ids = append(ids, d.ID)
 	}
-	stored := make(map[uuid.UUID]bool, len(ids)+len(held))
 	for _, id := range held {
 		stored[id] = true
 	}
@@ -710,17 +769,6 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 		})
 	}
 	return stored, g.Wait()
-}
-
-// record is the message that stores a DTR's record in the DTR bucket.
-func record(d *dtr.DTR) (*nats.Msg, error) {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
-	}
-	m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + d.ID.String())
-	m.Data = b
-	return m, nil
 }
 
 // handle applies one consumed message to the core. Bad input is answered
@@ -853,7 +901,7 @@ func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetst
 		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
 	}
 	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
-		out.records = append(out.records, rm)
+		out.rejections = append(out.rejections, rm)
 	}
 }
 
@@ -984,8 +1032,10 @@ func (s *Service) forget(now time.Time) {
 	}
 }
 
-// recover loads every saved DTR: unfinished ones go back into the core in
-// the order they last changed.
+// recover loads every saved DTR: the checkpoint in the bucket, then the
+// journal written since. Unfinished DTRs go back into the core in the order
+// they last changed; DTRs that finished after the checkpoint are
+// remembered as finished.
 func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -996,8 +1046,12 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	now := time.Now()
 	// Decoding is most of the work: records are decoded in chunks, each
 	// on every core.
-	var chunk []jetstream.KeyValueEntry
-	decode := func() {
+	type raw struct {
+		key  string
+		data []byte
+	}
+	var chunk []raw
+	decode := func(keep func(*dtr.DTR)) {
 		out := make([]*dtr.DTR, len(chunk))
 		var wg sync.WaitGroup
 		workers := runtime.GOMAXPROCS(0)
@@ -1005,41 +1059,70 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 			wg.Go(func() {
 				for i := k; i < len(chunk); i += workers {
 					d := &dtr.DTR{}
-					if err := json.Unmarshal(chunk[i].Value(), d); err != nil {
-						s.log.Error("unreadable saved DTR skipped", "key", chunk[i].Key(), "err", err)
+					if err := json.Unmarshal(chunk[i].data, d); err != nil {
+						s.log.Error("unreadable saved DTR skipped", "key", chunk[i].key, "err", err)
 						continue
 					}
-					if !d.State.Final() { // a resubmission of a final one is found by storedBefore
-						out[i] = d
-					}
+					out[i] = d
 				}
 			})
 		}
 		wg.Wait()
 		for _, d := range out {
 			if d != nil {
-				ds = append(ds, d)
+				keep(d)
 			}
 		}
 		chunk = chunk[:0]
+	}
+	checkpointed := func(d *dtr.DTR) {
+		if !d.State.Final() { // a resubmission of a final one is found by storedBefore
+			ds = append(ds, d)
+		}
 	}
 	for e := range w.Updates() {
 		if e == nil {
 			break // caught up
 		}
-		if chunk = append(chunk, e); len(chunk) == 8192 {
-			decode()
+		if chunk = append(chunk, raw{e.Key(), e.Value()}); len(chunk) == 8192 {
+			decode(checkpointed)
 		}
 	}
-	decode()
+	decode(checkpointed)
+	// The journal: later records replace earlier ones.
+	journaled := map[uuid.UUID]*dtr.DTR{}
+	keep := func(d *dtr.DTR) { journaled[d.ID] = d }
+	if err := s.journal.Replay(ctx, func(data []byte) {
+		if chunk = append(chunk, raw{"journal", data}); len(chunk) == 8192 {
+			decode(keep)
+		}
+	}); err != nil {
+		return err
+	}
+	decode(keep)
+	if len(journaled) > 0 {
+		ds = slices.DeleteFunc(ds, func(d *dtr.DTR) bool { return journaled[d.ID] != nil })
+		for _, d := range journaled {
+			b, err := json.Marshal(d)
+			if err != nil {
+				return fmt.Errorf("encode DTR %s: %w", d.ID, err)
+			}
+			s.journal.Keep(d.ID, b)
+			if d.State.Final() {
+				s.finished[d.ID] = now
+			} else {
+				ds = append(ds, d)
+			}
+		}
+	}
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].Updated.Before(ds[j].Updated) })
 	for _, d := range ds {
 		if err := s.core.Restore(now, d); err != nil {
 			s.log.Error("saved DTR not restored", "dtr", d.ID, "err", err)
 		}
 	}
-	if len(ds) > 0 {
-		s.log.Info("recovered", "dtrs", len(ds))
+	if len(ds) > 0 || len(journaled) > 0 {
+		s.log.Info("recovered", "dtrs", len(ds), "from_journal", len(journaled))
 	}
 	return nil
 }
@@ -1307,6 +1390,11 @@ func (s *Service) handleDTR(r micro.Request) {
 			}
 		}
 	})
+	if !ok {
+		if b, found := s.journal.Lookup(id); found {
+			ok = json.Unmarshal(b, &d) == nil
+		}
+	}
 	if !ok {
 		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
 		if err == nil {

@@ -1,0 +1,260 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// journalServer is a real JetStream server with Sluice's streams and
+// buckets set up.
+func journalServer(t *testing.T) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketDTRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, kv
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// rec is a record of d in state st, changed at updated.
+func rec(t *testing.T, d dtr.DTR, st dtr.State, updated time.Time) record {
+	t.Helper()
+	d.State, d.Updated = st, updated
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return record{d.ID, b}
+}
+
+func newDTR(name string) dtr.DTR {
+	return dtr.DTR{ID: uuid.New(), JobID: "job", Source: "file:///src/" + name, Destination: "file:///dst/" + name,
+		Share: "_default-download", Priority: 50, MaxAttempts: 10, Created: time.Now()}
+}
+
+func journalMsgs(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), bus.StreamJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().State.Msgs
+}
+
+func TestAJournalMessageHoldsWholeRecordsUpToItsSize(t *testing.T) {
+	r := func(n int) record { return record{uuid.New(), []byte(strings.Repeat("x", n))} }
+	tests := []struct {
+		name     string
+		recs     []record
+		maxBytes int
+		want     []int // records per message
+	}{
+		{"none", nil, 100, nil},
+		{"all in one", []record{r(10), r(10), r(10)}, 100, []int{3}},
+		{"split at the size", []record{r(40), r(40), r(40)}, 90, []int{2, 1}},
+		{"a record larger than a message goes alone", []record{r(10), r(200), r(10)}, 100, []int{1, 1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := &journal{maxBytes: tt.maxBytes}
+			msgs := j.messages(tt.recs)
+			var got []int
+			ids := map[string]bool{}
+			for _, m := range msgs {
+				got = append(got, strings.Count(string(m.Data), "\n"))
+				if len(m.Data) > tt.maxBytes && strings.Count(string(m.Data), "\n") > 1 {
+					t.Errorf("a message of %d bytes holds more than one record", len(m.Data))
+				}
+				id := m.Header.Get(jetstream.MsgIDHeader)
+				if id == "" || ids[id] {
+					t.Errorf("message id %q missing or repeated", id)
+				}
+				ids[id] = true
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("records per message %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestACheckpointStoresEachChangedDTROnceAndPurgesTheJournal(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	a, b := newDTR("a"), newDTR("b")
+	now := time.Now()
+	for _, recs := range [][]record{
+		{rec(t, a, dtr.New, now), rec(t, b, dtr.New, now)},
+		{rec(t, a, dtr.PreClean, now.Add(time.Second))},
+		{rec(t, a, dtr.Transferring, now.Add(2 * time.Second))},
+	} {
+		if err := j.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := journalMsgs(t, js); n != 3 {
+		t.Fatalf("journal holds %d messages, want 3 (one per append)", n)
+	}
+	if _, err := kv.Get(ctx, a.ID.String()); err == nil {
+		t.Fatal("a record is in the bucket before any checkpoint")
+	}
+	if got, ok := j.Lookup(a.ID); !ok || !strings.Contains(string(got), `"TRANSFERRING"`) {
+		t.Fatalf("Lookup(a) = %s, %v; want its latest record", got, ok)
+	}
+
+	j.Checkpoint(ctx)
+	j.Wait()
+
+	for _, tt := range []struct {
+		d    dtr.DTR
+		want string
+	}{{a, `"TRANSFERRING"`}, {b, `"NEW"`}} {
+		e, err := kv.Get(ctx, tt.d.ID.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(e.Value()), tt.want) {
+			t.Errorf("bucket holds %s, want state %s", e.Value(), tt.want)
+		}
+		if e.Revision() != 1 && e.Revision() != 2 {
+			t.Errorf("revision %d", e.Revision())
+		}
+	}
+	st, _ := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+	if n := st.CachedInfo().State.LastSeq; n != 2 {
+		t.Errorf("the bucket took %d writes for two DTRs, want 2", n)
+	}
+	if n := journalMsgs(t, js); n != 0 {
+		t.Errorf("journal holds %d messages after the checkpoint, want 0", n)
+	}
+	if _, ok := j.Lookup(a.ID); ok {
+		t.Error("a checkpointed record is still looked up in the journal")
+	}
+	if j.Due(time.Now()) {
+		t.Error("a checkpoint is due with nothing changed")
+	}
+}
+
+func TestACheckpointThatFailsKeepsTheJournalAndTheRecords(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1)
+	a := newDTR("a")
+	if err := j.Append(ctx, []record{rec(t, a, dtr.New, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	if !j.Due(time.Now()) {
+		t.Fatal("no checkpoint due with more changed DTRs than CheckpointRecords")
+	}
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	j.Checkpoint(stopped) // cannot store anything
+	j.Wait()
+	if n := journalMsgs(t, js); n != 1 {
+		t.Fatalf("journal holds %d messages after a failed checkpoint, want 1", n)
+	}
+	if _, ok := j.Lookup(a.ID); !ok {
+		t.Fatal("the record is lost after a failed checkpoint")
+	}
+	j.Checkpoint(ctx)
+	j.Wait()
+	if _, err := kv.Get(ctx, a.ID.String()); err != nil {
+		t.Fatalf("the next checkpoint did not store the record: %v", err)
+	}
+	if n := journalMsgs(t, js); n != 0 {
+		t.Fatalf("journal holds %d messages, want 0", n)
+	}
+}
+
+func TestRecoveryReplaysTheJournalOverTheCheckpoint(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	now := time.Now().Add(-time.Minute)
+	moved, queued, finished, checkpointedOnly := newDTR("moved"), newDTR("queued"), newDTR("finished"), newDTR("old")
+	// The checkpoint: three DTRs as they were.
+	for _, r := range []record{rec(t, moved, dtr.QueryReplica, now), rec(t, finished, dtr.Transfer, now),
+		rec(t, checkpointedOnly, dtr.Transfer, now)} {
+		if _, err := kv.Put(ctx, r.id.String(), r.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The journal since: one moved on twice, one is new, one finished.
+	old := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	for _, recs := range [][]record{
+		{rec(t, moved, dtr.Transfer, now.Add(time.Second)), rec(t, queued, dtr.QueryReplica, now.Add(time.Second))},
+		{rec(t, moved, dtr.Transferring, now.Add(2 * time.Second)), rec(t, finished, dtr.Done, now.Add(2 * time.Second))},
+	} {
+		if err := old.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	if err := s.recover(ctx, kv); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		d    dtr.DTR
+		want dtr.State
+	}{{moved, dtr.Transferring}, {queued, dtr.QueryReplica}, {checkpointedOnly, dtr.Transfer}} {
+		got, ok := s.core.Get(tt.d.ID)
+		if !ok {
+			t.Errorf("%s not recovered", tt.d.Source)
+			continue
+		}
+		if got.State != tt.want {
+			t.Errorf("%s recovered in %s, want %s", tt.d.Source, got.State, tt.want)
+		}
+	}
+	if _, ok := s.core.Get(finished.ID); ok {
+		t.Error("a DTR that finished in the journal is back in the core")
+	}
+	if _, ok := s.finished[finished.ID]; !ok {
+		t.Error("a DTR that finished in the journal is not remembered as finished")
+	}
+	// What was replayed is checkpointed later, and the journal then purged.
+	s.journal.Checkpoint(ctx)
+	s.journal.Wait()
+	e, err := kv.Get(ctx, finished.ID.String())
+	if err != nil || !strings.Contains(string(e.Value()), `"DONE"`) {
+		t.Fatalf("the finished DTR's record after the checkpoint: %v", err)
+	}
+	if n := journalMsgs(t, js); n != 0 {
+		t.Fatalf("journal holds %d messages, want 0", n)
+	}
+}
