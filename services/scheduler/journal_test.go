@@ -117,7 +117,7 @@ func TestACheckpointStoresEachChangedDTROnceAndPurgesTheJournal(t *testing.T) {
 	for _, recs := range [][]record{
 		{rec(t, a, dtr.New, now), rec(t, b, dtr.New, now)},
 		{rec(t, a, dtr.PreClean, now.Add(time.Second))},
-		{rec(t, a, dtr.Transferring, now.Add(2 * time.Second))},
+		{rec(t, a, dtr.Transferring, now.Add(2*time.Second))},
 	} {
 		if err := j.Append(ctx, recs); err != nil {
 			t.Fatal(err)
@@ -213,7 +213,7 @@ func TestRecoveryReplaysTheJournalOverTheCheckpoint(t *testing.T) {
 	old := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
 	for _, recs := range [][]record{
 		{rec(t, moved, dtr.Transfer, now.Add(time.Second)), rec(t, queued, dtr.QueryReplica, now.Add(time.Second))},
-		{rec(t, moved, dtr.Transferring, now.Add(2 * time.Second)), rec(t, finished, dtr.Done, now.Add(2 * time.Second))},
+		{rec(t, moved, dtr.Transferring, now.Add(2*time.Second)), rec(t, finished, dtr.Done, now.Add(2*time.Second))},
 	} {
 		if err := old.Append(ctx, recs); err != nil {
 			t.Fatal(err)
