@@ -1072,3 +1072,38 @@ func TestAnInvalidDTRIsRefusedWithEveryProblemListed(t *testing.T) {
 		})
 	}
 }
+
+func TestASubmitsEventRunsItsGoodDTRsAndRefusesEachBadOneAlone(t *testing.T) {
+	s := start(t, testConfig())
+	s.shares()
+	rejections, terms := watchRejections(t, s.nc), watchTerminations(t, s.nc)
+	src := filepath.Join(s.dir, "src")
+	writeFile(t, src, 1000, 3)
+	want, _ := os.ReadFile(src)
+	one, two := uuid.New(), uuid.New()
+	entry := func(id uuid.UUID, name string) string {
+		return fmt.Sprintf(`{"dtr":{"id":%q,"source":%q,"destination":%q}}`, id, fileURL(src), fileURL(filepath.Join(s.dir, name)))
+	}
+	data := `{"dtrs":[` + entry(one, "one") + `,{"dtr":{"id":"x","source":"file:///a","destination":"file:///b"}},` +
+		`{"dtr":{"id":"` + uuid.NewString() + `","source":"gopher://x/y","destination":"file:///b"}},` + entry(two, "two") + `]}`
+	msgID, seq := s.publish(event(t, bus.SubjectSubmit, bus.TypeSubmits, json.RawMessage(data)))
+	for _, reason := range []string{"dtrs[1]: DTR JSON: invalid UUID length", `dtrs[2]: source: URL "gopher://x/y"`} {
+		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool {
+			return r.MsgID == msgID && strings.HasPrefix(r.Reason, reason[:8])
+		})
+		mustContain(t, "reason", r.Reason, reason)
+	}
+	for _, id := range []uuid.UUID{one, two} {
+		if d := s.awaitDTR(id, 30*time.Second, final); d.State != dtr.Done {
+			t.Fatalf("DTR %s of the event ended %s: %+v", id, d.State, d.Error)
+		}
+	}
+	for _, name := range []string{"one", "two"} {
+		if got, err := os.ReadFile(filepath.Join(s.dir, name)); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// The event was taken (acknowledged), not refused as a whole.
+	none(t, terms, 300*time.Millisecond, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamSubmit })
+	s.drained()
+}

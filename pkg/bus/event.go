@@ -26,6 +26,7 @@ import (
 // schema is documented in README.md.
 const (
 	TypeSubmit      = "org.sluice.dtr.submit.v1"
+	TypeSubmits     = "org.sluice.dtr.submits.v1"
 	TypeCancel      = "org.sluice.dtr.cancel.v1"
 	TypeGrant       = "org.sluice.grant.v1"
 	TypeGrants      = "org.sluice.grants.v1"

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,19 @@ type Grant struct {
 	// the worker's span joins the DTR's trace when the grant comes in a
 	// Grants event with others.
 	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// Submits is the data of a TypeSubmits event on dtr.submit: several new
+// DTRs in one message (the generator sends a job's DTRs so).
+type Submits struct {
+	DTRs []SubmitEntry `json:"dtrs"`
+}
+
+// SubmitEntry is one DTR of a Submits event: a dtr.Submission, as a single
+// DTR's event would carry it, with the traceparent of its own trace.
+type SubmitEntry struct {
+	TraceParent string          `json:"traceparent,omitempty"`
+	DTR         json.RawMessage `json:"dtr"`
 }
 
 // Grants is the data of a grants event: several grants of one stage, made

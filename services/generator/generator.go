@@ -295,26 +295,9 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	// Every DTR's message is made, and its size checked, before anything
 	// is stored: a job whose DTR the scheduler could not take is refused
 	// whole.
-	msgs := make([]*nats.Msg, len(ds))
-	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
-	for i, d := range ds {
-		// One trace per DTR, from here through every stage.
-		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
-		ev, err := bus.NewEvent(bus.TypeSubmit, "sluice/generator", d.ID.String(), d.Submission())
-		if err != nil {
-			span.End()
-			return reply, err
-		}
-		m, err := bus.Encode(dctx, bus.SubjectSubmit, d.ID.String(), ev)
-		span.End()
-		if err != nil {
-			return reply, err
-		}
-		if len(m.Data) > maxDTR {
-			return SubmitReply{}, fmt.Errorf("file %d (%s): its DTR is %d bytes, more than the %d that a DTR may have on this NATS server (an eighth of its max_payload, at most 1 MiB)",
-				i+1, d.Direction, len(m.Data), maxDTR)
-		}
-		msgs[i] = m
+	msgs, err := s.submits(ds)
+	if err != nil {
+		return SubmitReply{}, err
 	}
 	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
@@ -336,6 +319,67 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	s.dtrs.Add(ctx, int64(len(ds)))
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// submitsPerMessage bounds the DTRs of one Submits event.
+const submitsPerMessage = 100
+
+// submits makes the messages that submit ds: Submits events of up to
+// submitsPerMessage DTRs and at most half of a message's largest size. Each
+// DTR starts its own trace here, carried in its entry. A message's id is
+// its first DTR's, so a job submitted again is stored once.
+func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
+	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
+	maxBytes := min(bus.MaxMessageBytes, int(s.nc.MaxPayload())) / 2
+	var msgs []*nats.Msg
+	var batch bus.Submits
+	var first context.Context
+	var firstID uuid.UUID
+	size := 0
+	flush := func() error {
+		if len(batch.DTRs) == 0 {
+			return nil
+		}
+		ev, err := bus.NewEvent(bus.TypeSubmits, "sluice/generator", "", batch)
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(first, bus.SubjectSubmit, firstID.String()+".submits", ev)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+		batch, size = bus.Submits{}, 0
+		return nil
+	}
+	for i, d := range ds {
+		// One trace per DTR, from here through every stage.
+		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
+		tp := bus.TraceParent(dctx)
+		span.End()
+		b, err := json.Marshal(d.Submission())
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > maxDTR {
+			return nil, fmt.Errorf("file %d (%s): its DTR is %d bytes, more than the %d that a DTR may have on this NATS server (an eighth of its max_payload, at most 1 MiB)",
+				i+1, d.Direction, len(b), maxDTR)
+		}
+		if len(batch.DTRs) == submitsPerMessage || len(batch.DTRs) > 0 && size+len(b)+len(tp)+32 > maxBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if len(batch.DTRs) == 0 {
+			first, firstID = dctx, d.ID
+		}
+		batch.DTRs = append(batch.DTRs, bus.SubmitEntry{TraceParent: tp, DTR: b})
+		size += len(b) + len(tp) + 32
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return msgs, nil
 }
 
 // create stores a value under a new key. When the key is there already, a

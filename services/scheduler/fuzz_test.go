@@ -57,6 +57,11 @@ func FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason(f *testing.F) {
 	f.Add([]byte(submitBodies[0]), "", bus.TypeSubmit, "9.9", "1", "test", "")
 	f.Add([]byte(submitBodies[0]), "text/plain", bus.TypeSubmit, "0.3", "1", "", "garbage")
 	f.Add([]byte(submitBodies[0]), "application/json", bus.TypeSubmit, "1.0", "1", "test", "00-00000000000000000000000000000000-0000000000000000-00")
+	// Submits events: several DTRs, good and bad, each with a traceparent.
+	batch := `{"dtrs":[{"traceparent":"` + tp + `","dtr":` + submitBodies[0] + `},{"dtr":` + submitBodies[5] + `},{"traceparent":"x","dtr":` + submitBodies[1] + `}]}`
+	f.Add([]byte(batch), "application/json", bus.TypeSubmits, "1.0", "1", "test", tp)
+	f.Add([]byte(`{"dtrs":[]}`), "application/json", bus.TypeSubmits, "1.0", "1", "test", "")
+	f.Add([]byte(`{"dtrs":[{"dtr":null},{"dtr":"a string"},{}]}`), "application/json", bus.TypeSubmits, "1.0", "1", "test", "")
 	f.Fuzz(func(t *testing.T, body []byte, contentType, ceType, specVersion, ceID, ceSource, traceparent string) {
 		m := nats.NewMsg(bus.SubjectSubmit)
 		for k, v := range map[string]string{"content-type": contentType, "ce-type": ceType, "ce-specversion": specVersion,
@@ -66,6 +71,33 @@ func FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason(f *testing.F) {
 			}
 		}
 		m.Data = body
+		// As the scheduler reads dtr.submit: one DTR, or a Submits event's
+		// several, each taken or refused alone.
+		subs, err := DecodeSubmits(context.Background(), m, bus.MaxMessageBytes)
+		if (len(subs) == 0) == (err == nil) {
+			t.Fatalf("DecodeSubmits gave %d DTRs and error %v: want DTRs or an error", len(subs), err)
+		}
+		if err != nil && strings.TrimSpace(err.Error()) == "" {
+			t.Fatal("a refusal without a reason")
+		}
+		for _, sub := range subs {
+			if (sub.DTR == nil) == (sub.Err == nil) {
+				t.Fatalf("an entry with DTR %v and error %v: want exactly one", sub.DTR, sub.Err)
+			}
+			if sub.Err != nil {
+				if strings.TrimSpace(sub.Err.Error()) == "" {
+					t.Fatal("a refusal without a reason")
+				}
+				continue
+			}
+			if sub.TraceParent != "" && !bus.ValidTraceParent(sub.TraceParent) {
+				t.Fatalf("an entry kept trace parent %q, which is not a valid traceparent", sub.TraceParent)
+			}
+			checkSubmitted(t, sub.DTR)
+		}
+		if m.Header.Get("ce-type") == bus.TypeSubmits {
+			return
+		}
 		d, err := DecodeSubmit(context.Background(), m)
 		if (d == nil) == (err == nil) {
 			t.Fatalf("DecodeSubmit gave DTR %v and error %v: want exactly one", d, err)

@@ -590,12 +590,8 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
 		if m.Subject() == bus.SubjectSubmit {
-			var d *dtr.DTR
-			err := checkSize(m.Data(), s.maxDTR)
-			if err == nil {
-				d, err = DecodeSubmit(ctx, bus.Msg(m))
-			}
-			subs[m] = submitted{d, err}
+			ds, err := DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
+			subs[m] = submitted{ds, err}
 		}
 	}
 	stored, err := s.storedBefore(ctx, kv, subs)
@@ -728,22 +724,24 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 	var ids, held []uuid.UUID
 	stored := make(map[uuid.UUID]bool)
 	for _, sub := range subs {
-		d := sub.d
-		if sub.err != nil {
-			continue
+		for _, e := range sub.dtrs {
+			if e.Err != nil {
+				continue
+			}
+			d := e.DTR
+			if _, ok := s.core.Get(d.ID); ok {
+				held = append(held, d.ID) // it may finish within this batch
+				continue
+			}
+			if _, ok := s.finished[d.ID]; ok {
+				continue
+			}
+			if _, ok := s.journal.Lookup(d.ID); ok {
+				stored[d.ID] = true // finished, not yet checkpointed
+				continue
+			}
+			ids = append(ids, d.ID)
 		}
-		if _, ok := s.core.Get(d.ID); ok {
-			held = append(held, d.ID) // it may finish within this batch
-			continue
-		}
-		if _, ok := s.finished[d.ID]; ok {
-			continue
-		}
-		if _, ok := s.journal.Lookup(d.ID); ok {
-			stored[d.ID] = true // finished, not yet checkpointed
-			continue
-		}
-		ids = append(ids, d.ID)
 	}
 	for _, id := range held {
 		stored[id] = true
@@ -777,25 +775,24 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 	m := bus.Msg(jm)
 	switch {
 	case m.Subject == bus.SubjectSubmit:
-		d, err := sub.d, sub.err
-		if err == nil {
-			if _, done := s.finished[d.ID]; done || stored[d.ID] {
-				s.log.Debug("DTR already taken", "dtr", d.ID)
-				return nil // a resubmission or redelivery of a DTR seen before
-			}
-			// The publisher's trace goes on: its traceparent header, else
-			// the event's distributed-tracing extension.
-			cctx, span := bus.StartConsumer(bus.Context(ctx, d.TraceParent), m, "schedule")
-			d.TraceParent = bus.TraceParent(cctx)
-			span.End()
-			err = s.core.Submit(now, d)
-			if errors.Is(err, core.ErrDuplicate) {
-				return nil
-			}
+		if sub.err != nil {
+			s.reject(ctx, out, m, jm, sub.err)
+			return sub.err
 		}
-		if err != nil {
-			s.reject(ctx, out, m, jm, err)
-			return err
+		for i, e := range sub.dtrs {
+			err := e.Err
+			if err == nil {
+				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, stored)
+			}
+			if err == nil {
+				continue
+			}
+			if len(sub.dtrs) == 1 && e.Data == nil {
+				s.reject(ctx, out, m, jm, err) // the message was this DTR
+				return err
+			}
+			// One DTR of several is refused alone; the others go on.
+			s.rejectEntry(ctx, out, m, jm, i, e.Data, err)
 		}
 	case m.Subject == bus.SubjectCancel:
 		var c bus.Cancel
@@ -845,10 +842,84 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 	return nil
 }
 
-// submitted is a decoded message from dtr.submit.
+// submit gives the core a new DTR, unless it was taken before.
+func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, stored map[uuid.UUID]bool) error {
+	if _, done := s.finished[d.ID]; done || stored[d.ID] {
+		s.log.Debug("DTR already taken", "dtr", d.ID)
+		return nil // a resubmission or redelivery of a DTR seen before
+	}
+	// The publisher's trace goes on: the DTR's own traceparent in a
+	// Submits event, else the message's traceparent header, else the
+	// event's distributed-tracing extension.
+	var cctx context.Context
+	var span trace.Span
+	if traceparent != "" {
+		cctx, span = bus.StartConsumerOf(ctx, traceparent, m.Subject, d.ID.String(), "schedule")
+	} else {
+		cctx, span = bus.StartConsumer(bus.Context(ctx, d.TraceParent), m, "schedule")
+	}
+	d.TraceParent = bus.TraceParent(cctx)
+	span.End()
+	if err := s.core.Submit(now, d); err != nil && !errors.Is(err, core.ErrDuplicate) {
+		return err
+	}
+	return nil
+}
+
+// submitted is a decoded message from dtr.submit: its DTRs, or why the
+// whole message is refused.
 type submitted struct {
-	d   *dtr.DTR
-	err error
+	dtrs []Submitted
+	err  error
+}
+
+// Submitted is one DTR of a message on dtr.submit, or why it is refused.
+type Submitted struct {
+	DTR *dtr.DTR
+	Err error
+	// In a Submits event: the DTR's traceparent and its JSON as sent.
+	TraceParent string
+	Data        []byte
+}
+
+// DecodeSubmits reads the DTRs of a message on dtr.submit. A Submits event
+// (org.sluice.dtr.submits.v1, binary mode) holds several, each taken or
+// refused alone; any other message holds one, as DecodeSubmit reads it. No
+// DTR may be larger than maxDTR bytes. An error refuses the whole message.
+func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, error) {
+	if m.Header.Get("ce-type") != bus.TypeSubmits {
+		if err := checkSize(m.Data, maxDTR); err != nil {
+			return nil, err
+		}
+		d, err := DecodeSubmit(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		return []Submitted{{DTR: d}}, nil
+	}
+	var batch bus.Submits
+	if _, err := bus.DecodeData(ctx, m, bus.TypeSubmits, &batch); err != nil {
+		return nil, err
+	}
+	if len(batch.DTRs) == 0 {
+		return nil, errors.New("a submits event without DTRs")
+	}
+	out := make([]Submitted, len(batch.DTRs))
+	for i, e := range batch.DTRs {
+		out[i].Data = e.DTR
+		err := checkSize(e.DTR, maxDTR)
+		if err == nil {
+			out[i].DTR, err = decodeSubmission(e.DTR)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("dtrs[%d]: %w", i, err)
+			continue
+		}
+		if bus.ValidTraceParent(e.TraceParent) { // else ignored, as W3C Trace Context says
+			out[i].TraceParent = e.TraceParent
+		}
+	}
+	return out, nil
 }
 
 // DecodeSubmit reads a new DTR from a message on dtr.submit: a binary or
@@ -866,15 +937,8 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	case !errors.Is(err, bus.ErrNotCloudEvent):
 		return nil, err
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("empty DTR")
-	}
-	var sub dtr.Submission
-	if err := decodeStrict(data, &sub); err != nil {
-		return nil, fmt.Errorf("DTR JSON: %w", err)
-	}
-	d := sub.DTR()
-	if err := d.Validate(); err != nil {
+	d, err := decodeSubmission(data)
+	if err != nil {
 		return nil, err
 	}
 	if ev != nil {
@@ -886,6 +950,40 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 		}
 	}
 	return d, nil
+}
+
+// decodeSubmission reads a dtr.Submission and checks the DTR it asks for.
+func decodeSubmission(data []byte) (*dtr.DTR, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("empty DTR")
+	}
+	var sub dtr.Submission
+	if err := decodeStrict(data, &sub); err != nil {
+		return nil, fmt.Errorf("DTR JSON: %w", err)
+	}
+	d := sub.DTR()
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// rejectEntry publishes why the i-th DTR of a Submits event is refused.
+func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, i int, data []byte, reason error) {
+	msgID := m.Header.Get(nats.MsgIdHdr)
+	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "dtr", i, "reason", reason)
+	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
+	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	if err != nil {
+		return
+	}
+	id := ""
+	if meta, err := jm.Metadata(); err == nil {
+		id = fmt.Sprintf("reject.%s.%d.%d", meta.Stream, meta.Sequence.Stream, i)
+	}
+	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+		out.rejections = append(out.rejections, rm)
+	}
 }
 
 func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, reason error) {
