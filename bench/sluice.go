@@ -80,9 +80,9 @@ func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
 	defer s.stop()
 	finals := make(chan dtr.DTR, 16)
 	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		var d dtr.DTR
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeDTRFinal, &d); err == nil {
-			finals <- d
+		fs, _ := bus.DecodeFinals(context.Background(), m)
+		for _, f := range fs {
+			finals <- f.DTR
 		}
 	})
 	if err != nil {
@@ -169,12 +169,12 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	var mu sync.Mutex
 	var spans [][2]time.Time
 	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		var d dtr.DTR
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeDTRFinal, &d); err == nil {
-			mu.Lock()
-			spans = append(spans, [2]time.Time{d.Started, d.Ended})
-			mu.Unlock()
+		fs, _ := bus.DecodeFinals(context.Background(), m)
+		mu.Lock()
+		for _, f := range fs {
+			spans = append(spans, [2]time.Time{f.DTR.Started, f.DTR.Ended})
 		}
+		mu.Unlock()
 	})
 	if err != nil {
 		return sat, fmt.Errorf("saturate: %w", err)

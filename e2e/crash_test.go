@@ -500,18 +500,21 @@ chaos:
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var d dtr.DTR
-			if _, err := bus.DecodeData(context.Background(), bus.Msg(m), bus.TypeDTRFinal, &d); err != nil {
+			fs, err := bus.DecodeFinals(context.Background(), bus.Msg(m))
+			if err != nil {
 				t.Fatal(err)
 			}
-			if old, ok := finals[d.ID.String()]; ok && old != d.State {
-				t.Fatalf("DTR %s announced %s and %s", d.ID, old, d.State)
+			for _, f := range fs {
+				d := f.DTR
+				if old, ok := finals[d.ID.String()]; ok && old != d.State {
+					t.Fatalf("DTR %s announced %s and %s", d.ID, old, d.State)
+				}
+				if d.State != dtr.Done || !ids[d.ID.String()] {
+					t.Fatalf("DTR %s announced %s; want one of the job's DTRs, DONE", d.ID, d.State)
+				}
+				finals[d.ID.String()] = d.State
+				events++
 			}
-			if d.State != dtr.Done || !ids[d.ID.String()] {
-				t.Fatalf("DTR %s announced %s; want one of the job's DTRs, DONE", d.ID, d.State)
-			}
-			finals[d.ID.String()] = d.State
-			events++
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			t.Fatalf("reading the final DTR events: %v", err)
@@ -553,7 +556,7 @@ chaos:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%d files, every one DONE once, intact, its adler32 verified; %d attempts in all; %d final events on the stream; "+
+	t.Logf("%d files, every one DONE once, intact, its adler32 verified; %d attempts in all; %d final DTRs announced on the stream; "+
 		"kills %d (scheduler %d, generator %d, processor %d, delivery %d); NATS restarted at %.1fs for %.1fs with %d DTRs final; "+
 		"%.1fs from submit to the job's end: %.1f DTR/s (%.1fs in all, the build and the checks included)",
 		files, attempts, events, total, kills["scheduler"], kills["generator"], kills["processor"], kills["delivery"],

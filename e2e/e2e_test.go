@@ -275,9 +275,9 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	// any publisher both arrive.
 	finals := make(chan dtr.DTR, 10)
 	fsub, _ := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		var d dtr.DTR
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeDTRFinal, &d); err == nil {
-			finals <- d
+		fs, _ := bus.DecodeFinals(context.Background(), m)
+		for _, f := range fs {
+			finals <- f.DTR
 		}
 	})
 	defer fsub.Unsubscribe()

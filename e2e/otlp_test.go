@@ -174,7 +174,10 @@ func TestEachDTRsTraceArrivesAtAnOTLPReceiver(t *testing.T) {
 	// The final events carry each DTR's traceparent.
 	traces := make(chan trace.TraceID, 10)
 	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		traces <- trace.SpanContextFromContext(bus.Extract(context.Background(), m.Header)).TraceID()
+		fs, _ := bus.DecodeFinals(context.Background(), m)
+		for _, f := range fs {
+			traces <- trace.SpanContextFromContext(bus.Context(context.Background(), f.TraceParent)).TraceID()
+		}
 	})
 	if err != nil {
 		t.Fatal(err)

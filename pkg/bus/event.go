@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // CloudEvent types, one per message kind. The data of each is JSON; its
@@ -36,6 +38,7 @@ const (
 	TypeStop        = "org.sluice.stop.v1"
 	TypeDTRStates   = "org.sluice.dtr.states.v1"
 	TypeDTRFinal    = "org.sluice.dtr.final.v1"
+	TypeDTRFinals   = "org.sluice.dtr.finals.v1"
 	TypeJobFinished = "org.sluice.job.finished.v1"
 	TypeJobFailed   = "org.sluice.job.failed.v1"
 	TypeRejected    = "org.sluice.rejected.v1"
@@ -137,6 +140,47 @@ func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
 		return rs.Results, nil
 	}
 	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeResult, TypeResults)
+}
+
+// Final is one final DTR of a message on sluice.event.dtr.final.
+type Final struct {
+	DTR dtr.DTR
+	// Data is the DTR's JSON as the scheduler wrote it.
+	Data []byte
+	// TraceParent names the span that announced it (the message's
+	// traceparent header for a single final DTR).
+	TraceParent string
+}
+
+// DecodeFinals reads the final DTRs of a message on sluice.event.dtr.final:
+// one (org.sluice.dtr.final.v1) or several (org.sluice.dtr.finals.v1).
+func DecodeFinals(ctx context.Context, m *nats.Msg) ([]Final, error) {
+	ev, err := Decode(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	switch ev.Type() {
+	case TypeDTRFinal:
+		f := Final{Data: ev.Data(), TraceParent: m.Header.Get("traceparent")}
+		if err := json.Unmarshal(f.Data, &f.DTR); err != nil {
+			return nil, fmt.Errorf("%s data: %w", TypeDTRFinal, err)
+		}
+		return []Final{f}, nil
+	case TypeDTRFinals:
+		var fs Finals
+		if err := json.Unmarshal(ev.Data(), &fs); err != nil {
+			return nil, fmt.Errorf("%s data: %w", TypeDTRFinals, err)
+		}
+		out := make([]Final, len(fs.DTRs))
+		for i, e := range fs.DTRs {
+			out[i] = Final{Data: e.DTR, TraceParent: e.TraceParent}
+			if err := json.Unmarshal(e.DTR, &out[i].DTR); err != nil {
+				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", TypeDTRFinals, i, err)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeDTRFinal, TypeDTRFinals)
 }
 
 // headerWriter writes a binary-mode CloudEvent into a NATS message.

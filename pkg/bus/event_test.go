@@ -82,3 +82,58 @@ func TestDecodeAcceptsEveryContentModeAndRefusesTheRest(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeFinalsReadsOneFinalDTROrSeveral(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	a, b := `{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","source":"file:///a","destination":"file:///b","state":"DONE","created":"0001-01-01T00:00:00Z","updated":"0001-01-01T00:00:00Z"}`,
+		`{"id":"7c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","source":"file:///c","destination":"file:///d","state":"ERROR","created":"0001-01-01T00:00:00Z","updated":"0001-01-01T00:00:00Z"}`
+	encode := func(typ string, data string) *nats.Msg {
+		ev, err := NewEvent(typ, "sluice/scheduler", "", []byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Encode(Context(context.Background(), tp), SubjectDTRFinal, "", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		msg     *nats.Msg
+		want    []string // each DTR's data
+		wantTPs []string
+		wantErr string
+	}{
+		{"one", encode(TypeDTRFinal, a), []string{a}, []string{tp}, ""},
+		{"several, each with its span", encode(TypeDTRFinals, `{"dtrs":[{"traceparent":"`+tp+`","dtr":`+a+`},{"dtr":`+b+`}]}`),
+			[]string{a, b}, []string{tp, ""}, ""},
+		{"a DTR that is not one", encode(TypeDTRFinals, `{"dtrs":[{"dtr":`+a+`},{"dtr":"DONE"}]}`), nil, nil, "dtrs[1]"},
+		{"another type", encode(TypeResult, `{}`), nil, nil, `want "org.sluice.dtr.final.v1" or "org.sluice.dtr.finals.v1"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, err := DecodeFinals(context.Background(), tt.msg)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fs) != len(tt.want) {
+				t.Fatalf("%d final DTRs, want %d", len(fs), len(tt.want))
+			}
+			for i, f := range fs {
+				if string(f.Data) != tt.want[i] || f.TraceParent != tt.wantTPs[i] {
+					t.Errorf("final %d: data %s, traceparent %q; want %s, %q", i, f.Data, f.TraceParent, tt.want[i], tt.wantTPs[i])
+				}
+				if f.DTR.Source == "" || !f.DTR.State.Final() {
+					t.Errorf("final %d: DTR %+v not decoded", i, f.DTR)
+				}
+			}
+		})
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType decodes any
@@ -47,6 +49,9 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		{`{"results":null}`, "application/json", TypeResults, "1.0", "11", "s", ""},
 		{`{"grants":[{}, 1]}`, "application/json", TypeGrants, "1.0", "12", "s", ""},
 		{structured(TypeGrants, `{"grants":[`+grant+`]}`), "application/cloudevents+json", "", "", "", "", ""},
+		{`{"dtrs":[{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","dtr":{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}},{"dtr":{}}]}`, "application/json", TypeDTRFinals, "1.0", "13", "sluice/scheduler", ""},
+		{`{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}`, "application/json", TypeDTRFinal, "1.0", "14", "sluice/scheduler", ""},
+		{`{"dtrs":[{"dtr":1}]}`, "application/json", TypeDTRFinals, "1.0", "15", "s", ""},
 	} {
 		f.Add([]byte(s.body), s.ct, s.typ, s.spec, s.id, s.source, s.time)
 	}
@@ -83,6 +88,18 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		checkDecodeData(t, m, TypeGrants, &gs, func() any { return new(Grants) })
 		var rs Results
 		checkDecodeData(t, m, TypeResults, &rs, func() any { return new(Results) })
+		// Final DTRs: refused with a reason, or each with the JSON it
+		// was read from.
+		fs, err := DecodeFinals(ctx, m)
+		if err != nil && strings.TrimSpace(err.Error()) == "" {
+			t.Fatal("DecodeFinals refused without a reason")
+		}
+		for _, f := range fs {
+			var d dtr.DTR
+			if err := json.Unmarshal(f.Data, &d); err != nil || d.ID != f.DTR.ID || d.State != f.DTR.State {
+				t.Fatalf("a final DTR %+v that its data %q does not give: %v", f.DTR, f.Data, err)
+			}
+		}
 	})
 }
 

@@ -42,6 +42,19 @@ type SubmitEntry struct {
 	DTR         json.RawMessage `json:"dtr"`
 }
 
+// Finals is the data of a TypeDTRFinals event on sluice.event.dtr.final:
+// the DTRs that one scheduling step finished.
+type Finals struct {
+	DTRs []FinalEntry `json:"dtrs"`
+}
+
+// FinalEntry is one DTR of a Finals event: the whole DTR, with the
+// traceparent of the span that announced it.
+type FinalEntry struct {
+	TraceParent string          `json:"traceparent,omitempty"`
+	DTR         json.RawMessage `json:"dtr"`
+}
+
 // Grants is the data of a grants event: several grants of one stage, made
 // in one scheduling step and taken by one worker process.
 type Grants struct {

@@ -528,30 +528,32 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 		return err
 	}
 	for _, jm := range ms {
-		// The last span of the DTR's trace.
 		msg := bus.Msg(jm)
-		_, span := bus.StartConsumer(ctx, msg, "process")
-		d := &dtr.DTR{}
-		ev, err := bus.DecodeData(ctx, msg, bus.TypeDTRFinal, d)
-		span.End()
+		finals, err := bus.DecodeFinals(ctx, msg)
 		if err != nil {
 			s.log.Error("malformed final DTR event dropped", "err", err)
 			continue
 		}
-		if d.JobID == "" {
-			continue // a DTR published directly, not part of a job
+		for i := range finals {
+			d := &finals[i].DTR
+			// The last span of the DTR's trace.
+			_, span := bus.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+			span.End()
+			if d.JobID == "" {
+				continue // a DTR published directly, not part of a job
+			}
+			m := nats.NewMsg("$KV." + bus.BucketJobs + "." + d.JobID + ".f." + d.ID.String())
+			m.Data = finals[i].Data // the DTR's JSON, as the scheduler wrote it
+			// A create: refused if the key has a value already.
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+			f := &final{d: d, fresh: true}
+			fs = append(fs, f)
+			if _, ok := byJob[d.JobID]; !ok {
+				jobs = append(jobs, d.JobID)
+			}
+			byJob[d.JobID] = append(byJob[d.JobID], f)
+			out.Add(m)
 		}
-		m := nats.NewMsg("$KV." + bus.BucketJobs + "." + d.JobID + ".f." + d.ID.String())
-		m.Data = ev.Data() // the DTR's JSON, as the scheduler wrote it
-		// A create: refused if the key has a value already.
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		f := &final{d: d, fresh: true}
-		fs = append(fs, f)
-		if _, ok := byJob[d.JobID]; !ok {
-			jobs = append(jobs, d.JobID)
-		}
-		byJob[d.JobID] = append(byJob[d.JobID], f)
-		out.Add(m)
 	}
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("store final DTRs: %w", err)

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -256,5 +257,68 @@ func TestRecoveryReplaysTheJournalOverTheCheckpoint(t *testing.T) {
 	}
 	if n := journalMsgs(t, js); n != 0 {
 		t.Fatalf("journal holds %d messages, want 0", n)
+	}
+}
+
+func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
+	nc, _, _ := journalServer(t)
+	s, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*dtr.DTR
+	encoded := map[uuid.UUID][]byte{}
+	for i := range 250 {
+		d := newDTR(fmt.Sprint(i))
+		d.State, d.TraceParent = dtr.Done, fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e%04x-00f067aa0ba902b7-01", i)
+		ds = append(ds, &d)
+		encoded[d.ID], _ = json.Marshal(d)
+	}
+	ids := func(ds []*dtr.DTR) string {
+		msgs, err := s.finals(context.Background(), time.Now(), ds, encoded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.Header.Get(nats.MsgIdHdr))
+		}
+		return strings.Join(out, " ")
+	}
+	msgs, err := s.finals(context.Background(), time.Now(), ds, encoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	i := 0
+	for _, m := range msgs {
+		fs, err := bus.DecodeFinals(context.Background(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(fs))
+		for _, f := range fs {
+			if f.DTR.ID != ds[i].ID || string(f.Data) != string(encoded[ds[i].ID]) {
+				t.Fatalf("final %d is %s, want %s as encoded", i, f.DTR.ID, ds[i].ID)
+			}
+			if !bus.ValidTraceParent(f.TraceParent) {
+				t.Fatalf("final %d has traceparent %q", i, f.TraceParent)
+			}
+			i++
+		}
+		if _, ok := s.finished[ds[0].ID]; !ok {
+			t.Fatal("a DTR announced final is not remembered as finished")
+		}
+	}
+	if !slices.Equal(sizes, []int{100, 100, 50}) {
+		t.Fatalf("DTRs per event %v, want [100 100 50]", sizes)
+	}
+	// Announced again after a crash, the same DTRs are the same messages to
+	// JetStream; grouped otherwise, they are others.
+	if a, b := ids(ds[:3]), ids(ds[:3]); a != b {
+		t.Errorf("the same finals got ids %s and %s", a, b)
+	}
+	if a, b := ids(ds[:3]), ids(ds[:2]); a == b {
+		t.Errorf("finals %s and a message with one more DTR share the id %s", b, a)
 	}
 }

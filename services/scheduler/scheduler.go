@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -632,25 +633,11 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		return nil, err
 	}
 	c.publish = append(c.publish, grants...)
-	for i := range dec.Final {
-		d := dec.Final[i]
-		s.finished[d.ID] = now
-		s.mon.final(d)
-		ev, err := bus.NewEvent(bus.TypeDTRFinal, "sluice/scheduler", d.ID.String(), d)
-		if err != nil {
-			return nil, err
-		}
-		msgID := d.ID.String() + ".final"
-		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, msgID)
-		m, err := bus.Encode(fctx, bus.SubjectDTRFinal, msgID, ev)
-		span.End()
-		if err != nil {
-			return nil, err
-		}
-		c.publish = append(c.publish, m)
-		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
-			"trace_id", span.SpanContext().TraceID())
+	finals, err := s.finals(ctx, now, dec.Final, encoded)
+	if err != nil {
+		return nil, err
 	}
+	c.publish = append(c.publish, finals...)
 	// Best-effort notices: workers to stop, observers of state changes
 	// (one event for the step).
 	for _, g := range dec.CancelRunning {
@@ -1001,6 +988,78 @@ func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetst
 	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
 		out.rejections = append(out.rejections, rm)
 	}
+}
+
+// maxFinalsPerMessage bounds the DTRs of one Finals event.
+const maxFinalsPerMessage = 100
+
+// finals encodes a step's final DTRs as Finals events of up to
+// maxFinalsPerMessage DTRs and half of the server's max_payload, each DTR
+// with the span that announced it. A message's id is a digest of its DTRs'
+// ids: announced again after a crash, the same DTRs are stored once, and
+// other groupings of them are taken (the generator takes each DTR once).
+func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
+	maxBytes := int(s.nc.MaxPayload()) / 2
+	var msgs []*nats.Msg
+	var data []byte // the Finals event's data, written here: each DTR's JSON is ready
+	var first context.Context
+	n := 0
+	digest := sha256.New()
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		ev, err := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(first, bus.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+		data, n = nil, 0
+		digest.Reset()
+		return nil
+	}
+	for _, d := range ds {
+		s.finished[d.ID] = now
+		s.mon.final(d)
+		b, ok := encoded[d.ID]
+		if !ok {
+			var err error
+			if b, err = json.Marshal(d); err != nil {
+				return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
+			}
+		}
+		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final")
+		tp := bus.TraceParent(fctx)
+		span.End()
+		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
+			"trace_id", span.SpanContext().TraceID())
+		if n == maxFinalsPerMessage || n > 0 && len(data)+len(b)+len(tp)+40 > maxBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if n == 0 {
+			first = fctx
+			data = append(data, `{"dtrs":[`...)
+		} else {
+			data = append(data, ',')
+		}
+		data = append(data, `{"traceparent":`...)
+		data = strconv.AppendQuote(data, tp)
+		data = append(data, `,"dtr":`...)
+		data = append(data, b...)
+		data = append(data, '}')
+		digest.Write(d.ID[:])
+		n++
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return msgs, nil
 }
 
 // maxGrantsPerMessage bounds the grants of one Grants event.
