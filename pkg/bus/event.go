@@ -17,6 +17,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	fastjson "github.com/segmentio/encoding/json"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -128,13 +129,13 @@ func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
 	switch ev.Type() {
 	case TypeResult:
 		var r Result
-		if err := json.Unmarshal(ev.Data(), &r); err != nil {
+		if err := fastjson.Unmarshal(ev.Data(), &r); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeResult, err)
 		}
 		return []Result{r}, nil
 	case TypeResults:
 		var rs Results
-		if err := json.Unmarshal(ev.Data(), &rs); err != nil {
+		if err := fastjson.Unmarshal(ev.Data(), &rs); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeResults, err)
 		}
 		return rs.Results, nil
@@ -162,19 +163,19 @@ func DecodeFinals(ctx context.Context, m *nats.Msg) ([]Final, error) {
 	switch ev.Type() {
 	case TypeDTRFinal:
 		f := Final{Data: ev.Data(), TraceParent: m.Header.Get("traceparent")}
-		if err := json.Unmarshal(f.Data, &f.DTR); err != nil {
+		if err := fastjson.Unmarshal(f.Data, &f.DTR); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeDTRFinal, err)
 		}
 		return []Final{f}, nil
 	case TypeDTRFinals:
 		var fs Finals
-		if err := json.Unmarshal(ev.Data(), &fs); err != nil {
+		if err := fastjson.Unmarshal(ev.Data(), &fs); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeDTRFinals, err)
 		}
 		out := make([]Final, len(fs.DTRs))
 		for i, e := range fs.DTRs {
 			out[i] = Final{Data: e.DTR, TraceParent: e.TraceParent}
-			if err := json.Unmarshal(e.DTR, &out[i].DTR); err != nil {
+			if err := fastjson.Unmarshal(e.DTR, &out[i].DTR); err != nil {
 				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", TypeDTRFinals, i, err)
 			}
 		}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -88,6 +90,22 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		checkDecodeData(t, m, TypeGrants, &gs, func() any { return new(Grants) })
 		var rs Results
 		checkDecodeData(t, m, TypeResults, &rs, func() any { return new(Results) })
+		// The hot paths read grants, results and final DTRs with
+		// segmentio's decoder: it takes and refuses what encoding/json
+		// does, and reads the same.
+		if ev != nil {
+			for _, v := range []func() any{func() any { return new(Grants) }, func() any { return new(Results) },
+				func() any { return new(Finals) }, func() any { return new(dtr.DTR) }} {
+				std, fast := v(), v()
+				errStd, errFast := json.Unmarshal(ev.Data(), std), fastjson.Unmarshal(ev.Data(), fast)
+				if (errStd == nil) != (errFast == nil) {
+					t.Fatalf("%T: encoding/json says %v, segmentio %v", std, errStd, errFast)
+				}
+				if errStd == nil && !reflect.DeepEqual(std, fast) {
+					t.Fatalf("%T read differently:\nencoding/json %+v\nsegmentio     %+v", std, std, fast)
+				}
+			}
+		}
 		// Final DTRs: refused with a reason, or each with the JSON it
 		// was read from.
 		fs, err := DecodeFinals(ctx, m)

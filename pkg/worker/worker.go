@@ -10,7 +10,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	fastjson "github.com/segmentio/encoding/json"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -307,13 +307,13 @@ func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time
 	switch ev.Type() {
 	case bus.TypeGrant:
 		var g bus.Grant
-		if err := json.Unmarshal(ev.Data(), &g); err != nil {
+		if err := fastjson.Unmarshal(ev.Data(), &g); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrant, err)
 		}
 		return []bus.Grant{g}, []string{m.Header.Get("traceparent")}, ev.Time(), nil
 	case bus.TypeGrants:
 		var gs bus.Grants
-		if err := json.Unmarshal(ev.Data(), &gs); err != nil {
+		if err := fastjson.Unmarshal(ev.Data(), &gs); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrants, err)
 		}
 		if len(gs.Grants) > maxGrantsPerMessage {
