@@ -129,18 +129,28 @@ func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
 	switch ev.Type() {
 	case TypeResult:
 		var r Result
-		if err := fastjson.Unmarshal(ev.Data(), &r); err != nil {
+		if err := DecodeJSON(ev.Data(), &r); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeResult, err)
 		}
 		return []Result{r}, nil
 	case TypeResults:
 		var rs Results
-		if err := fastjson.Unmarshal(ev.Data(), &rs); err != nil {
+		if err := DecodeJSON(ev.Data(), &rs); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeResults, err)
 		}
 		return rs.Results, nil
 	}
 	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeResult, TypeResults)
+}
+
+// DecodeJSON is json.Unmarshal, faster: it reads with segmentio's decoder
+// (about five times as fast on grants), and what that refuses it reads
+// again with encoding/json, whose answer, and error text, stands.
+func DecodeJSON(data []byte, v any) error {
+	if err := fastjson.Unmarshal(data, v); err != nil {
+		return json.Unmarshal(data, v)
+	}
+	return nil
 }
 
 // Final is one final DTR of a message on sluice.event.dtr.final.
@@ -163,19 +173,19 @@ func DecodeFinals(ctx context.Context, m *nats.Msg) ([]Final, error) {
 	switch ev.Type() {
 	case TypeDTRFinal:
 		f := Final{Data: ev.Data(), TraceParent: m.Header.Get("traceparent")}
-		if err := fastjson.Unmarshal(f.Data, &f.DTR); err != nil {
+		if err := DecodeJSON(f.Data, &f.DTR); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeDTRFinal, err)
 		}
 		return []Final{f}, nil
 	case TypeDTRFinals:
 		var fs Finals
-		if err := fastjson.Unmarshal(ev.Data(), &fs); err != nil {
+		if err := DecodeJSON(ev.Data(), &fs); err != nil {
 			return nil, fmt.Errorf("%s data: %w", TypeDTRFinals, err)
 		}
 		out := make([]Final, len(fs.DTRs))
 		for i, e := range fs.DTRs {
 			out[i] = Final{Data: e.DTR, TraceParent: e.TraceParent}
-			if err := fastjson.Unmarshal(e.DTR, &out[i].DTR); err != nil {
+			if err := DecodeJSON(e.DTR, &out[i].DTR); err != nil {
 				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", TypeDTRFinals, i, err)
 			}
 		}

@@ -2,6 +2,9 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -133,6 +136,31 @@ func TestDecodeFinalsReadsOneFinalDTROrSeveral(t *testing.T) {
 				if f.DTR.Source == "" || !f.DTR.State.Final() {
 					t.Errorf("final %d: DTR %+v not decoded", i, f.DTR)
 				}
+			}
+		})
+	}
+}
+
+func TestDecodeJSONReadsAsEncodingJSONAndRefusesInItsWords(t *testing.T) {
+	for _, tt := range []struct{ name, data string }{
+		{"a result", `{"dtr":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","grant":"g.1","state":"TRANSFERRING","bytes":7,"Checksum":"adler32:1"}`},
+		{"empty", ``},
+		{"not JSON", `not json`},
+		{"cut short", `{"dtr":`},
+		{"a bad UUID", `{"dtr":"6c1d8ea0"}`},
+		{"a bad state", `{"state":"NOT_A_STATE"}`},
+		{"a number too large", `{"bytes":1e400}`},
+		{"a string for a number", `{"bytes":"7"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var std, got Result
+			errStd := json.Unmarshal([]byte(tt.data), &std)
+			err := DecodeJSON([]byte(tt.data), &got)
+			if fmt.Sprint(err) != fmt.Sprint(errStd) {
+				t.Fatalf("error %v, encoding/json's %v", err, errStd)
+			}
+			if err == nil && !reflect.DeepEqual(got, std) {
+				t.Fatalf("read %+v, encoding/json %+v", got, std)
 			}
 		})
 	}

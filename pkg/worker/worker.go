@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	fastjson "github.com/segmentio/encoding/json"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -307,13 +306,13 @@ func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time
 	switch ev.Type() {
 	case bus.TypeGrant:
 		var g bus.Grant
-		if err := fastjson.Unmarshal(ev.Data(), &g); err != nil {
+		if err := bus.DecodeJSON(ev.Data(), &g); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrant, err)
 		}
 		return []bus.Grant{g}, []string{m.Header.Get("traceparent")}, ev.Time(), nil
 	case bus.TypeGrants:
 		var gs bus.Grants
-		if err := fastjson.Unmarshal(ev.Data(), &gs); err != nil {
+		if err := bus.DecodeJSON(ev.Data(), &gs); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrants, err)
 		}
 		if len(gs.Grants) > maxGrantsPerMessage {

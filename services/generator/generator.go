@@ -29,7 +29,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -483,7 +482,7 @@ func (s *Service) finals(ctx context.Context, jobID string) (map[uuid.UUID]*dtr.
 				return out, nil // every stored value has been seen
 			}
 			d := &dtr.DTR{}
-			if err := fastjson.Unmarshal(e.Value(), d); err != nil {
+			if err := bus.DecodeJSON(e.Value(), d); err != nil {
 				return nil, fmt.Errorf("stored %s: %w", e.Key(), err)
 			}
 			out[d.ID] = d
@@ -498,7 +497,7 @@ func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := fastjson.Unmarshal(e.Value(), v); err != nil {
+	if err := bus.DecodeJSON(e.Value(), v); err != nil {
 		return 0, fmt.Errorf("stored %s: %w", key, err)
 	}
 	return e.Revision(), nil

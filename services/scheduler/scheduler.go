@@ -33,7 +33,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	fastjson "github.com/segmentio/encoding/json"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -1217,7 +1216,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 			wg.Go(func() {
 				for i := k; i < len(chunk); i += workers {
 					d := &dtr.DTR{}
-					if err := fastjson.Unmarshal(chunk[i].data, d); err != nil {
+					if err := bus.DecodeJSON(chunk[i].data, d); err != nil {
 						s.log.Error("unreadable saved DTR skipped", "key", chunk[i].key, "err", err)
 						continue
 					}
