@@ -180,7 +180,7 @@ func (s *Service) reconcile(ctx context.Context, every time.Duration) {
 			}
 			rec, err := s.update(ctx, jobID, func(r *Record) error { return s.recount(ctx, jobID, r) })
 			if err == nil && rec.Final() >= rec.Total && !rec.Announced {
-				err = s.announce(ctx, jobID)
+				err = s.announce(ctx, jobID, nil)
 			}
 			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				if ctx.Err() == nil {
@@ -439,6 +439,11 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 // Status returns a job's record, the statistics of its final DTRs and the
 // list of the others.
 func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
+	return s.status(ctx, jobID, nil)
+}
+
+// status is Status with the job's final DTRs, if they have been read.
+func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID]*dtr.DTR) (JobEvent, error) {
 	var ev JobEvent
 	if _, err := s.get(ctx, jobID, &ev.Record); err != nil {
 		return ev, fmt.Errorf("job %q: %w", jobID, err)
@@ -447,9 +452,11 @@ func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return ev, fmt.Errorf("job %q files: %w", jobID, err)
 	}
-	finals, err := s.finals(ctx, jobID)
-	if err != nil {
-		return ev, err
+	if finals == nil {
+		var err error
+		if finals, err = s.finals(ctx, jobID); err != nil {
+			return ev, err
+		}
 	}
 	for _, ref := range refs {
 		d, ok := finals[ref.DTR]
@@ -620,12 +627,28 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 	if rec.Final() >= rec.Total && !rec.Announced {
 		// Counts kept by several generator replicas can run ahead of the
 		// truth; the stored final DTRs decide whether the job has ended.
-		rec, err = s.update(ctx, jobID, func(r *Record) error { return s.recount(ctx, jobID, r) })
+		// They are read once for the count and the announcement (again
+		// if another replica changes the record meanwhile).
+		finals, err := s.finals(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		again := false
+		rec, err = s.update(ctx, jobID, func(r *Record) error {
+			if again {
+				if finals, err = s.finals(ctx, jobID); err != nil {
+					return err
+				}
+			}
+			again = true
+			recountFrom(r, finals)
+			return nil
+		})
 		if err != nil {
 			return err
 		}
 		if rec.Final() >= rec.Total && !rec.Announced {
-			return s.announce(ctx, jobID)
+			return s.announce(ctx, jobID, finals)
 		}
 	}
 	return nil
@@ -661,6 +684,12 @@ func (s *Service) recount(ctx context.Context, jobID string, r *Record) error {
 	if err != nil {
 		return err
 	}
+	recountFrom(r, finals)
+	return nil
+}
+
+// recountFrom sets a job record's counts from its final DTRs.
+func recountFrom(r *Record, finals map[uuid.UUID]*dtr.DTR) {
 	ds := make([]*dtr.DTR, 0, len(finals))
 	for _, d := range finals {
 		ds = append(ds, d)
@@ -670,7 +699,6 @@ func (s *Service) recount(ctx context.Context, jobID string, r *Record) error {
 	for _, d := range ds {
 		count(r, d)
 	}
-	return nil
 }
 
 // update changes a job record with compare-and-set, retrying on conflict.
@@ -724,10 +752,10 @@ func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid
 	return out.Wait(ctx)
 }
 
-// announce publishes the job's end with per-file statistics and marks the
-// job announced.
-func (s *Service) announce(ctx context.Context, jobID string) error {
-	ev, err := s.Status(ctx, jobID)
+// announce publishes the job's end with per-file statistics (of finals,
+// the job's final DTRs, or read if nil) and marks the job announced.
+func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UUID]*dtr.DTR) error {
+	ev, err := s.status(ctx, jobID, finals)
 	if err != nil {
 		return err
 	}

@@ -210,6 +210,8 @@ type Service struct {
 	maxDTR int
 	// journal makes every step's changes durable (journal.go).
 	journal *journal
+	// stored has the id of every DTR with a record (seen.go).
+	stored seen
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -267,8 +269,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx) // stops the consumers when Run returns
 	defer cancel()
-	in := make(chan jetstream.Msg, 4096)
-	for _, src := range []string{bus.StreamSubmit, bus.StreamResults} {
+	// Results (and progress) come before submissions: they free slots
+	// and move DTRs on, while a burst of new DTRs only fills queues.
+	submits, results := make(chan jetstream.Msg, 4096), make(chan jetstream.Msg, 4096)
+	for src, in := range map[string]chan jetstream.Msg{bus.StreamSubmit: submits, bus.StreamResults: results} {
 		cons, err := s.js.Consumer(ctx, src, bus.ConsumerSched)
 		if err != nil {
 			return fmt.Errorf("scheduler: consumer on %s: %w", src, err)
@@ -364,17 +368,10 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-dump:
 			s.applyPriorityFile()
 			s.writeState()
-		case m := <-in:
-			batch = append(batch, m)
-		drain:
-			for len(batch) < 2000 {
-				select {
-				case m := <-in:
-					batch = append(batch, m)
-				default:
-					break drain
-				}
-			}
+		case m := <-results:
+			batch = s.drain(append(batch, m), results, submits)
+		case m := <-submits:
+			batch = s.drain(append(batch, m), results, submits)
 		case <-tick.C:
 		}
 		c, err := s.step(ctx, kv, batch)
@@ -388,6 +385,38 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// The most a step takes in: messages, and bytes of their data.
+const (
+	maxStepMessages = 2000
+	maxStepBytes    = 64 << 10
+)
+
+// drain adds to a step what has come in, results first, up to
+// maxStepMessages messages or maxStepBytes: a burst of submissions goes
+// into several steps, and the first grants go out while the rest is taken.
+func (s *Service) drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetstream.Msg {
+	size := 0
+	for _, m := range batch {
+		size += len(m.Data())
+	}
+	for len(batch) < maxStepMessages && size < maxStepBytes {
+		var m jetstream.Msg
+		select {
+		case m = <-results:
+		default:
+			select {
+			case m = <-results:
+			case m = <-submits:
+			default:
+				return batch
+			}
+		}
+		batch = append(batch, m)
+		size += len(m.Data())
+	}
+	return batch
 }
 
 // hand gives a step's commit to the committer, waiting while it is busy
@@ -723,6 +752,9 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 			if _, ok := s.finished[d.ID]; ok {
 				continue
 			}
+			if !s.stored.MayHave(d.ID) {
+				continue // never stored: new
+			}
 			if _, ok := s.journal.Lookup(d.ID); ok {
 				stored[d.ID] = true // finished, not yet checkpointed
 				continue
@@ -847,9 +879,13 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 	}
 	d.TraceParent = bus.TraceParent(cctx)
 	span.End()
-	if err := s.core.Submit(now, d); err != nil && !errors.Is(err, core.ErrDuplicate) {
+	if err := s.core.Submit(now, d); err != nil {
+		if errors.Is(err, core.ErrDuplicate) {
+			return nil
+		}
 		return err
 	}
+	s.stored.Add(d.ID) // its record is journaled with this step
 	return nil
 }
 
@@ -1241,6 +1277,9 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 		if e == nil {
 			break // caught up
 		}
+		if id, err := uuid.Parse(e.Key()); err == nil {
+			s.stored.Add(id)
+		}
 		if chunk = append(chunk, raw{e.Key(), e.Value()}); len(chunk) == 8192 {
 			decode(checkpointed)
 		}
@@ -1248,7 +1287,10 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	decode(checkpointed)
 	// The journal: later records replace earlier ones.
 	journaled := map[uuid.UUID]*dtr.DTR{}
-	keep := func(d *dtr.DTR) { journaled[d.ID] = d }
+	keep := func(d *dtr.DTR) {
+		journaled[d.ID] = d
+		s.stored.Add(d.ID)
+	}
 	if err := s.journal.Replay(ctx, func(data []byte) {
 		if chunk = append(chunk, raw{"journal", data}); len(chunk) == 8192 {
 			decode(keep)
