@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -66,7 +68,9 @@ type Figure struct {
 
 // Report is one run's machine and figures.
 type Report struct {
-	Machine  string
+	Machine string
+	// Storage is where the files and JetStream stores were, and on what.
+	Storage  string
 	Started  time.Time
 	Took     time.Duration
 	Options  Options
@@ -91,7 +95,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer os.RemoveAll(d)
 		o.Dir = d
 	}
-	r := &Report{Machine: machine(), Started: time.Now(), Options: o}
+	r := &Report{Machine: machine(), Storage: storage(o.Dir), Started: time.Now(), Options: o}
 	say := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, format+"\n", args...)
@@ -230,7 +234,7 @@ func (r *Report) Markdown(w io.Writer, command string) error {
 	fmt.Fprintf(b, "# Benchmarks\n\nWritten by `%s` on %s in %s.\n\n", command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
 	fmt.Fprintf(b, "Machine: %s.\n\n", r.Machine)
 	fmt.Fprintln(b, "The machine is shared and noisy: speeds are set against a baseline measured in the same run.")
-	fmt.Fprintln(b, "Every Sluice here runs on an embedded NATS server with JetStream on the local disk.")
+	fmt.Fprintf(b, "Every Sluice here runs on an embedded NATS server; its JetStream store and the files are in %s.\n", r.Storage)
 	fmt.Fprintln(b)
 	fmt.Fprintln(b, "| What | Figure | Target | Met |")
 	fmt.Fprintln(b, "|---|---|---|---|")
@@ -241,6 +245,20 @@ func (r *Report) Markdown(w io.Writer, command string) error {
 		fmt.Fprintf(b, "\n%s\n", wn)
 	}
 	return b.Flush()
+}
+
+// storage describes the file system of dir.
+func storage(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return dir
+	}
+	kinds := map[int64]string{0x01021994: "tmpfs, in memory", 0xEF53: "ext4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x794c7630: "overlayfs"}
+	kind, ok := kinds[int64(st.Type)]
+	if !ok {
+		kind = fmt.Sprintf("file system type %#x", st.Type)
+	}
+	return fmt.Sprintf("%s (%s)", filepath.Dir(dir), kind)
 }
 
 // machine describes the CPU, cores, memory and Go.

@@ -19,6 +19,7 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	out := fs.String("out", "BENCHMARKS.md", "file to write the report to; - for standard output")
 	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
 	cli := fs.String("nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
+	dir := fs.String("dir", "", "where the files and JetStream stores go: a new directory under this one (default: $TMPDIR or /tmp); on a tmpfs such as /dev/shm the figures leave the disk out")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -31,6 +32,14 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	}
 	o.Progress = stdout
 	o.NATSCLI = *cli
+	if *dir != "" {
+		d, err := os.MkdirTemp(*dir, "sluice-bench-")
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(d)
+		o.Dir = d
+	}
 	if o.NATSCLI == "" {
 		o.NATSCLI, _ = exec.LookPath("nats")
 	}
