@@ -104,6 +104,14 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 				if errStd == nil && !reflect.DeepEqual(std, fast) {
 					t.Fatalf("%T read differently:\nencoding/json %+v\nsegmentio     %+v", std, std, fast)
 				}
+				// And written again, EncodeJSON writes what encoding/json does.
+				if errStd == nil {
+					want, errW := json.Marshal(std)
+					got, errG := EncodeJSON(std)
+					if (errW == nil) != (errG == nil) || string(got) != string(want) {
+						t.Fatalf("%T written differently:\nencoding/json %s (%v)\nEncodeJSON    %s (%v)", std, want, errW, got, errG)
+					}
+				}
 			}
 		}
 		// Final DTRs: refused with a reason, or each with the JSON it

@@ -357,7 +357,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
 		tp := bus.TraceParent(dctx)
 		span.End()
-		b, err := json.Marshal(d.Submission())
+		b, err := bus.EncodeJSON(d.Submission())
 		if err != nil {
 			return nil, err
 		}

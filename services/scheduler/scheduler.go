@@ -644,7 +644,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
-		b, err := json.Marshal(d)
+		b, err := bus.EncodeJSON(d)
 		if err != nil {
 			return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 		}
@@ -1064,7 +1064,7 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		b, ok := encoded[d.ID]
 		if !ok {
 			var err error
-			if b, err = json.Marshal(d); err != nil {
+			if b, err = bus.EncodeJSON(d); err != nil {
 				return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 			}
 		}
@@ -1116,7 +1116,7 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 		d, ok := encoded[g.DTR.ID]
 		if !ok {
 			var err error
-			if d, err = json.Marshal(g.DTR); err != nil {
+			if d, err = bus.EncodeJSON(g.DTR); err != nil {
 				span.End()
 				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 			}
@@ -1167,7 +1167,7 @@ type grantWire struct {
 // encode writes the grant with d, a DTR's JSON, as its "dtr" (last, and
 // not checked again as a json.RawMessage would be).
 func (g grantWire) encode(d []byte) ([]byte, error) {
-	b, err := json.Marshal(g)
+	b, err := bus.EncodeJSON(g)
 	if err != nil {
 		return nil, err
 	}
@@ -1302,7 +1302,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	if len(journaled) > 0 {
 		ds = slices.DeleteFunc(ds, func(d *dtr.DTR) bool { return journaled[d.ID] != nil })
 		for _, d := range journaled {
-			b, err := json.Marshal(d)
+			b, err := bus.EncodeJSON(d)
 			if err != nil {
 				return fmt.Errorf("encode DTR %s: %w", d.ID, err)
 			}

@@ -1,0 +1,77 @@
+package bus
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// randomDTR fills every field of a DTR, or leaves it zero, at random, with
+// strings that need escaping.
+func randomDTR(r *rand.Rand) dtr.DTR {
+	pieces := []string{"", "a", "file:///a b", "<&>", "\u2028\u2029", "\x00\x1f", "é", "\"\\", "\xff", "日本", "https://h:1/p?q=1&r=2#f"}
+	str := func() string {
+		var b strings.Builder
+		for range r.IntN(4) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		return b.String()
+	}
+	tm := func() time.Time {
+		if r.IntN(3) == 0 {
+			return time.Time{}
+		}
+		return time.Unix(r.Int64N(4e9), r.Int64N(1e9)).In(time.FixedZone("z", 3600*(r.IntN(25)-12)))
+	}
+	strs := func() []string {
+		switch r.IntN(3) {
+		case 0:
+			return nil
+		case 1:
+			return []string{}
+		}
+		return []string{str(), str()}
+	}
+	d := dtr.DTR{ID: uuid.New(), JobID: str(), Source: str(), Destination: str(),
+		Owner: dtr.Identity{DN: str(), FQANs: strs()}, Direction: dtr.Direction(str()), UserPriority: r.IntN(200) - 50,
+		Options: dtr.Options{Checksum: str(), Overwrite: r.IntN(2) == 0, FailureAllowed: r.IntN(2) == 0, Stage: r.IntN(2) == 0, NoCache: r.IntN(2) == 0},
+		Share:   str(), Priority: r.IntN(100), State: dtr.State(r.IntN(40)), Attempts: r.IntN(10), MaxAttempts: r.IntN(10),
+		Cancel: r.IntN(2) == 0, Size: r.Int64() - r.Int64(), Bytes: r.Int64N(1 << 40), Checksum: str(),
+		Created: tm(), Updated: tm(), Started: tm(), Ended: tm(), NextProcess: tm(), TraceParent: str(),
+		TransferGrant: str(), Cleanup: r.IntN(2) == 0, Grant: str(), TURL: str(), Replicas: strs(), Replica: r.IntN(3),
+		Cache: str(), CacheFile: str()}
+	if r.IntN(2) == 0 {
+		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(str()), Text: str(), State: dtr.State(r.IntN(40)), Location: str()}
+	}
+	return d
+}
+
+func TestEncodeJSONWritesWhatEncodingJSONWrites(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		d := randomDTR(r)
+		want, errStd := json.Marshal(d)
+		got, err := EncodeJSON(d)
+		if (err == nil) != (errStd == nil) {
+			t.Fatalf("DTR %d: error %v, encoding/json's %v", i, err, errStd)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("DTR %d:\nEncodeJSON    %s\nencoding/json %s", i, got, want)
+		}
+		// And the Submission, the results and grants that carry DTRs.
+		for _, v := range []any{d.Submission(), Result{DTR: d.ID, Grant: d.Grant, State: d.State, Error: d.Error, Size: d.Size, Checksum: d.Checksum, Started: d.Started},
+			Grant{Grant: d.Grant, Stage: dtr.StageDelivery, State: d.State, DTR: d, LeaseSeconds: r.Float64() * 1e3}} {
+			want, _ := json.Marshal(v)
+			got, _ := EncodeJSON(v)
+			if string(got) != string(want) {
+				t.Fatalf("%T %d:\nEncodeJSON    %s\nencoding/json %s", v, i, got, want)
+			}
+		}
+	}
+}
