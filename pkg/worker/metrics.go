@@ -19,10 +19,10 @@ type instruments struct {
 	// The attribute sets of every grant, made once (a set made at each
 	// call cost more than the rest of a 1 KiB file's metrics).
 	ofStage, ok metric.MeasurementOption
-	grants   metric.Int64Counter
-	active   metric.Int64UpDownCounter
-	bytes    metric.Int64Counter
-	duration metric.Float64Histogram
+	grants      metric.Int64Counter
+	active      metric.Int64UpDownCounter
+	bytes       metric.Int64Counter
+	duration    metric.Float64Histogram
 }
 
 func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
