@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -33,20 +34,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	ns, err := bus.Embedded(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	if err := bus.Ensure(context.Background(), js, bus.Setup{}); err != nil {
-		t.Fatal(err)
-	}
+	nc, js := bustest.Server(t)
 	r := &rig{t: t, nc: nc, js: js}
 	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
 		rs, err := bus.DecodeResults(context.Background(), m)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -23,22 +24,8 @@ import (
 // buckets set up.
 func journalServer(t *testing.T) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	ns, err := bus.Embedded(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, bus.BucketDTRs)
+	nc, js := bustest.Server(t)
+	kv, err := js.KeyValue(context.Background(), bus.BucketDTRs)
 	if err != nil {
 		t.Fatal(err)
 	}
