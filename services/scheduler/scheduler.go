@@ -369,9 +369,9 @@ func (s *Service) Run(ctx context.Context) error {
 			s.applyPriorityFile()
 			s.writeState()
 		case m := <-results:
-			batch = s.drain(append(batch, m), results, submits)
+			batch = drain(append(batch, m), results, submits)
 		case m := <-submits:
-			batch = s.drain(append(batch, m), results, submits)
+			batch = drain(append(batch, m), results, submits)
 		case <-tick.C:
 		}
 		c, err := s.step(ctx, kv, batch)
@@ -396,7 +396,7 @@ const (
 // drain adds to a step what has come in, results first, up to
 // maxStepMessages messages or maxStepBytes: a burst of submissions goes
 // into several steps, and the first grants go out while the rest is taken.
-func (s *Service) drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetstream.Msg {
+func drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetstream.Msg {
 	size := 0
 	for _, m := range batch {
 		size += len(m.Data())
