@@ -63,9 +63,19 @@ func NewEvent(typ, source, subject string, data any) (event.Event, error) {
 	if subject != "" {
 		ev.SetSubject(subject)
 	}
-	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+	// The data is written here, as encoding/json writes it but faster
+	// (EncodeJSON); the SDK takes JSON bytes as they are.
+	b, ok := data.([]byte)
+	if !ok {
+		var err error
+		if b, err = EncodeJSON(data); err != nil {
+			return ev, fmt.Errorf("event %s: %w", typ, err)
+		}
+	}
+	if err := ev.SetData(event.ApplicationJSON, b); err != nil {
 		return ev, fmt.Errorf("event %s: %w", typ, err)
 	}
+	ev.DataBase64 = false // JSON, not bytes to carry as base64 in a structured event
 	return ev, nil
 }
 
