@@ -115,6 +115,10 @@ var ackTimeout = 5 * time.Second // a variable for tests
 
 const ackTries = 6
 
+// retryPause is the pause before the second try, doubled at each next one
+// up to 2 s: 0.25+0.5+1+2+2 s in all.
+var retryPause = 250 * time.Millisecond // a variable for tests
+
 func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 	subject := f.Msg().Subject
 	var last error
@@ -136,6 +140,13 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 			return fmt.Errorf("publish to %s: %w", subject, last)
 		}
 		slog.Warn("publishing again", "subject", subject, "try", try, "err", last)
+		// A stream electing a leader answers "no response" at once:
+		// the tries are spread over a few seconds, as an election takes.
+		select {
+		case <-time.After(min(retryPause<<(try-2), 2*time.Second)):
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+		}
 		pctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		var ack *jetstream.PubAck
 		ack, last = b.js.PublishMsg(pctx, f.Msg())

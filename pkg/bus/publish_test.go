@@ -14,9 +14,9 @@ import (
 // never answers. Here a responder on the subject plays the stream that
 // answers only from the n-th try on.
 func TestBatchPublishesAgainWhenAnAcknowledgementNeverComes(t *testing.T) {
-	old := ackTimeout
-	ackTimeout = 100 * time.Millisecond
-	defer func() { ackTimeout = old }()
+	old, oldPause := ackTimeout, retryPause
+	ackTimeout, retryPause = 100*time.Millisecond, 10*time.Millisecond
+	defer func() { ackTimeout, retryPause = old, oldPause }()
 	for _, tt := range []struct {
 		name      string
 		answerAt  int32 // the try the responder answers; 0: never
@@ -51,5 +51,37 @@ func TestBatchPublishesAgainWhenAnAcknowledgementNeverComes(t *testing.T) {
 				t.Fatalf("%d tries, want %d", got, tt.wantTries)
 			}
 		})
+	}
+}
+
+// A stream without a leader for a while (an election after its server
+// died): every publish is answered at once with "no response from stream".
+// The tries wait for it, instead of spending all six within milliseconds.
+func TestBatchWaitsForAStreamThatElectsALeader(t *testing.T) {
+	old := ackTimeout
+	ackTimeout = 100 * time.Millisecond
+	defer func() { ackTimeout = old }()
+	js := embeddedJS(t)
+	nc := js.Conn()
+	elected := make(chan struct{})
+	go func() {
+		time.Sleep(1200 * time.Millisecond) // no responder until then
+		sub, err := nc.Subscribe("leaderless", func(m *nats.Msg) {
+			_ = m.Respond([]byte(`{"stream":"LEADERLESS","seq":7}`))
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		close(elected)
+	}()
+	b := NewBatch(context.Background(), js)
+	b.Add(nats.NewMsg("leaderless"))
+	if err := b.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait: %v; want the publish taken once the stream answers", err)
+	}
+	<-elected
+	if b.Last != 7 {
+		t.Fatalf("Last %d, want the acknowledged sequence 7", b.Last)
 	}
 }
