@@ -1244,7 +1244,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 		data []byte
 	}
 	var chunk []raw
-	decode := func(keep func(*dtr.DTR)) {
+	decode := func(keep func(d *dtr.DTR, data []byte)) {
 		out := make([]*dtr.DTR, len(chunk))
 		var wg sync.WaitGroup
 		workers := runtime.GOMAXPROCS(0)
@@ -1261,14 +1261,14 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 			})
 		}
 		wg.Wait()
-		for _, d := range out {
+		for i, d := range out {
 			if d != nil {
-				keep(d)
+				keep(d, chunk[i].data)
 			}
 		}
 		chunk = chunk[:0]
 	}
-	checkpointed := func(d *dtr.DTR) {
+	checkpointed := func(d *dtr.DTR, _ []byte) {
 		if !d.State.Final() { // a resubmission of a final one is found by storedBefore
 			ds = append(ds, d)
 		}
@@ -1285,11 +1285,13 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 		}
 	}
 	decode(checkpointed)
-	// The journal: later records replace earlier ones.
+	// The journal: later records replace earlier ones. Each DTR's latest
+	// record stays in the journal's keeping until the next checkpoint.
 	journaled := map[uuid.UUID]*dtr.DTR{}
-	keep := func(d *dtr.DTR) {
+	keep := func(d *dtr.DTR, data []byte) {
 		journaled[d.ID] = d
 		s.stored.Add(d.ID)
+		s.journal.Keep(d.ID, data)
 	}
 	if err := s.journal.Replay(ctx, func(data []byte) {
 		if chunk = append(chunk, raw{"journal", data}); len(chunk) == 8192 {
@@ -1302,11 +1304,6 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	if len(journaled) > 0 {
 		ds = slices.DeleteFunc(ds, func(d *dtr.DTR) bool { return journaled[d.ID] != nil })
 		for _, d := range journaled {
-			b, err := bus.EncodeJSON(d)
-			if err != nil {
-				return fmt.Errorf("encode DTR %s: %w", d.ID, err)
-			}
-			s.journal.Keep(d.ID, b)
 			if d.State.Final() {
 				s.finished[d.ID] = now
 			} else {
