@@ -686,6 +686,70 @@ func TestJobEndsEvenIfAnEarlierTryRecordedItsLastFileButNotTheCount(t *testing.T
 	}
 }
 
+func TestFinalDTRsAnnouncedAgainInOtherGroupingsAreCountedOnce(t *testing.T) {
+	s := start(t, testConfig())
+	remote := filepath.Join(s.dir, "remote")
+	for _, n := range []string{"a", "b", "c"} {
+		writeFile(t, filepath.Join(remote, n), 1000, 1)
+	}
+	store := httpstore.Handler(remote)
+	release := make(chan struct{})
+	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/c" {
+			<-release
+		}
+		store.ServeHTTP(w, r)
+	}))
+	j := &job.Job{ID: "announced-again"}
+	for _, n := range []string{"a", "b", "c"} {
+		j.Inputs = append(j.Inputs, job.File{Source: base + "/" + n, Destination: fileURL(filepath.Join(s.dir, "out", n))})
+	}
+	r := s.submit(j)
+	final := func(id uuid.UUID) json.RawMessage {
+		d := s.awaitDTR(id, 30*time.Second, func(d dtr.DTR) bool { return d.State == dtr.Done })
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := final(r.DTRs[0]), final(r.DTRs[1])
+	// A restarted scheduler announces final DTRs again, grouped as its
+	// steps happen to fall: a, b, and both together. Counted again, a and
+	// b would make three of the job's three files final.
+	for i, group := range [][]json.RawMessage{{a}, {b}, {b, a}} {
+		var fs bus.Finals
+		for _, d := range group {
+			fs.DTRs = append(fs.DTRs, bus.FinalEntry{DTR: d})
+		}
+		ev, err := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "again", fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := bus.Encode(context.Background(), bus.SubjectDTRFinal, fmt.Sprintf("again.%d", i), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		var ev generator.JobEvent
+		if err := s.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Announced {
+			t.Fatalf("the job ended %s with %d done while its third file was held", ev.State, ev.Done)
+		}
+	}
+	close(release)
+	ev := s.wait(r.JobID, 30*time.Second)
+	if ev.State != generator.JobFinished || ev.Done != 3 || len(ev.Files) != 3 || len(ev.Pending) != 0 {
+		t.Fatalf("job %s with %d done, %d files, %d pending; want finished with 3 done", ev.State, ev.Done, len(ev.Files), len(ev.Pending))
+	}
+}
+
 func TestAStalledTransferFailsAsTooSlowAndFreesItsSlot(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxTransferTries = 2

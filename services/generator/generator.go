@@ -7,12 +7,15 @@
 //
 //	<job>          the job record (counts, state), updated with compare-and-set
 //	<job>.files    the job's DTRs, written once
-//	<job>.f.<dtr>  each final DTR, created once (a duplicate event is a no-op)
+//	<job>.f.<hash> the job's DTRs in one finals event, one JSON per line,
+//	               created once (a redelivered event is a no-op)
 package generator
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -488,11 +491,16 @@ func (s *Service) finals(ctx context.Context, jobID string) (map[uuid.UUID]*dtr.
 			if e == nil {
 				return out, nil // every stored value has been seen
 			}
-			d := &dtr.DTR{}
-			if err := bus.DecodeJSON(e.Value(), d); err != nil {
-				return nil, fmt.Errorf("stored %s: %w", e.Key(), err)
+			for line := range bytes.SplitSeq(e.Value(), []byte{'\n'}) {
+				if len(line) == 0 {
+					continue
+				}
+				d := &dtr.DTR{}
+				if err := bus.DecodeJSON(line, d); err != nil {
+					return nil, fmt.Errorf("stored %s: %w", e.Key(), err)
+				}
+				out[d.ID] = d
 			}
-			out[d.ID] = d
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -517,19 +525,36 @@ type final struct {
 	fresh bool
 }
 
+// finalsKey is the key under which one finals event's DTRs of one job are
+// stored: "<job>.f." and a digest of their ids, so that the same event
+// delivered again finds its key taken, while the same DTRs announced again
+// in another grouping (after a scheduler restart) are stored again.
+func finalsKey(jobID string, fs []*final) string {
+	h := sha256.New()
+	for _, f := range fs {
+		h.Write(f.d.ID[:])
+	}
+	return jobID + ".f." + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // onFinals records final DTRs in their jobs and ends each job whose last
-// DTR is among them. Each final DTR is stored under "<job>.f.<dtr>" (once:
-// a redelivered one finds its key taken), then each job's record counts
-// the fresh ones in one update.
+// DTR is among them. The DTRs of one job in one finals event are stored
+// together under finalsKey, one DTR's JSON per line (created once: a
+// redelivered event finds its key taken), then each job's record counts
+// the fresh ones in one update. A DTR stored twice, in two groupings, is
+// counted twice until the job's count reaches its total; the stored final
+// DTRs, each taken once, decide then.
 func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 	byJob := map[string][]*final{}
 	var jobs []string
-	var fs []*final // in the order of their creates
+	var stored [][]*final // the finals of each create, in order
 	out := bus.NewBatch(ctx, s.js)
 	out.Refused = func(i int, err error) error {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			fs[i].fresh = false // seen before, but the count may have missed it
+			for _, f := range stored[i] {
+				f.fresh = false // seen before, but the count may have missed them
+			}
 			return nil
 		}
 		return err
@@ -541,6 +566,9 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 			s.log.Error("malformed final DTR event dropped", "err", err)
 			continue
 		}
+		inMsg := map[string][]*final{}
+		data := map[string][][]byte{}
+		var order []string
 		for i := range finals {
 			d := &finals[i].DTR
 			// The last span of the DTR's trace.
@@ -549,16 +577,24 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
 			}
-			m := nats.NewMsg("$KV." + bus.BucketJobs + "." + d.JobID + ".f." + d.ID.String())
-			m.Data = finals[i].Data // the DTR's JSON, as the scheduler wrote it
+			if _, ok := inMsg[d.JobID]; !ok {
+				order = append(order, d.JobID)
+			}
+			f := &final{d: d, fresh: true}
+			inMsg[d.JobID] = append(inMsg[d.JobID], f)
+			data[d.JobID] = append(data[d.JobID], finals[i].Data) // the DTR's JSON, as the scheduler wrote it
+		}
+		for _, jobID := range order {
+			fs := inMsg[jobID]
+			m := nats.NewMsg("$KV." + bus.BucketJobs + "." + finalsKey(jobID, fs))
+			m.Data = bytes.Join(data[jobID], []byte{'\n'})
 			// A create: refused if the key has a value already.
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-			f := &final{d: d, fresh: true}
-			fs = append(fs, f)
-			if _, ok := byJob[d.JobID]; !ok {
-				jobs = append(jobs, d.JobID)
+			stored = append(stored, fs)
+			if _, ok := byJob[jobID]; !ok {
+				jobs = append(jobs, jobID)
 			}
-			byJob[d.JobID] = append(byJob[d.JobID], f)
+			byJob[jobID] = append(byJob[jobID], fs...)
 			out.Add(m)
 		}
 	}
