@@ -105,3 +105,16 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkBarePipeline is the baseline of BenchmarkThroughput, measured
+// the same way: go test -run XXX -bench 'Throughput$|BarePipeline' ./bench/
+func BenchmarkBarePipeline(b *testing.B) {
+	n := max(b.N, 100)
+	before := cpuTime()
+	rate, err := BarePipeline(context.Background(), b.TempDir(), n, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "items/s")
+	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(n), "cpu-µs/item")
+}

@@ -244,6 +244,11 @@ func (w *headerWriter) SetExtension(name string, value any) error {
 }
 
 func (w *headerWriter) SetData(r io.Reader) error {
+	if br, ok := r.(*bytes.Reader); ok { // how the SDK hands over event data: read it in one go
+		w.Data = make([]byte, br.Len())
+		_, err := io.ReadFull(br, w.Data)
+		return err
+	}
 	b, err := io.ReadAll(r)
 	w.Data = b
 	return err

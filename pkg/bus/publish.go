@@ -169,9 +169,7 @@ const tracerName = "github.com/sluice-dtr/sluice"
 // conventions. Encode the message with the returned context, so that its
 // traceparent names this span.
 func StartProducer(ctx context.Context, subject, msgID string) (context.Context, trace.Span) {
-	return otel.Tracer(tracerName).Start(ctx, "send "+subject,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(messaging(semconv.MessagingOperationTypeSend, subject, msgID)...))
+	return startSpan(ctx, "send ", trace.SpanKindProducer, semconv.MessagingOperationTypeSend, subject, msgID)
 }
 
 // StartConsumer starts a consumer span for a received message, as a child
@@ -182,18 +180,25 @@ func StartConsumer(ctx context.Context, m *nats.Msg, operation string) (context.
 		ctx = Extract(ctx, m.Header)
 		msgID = headerCarrier(m.Header).Get(nats.MsgIdHdr)
 	}
-	return otel.Tracer(tracerName).Start(ctx, operation+" "+m.Subject,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, m.Subject, msgID)...))
+	return startSpan(ctx, operation+" ", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, m.Subject, msgID)
 }
 
 // StartConsumerOf starts a consumer span for one item of a message that
 // carries several (a Results event), as a child of the span named by the
 // item's own traceparent.
 func StartConsumerOf(ctx context.Context, traceparent, subject, msgID, operation string) (context.Context, trace.Span) {
-	return otel.Tracer(tracerName).Start(Context(ctx, traceparent), operation+" "+subject,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, subject, msgID)...))
+	return startSpan(Context(ctx, traceparent), operation+" ", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, subject, msgID)
+}
+
+// startSpan starts the span "<prefix><subject>". Its messaging attributes
+// are set only on a span that is recorded (they are not there for a
+// sampler to see): with tracing off, spans cost next to nothing.
+func startSpan(ctx context.Context, prefix string, kind trace.SpanKind, op attribute.KeyValue, subject, msgID string) (context.Context, trace.Span) {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, prefix+subject, trace.WithSpanKind(kind))
+	if span.IsRecording() {
+		span.SetAttributes(messaging(op, subject, msgID)...)
+	}
+	return ctx, span
 }
 
 // messaging returns the messaging attributes of a span; a message without

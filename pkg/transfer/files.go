@@ -205,7 +205,10 @@ func (c *Client) Checksum(ctx context.Context, rawURL, typ string) (string, erro
 		return "", localError(ctx, op, rawURL, err)
 	}
 	defer f.Close()
-	if _, err := io.Copy(h, f); err != nil {
+	// Through a recycled buffer: io.Copy from an *os.File makes a new one.
+	buf, release := copyBuffer(0)
+	defer release()
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf[:defaultBufferSize]); err != nil {
 		return "", localError(ctx, op, rawURL, err)
 	}
 	return checksum.Format(typ, h), nil

@@ -73,25 +73,24 @@ func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger,
 // published again while NATS fails over is stored once.
 func (j *journal) messages(recs []record) []*nats.Msg {
 	var msgs []*nats.Msg
-	var data []byte
-	flush := func() {
-		if len(data) == 0 {
-			return
+	for len(recs) > 0 {
+		// As many records as fit, at least one.
+		n, size := 1, len(recs[0].data)+1
+		for n < len(recs) && size+len(recs[n].data)+1 <= j.maxBytes {
+			size += len(recs[n].data) + 1
+			n++
+		}
+		data := make([]byte, 0, size)
+		for _, r := range recs[:n] {
+			data = append(data, r.data...)
+			data = append(data, '\n')
 		}
 		m := nats.NewMsg(bus.SubjectJournal)
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
 		msgs = append(msgs, m)
-		data = nil
+		recs = recs[n:]
 	}
-	for _, r := range recs {
-		if len(data) > 0 && len(data)+len(r.data)+1 > j.maxBytes {
-			flush()
-		}
-		data = append(data, r.data...)
-		data = append(data, '\n')
-	}
-	flush()
 	return msgs
 }
 
