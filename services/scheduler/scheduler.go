@@ -1184,7 +1184,11 @@ type encodedGrant struct {
 // grantsMessage makes one Grants event of encoded grants. Its message id
 // is the first grant's id: a grant is sent in one message only.
 func grantsMessage(ctx context.Context, stage dtr.Stage, enc []encodedGrant) (*nats.Msg, error) {
-	data := []byte(`{"grants":[`)
+	size := len(`{"grants":[]}`)
+	for _, g := range enc {
+		size += len(g.data) + 1
+	}
+	data := append(make([]byte, 0, size), `{"grants":[`...)
 	for i, g := range enc {
 		if i > 0 {
 			data = append(data, ',')
