@@ -50,8 +50,13 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 		}
 		o.Exe = exe
 	}
-	r, err := bench.Run(ctx, o)
-	if err != nil {
+	// Traced as `sluice all` is (spans with ids, recorded only when an
+	// OTLP endpoint is set).
+	var r *bench.Report
+	if err := traced(ctx, "all", func() (err error) {
+		r, err = bench.Run(ctx, o)
+		return err
+	}); err != nil {
 		return err
 	}
 	command := "sluice " + strings.Join(append([]string{"bench"}, args...), " ")

@@ -124,7 +124,7 @@ func DecodeData(ctx context.Context, m *nats.Msg, typ string, v any) (*event.Eve
 	if ev.Type() != typ {
 		return ev, fmt.Errorf("event type %q, want %q", ev.Type(), typ)
 	}
-	if err := json.Unmarshal(ev.Data(), v); err != nil {
+	if err := DecodeJSON(ev.Data(), v); err != nil {
 		return ev, fmt.Errorf("%s data: %w", typ, err)
 	}
 	return ev, nil
@@ -160,6 +160,26 @@ func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
 func DecodeJSON(data []byte, v any) error {
 	if err := fastjson.Unmarshal(data, v); err != nil {
 		return json.Unmarshal(data, v)
+	}
+	return nil
+}
+
+// DecodeJSONStrict is DecodeJSON for one JSON object that may hold no
+// field v does not have and nothing after it: as a json.Decoder with
+// DisallowUnknownFields reads it, whose answer, and error text, stands
+// when segmentio's decoder refuses the data.
+func DecodeJSONStrict(data []byte, v any) error {
+	rest, err := fastjson.Parse(data, v, fastjson.DisallowUnknownFields)
+	if err == nil && len(bytes.TrimLeft(rest, " \t\r\n")) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the object")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -164,4 +165,38 @@ func checkDecodeData(t *testing.T, m *nats.Msg, typ string, v any, fresh func() 
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s data changed on the way round:\n%s\n%s", typ, want, got)
 	}
+}
+
+// FuzzDecodeJSONStrictAgreesWithEncodingJSON checks the strict decoder of
+// submitted DTRs against a json.Decoder with DisallowUnknownFields and one
+// value only: both take the same inputs, to the same DTR, and refuse the
+// same ones.
+func FuzzDecodeJSONStrictAgreesWithEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"source":"file:///a","destination":"file:///b","owner":{"dn":"/CN=x","fqans":["/atlas"]},"priority":70}`,
+		`{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","source":"http://h/f","destination":"file:///b","replicas":["http://r/f"],"options":{"checksum":"adler32:0a1b2c3d","overwrite":true}}`,
+		`{"source":"a","sauce":"b"}`, `{"SOURCE":"a"}`, `{"source":"a"} {}`, `{"source":"a"} x`, `{"source":"a"}   `,
+		`{"source":"a","source":"b"}`, `{"priority":1e3}`, `{"priority":"7"}`, `{"owner":null}`, `null`, `[]`, ``,
+		`{"source":"\ud800"}`, "{\"source\":\"\xff\"}", `{"id":"x"}`, `{"options":{"stage":true,"cache":false}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast, slow dtr.Submission
+		errFast := DecodeJSONStrict(data, &fast)
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		errSlow := dec.Decode(&slow)
+		if errSlow == nil {
+			if _, err := dec.Token(); err == nil || !errors.Is(err, io.EOF) {
+				errSlow = errors.New("trailing data")
+			}
+		}
+		if (errFast == nil) != (errSlow == nil) {
+			t.Fatalf("%q: strict decoder says %v, encoding/json %v", data, errFast, errSlow)
+		}
+		if errFast == nil && !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: strict decoder gives %+v, encoding/json %+v", data, fast, slow)
+		}
+	})
 }

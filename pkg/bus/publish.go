@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -216,15 +217,34 @@ func Context(ctx context.Context, traceparent string) context.Context {
 	if traceparent == "" {
 		return ctx
 	}
-	return Extract(ctx, nats.Header{"traceparent": []string{traceparent}})
+	return propagation.TraceContext{}.Extract(ctx, &traceParentCarrier{value: traceparent})
 }
 
 // TraceParent returns the W3C traceparent value of ctx's span.
 func TraceParent(ctx context.Context) string {
-	h := nats.Header{}
-	Inject(ctx, h)
-	return h.Get("traceparent")
+	var c traceParentCarrier
+	propagation.TraceContext{}.Inject(ctx, &c)
+	return c.value
 }
+
+// traceParentCarrier carries a lone traceparent value, without the map a
+// header costs (these two run for every DTR of a batched event).
+type traceParentCarrier struct{ value string }
+
+func (c *traceParentCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return c.value
+	}
+	return ""
+}
+
+func (c *traceParentCarrier) Set(key, value string) {
+	if key == "traceparent" {
+		c.value = value
+	}
+}
+
+func (c *traceParentCarrier) Keys() []string { return []string{"traceparent"} }
 
 // Msg returns a received JetStream message as a *nats.Msg for Decode.
 func Msg(m jetstream.Msg) *nats.Msg {

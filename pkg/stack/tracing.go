@@ -33,7 +33,16 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 		return nil, fmt.Errorf("tracing resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		// Nowhere to send spans: a trace this process starts is not
+		// sampled, so its spans carry ids for the logs but record nothing
+		// (recording was an eighth of a scheduler's CPU). One that comes
+		// in sampled, from a publisher or a role that exports, is still
+		// recorded and passed on sampled. OTEL_TRACES_SAMPLER wins.
+		if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+			opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+		}
+	} else {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("OTLP trace exporter: %w", err)

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"io"
 	"log/slog"
 	"maps"
 	"runtime"
@@ -1368,15 +1367,7 @@ func decodeStrict(data []byte, v any) error {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] != '{' && json.Valid(t) {
 		return fmt.Errorf("%s is not a JSON object", describeJSON(t))
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the object")
-	}
-	return nil
+	return bus.DecodeJSONStrict(data, v)
 }
 
 // describeJSON names the kind of a valid JSON value that is not an object.
