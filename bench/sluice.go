@@ -44,11 +44,18 @@ func configEnv(slots int) []string {
 		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s"}
 }
 
-// Throughput moves n 1 KiB files file→file as one job and returns DTRs per
-// second from submission to the job's end. With exe set the four roles run
-// as separate processes of that binary; otherwise all in this process.
-func Throughput(ctx context.Context, dir string, n int, exe string) (float64, error) {
-	const slots = 50
+// ThroughputSlots is the number of slots of each state (and workers of
+// each pool) of a throughput run: as deep as the baseline's pipeline, whose
+// consumers each pull up to 500 messages ahead. More DTRs in flight make
+// larger batches of grants and results; with 50 slots a DTR costs about a
+// third more CPU (README, "Where the end-to-end time goes").
+const ThroughputSlots = 500
+
+// Throughput moves n 1 KiB files file→file as one job, with slots slots in
+// each state, and returns DTRs per second from submission to the job's
+// end. With exe set the four roles run as separate processes of that
+// binary; otherwise all in this process.
+func Throughput(ctx context.Context, dir string, n, slots int, exe string) (float64, error) {
 	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: stack.Roles})
 	if err != nil {
 		return 0, err
