@@ -24,8 +24,8 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 10 {
-		t.Fatalf("%d figures, want 10 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 11 {
+		t.Fatalf("%d figures, want 11 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/generator"
@@ -103,7 +104,59 @@ func start(ctx context.Context, dir string, base stack.Config, exe string, env [
 		}()
 		s.stops = append(s.stops, func() { cancel(); <-done })
 	}
+	var roles []string
+	for _, p := range procs {
+		roles = append(roles, p.roles...)
+	}
+	if err := s.ready(ctx, roles); err != nil {
+		s.stop()
+		return nil, err
+	}
 	return s, nil
+}
+
+// ready waits until every role started answers: the scheduler and the
+// generator their services' pings, each worker stage with a pull waiting
+// on its grants. Nothing is measured before, so that no figure holds a
+// process's start (or a request asked again after "no responders").
+func (s *system) ready(ctx context.Context, roles []string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var checks []func() bool
+	ping := func(service string) func() bool {
+		return func() bool {
+			_, err := s.nc.Request("$SRV.PING."+service, nil, time.Second)
+			return err == nil
+		}
+	}
+	pulling := func(stage dtr.Stage) func() bool {
+		return func() bool {
+			c, err := s.js.Consumer(ctx, bus.StreamGrants, string(stage))
+			return err == nil && c.CachedInfo().NumWaiting > 0
+		}
+	}
+	for _, r := range roles {
+		switch r {
+		case "scheduler":
+			checks = append(checks, ping("sluice-scheduler"))
+		case "generator":
+			checks = append(checks, ping("sluice-generator"))
+		case "processor":
+			checks = append(checks, pulling(dtr.StagePre), pulling(dtr.StagePost))
+		case "delivery":
+			checks = append(checks, pulling(dtr.StageDelivery))
+		}
+	}
+	for _, ok := range checks {
+		for !ok() {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("bench: the roles %v did not all start: %w", roles, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // stop stops everything, the server last.
