@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // batchWindow bounds the acknowledgements one Batch leaves outstanding:
@@ -191,10 +193,35 @@ func StartConsumerOf(ctx context.Context, traceparent, subject, msgID, operation
 	return startSpan(Context(ctx, traceparent), operation+" ", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, subject, msgID)
 }
 
+// skipUnsampled is set by SkipUnsampledSpans.
+var skipUnsampled atomic.Bool
+
+// SkipUnsampledSpans says whether the tracer provider's sampler drops every
+// span whose parent is not sampled, as the OpenTelemetry SDK's parent-based
+// samplers do: then such a span is not started at all (starting one, to
+// drop it, was a tenth of a worker's CPU).
+func SkipUnsampledSpans(skip bool) { skipUnsampled.Store(skip) }
+
+// unsampled stands for a span not started: it records nothing and carries
+// its parent's context.
+type unsampled struct {
+	noop.Span
+	sc trace.SpanContext
+}
+
+func (u unsampled) SpanContext() trace.SpanContext { return u.sc }
+
 // startSpan starts the span "<prefix><subject>". Its messaging attributes
 // are set only on a span that is recorded (they are not there for a
 // sampler to see): with tracing off, spans cost next to nothing.
 func startSpan(ctx context.Context, prefix string, kind trace.SpanKind, op attribute.KeyValue, subject, msgID string) (context.Context, trace.Span) {
+	if skipUnsampled.Load() {
+		if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsSampled() {
+			// Its sampler would drop it: the parent's context goes on
+			// unchanged, and so does the trace id the logs name.
+			return ctx, unsampled{sc: parent}
+		}
+	}
 	ctx, span := otel.Tracer(tracerName).Start(ctx, prefix+subject, trace.WithSpanKind(kind))
 	if span.IsRecording() {
 		span.SetAttributes(messaging(op, subject, msgID)...)

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
 // Tracing installs an OpenTelemetry tracer provider, so that every DTR's
@@ -54,5 +57,9 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
+	// The default sampler, and every "parentbased_*" one, drops what an
+	// unsampled parent's child would be.
+	sampler := os.Getenv("OTEL_TRACES_SAMPLER")
+	bus.SkipUnsampledSpans(sampler == "" || strings.HasPrefix(sampler, "parentbased_"))
 	return tp.Shutdown, nil
 }

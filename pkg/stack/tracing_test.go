@@ -6,6 +6,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
 func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.T) {
@@ -37,5 +39,39 @@ func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.
 	_, in := tr.Start(trace.ContextWithRemoteSpanContext(context.Background(), sampled), "from a sampled publisher")
 	if !in.IsRecording() || !in.SpanContext().IsSampled() {
 		t.Errorf("a span of a trace that came in sampled is recorded %v, sampled %v; want both", in.IsRecording(), in.SpanContext().IsSampled())
+	}
+}
+
+func TestAChildOfAnUnsampledTraceIsNotStartedButCarriesTheTraceOn(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	shutdown, err := Tracing(context.Background(), "processor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	for _, tt := range []struct {
+		name        string
+		traceparent string
+		wantNew     bool
+	}{
+		{"unsampled: the parent goes on", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", false},
+		{"sampled: a span of its own, recorded", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, span := bus.StartConsumerOf(context.Background(), tt.traceparent, "sluice.grant.pre", "g.1", "process")
+			defer span.End()
+			sc := span.SpanContext()
+			if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Fatalf("trace %s: the trace did not go on", sc.TraceID())
+			}
+			if isNew := sc.SpanID().String() != "00f067aa0ba902b7"; isNew != tt.wantNew || span.IsRecording() != tt.wantNew {
+				t.Errorf("span %s recording %v; want a new, recorded span: %v", sc.SpanID(), span.IsRecording(), tt.wantNew)
+			}
+			if got := bus.TraceParent(ctx); got[:36] != tt.traceparent[:36] {
+				t.Errorf("passed on %s, want trace %s", got, tt.traceparent[:36])
+			}
+		})
 	}
 }
