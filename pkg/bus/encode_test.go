@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,26 @@ func TestEncodeJSONWritesWhatEncodingJSONWrites(t *testing.T) {
 			if string(got) != string(want) {
 				t.Fatalf("%T %d:\nEncodeJSON    %s\nencoding/json %s", v, i, got, want)
 			}
+		}
+	}
+}
+
+// TestDTRWireHasTheFieldsOfADTR keeps dtrWire in step with dtr.DTR: the
+// same fields in the same order with the same JSON names, the times that
+// omitzero leaves out as pointers with omitempty.
+func TestDTRWireHasTheFieldsOfADTR(t *testing.T) {
+	dt, wt := reflect.TypeFor[dtr.DTR](), reflect.TypeFor[dtrWire]()
+	if dt.NumField() != wt.NumField() {
+		t.Fatalf("dtr.DTR has %d fields, dtrWire %d", dt.NumField(), wt.NumField())
+	}
+	for i := range dt.NumField() {
+		df, wf := dt.Field(i), wt.Field(i)
+		wantType, wantTag := df.Type, df.Tag.Get("json")
+		if name, ok := strings.CutSuffix(wantTag, ",omitzero"); ok && df.Type == reflect.TypeFor[time.Time]() {
+			wantType, wantTag = reflect.PointerTo(df.Type), name+",omitempty"
+		}
+		if wf.Name != df.Name || wf.Type != wantType || wf.Tag.Get("json") != wantTag {
+			t.Errorf("field %d: dtrWire has %s %s %q, want %s %s %q", i, wf.Name, wf.Type, wf.Tag.Get("json"), df.Name, wantType, wantTag)
 		}
 	}
 }

@@ -188,7 +188,14 @@ func DecodeJSONStrict(data []byte, v any) error {
 // as encoding/json (omitzero, text marshalers and HTML escaping included)
 // in about half the time; should it fail, encoding/json's answer stands.
 func EncodeJSON(v any) ([]byte, error) {
-	if b, err := gojson.Marshal(v); err == nil {
+	fast := v
+	switch d := v.(type) {
+	case *dtr.DTR:
+		fast = wireOf(d)
+	case dtr.DTR:
+		fast = wireOf(&d)
+	}
+	if b, err := gojson.Marshal(fast); err == nil {
 		return b, nil
 	}
 	return json.Marshal(v)
