@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -20,9 +21,11 @@ type instruments struct {
 	// call cost more than the rest of a 1 KiB file's metrics).
 	ofStage, ok metric.MeasurementOption
 	grants      metric.Int64Counter
-	active      metric.Int64UpDownCounter
-	bytes       metric.Int64Counter
-	duration    metric.Float64Histogram
+	// active counts the grants in hand, read when metrics are collected
+	// (an up-down counter's two measurements per grant cost more).
+	active   atomic.Int64
+	bytes    metric.Int64Counter
+	duration metric.Float64Histogram
 }
 
 func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
@@ -37,8 +40,13 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 		metric.WithDescription("grants handled, by stage and outcome (ok, or the error kind)")); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
 	}
-	if in.active, err = meter.Int64UpDownCounter("sluice.worker.active",
-		metric.WithDescription("grants being handled now")); err != nil {
+	ofStage := metric.WithAttributeSet(attribute.NewSet(in.stage))
+	if _, err = meter.Int64ObservableUpDownCounter("sluice.worker.active",
+		metric.WithDescription("grants being handled now"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(in.active.Load(), ofStage)
+			return nil
+		})); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
 	}
 	if in.bytes, err = meter.Int64Counter("sluice.worker.bytes",
@@ -55,13 +63,13 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 // started records a grant taken in hand; the function it returns records
 // its end.
 func (in *instruments) started(ctx context.Context) func(res bus.Result, took time.Duration) {
-	in.active.Add(ctx, 1, in.ofStage)
+	in.active.Add(1)
 	return func(res bus.Result, took time.Duration) {
 		outcome := in.ok
 		if res.Error != nil {
 			outcome = metric.WithAttributes(in.stage, attribute.String("outcome", string(res.Error.Kind)))
 		}
-		in.active.Add(ctx, -1, in.ofStage)
+		in.active.Add(-1)
 		in.grants.Add(ctx, 1, outcome)
 		in.duration.Record(ctx, took.Seconds(), in.ofStage)
 	}
