@@ -174,7 +174,8 @@ func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (bus.Result, erro
 }
 
 // preClean deletes an existing destination when overwrite is set and refuses
-// it otherwise, then makes the destination's parent directories.
+// it otherwise, then makes the destination's parent directories, unless it
+// is a local file: delivery makes those as it writes the file.
 func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 	info, err := s.client.Stat(ctx, d.Destination)
 	if err != nil {
@@ -188,6 +189,9 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 		if err := s.client.Delete(ctx, d.Destination); err != nil {
 			return err
 		}
+	}
+	if strings.HasPrefix(d.Destination, "file:") {
+		return nil
 	}
 	return s.client.MakeParents(ctx, d.Destination)
 }
