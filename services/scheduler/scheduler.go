@@ -1070,8 +1070,10 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final")
 		tp := bus.TraceParent(fctx)
 		span.End()
-		s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
-			"trace_id", span.SpanContext().TraceID())
+		if s.log.Enabled(ctx, slog.LevelInfo) { // its arguments cost even when not logged
+			s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
+				"trace_id", span.SpanContext().TraceID())
+		}
 		if n == maxFinalsPerMessage || n > 0 && len(data)+len(b)+len(tp)+40 > maxBytes {
 			if err := flush(); err != nil {
 				return nil, err
