@@ -38,6 +38,9 @@ type system struct {
 	web   string // the scheduler's HTTP base URL, if it serves one
 	pids  []int  // of the child processes
 	stops []func()
+	// ended is when the event of the last job run ended came, before it
+	// was read.
+	ended time.Time
 }
 
 // process is one set of roles run together, in this process (a stack.Run)
@@ -207,10 +210,12 @@ func (s *system) run(ctx context.Context, j *job.Job) (generator.JobEvent, error
 	for {
 		select {
 		case m := <-ends:
+			arrived := time.Now()
 			ce, err := bus.Decode(ctx, m)
 			if err != nil || ce.Subject() != r.JobID {
 				continue
 			}
+			s.ended = arrived
 			var ev generator.JobEvent
 			// Its per-file statistics run to megabytes: read fast.
 			if err := bus.DecodeJSON(ce.Data(), &ev); err != nil {
