@@ -125,3 +125,11 @@ func BenchmarkBarePipeline(b *testing.B) {
 	b.ReportMetric(rate, "items/s")
 	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(n), "cpu-µs/item")
 }
+
+func TestTimesRoundsDownSoThatARatioBelowOneNeverReadsOne(t *testing.T) {
+	for r, want := range map[float64]string{0.998: "0.99×", 1.0: "1.00×", 1.004: "1.00×", 1.27: "1.27×", 0.5: "0.50×"} {
+		if got := times(r); got != want {
+			t.Errorf("times(%v) = %q, want %q", r, got, want)
+		}
+	}
+}
