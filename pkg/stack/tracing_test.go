@@ -11,14 +11,7 @@ import (
 )
 
 func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	shutdown, err := Tracing(context.Background(), "scheduler")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
+	tracingWithoutAnExporter(t, "scheduler")
 	tr := otel.Tracer("test")
 
 	_, root := tr.Start(context.Background(), "root")
@@ -43,14 +36,7 @@ func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.
 }
 
 func TestAChildOfAnUnsampledTraceIsNotStartedButCarriesTheTraceOn(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	shutdown, err := Tracing(context.Background(), "processor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
+	tracingWithoutAnExporter(t, "processor")
 	for _, tt := range []struct {
 		name        string
 		traceparent string
@@ -74,4 +60,18 @@ func TestAChildOfAnUnsampledTraceIsNotStartedButCarriesTheTraceOn(t *testing.T) 
 			}
 		})
 	}
+}
+
+// tracingWithoutAnExporter runs Tracing for role, with no OTLP endpoint and
+// the default sampler, for the rest of the test.
+func tracingWithoutAnExporter(t *testing.T, role string) {
+	t.Helper()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	shutdown, err := Tracing(context.Background(), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shutdown(context.Background()) })
 }
