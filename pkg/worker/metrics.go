@@ -40,11 +40,10 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 		metric.WithDescription("grants handled, by stage and outcome (ok, or the error kind)")); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
 	}
-	ofStage := metric.WithAttributeSet(attribute.NewSet(in.stage))
 	if _, err = meter.Int64ObservableUpDownCounter("sluice.worker.active",
 		metric.WithDescription("grants being handled now"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(in.active.Load(), ofStage)
+			o.Observe(in.active.Load(), in.ofStage)
 			return nil
 		})); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
