@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,10 +106,40 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
+// BenchmarkThroughputSeparate is Throughput with each role its own process
+// of a sluice binary built for it (the NATS server stays in this process),
+// as `sluice bench` measures it. Its CPU per DTR is this process's and its
+// children's; it also reports each role's CPU per DTR during the job (from
+// /proc; the rest is this process: the NATS server and the harness):
+// go test -run XXX -bench 'Separate|BarePipeline' ./bench/
+func BenchmarkThroughputSeparate(b *testing.B) {
+	exe := filepath.Join(b.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", exe, "../cmd/sluice").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	n := max(b.N, 100)
+	before := cpuTime() + childrenCPUTime()
+	rate, roles, err := throughput(context.Background(), b.TempDir(), n, ThroughputSlots, exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "DTR/s")
+	b.ReportMetric(float64((cpuTime()+childrenCPUTime()-before).Microseconds())/float64(n), "cpu-µs/DTR")
+	for role, t := range roles {
+		b.ReportMetric(float64(t.Microseconds())/float64(n), role+"-cpu-µs/DTR")
+	}
+}
+
 // cpuTime is the user and system CPU time this process has used.
-func cpuTime() time.Duration {
+func cpuTime() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+
+// childrenCPUTime is the CPU time of this process's children that ended
+// and were waited for.
+func childrenCPUTime() time.Duration { return rusage(syscall.RUSAGE_CHILDREN) }
+
+func rusage(who int) time.Duration {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	if err := syscall.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

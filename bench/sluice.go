@@ -56,26 +56,38 @@ const ThroughputSlots = 500
 // end. With exe set the four roles run as separate processes of that
 // binary; otherwise all in this process.
 func Throughput(ctx context.Context, dir string, n, slots int, exe string) (float64, error) {
+	rate, _, err := throughput(ctx, dir, n, slots, exe)
+	return rate, err
+}
+
+// throughput is Throughput that also returns, for separate processes, the
+// CPU time each role used during the job.
+func throughput(ctx context.Context, dir string, n, slots int, exe string) (float64, map[string]time.Duration, error) {
 	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: stack.Roles})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer s.stop()
 	j, err := files(dir, "f", n, 1024, nil)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	before := s.childCPU()
 	begin := time.Now()
 	ev, err := s.run(ctx, j)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if ev.Done != n {
-		return 0, fmt.Errorf("throughput: %d of %d files done", ev.Done, n)
+		return 0, nil, fmt.Errorf("throughput: %d of %d files done", ev.Done, n)
+	}
+	cpu := s.childCPU()
+	for role, t := range before {
+		cpu[role] -= t
 	}
 	// Up to the job's end event (reading its per-file statistics is the
 	// observer's work).
-	return float64(n) / s.ended.Sub(begin).Seconds(), nil
+	return float64(n) / s.ended.Sub(begin).Seconds(), cpu, nil
 }
 
 // Latency submits n DTRs one at a time to an idle Sluice (plain JSON on

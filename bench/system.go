@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,8 +37,9 @@ type system struct {
 	ns    *server.Server
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	web   string // the scheduler's HTTP base URL, if it serves one
-	pids  []int  // of the child processes
+	web   string   // the scheduler's HTTP base URL, if it serves one
+	pids  []int    // of the child processes
+	roles []string // of each child process, as pids
 	stops []func()
 	// ended is when the event of the last job run ended came, before it
 	// was read.
@@ -79,6 +82,7 @@ func start(ctx context.Context, dir string, base stack.Config, exe string, env [
 					return nil, fmt.Errorf("bench: start %s %s: %w", exe, role, err)
 				}
 				s.pids = append(s.pids, cmd.Process.Pid)
+				s.roles = append(s.roles, role)
 				s.stops = append(s.stops, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			}
 			continue
@@ -160,6 +164,29 @@ func (s *system) ready(ctx context.Context, roles []string) error {
 		}
 	}
 	return nil
+}
+
+// childCPU returns the CPU time (user and system) each child process has
+// used so far, by role, read from /proc; nil where there is no /proc.
+func (s *system) childCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for i, pid := range s.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		// Fields after the command name, which is in parentheses: utime
+		// and stime are the 12th and 13th (proc(5)), in clock ticks of
+		// 1/100 s on Linux.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return nil
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		k, _ := strconv.ParseInt(f[12], 10, 64)
+		out[s.roles[i]] += time.Duration(u+k) * 10 * time.Millisecond
+	}
+	return out
 }
 
 // stop stops everything, the server last.

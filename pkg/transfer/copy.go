@@ -241,10 +241,16 @@ func checkLength(in *source, n int64) error {
 // copyToFile writes the source to path, removing it on failure.
 func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
 	const op = "copy"
-	if err := files.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return 0, localError(ctx, op, dst, err)
-	}
+	// The directory is made only when the file cannot be created without
+	// it: most transfers write where an earlier one made it, and MkdirAll
+	// would look first.
 	f, err := files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := files.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return 0, localError(ctx, op, dst, err)
+		}
+		f, err = files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
 	if err != nil {
 		return 0, localError(ctx, op, dst, err)
 	}

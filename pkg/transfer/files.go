@@ -98,7 +98,7 @@ func (f *Files) Open(p string) (*os.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		return os.Open(p)
+		return openPath(p, os.O_RDONLY, 0)
 	}
 	file, err := r.Open(rel)
 	return file, escape(err)
@@ -111,7 +111,7 @@ func (f *Files) OpenFile(p string, flag int, perm fs.FileMode) (*os.File, error)
 		if err != nil {
 			return nil, err
 		}
-		return os.OpenFile(p, flag, perm)
+		return openPath(p, flag, perm)
 	}
 	file, err := r.OpenFile(rel, flag, perm)
 	return file, escape(err)
