@@ -54,6 +54,32 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	}
 }
 
+// TestSeparateProcessesMoveEveryItem runs both throughput figures of
+// separate processes small: the bare pipeline with each stage a child
+// process, and Sluice with each role one.
+func TestSeparateProcessesMoveEveryItem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds sluice and runs it as child processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	exe := buildSluice(t)
+	rate, err := BarePipelineSeparate(ctx, t.TempDir(), 300, exe)
+	if err != nil || rate <= 0 {
+		t.Fatalf("bare pipeline as separate processes: %v items/s, %v", rate, err)
+	}
+	rate, roles, err := throughput(ctx, t.TempDir(), 300, 50, exe)
+	if err != nil || rate <= 0 {
+		t.Fatalf("Sluice as separate processes: %v DTR/s, %v", rate, err)
+	}
+	if len(roles) != 4 || roles["scheduler"] <= 0 && roles["processor"] <= 0 {
+		t.Errorf("CPU by role: %v, want the four roles, some CPU used", roles)
+	}
+	if err := RunPipelineStage(ctx, "nats://127.0.0.1:1", 4); err == nil || !strings.Contains(err.Error(), "no stage 4") {
+		t.Errorf("stage 4 of 4: %v, want no such stage", err)
+	}
+}
+
 func TestMemoryPerQueuedIsAPlausibleSize(t *testing.T) {
 	if b := MemoryPerQueued(50_000); b < 100 || b > 5000 {
 		t.Fatalf("%.0f bytes per queued DTR: not a heap size", b)
@@ -113,10 +139,7 @@ func BenchmarkThroughput(b *testing.B) {
 // /proc; the rest is this process: the NATS server and the harness):
 // go test -run XXX -bench 'Separate|BarePipeline' ./bench/
 func BenchmarkThroughputSeparate(b *testing.B) {
-	exe := filepath.Join(b.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", exe, "../cmd/sluice").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := buildSluice(b)
 	n := max(b.N, 100)
 	before := cpuTime() + childrenCPUTime()
 	rate, roles, err := throughput(context.Background(), b.TempDir(), n, ThroughputSlots, exe)
@@ -128,6 +151,15 @@ func BenchmarkThroughputSeparate(b *testing.B) {
 	for role, t := range roles {
 		b.ReportMetric(float64(t.Microseconds())/float64(n), role+"-cpu-µs/DTR")
 	}
+}
+
+// buildSluice builds the sluice binary for benchmarks that run it.
+func buildSluice(t testing.TB) string {
+	exe := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", exe, "../cmd/sluice").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return exe
 }
 
 // cpuTime is the user and system CPU time this process has used.
@@ -156,6 +188,21 @@ func BenchmarkBarePipeline(b *testing.B) {
 	}
 	b.ReportMetric(rate, "items/s")
 	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(n), "cpu-µs/item")
+}
+
+// BenchmarkBarePipelineSeparate is the baseline of
+// BenchmarkThroughputSeparate: the bare pipeline with each stage its own
+// process.
+func BenchmarkBarePipelineSeparate(b *testing.B) {
+	exe := buildSluice(b)
+	n := max(b.N, 100)
+	before := cpuTime() + childrenCPUTime()
+	rate, err := BarePipelineSeparate(context.Background(), b.TempDir(), n, exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "items/s")
+	b.ReportMetric(float64((cpuTime()+childrenCPUTime()-before).Microseconds())/float64(n), "cpu-µs/item")
 }
 
 func TestTimesRoundsDownSoThatARatioBelowOneNeverReadsOne(t *testing.T) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,22 @@ import (
 // TCP or nats.go's in-process connection. It returns items per second
 // through all four stages.
 func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float64, error) {
+	return barePipeline(ctx, dir, n, inProcess, "")
+}
+
+// BarePipelineSeparate is BarePipeline with each of its four stages a child
+// process of the sluice binary exe (`exe bench -pipeline-stage N`), as
+// Sluice's roles run when each is its own process: the baseline of that
+// shape. The items are published and counted in this process.
+func BarePipelineSeparate(ctx context.Context, dir string, n int, exe string) (float64, error) {
+	return barePipeline(ctx, dir, n, false, exe)
+}
+
+// pipelineStages is the number of consume→publish stages; a last stream
+// takes what the last stage publishes.
+const pipelineStages = 4
+
+func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe string) (float64, error) {
 	ns, err := bus.Embedded(dir, 0)
 	if err != nil {
 		return 0, err
@@ -33,14 +50,13 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 		}
 		return nats.Connect(ns.ClientURL())
 	}
-	const stages = 4
 	nc, err := connect()
 	if err != nil {
 		return 0, fmt.Errorf("bare pipeline: %w", err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	for i := 0; i <= stages; i++ {
+	for i := 0; i <= pipelineStages; i++ {
 		name := "S" + strconv.Itoa(i)
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"stage." + strconv.Itoa(i)},
 			Retention: jetstream.WorkQueuePolicy}); err != nil {
@@ -50,41 +66,60 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 			return 0, fmt.Errorf("bare pipeline: %w", err)
 		}
 	}
-	var done sync.WaitGroup
-	done.Add(n)
 	errs := make(chan error, 1)
-	for i := 0; i <= stages; i++ {
+	report := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for i := 0; i < pipelineStages; i++ {
+		if exe != "" {
+			cmd := exec.CommandContext(ctx, exe, "bench", "-pipeline-stage", strconv.Itoa(i))
+			cmd.Env = append(os.Environ(), "NATS_URL="+ns.ClientURL())
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				return 0, fmt.Errorf("bare pipeline: %w", err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			continue
+		}
 		snc, err := connect()
 		if err != nil {
 			return 0, fmt.Errorf("bare pipeline: %w", err)
 		}
 		defer snc.Close()
-		sjs, _ := jetstream.New(snc)
-		cons, err := sjs.Consumer(ctx, "S"+strconv.Itoa(i), "c")
+		stop, err := pipelineStage(ctx, snc, i, report)
 		if err != nil {
-			return 0, fmt.Errorf("bare pipeline: %w", err)
+			return 0, err
 		}
-		next := "stage." + strconv.Itoa(i+1)
-		last := i == stages
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			if last {
-				_ = m.Ack()
-				done.Done()
-				return
-			}
-			if _, err := sjs.Publish(ctx, next, m.Data()); err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-			}
-			_ = m.Ack()
-		}, jetstream.PullMaxMessages(500))
-		if err != nil {
-			return 0, fmt.Errorf("bare pipeline: %w", err)
-		}
-		defer cc.Stop()
+		defer stop()
 	}
+	// The last stream is read here, counting what comes out.
+	var done sync.WaitGroup
+	done.Add(n)
+	snc, err := connect()
+	if err != nil {
+		return 0, fmt.Errorf("bare pipeline: %w", err)
+	}
+	defer snc.Close()
+	sjs, _ := jetstream.New(snc)
+	cons, err := sjs.Consumer(ctx, "S"+strconv.Itoa(pipelineStages), "c")
+	if err != nil {
+		return 0, fmt.Errorf("bare pipeline: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		_ = m.Ack()
+		done.Done()
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		return 0, fmt.Errorf("bare pipeline: %w", err)
+	}
+	defer cc.Stop()
+	if err := pipelineReady(ctx, js); err != nil {
+		return 0, err
+	}
+
 	payload := make([]byte, 600) // about the size of a grant
 	start := time.Now()
 	out := bus.NewBatch(ctx, js)
@@ -111,6 +146,83 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 		return 0, ctx.Err()
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// pipelineStage consumes stage i's stream and publishes each message to
+// the next stage's subject, acknowledging it once that publish is stored.
+// A failed publish goes to report.
+func pipelineStage(ctx context.Context, nc *nats.Conn, i int, report func(error)) (stop func(), err error) {
+	js, _ := jetstream.New(nc)
+	cons, err := js.Consumer(ctx, "S"+strconv.Itoa(i), "c")
+	if err != nil {
+		return nil, fmt.Errorf("bare pipeline stage %d: %w", i, err)
+	}
+	next := "stage." + strconv.Itoa(i+1)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if _, err := js.Publish(ctx, next, m.Data()); err != nil {
+			report(err)
+		}
+		_ = m.Ack()
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		return nil, fmt.Errorf("bare pipeline stage %d: %w", i, err)
+	}
+	return cc.Stop, nil
+}
+
+// RunPipelineStage runs stage i of the bare pipeline against the NATS
+// server at url until ctx ends or a publish fails: what `sluice bench
+// -pipeline-stage i` does in the child processes of BarePipelineSeparate.
+func RunPipelineStage(ctx context.Context, url string, i int) error {
+	if i < 0 || i >= pipelineStages {
+		return fmt.Errorf("bare pipeline: no stage %d (0 to %d)", i, pipelineStages-1)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("bare pipeline stage %d: %w", i, err)
+	}
+	defer nc.Close()
+	errs := make(chan error, 1)
+	stop, err := pipelineStage(ctx, nc, i, func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	select {
+	case err := <-errs:
+		return fmt.Errorf("bare pipeline stage %d: %w", i, err)
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// pipelineReady waits until every stage's consumer has a pull waiting, so
+// that no process's start is measured.
+func pipelineReady(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i := 0; i <= pipelineStages; i++ {
+		for {
+			c, err := js.Consumer(ctx, "S"+strconv.Itoa(i), "c")
+			if err == nil {
+				info, err := c.Info(ctx)
+				if err == nil && info.NumWaiting > 0 {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("bare pipeline: stage %d did not start: %w", i, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // CopyBaseline copies n files of size bytes from one directory to another

@@ -20,8 +20,12 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
 	cli := fs.String("nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
 	dir := fs.String("dir", "", "where the files and JetStream stores go: a new directory under this one (default: $TMPDIR or /tmp); on a tmpfs such as /dev/shm the figures leave the disk out")
+	stage := fs.Int("pipeline-stage", -1, "run only stage `N` (0-3) of the bare JetStream pipeline against -nats, until stopped: how the bench runs that baseline as separate processes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *stage >= 0 {
+		return bench.RunPipelineStage(ctx, cfg.NATSURL, *stage)
 	}
 	// Measured as `sluice all` runs: the roles in this process collect
 	// garbage as a serving process does.
