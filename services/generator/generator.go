@@ -304,11 +304,18 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	}
 	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
-	files, _ := json.Marshal(refs)
-	if err := s.create(ctx, j.ID+".files", refs, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+	files, err := bus.EncodeJSON(refs)
+	if err != nil {
 		return reply, err
 	}
-	if err := s.create(ctx, j.ID, rec, func([]byte) bool { return true }); err != nil {
+	if err := s.create(ctx, j.ID+".files", files, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+		return reply, err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return reply, err
+	}
+	if err := s.create(ctx, j.ID, b, func([]byte) bool { return true }); err != nil {
 		return reply, err
 	}
 	out := bus.NewBatch(ctx, s.js)
@@ -385,13 +392,9 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	return msgs, nil
 }
 
-// create stores a value under a new key. When the key is there already, a
+// create stores b under a new key. When the key is there already, a
 // resubmitted job, it is fine if same says the stored value is the same.
-func (s *Service) create(ctx context.Context, key string, v any, same func(stored []byte) bool) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
+func (s *Service) create(ctx context.Context, key string, b []byte, same func(stored []byte) bool) error {
 	if _, err := s.kv.Create(ctx, key, b); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("store %s: %w", key, err)
