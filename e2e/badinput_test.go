@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1106,4 +1107,37 @@ func TestASubmitsEventRunsItsGoodDTRsAndRefusesEachBadOneAlone(t *testing.T) {
 	// The event was taken (acknowledged), not refused as a whole.
 	none(t, terms, 300*time.Millisecond, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamSubmit })
 	s.drained()
+}
+
+// TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines: on a
+// server whose max_payload is 128 KiB, a job of 400 files fits (its file
+// list does), but its end event with a line per file would not. The job
+// ends all the same: the event and the status answer leave out the lines
+// of DONE files and say how many, and the counts are whole. (It used to be
+// never announced, its last final DTRs redelivered for ever.)
+func TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines(t *testing.T) {
+	cfg := testConfig()
+	cfg.Generator.MaxFiles = 1000
+	s := startWithMaxPayload(t, cfg, 128<<10)
+	s.shares()
+	const files = 400
+	ends := watch(t, s.nc, bus.SubjectJobFinished, func(m *nats.Msg) (generator.JobEvent, bool) {
+		var ev generator.JobEvent
+		return ev, json.Unmarshal(m.Data, &ev) == nil
+	})
+	j := &job.Job{}
+	for i := range files {
+		src := filepath.Join(s.dir, "in", strconv.Itoa(i))
+		writeFile(t, src, 100, i)
+		j.Inputs = append(j.Inputs, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", strconv.Itoa(i)))})
+	}
+	reply := s.submit(j)
+	ev := next(t, ends, 60*time.Second, "job end event", func(ev generator.JobEvent) bool { return ev.Job.ID == reply.JobID })
+	if ev.Done != files || ev.FilesOmitted != files || len(ev.Files) != 0 {
+		t.Fatalf("end event: %d done, %d file lines, %d left out; want %d done, every line left out", ev.Done, len(ev.Files), ev.FilesOmitted, files)
+	}
+	st := s.wait(reply.JobID, 10*time.Second)
+	if st.Done != files || st.FilesOmitted != files || st.State != generator.JobFinished {
+		t.Fatalf("status: %s, %d done, %d left out", st.State, st.Done, st.FilesOmitted)
+	}
 }

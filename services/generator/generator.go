@@ -102,6 +102,58 @@ type JobEvent struct {
 	Record
 	Files   []FileStat `json:"files"`
 	Pending []FileRef  `json:"pending,omitempty"`
+	// FilesOmitted, PendingOmitted and FailuresOmitted count the lines of
+	// Files, Pending and Failures left out so that the event or answer
+	// fits in one NATS message (a job of many files on a server with a
+	// small max_payload); the counts of the record stay whole.
+	FilesOmitted    int `json:"files_omitted,omitempty"`
+	PendingOmitted  int `json:"pending_omitted,omitempty"`
+	FailuresOmitted int `json:"failures_omitted,omitempty"`
+}
+
+// keptFailures is how many failure lines an event trimmed to fit keeps.
+const keptFailures = 100
+
+// encodeToFit returns ev's JSON in at most limit bytes, leaving out what it
+// must: first the lines of files that ended DONE (the others say what went
+// wrong), then every file line and the pending list, then the failure lines
+// past the first keptFailures.
+func encodeToFit(ev *JobEvent, limit int) ([]byte, error) {
+	for step := 0; ; step++ {
+		b, err := bus.EncodeJSON(ev)
+		if err != nil || len(b) <= limit {
+			return b, err
+		}
+		switch step {
+		case 0:
+			kept := []FileStat{}
+			for _, f := range ev.Files {
+				if f.State == dtr.Done {
+					ev.FilesOmitted++
+				} else {
+					kept = append(kept, f)
+				}
+			}
+			ev.Files = kept
+		case 1:
+			ev.FilesOmitted += len(ev.Files)
+			ev.PendingOmitted += len(ev.Pending)
+			ev.Files, ev.Pending = []FileStat{}, nil
+		case 2:
+			if n := len(ev.Failures); n > keptFailures {
+				ev.FailuresOmitted = n - keptFailures
+				ev.Failures = ev.Failures[:keptFailures]
+			}
+		default:
+			return nil, fmt.Errorf("job %s: its event is %d bytes even without its file lines, more than the %d a message may carry here", ev.Job.ID, len(b), limit)
+		}
+	}
+}
+
+// eventLimit is the most bytes of JSON a job event or status answer may
+// have: the server's max_payload less room for the message's headers.
+func (s *Service) eventLimit() int {
+	return max(int(s.nc.MaxPayload())-8<<10, 4<<10)
 }
 
 // SubmitReply is the answer of sluice.api.job.submit.
@@ -439,7 +491,12 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 		_ = r.Error(code, err.Error(), nil)
 		return
 	}
-	_ = r.RespondJSON(ev)
+	b, err := encodeToFit(&ev, s.eventLimit())
+	if err != nil {
+		_ = r.Error("500", err.Error(), nil)
+		return
+	}
+	_ = r.Respond(b)
 }
 
 // Status returns a job's record, the statistics of its final DTRs and the
@@ -810,7 +867,15 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
 	}
 	ev.Announced = true
-	ce, err := bus.NewEvent(typ, "sluice/generator", jobID, ev)
+	b, err := encodeToFit(&ev, s.eventLimit())
+	if err != nil {
+		return err
+	}
+	if ev.FilesOmitted+ev.PendingOmitted+ev.FailuresOmitted > 0 {
+		s.log.Warn("job event trimmed to fit in a message", "job", jobID, "files_omitted", ev.FilesOmitted,
+			"failures_omitted", ev.FailuresOmitted, "max_payload", s.nc.MaxPayload())
+	}
+	ce, err := bus.NewEvent(typ, "sluice/generator", jobID, b)
 	if err != nil {
 		return err
 	}
