@@ -115,6 +115,10 @@ type Setup struct {
 	// acknowledging it (workers acknowledge a grant message before running
 	// any of its grants), or a scheduler or generator input not yet done.
 	AckWait time.Duration
+	// ExpiringRecords lets the records of the sluice_dtrs bucket carry a
+	// time to live (JetStream's per-message TTL, NATS 2.11 and later): the
+	// scheduler's retention of final DTRs.
+	ExpiringRecords bool
 }
 
 // ensureMu keeps the schedulers of one process from setting up at once.
@@ -189,6 +193,20 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			Bucket: b, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1,
 		}); err != nil {
 			return fmt.Errorf("bucket %s: %w", b, err)
+		}
+	}
+	if s.ExpiringRecords {
+		// Allowed on a bucket made before; never turned off again, since
+		// records stored with a TTL may remain.
+		st, err := js.Stream(ctx, "KV_"+BucketDTRs)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", BucketDTRs, err)
+		}
+		if cfg := st.CachedInfo().Config; !cfg.AllowMsgTTL {
+			cfg.AllowMsgTTL = true
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("bucket %s: allow records with a time to live (NATS 2.11 or later): %w", BucketDTRs, err)
+			}
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,8 +36,15 @@ import (
 
 // record is a changed DTR's stored form.
 type record struct {
-	id   uuid.UUID
-	data []byte // the DTR's JSON, one line
+	id    uuid.UUID
+	data  []byte // the DTR's JSON, one line
+	final bool   // the DTR is in a final state
+}
+
+// held is a record not yet checkpointed.
+type held struct {
+	data  []byte
+	final bool
 }
 
 // journal appends records to the journal and checkpoints them. Append and
@@ -53,7 +61,7 @@ type journal struct {
 	mu sync.Mutex
 	// dirty holds the latest record of each DTR changed since the last
 	// checkpoint began; flushing, those the running checkpoint stores.
-	dirty, flushing map[uuid.UUID][]byte
+	dirty, flushing map[uuid.UUID]held
 	// last is the journal sequence of the last message appended.
 	last uint64
 	// running is set while a checkpoint runs; checkpointed is when the
@@ -61,11 +69,14 @@ type journal struct {
 	running      bool
 	checkpointed time.Time
 	wg           sync.WaitGroup
+	// retention, if set, is how long the bucket keeps the record of a
+	// final DTR (a per-message TTL: the bucket's stream must allow it).
+	retention time.Duration
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
 	return &journal{js: js, kv: kv, log: log, maxBytes: maxBytes, every: every, atMost: atMost,
-		dirty: map[uuid.UUID][]byte{}, checkpointed: time.Now()}
+		dirty: map[uuid.UUID]held{}, checkpointed: time.Now()}
 }
 
 // messages packs records into journal messages of at most maxBytes (a
@@ -111,7 +122,7 @@ func (j *journal) Append(ctx context.Context, recs []record) error {
 	defer j.mu.Unlock()
 	j.last = max(j.last, out.Last)
 	for _, r := range recs {
-		j.dirty[r.id] = r.data
+		j.dirty[r.id] = held{r.data, r.final}
 	}
 	return nil
 }
@@ -120,11 +131,11 @@ func (j *journal) Append(ctx context.Context, recs []record) error {
 func (j *journal) Lookup(id uuid.UUID) ([]byte, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if d, ok := j.dirty[id]; ok {
-		return d, true
+	if h, ok := j.dirty[id]; ok {
+		return h.data, true
 	}
-	d, ok := j.flushing[id]
-	return d, ok
+	h, ok := j.flushing[id]
+	return h.data, ok
 }
 
 // Due says whether a checkpoint should begin now.
@@ -143,7 +154,7 @@ func (j *journal) Checkpoint(ctx context.Context) {
 		return
 	}
 	j.running, j.checkpointed = true, time.Now()
-	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID][]byte, len(j.dirty))
+	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID]held, len(j.dirty))
 	upTo, recs := j.last, j.flushing
 	j.wg.Go(func() {
 		err := j.store(ctx, recs, upTo)
@@ -168,11 +179,18 @@ func (j *journal) Wait() { j.wg.Wait() }
 
 // store puts the records in the bucket and then purges the journal up to
 // and including upTo.
-func (j *journal) store(ctx context.Context, recs map[uuid.UUID][]byte, upTo uint64) error {
+func (j *journal) store(ctx context.Context, recs map[uuid.UUID]held, upTo uint64) error {
 	out := bus.NewBatch(ctx, j.js)
-	for id, d := range recs {
+	ttl := ""
+	if j.retention > 0 {
+		ttl = strconv.FormatInt(int64(max(j.retention, time.Second)/time.Second), 10) + "s"
+	}
+	for id, h := range recs {
 		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + id.String())
-		m.Data = d
+		m.Data = h.data
+		if h.final && ttl != "" {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl)
+		}
 		out.Add(m)
 	}
 	if err := out.Wait(ctx); err != nil {
@@ -220,8 +238,8 @@ func (j *journal) Replay(ctx context.Context, apply func(data []byte)) error {
 }
 
 // Keep marks a replayed record as not yet checkpointed.
-func (j *journal) Keep(id uuid.UUID, data []byte) {
+func (j *journal) Keep(id uuid.UUID, data []byte, final bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.dirty[id] = data
+	j.dirty[id] = held{data, final}
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,7 +43,7 @@ func rec(t *testing.T, d dtr.DTR, st dtr.State, updated time.Time) record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return record{d.ID, b}
+	return record{id: d.ID, data: b, final: d.State.Final()}
 }
 
 func newDTR(name string) dtr.DTR {
@@ -60,7 +61,7 @@ func journalMsgs(t *testing.T, js jetstream.JetStream) uint64 {
 }
 
 func TestAJournalMessageHoldsWholeRecordsUpToItsSize(t *testing.T) {
-	r := func(n int) record { return record{uuid.New(), []byte(strings.Repeat("x", n))} }
+	r := func(n int) record { return record{id: uuid.New(), data: []byte(strings.Repeat("x", n))} }
 	tests := []struct {
 		name     string
 		recs     []record
@@ -307,5 +308,70 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 	}
 	if a, b := ids(ds[:3]), ids(ds[:2]); a == b {
 		t.Errorf("finals %s and a message with one more DTR share the id %s", b, a)
+	}
+}
+
+// TestWithARetentionTheRecordOfAFinalDTRExpiresAndOthersStay: with
+// SLUICE_RETENTION set, a checkpoint stores a final DTR's record with that
+// time to live, and the record of a DTR still on its way without one.
+func TestWithARetentionTheRecordOfAFinalDTRExpiresAndOthersStay(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	if err := bus.Ensure(ctx, js, bus.Setup{ExpiringRecords: true}); err != nil {
+		t.Fatal(err)
+	}
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	j.retention = time.Second
+	done, queued := newDTR("done"), newDTR("queued")
+	if err := j.Append(ctx, []record{rec(t, done, dtr.Done, time.Now()), rec(t, queued, dtr.Transfer, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	j.Checkpoint(ctx)
+	j.Wait()
+	for _, d := range []dtr.DTR{done, queued} {
+		if _, err := kv.Get(ctx, d.ID.String()); err != nil {
+			t.Fatalf("record of %s not stored: %v", d.Source, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := kv.Get(ctx, done.ID.String())
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the final DTR's record is still there 10 s after its 1 s retention: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := kv.Get(ctx, queued.ID.String()); err != nil {
+		t.Fatalf("the queued DTR's record expired too: %v", err)
+	}
+}
+
+func TestWithoutARetentionNoRecordExpires(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	done := newDTR("done")
+	if err := j.Append(ctx, []record{rec(t, done, dtr.Done, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	j.Checkpoint(ctx)
+	j.Wait()
+	e, err := kv.Get(ctx, done.ID.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+	if st.CachedInfo().Config.AllowMsgTTL {
+		t.Error("the bucket allows records with a time to live though no retention is set")
+	}
+	m, err := st.GetMsg(ctx, e.Revision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := m.Header.Get(jetstream.MsgTTLHeader); ttl != "" {
+		t.Errorf("the record has a time to live %q", ttl)
 	}
 }

@@ -83,6 +83,9 @@ type Config struct {
 	// StreamReplicas is the replica count of the streams, consumers and
 	// buckets that the scheduler sets up.
 	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
+	// Retention is how long the record of a final DTR, and an ended job's
+	// records, are kept.
+	Retention time.Duration `envconfig:"RETENTION" default:"0" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept, e.g. 720h; 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
 	// CheckpointEvery and CheckpointRecords say how often the records in
 	// the journal are checkpointed into the sluice_dtrs bucket (journal.go).
 	CheckpointEvery   time.Duration `envconfig:"CHECKPOINT_EVERY" default:"5s" desc:"how often the DTR records of the scheduler's journal are put in the sluice_dtrs bucket (each changed DTR once) and the journal purged; a restart replays what is left"`
@@ -263,6 +266,7 @@ func (s *Service) Run(ctx context.Context) error {
 		atMost = 20000
 	}
 	s.journal = newJournal(s.js, kv, s.log, int(s.nc.MaxPayload())/2, every, atMost)
+	s.journal.retention = s.cfg.Retention
 	if err := s.recover(ctx, kv); err != nil {
 		return fmt.Errorf("scheduler recovery: %w", err)
 	}
@@ -590,7 +594,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	var logged time.Time
 	for {
-		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas})
+		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0})
 		if err == nil {
 			return nil
 		}
@@ -649,9 +653,9 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		}
 		encoded[d.ID] = b
 		if d.State.Final() {
-			c.finals = append(c.finals, record{d.ID, b})
+			c.finals = append(c.finals, record{id: d.ID, data: b, final: true})
 		} else {
-			c.records = append(c.records, record{d.ID, b})
+			c.records = append(c.records, record{id: d.ID, data: b})
 		}
 		changes.Changes = append(changes.Changes, bus.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
@@ -1296,7 +1300,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 	keep := func(d *dtr.DTR, data []byte) {
 		journaled[d.ID] = d
 		s.stored.Add(d.ID)
-		s.journal.Keep(d.ID, data)
+		s.journal.Keep(d.ID, data, d.State.Final())
 	}
 	if err := s.journal.Replay(ctx, func(data []byte) {
 		if chunk = append(chunk, raw{"journal", data}); len(chunk) == 8192 {
