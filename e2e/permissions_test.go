@@ -187,15 +187,18 @@ func settled(t *testing.T, js jetstream.JetStream) state {
 // user of deploy/nats/sluice.conf, proves with a job that ends DONE that
 // those rights are enough (the server refuses nothing), then has users try
 // what they must not do: each attempt is refused and changes nothing.
-func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
-	ns, passwords, serverLog := permissionsServer(t)
-	dir := t.TempDir()
+// rolesAs runs every role, each logged in as its own user of ns, with the
+// test configuration that change adjusts. It returns what starts a role
+// again, and what stops each (and waits until it has).
+func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, change func(*stack.Config)) (start func(role string), stops map[string]func()) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// stops[role] stops a role and waits until it has.
-	stops := map[string]func(){}
+	stops = map[string]func(){}
 	errs := make(chan error, 10)
 	startRole := func(role string) {
 		cfg := testConfig()
+		if change != nil {
+			change(&cfg)
+		}
 		cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = ns.ClientURL(), role, passwords[role]
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -220,6 +223,43 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	for _, role := range []string{"delivery", "processor", "generator", "scheduler"} {
 		startRole(role)
 	}
+	return startRole, stops
+}
+
+// TestWithPermissionsTheRetentionRemovesEndedJobs: the generator may purge
+// the records of an ended job, and the scheduler may let its DTR records
+// expire, with only their own permissions.
+func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
+	ns, passwords, serverLog := permissionsServer(t)
+	dir := t.TempDir()
+	rolesAs(t, ns, passwords, func(c *stack.Config) { c.Retention = time.Second })
+	submitter := connectAs(t, ns, "submitter", passwords["submitter"])
+	sub := &system{t: t, nc: submitter.nc}
+	src := filepath.Join(dir, "in")
+	writeFile(t, src, 100, 1)
+	r := sub.submit(&job.Job{Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(dir, "out"))}}})
+	if ev := sub.wait(r.JobID, time.Minute); ev.Done != 1 {
+		t.Fatalf("job %s with %d of 1 DONE", ev.State, ev.Done)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		err := sub.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, new(any))
+		if err != nil && strings.Contains(err.Error(), "not found") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is still there 20 s after a 1 s retention: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v := serverLog.violations(); len(v) > 0 {
+		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
+	ns, passwords, serverLog := permissionsServer(t)
+	dir := t.TempDir()
+	startRole, stops := rolesAs(t, ns, passwords, nil)
 	submitter := connectAs(t, ns, "submitter", passwords["submitter"])
 	client := connectAs(t, ns, "client", passwords["client"])
 	observer := connectAs(t, ns, "observer", passwords["observer"])

@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run, ready, site = s.Run, s.Ready, s.Handler()
 		case "generator":
 			gc := cfg.Generator
-			gc.Meter = meter
+			gc.Meter, gc.Retention = meter, cfg.Retention
 			s, err := generator.New(gc, nc, log)
 			if err != nil {
 				return err
