@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,24 +114,39 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// slowFiles serves the files under dir to the containers, slowly enough
-// (about 250 ms a file) that transfers are under way when a deliverer is
-// killed.
-func slowFiles(t *testing.T, dir string) string {
+// slowFiles serves the files under dir to the containers, slowly (about
+// 250 ms a file). While hold is on, downloads wait until it is off again:
+// the transfers under way stay in hand, whatever the machine's speed,
+// while the test scales the deliverers or picks one to kill.
+func slowFiles(t *testing.T, dir string) (base string, hold func(on bool)) {
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var held atomic.Pointer[chan struct{}]
+	hold = func(on bool) {
+		if on {
+			c := make(chan struct{})
+			if held.CompareAndSwap(nil, &c) {
+				return
+			}
+		} else if c := held.Swap(nil); c != nil {
+			close(*c)
+		}
 	}
 	files := http.FileServer(http.Dir(dir))
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			time.Sleep(250 * time.Millisecond)
+			if c := held.Load(); c != nil {
+				<-*c
+			}
 		}
 		files.ServeHTTP(w, r)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return fmt.Sprintf("http://host.docker.internal:%d", ln.Addr().(*net.TCPAddr).Port)
+	t.Cleanup(func() { hold(false); srv.Close() })
+	return fmt.Sprintf("http://host.docker.internal:%d", ln.Addr().(*net.TCPAddr).Port), hold
 }
 
 // deployment is a compose project under test with a job of real files.
@@ -144,6 +160,8 @@ type deployment struct {
 	sums    map[string][32]byte
 	jobID   string
 	started time.Time
+	// hold holds the source's downloads while on.
+	hold func(on bool)
 }
 
 // deploy builds the images (unless SLUICE_COMPOSE_NO_BUILD is set), writes
@@ -172,8 +190,8 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 			t.Fatal(err)
 		}
 	}
-	base := slowFiles(t, src)
-	d := &deployment{t: t, dst: dst, sums: map[string][32]byte{},
+	base, hold := slowFiles(t, src)
+	d := &deployment{t: t, dst: dst, sums: map[string][32]byte{}, hold: hold,
 		job: &job.Job{Name: "compose", Owner: dtr.Identity{DN: "/CN=compose", FQANs: []string{"/atlas"}}}}
 	for i := 0; i < files; i++ {
 		name := fmt.Sprintf("f%03d", i)
@@ -343,17 +361,24 @@ func TestComposeStackScalesLosesADelivererAndMovesEveryFileIntact(t *testing.T) 
 	d := deploy(t, files)
 	d.submit()
 
-	// Scale out while the job runs.
+	// Scale out while the job runs: its downloads are held meanwhile, so
+	// that however long the containers take to start, the job is not over
+	// before.
 	d.waitFinal(files / 10)
 	at1, done1 := time.Now(), d.status().Done
+	d.hold(true)
 	d.c.run("up", "-d", "--no-recreate", "--scale", "processor=2", "--scale", "delivery=3")
 	if n := len(d.c.containers("delivery")); n != 3 {
 		t.Fatalf("%d delivery containers after scaling to 3", n)
 	}
+	d.hold(false)
 	rate1 := float64(done1) / at1.Sub(d.started).Seconds()
 
-	// Kill a deliverer in the middle of its transfers.
+	// Kill a deliverer in the middle of its transfers, held while it is
+	// picked.
 	d.waitFinal(files * 4 / 10)
+	d.hold(true)
+	defer d.hold(false)
 	var victim string
 	for _, id := range d.c.containers("delivery") {
 		if active(t, id) > 0 {
@@ -366,6 +391,7 @@ func TestComposeStackScalesLosesADelivererAndMovesEveryFileIntact(t *testing.T) 
 	}
 	running := busy(overview(t, d.webPort), dtr.Transfer)
 	d.kill(victim)
+	d.hold(false)
 	t.Logf("killed delivery container %.12s with transfers in hand; %d transfers running in all", victim, running)
 
 	took, ov := d.finish()
