@@ -1,0 +1,326 @@
+package scheduler
+
+// The scheduler's request/reply endpoints (sluice.api.*): priority, cancel,
+// reconfigure, shares and one DTR's record.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// addAPI serves the scheduler's request/reply endpoints as a micro service.
+func (s *Service) addAPI() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: "0.1.0",
+		Description: "Sluice scheduler: shares and DTRs"})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler API: %w", err)
+	}
+	if err := svc.AddEndpoint("shares", micro.HandlerFunc(s.handleShares), micro.WithEndpointSubject(bus.SubjectAPIShares)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("dtr", micro.HandlerFunc(s.handleDTR), micro.WithEndpointSubject(bus.SubjectAPIDTR)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("priority", micro.HandlerFunc(s.handlePriority), micro.WithEndpointSubject(bus.SubjectAPIPriority)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("cancel", micro.HandlerFunc(s.handleCancel), micro.WithEndpointSubject(bus.SubjectAPICancel)); err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("reconfigure", micro.HandlerFunc(s.handleReconfigure), micro.WithEndpointSubject(bus.SubjectAPIReconfigure)); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// decodeRequest reads a control request strictly: unknown fields and
+// trailing data are errors that name themselves.
+func decodeRequest(data []byte, v any) error {
+	if err := decodeStrict(data, v); err != nil {
+		return fmt.Errorf("malformed request: %w", err)
+	}
+	return nil
+}
+
+// decodeStrict reads one JSON object into v: anything but an object (null
+// included), unknown fields and anything after the object are errors that
+// name themselves.
+func decodeStrict(data []byte, v any) error {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] != '{' && json.Valid(t) {
+		return fmt.Errorf("%s is not a JSON object", describeJSON(t))
+	}
+	return bus.DecodeJSONStrict(data, v)
+}
+
+// describeJSON names the kind of a valid JSON value that is not an object.
+func describeJSON(v []byte) string {
+	switch v[0] {
+	case 'n':
+		return "null"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// respondErr answers a control request with an error: 404 for an unknown
+// DTR or job, 400 for everything else.
+func respondErr(r micro.Request, err error) {
+	code := "400"
+	if errors.Is(err, core.ErrUnknownDTR) || errors.Is(err, core.ErrUnknownJob) {
+		code = "404"
+	}
+	_ = r.Error(code, err.Error(), nil)
+}
+
+// PriorityRequest is the body of sluice.api.priority.
+type PriorityRequest struct {
+	DTR      uuid.UUID `json:"dtr"`
+	Priority int       `json:"priority"`
+}
+
+// decodePriorityRequest reads a sluice.api.priority request: a DTR id and
+// a priority 1–100.
+func decodePriorityRequest(data []byte) (PriorityRequest, error) {
+	var req PriorityRequest
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	var errs []error
+	if req.DTR == uuid.Nil {
+		errs = append(errs, errors.New("dtr is missing"))
+	}
+	if req.Priority < 1 || req.Priority > 100 {
+		errs = append(errs, fmt.Errorf("priority %d is outside 1–100", req.Priority))
+	}
+	return req, errors.Join(errs...)
+}
+
+func (s *Service) handlePriority(r micro.Request) {
+	req, err := decodePriorityRequest(r.Data())
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	var d dtr.DTR
+	if cerr := s.change(func() {
+		if err = s.core.SetPriority(time.Now(), req.DTR, req.Priority); err == nil {
+			d, _ = s.core.Get(req.DTR)
+		}
+	}); cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("priority changed", "dtr", req.DTR, "priority", req.Priority)
+	_ = r.RespondJSON(DTRReply{DTR: d})
+}
+
+// CancelRequest is the body of sluice.api.cancel: one DTR or a whole job.
+type CancelRequest struct {
+	DTR uuid.UUID `json:"dtr,omitzero"`
+	Job string    `json:"job,omitempty"`
+}
+
+// CancelReply says how many DTRs a cancel reached.
+type CancelReply struct {
+	Cancelled int `json:"cancelled"`
+}
+
+// decodeCancelRequest reads a sluice.api.cancel request: either a DTR id
+// or a job id.
+func decodeCancelRequest(data []byte) (CancelRequest, error) {
+	var req CancelRequest
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	if (req.DTR == uuid.Nil) == (req.Job == "") {
+		return req, errors.New("name either a dtr or a job to cancel")
+	}
+	return req, nil
+}
+
+func (s *Service) handleCancel(r micro.Request) {
+	req, err := decodeCancelRequest(r.Data())
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	var n int
+	cerr := s.change(func() {
+		now := time.Now()
+		if req.Job != "" {
+			n, err = s.core.CancelJob(now, req.Job)
+			return
+		}
+		if _, ok := s.core.Get(req.DTR); !ok {
+			err = fmt.Errorf("%w: %s", core.ErrUnknownDTR, req.DTR)
+			return
+		}
+		n, err = 1, s.core.Cancel(now, req.DTR)
+	})
+	if cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("cancelled", "dtr", req.DTR, "job", req.Job, "dtrs", n)
+	_ = r.RespondJSON(CancelReply{Cancelled: n})
+}
+
+// ReconfigureRequest is the body of sluice.api.reconfigure: the share
+// priorities that replace the configured ones until the scheduler restarts.
+type ReconfigureRequest struct {
+	SharePriority map[string]int `json:"sharepriority"`
+}
+
+// decodeReconfigureRequest reads a sluice.api.reconfigure request: share
+// names, none empty, with priorities 1–100.
+func decodeReconfigureRequest(data []byte) (ReconfigureRequest, error) {
+	var req ReconfigureRequest
+	if err := decodeRequest(data, &req); err != nil {
+		return req, err
+	}
+	if req.SharePriority == nil {
+		return req, errors.New("sharepriority is missing")
+	}
+	var errs []error
+	for _, share := range slices.Sorted(maps.Keys(req.SharePriority)) {
+		if p := req.SharePriority[share]; p < 1 || p > 100 {
+			errs = append(errs, fmt.Errorf("share %q: priority %d is outside 1–100", share, p))
+		}
+		if share == "" {
+			errs = append(errs, errors.New("a share name is empty"))
+		}
+	}
+	return req, errors.Join(errs...)
+}
+
+func (s *Service) handleReconfigure(r micro.Request) {
+	req, err := decodeReconfigureRequest(r.Data())
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	if cerr := s.change(func() { err = s.core.SetSharePriorities(time.Now(), req.SharePriority) }); cerr != nil {
+		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if err != nil {
+		respondErr(r, err)
+		return
+	}
+	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority)
+	s.handleShares(r)
+}
+
+// SharesReply is the answer of sluice.api.shares.
+type SharesReply struct {
+	Shares   []core.ShareStats `json:"shares"`
+	Retrying map[string]int    `json:"retrying,omitempty"`
+	Limits   map[string]int    `json:"limits"`
+}
+
+func (s *Service) handleShares(r micro.Request) {
+	var reply SharesReply
+	s.query(func() {
+		reply.Shares, reply.Retrying = s.core.Shares()
+		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
+	})
+	_ = r.RespondJSON(reply)
+}
+
+// DTRReply is the answer of sluice.api.dtr: the DTR and, while it is
+// unfinished, why it is where it is.
+type DTRReply struct {
+	DTR dtr.DTR   `json:"dtr"`
+	Why *core.Why `json:"why,omitempty"`
+}
+
+func (s *Service) handleDTR(r micro.Request) {
+	id, err := uuid.Parse(strings.TrimSpace(string(r.Data())))
+	if err != nil {
+		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
+		return
+	}
+	var d dtr.DTR
+	var ok bool
+	var why *core.Why
+	s.query(func() {
+		if d, ok = s.core.Get(id); ok {
+			if w, err := s.core.Explain(time.Now(), id); err == nil {
+				why = &w
+			}
+		}
+	})
+	if !ok {
+		if b, found := s.journal.Lookup(id); found {
+			ok = json.Unmarshal(b, &d) == nil
+		}
+	}
+	if !ok {
+		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
+		if err == nil {
+			if e, err := kv.Get(context.Background(), id.String()); err == nil {
+				ok = json.Unmarshal(e.Value(), &d) == nil
+			}
+		}
+	}
+	if !ok {
+		_ = r.Error("404", "unknown DTR "+id.String(), nil)
+		return
+	}
+	_ = r.RespondJSON(DTRReply{DTR: d, Why: why})
+}
+
+// query runs f in the scheduling loop, which owns the core.
+func (s *Service) query(f func()) { _ = s.run(f, false) }
+
+// change runs f in the scheduling loop and returns once what f changed is
+// stored, or an error if the scheduler stopped first or could not store it.
+func (s *Service) change(f func()) error { return s.run(f, true) }
+
+type query struct {
+	f      func()
+	change bool
+	done   chan struct{}
+	err    error
+}
+
+// errStopped answers requests that reach a scheduler on its way out.
+var errStopped = errors.New("the scheduler is stopping; try again")
+
+func (s *Service) run(f func(), change bool) error {
+	q := &query{f: f, change: change, done: make(chan struct{})}
+	select {
+	case s.queries <- q:
+		<-q.done
+		return q.err
+	case <-s.stopped:
+		return errStopped
+	}
+}

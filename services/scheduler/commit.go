@@ -1,0 +1,177 @@
+package scheduler
+
+// The committer: each step's journal records, grants, final DTRs and notices
+// go out in order, and only then is what the step took in acknowledged.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+)
+
+// hand gives a step's commit to the committer, waiting while it is busy
+// with earlier ones; false if ctx ended first.
+func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) bool {
+	if c.empty() {
+		if c.done != nil {
+			c.done(nil)
+		}
+		return true
+	}
+	select {
+	case commits <- c:
+		return true
+	case <-ctx.Done():
+		if c.done != nil {
+			c.done(errStopped)
+		}
+		return false
+	}
+}
+
+// commit is what one step leaves to do, in order: journal the records of
+// the changed DTRs (and publish rejections); publish grants and final
+// DTRs; journal the records of the final DTRs; send the best-effort
+// notices; and only then acknowledge the step's inputs (or terminate the
+// refused ones).
+type commit struct {
+	records, finals     []record
+	rejections, publish []*nats.Msg
+	notices             []*nats.Msg
+	acks, terms         []jetstream.Msg
+	// done, if set, hears the outcome.
+	done func(error)
+}
+
+func (c *commit) empty() bool {
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms) == 0
+}
+
+// commitTimeout bounds how long the committer goes on storing the outputs
+// of steps already made once the scheduler stops.
+const commitTimeout = 5 * time.Second
+
+// commitLoop carries out commits in the order made. Commits that wait
+// while one is carried out are carried out together, each phase of all of
+// them before the next phase, so that a busy scheduler stores and publishes
+// in large batches. After a failure nothing more is published and the
+// failure is reported on failed; the inputs of the failed and later
+// commits stay unacknowledged and are redelivered. Between commits it
+// begins the journal's checkpoints when they are due.
+func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
+	defer s.journal.Wait()
+	var broken error
+	tick := time.NewTicker(min(time.Second, s.journal.every))
+	defer tick.Stop()
+	for {
+		var c *commit
+		select {
+		case <-tick.C:
+			if broken == nil && s.journal.Due(time.Now()) {
+				s.journal.Checkpoint(ctx)
+			}
+			continue
+		case next, ok := <-commits:
+			if !ok {
+				return
+			}
+			c = next
+		}
+		cs := []*commit{c}
+	more:
+		for {
+			select {
+			case c, ok := <-commits:
+				if !ok {
+					break more
+				}
+				cs = append(cs, c)
+			default:
+				break more
+			}
+		}
+		err := broken
+		if err == nil {
+			err = s.carryOut(ctx, cs)
+		}
+		for _, c := range cs {
+			if c.done != nil {
+				c.done(err)
+			}
+		}
+		if err != nil && broken == nil {
+			broken = err
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+		if broken == nil && s.journal.Due(time.Now()) {
+			s.journal.Checkpoint(ctx)
+		}
+	}
+}
+
+func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
+	out := bus.NewBatch(ctx, s.js)
+	// records are the latest record of each DTR in the commits.
+	records := func(of func(*commit) []record) []record {
+		var recs []record
+		at := map[uuid.UUID]int{}
+		for _, c := range cs {
+			for _, r := range of(c) {
+				if i, ok := at[r.id]; ok {
+					recs[i] = r
+					continue
+				}
+				at[r.id] = len(recs)
+				recs = append(recs, r)
+			}
+		}
+		return recs
+	}
+	// A final DTR is announced before its record says final: if the
+	// scheduler dies in between, the input that finished it is
+	// redelivered and it is announced again (the generator takes a final
+	// DTR once).
+	for _, c := range cs {
+		for _, m := range c.rejections {
+			out.Add(m)
+		}
+	}
+	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.records })); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("publish rejections: %w", err)
+	}
+	for _, c := range cs {
+		for _, m := range c.publish {
+			out.Add(m)
+		}
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.finals })); err != nil {
+		return fmt.Errorf("persist final: %w", err)
+	}
+	for _, c := range cs {
+		for _, m := range c.notices {
+			_ = s.nc.PublishMsg(m)
+		}
+		for _, m := range c.terms {
+			_ = m.Term()
+		}
+		for _, m := range c.acks {
+			_ = m.Ack()
+		}
+	}
+	return nil
+}

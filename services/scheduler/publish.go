@@ -1,0 +1,213 @@
+package scheduler
+
+// What a step publishes besides its journal records: grants, final DTRs and
+// state notices, as CloudEvents.
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// maxFinalsPerMessage bounds the DTRs of one Finals event.
+const maxFinalsPerMessage = 100
+
+// finals encodes a step's final DTRs as Finals events of up to
+// maxFinalsPerMessage DTRs and half of the server's max_payload, each DTR
+// with the span that announced it. A message's id is a digest of its DTRs'
+// ids: announced again after a crash, the same DTRs are stored once, and
+// other groupings of them are taken (the generator takes each DTR once).
+func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
+	maxBytes := int(s.nc.MaxPayload()) / 2
+	var msgs []*nats.Msg
+	var data []byte // the Finals event's data, written here: each DTR's JSON is ready
+	var first context.Context
+	n := 0
+	digest := sha256.New()
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		ev, err := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(first, bus.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+		data, n = nil, 0
+		digest.Reset()
+		return nil
+	}
+	for _, d := range ds {
+		s.finished[d.ID] = now
+		s.mon.final(d)
+		b, ok := encoded[d.ID]
+		if !ok {
+			var err error
+			if b, err = bus.EncodeJSON(d); err != nil {
+				return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
+			}
+		}
+		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final")
+		tp := bus.TraceParent(fctx)
+		span.End()
+		if s.log.Enabled(ctx, slog.LevelInfo) { // its arguments cost even when not logged
+			s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
+				"trace_id", span.SpanContext().TraceID())
+		}
+		if n == maxFinalsPerMessage || n > 0 && len(data)+len(b)+len(tp)+40 > maxBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if n == 0 {
+			first = fctx
+			data = append(data, `{"dtrs":[`...)
+		} else {
+			data = append(data, ',')
+		}
+		data = append(data, `{"traceparent":`...)
+		data = strconv.AppendQuote(data, tp)
+		data = append(data, `,"dtr":`...)
+		data = append(data, b...)
+		data = append(data, '}')
+		digest.Write(d.ID[:])
+		n++
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// maxGrantsPerMessage bounds the grants of one Grants event.
+const maxGrantsPerMessage = 32
+
+// grants encodes a step's grants as Grants events, one stage's per event.
+// A stage's grants are spread over at least four events, or one per grant
+// if fewer (so that they go to several worker processes, each taking
+// messages for its free workers: a message's grants all run where it is
+// taken), and over more when maxGrantsPerMessage requires. No event is larger than half of the server's
+// max_payload. Each grant carries the span that sent it.
+func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
+	byStage := map[dtr.Stage][]encodedGrant{}
+	for _, g := range gs {
+		gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
+		// The DTR as its record was just encoded (a granted DTR is always
+		// among the changed ones), not encoded again.
+		d, ok := encoded[g.DTR.ID]
+		if !ok {
+			var err error
+			if d, err = bus.EncodeJSON(g.DTR); err != nil {
+				span.End()
+				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
+			}
+		}
+		data := grantWire{Grant: g.ID, Stage: g.Stage, State: g.State,
+			LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency, TraceParent: bus.TraceParent(gctx)}
+		span.End()
+		b, err := data.encode(d)
+		if err != nil {
+			return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
+		}
+		byStage[g.Stage] = append(byStage[g.Stage], encodedGrant{g.ID, b})
+	}
+	maxBytes := int(s.nc.MaxPayload()) / 2
+	var msgs []*nats.Msg
+	for _, stage := range bus.Stages {
+		enc := byStage[stage]
+		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), 4))
+		size := (len(enc) + per - 1) / max(per, 1)
+		for len(enc) > 0 {
+			n, bytes := 0, 0
+			for n < len(enc) && n < size && (n == 0 || bytes+len(enc[n].data) < maxBytes) {
+				bytes += len(enc[n].data) + 1
+				n++
+			}
+			m, err := grantsMessage(ctx, stage, enc[:n])
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+			enc = enc[n:]
+		}
+	}
+	return msgs, nil
+}
+
+// grantWire is bus.Grant but its DTR, which encode adds already encoded.
+type grantWire struct {
+	Grant        string    `json:"grant"`
+	Stage        dtr.Stage `json:"stage"`
+	State        dtr.State `json:"state"`
+	LeaseSeconds float64   `json:"lease_seconds"`
+	Cleanup      bool      `json:"cleanup,omitempty"`
+	Emergency    bool      `json:"emergency,omitempty"`
+	TraceParent  string    `json:"traceparent,omitempty"`
+}
+
+// encode writes the grant with d, a DTR's JSON, as its "dtr" (last, and
+// not checked again as a json.RawMessage would be).
+func (g grantWire) encode(d []byte) ([]byte, error) {
+	b, err := bus.EncodeJSON(g)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b[:len(b)-1], `,"dtr":`...)
+	b = append(b, d...)
+	return append(b, '}'), nil
+}
+
+type encodedGrant struct {
+	id   string
+	data []byte
+}
+
+// grantsMessage makes one Grants event of encoded grants. Its message id
+// is the first grant's id: a grant is sent in one message only.
+func grantsMessage(ctx context.Context, stage dtr.Stage, enc []encodedGrant) (*nats.Msg, error) {
+	size := len(`{"grants":[]}`)
+	for _, g := range enc {
+		size += len(g.data) + 1
+	}
+	data := append(make([]byte, 0, size), `{"grants":[`...)
+	for i, g := range enc {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = append(data, g.data...)
+	}
+	data = append(data, "]}"...)
+	// The data is JSON already: the CloudEvents SDK takes it as it is.
+	ev, err := bus.NewEvent(bus.TypeGrants, "sluice/scheduler", "", data)
+	if err != nil {
+		return nil, err
+	}
+	return bus.Encode(ctx, bus.GrantSubject(stage), enc[0].id+".grants", ev)
+}
+
+// notice encodes a best-effort event for core NATS; nil if it cannot be.
+func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
+	ev, err := bus.NewEvent(typ, "sluice/scheduler", "", data)
+	if err != nil {
+		return nil
+	}
+	m, err := bus.Encode(ctx, subject, "", ev)
+	if err != nil {
+		return nil
+	}
+	return m
+}

@@ -1,0 +1,185 @@
+package scheduler
+
+// New DTRs: submissions decoded, checked and given to the core, or rejected.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// submit gives the core a new DTR, unless it was taken before.
+func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, stored map[uuid.UUID]bool) error {
+	if _, done := s.finished[d.ID]; done || stored[d.ID] {
+		s.log.Debug("DTR already taken", "dtr", d.ID)
+		return nil // a resubmission or redelivery of a DTR seen before
+	}
+	// The publisher's trace goes on: the DTR's own traceparent in a
+	// Submits event, else the message's traceparent header, else the
+	// event's distributed-tracing extension.
+	var cctx context.Context
+	var span trace.Span
+	if traceparent != "" {
+		cctx, span = bus.StartConsumerOf(ctx, traceparent, m.Subject, d.ID.String(), "schedule")
+	} else {
+		cctx, span = bus.StartConsumer(bus.Context(ctx, d.TraceParent), m, "schedule")
+	}
+	d.TraceParent = bus.TraceParent(cctx)
+	span.End()
+	if err := s.core.Submit(now, d); err != nil {
+		if errors.Is(err, core.ErrDuplicate) {
+			return nil
+		}
+		return err
+	}
+	s.stored.Add(d.ID) // its record is journaled with this step
+	return nil
+}
+
+// submitted is a decoded message from dtr.submit: its DTRs, or why the
+// whole message is refused.
+type submitted struct {
+	dtrs []Submitted
+	err  error
+}
+
+// Submitted is one DTR of a message on dtr.submit, or why it is refused.
+type Submitted struct {
+	DTR *dtr.DTR
+	Err error
+	// In a Submits event: the DTR's traceparent and its JSON as sent.
+	TraceParent string
+	Data        []byte
+}
+
+// DecodeSubmits reads the DTRs of a message on dtr.submit. A Submits event
+// (org.sluice.dtr.submits.v1, binary mode) holds several, each taken or
+// refused alone; any other message holds one, as DecodeSubmit reads it. No
+// DTR may be larger than maxDTR bytes. An error refuses the whole message.
+func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, error) {
+	if m.Header.Get("ce-type") != bus.TypeSubmits {
+		if err := checkSize(m.Data, maxDTR); err != nil {
+			return nil, err
+		}
+		d, err := DecodeSubmit(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		return []Submitted{{DTR: d}}, nil
+	}
+	var batch bus.Submits
+	if _, err := bus.DecodeData(ctx, m, bus.TypeSubmits, &batch); err != nil {
+		return nil, err
+	}
+	if len(batch.DTRs) == 0 {
+		return nil, errors.New("a submits event without DTRs")
+	}
+	out := make([]Submitted, len(batch.DTRs))
+	for i, e := range batch.DTRs {
+		out[i].Data = e.DTR
+		err := checkSize(e.DTR, maxDTR)
+		if err == nil {
+			out[i].DTR, err = decodeSubmission(e.DTR)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("dtrs[%d]: %w", i, err)
+			continue
+		}
+		if bus.ValidTraceParent(e.TraceParent) { // else ignored, as W3C Trace Context says
+			out[i].TraceParent = e.TraceParent
+		}
+	}
+	return out, nil
+}
+
+// DecodeSubmit reads a new DTR from a message on dtr.submit: a binary or
+// structured CloudEvent of type org.sluice.dtr.submit.v1, or plain DTR JSON.
+// Unknown fields are refused by name.
+func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
+	data := m.Data
+	ev, err := bus.Decode(ctx, m)
+	switch {
+	case err == nil:
+		if ev.Type() != bus.TypeSubmit {
+			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), bus.TypeSubmit)
+		}
+		data = ev.Data()
+	case !errors.Is(err, bus.ErrNotCloudEvent):
+		return nil, err
+	}
+	d, err := decodeSubmission(data)
+	if err != nil {
+		return nil, err
+	}
+	if ev != nil {
+		// CloudEvents' distributed-tracing extension: a ce-traceparent
+		// header, or "traceparent" in a structured event. One that is not
+		// a valid traceparent is ignored, as W3C Trace Context says.
+		if tp, _ := ev.Extensions()["traceparent"].(string); bus.ValidTraceParent(tp) {
+			d.TraceParent = tp
+		}
+	}
+	return d, nil
+}
+
+// decodeSubmission reads a dtr.Submission and checks the DTR it asks for.
+func decodeSubmission(data []byte) (*dtr.DTR, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("empty DTR")
+	}
+	var sub dtr.Submission
+	if err := decodeStrict(data, &sub); err != nil {
+		return nil, fmt.Errorf("DTR JSON: %w", err)
+	}
+	d := sub.DTR()
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// rejectEntry publishes why the i-th DTR of a Submits event is refused.
+func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, i int, data []byte, reason error) {
+	msgID := m.Header.Get(nats.MsgIdHdr)
+	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "dtr", i, "reason", reason)
+	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
+	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	if err != nil {
+		return
+	}
+	id := ""
+	if meta, err := jm.Metadata(); err == nil {
+		id = fmt.Sprintf("reject.%s.%d.%d", meta.Stream, meta.Sequence.Stream, i)
+	}
+	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+		out.rejections = append(out.rejections, rm)
+	}
+}
+
+func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, reason error) {
+	msgID := m.Header.Get(nats.MsgIdHdr)
+	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
+	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
+	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	if err != nil {
+		return
+	}
+	id := ""
+	if meta, err := jm.Metadata(); err == nil {
+		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
+	}
+	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+		out.rejections = append(out.rejections, rm)
+	}
+}
