@@ -1,0 +1,322 @@
+package generator
+
+// Final DTRs: counted into their job's record once each, and the job's end
+// announced (with the downloads of a failed job cancelled).
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// final is a final DTR taken from SLUICE_EVENTS, with whether it is
+// recorded here for the first time.
+type final struct {
+	d     *dtr.DTR
+	fresh bool
+}
+
+// finalsKey is the key under which one finals event's DTRs of one job are
+// stored: "<job>.f." and a digest of their ids, so that the same event
+// delivered again finds its key taken, while the same DTRs announced again
+// in another grouping (after a scheduler restart) are stored again.
+func finalsKey(jobID string, fs []*final) string {
+	h := sha256.New()
+	for _, f := range fs {
+		h.Write(f.d.ID[:])
+	}
+	return jobID + ".f." + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// onFinals records final DTRs in their jobs and ends each job whose last
+// DTR is among them. The DTRs of one job in one finals event are stored
+// together under finalsKey, one DTR's JSON per line (created once: a
+// redelivered event finds its key taken), then each job's record counts
+// the fresh ones in one update. A DTR stored twice, in two groupings, is
+// counted twice until the job's count reaches its total; the stored final
+// DTRs, each taken once, decide then.
+func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
+	byJob := map[string][]*final{}
+	var jobs []string
+	var stored [][]*final // the finals of each create, in order
+	out := bus.NewBatch(ctx, s.js)
+	out.Refused = func(i int, err error) error {
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			for _, f := range stored[i] {
+				f.fresh = false // seen before, but the count may have missed them
+			}
+			return nil
+		}
+		return err
+	}
+	for _, jm := range ms {
+		msg := bus.Msg(jm)
+		finals, err := bus.DecodeFinals(ctx, msg)
+		if err != nil {
+			s.log.Error("malformed final DTR event dropped", "err", err)
+			continue
+		}
+		inMsg := map[string][]*final{}
+		data := map[string][][]byte{}
+		var order []string
+		for i := range finals {
+			d := &finals[i].DTR
+			// The last span of the DTR's trace.
+			_, span := bus.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+			span.End()
+			if d.JobID == "" {
+				continue // a DTR published directly, not part of a job
+			}
+			if _, ok := inMsg[d.JobID]; !ok {
+				order = append(order, d.JobID)
+			}
+			f := &final{d: d, fresh: true}
+			inMsg[d.JobID] = append(inMsg[d.JobID], f)
+			data[d.JobID] = append(data[d.JobID], finals[i].Data) // the DTR's JSON, as the scheduler wrote it
+		}
+		for _, jobID := range order {
+			fs := inMsg[jobID]
+			m := nats.NewMsg("$KV." + bus.BucketJobs + "." + finalsKey(jobID, fs))
+			m.Data = bytes.Join(data[jobID], []byte{'\n'})
+			// A create: refused if the key has a value already.
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+			stored = append(stored, fs)
+			if _, ok := byJob[jobID]; !ok {
+				jobs = append(jobs, jobID)
+			}
+			byJob[jobID] = append(byJob[jobID], fs...)
+			out.Add(m)
+		}
+	}
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("store final DTRs: %w", err)
+	}
+	for _, jobID := range jobs {
+		if err := s.recordFinals(ctx, jobID, byJob[jobID]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordFinals counts a job's fresh final DTRs in its record, cancels the
+// job's other downloads after its first failed one, and ends the job when
+// every DTR is final.
+func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) error {
+	s.mu.Lock()
+	s.lastFinal[jobID] = time.Now()
+	s.mu.Unlock()
+	stale := false
+	for _, f := range fs {
+		// Seen before: the count may or may not have it. The reconcile
+		// loop counts the job again from what is stored, once for any
+		// number of such redeliveries.
+		stale = stale || !f.fresh
+	}
+	if stale {
+		s.suspect(jobID)
+	}
+	var first *dtr.DTR // the job's first failed download, if among these
+	rec, err := s.update(ctx, jobID, func(r *Record) error {
+		first = nil
+		for _, f := range fs {
+			if !f.fresh {
+				continue
+			}
+			failed := r.DownloadFailed
+			count(r, f.d)
+			if !failed && r.DownloadFailed {
+				first = f.d
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Warn("final DTRs of an unknown job", "job", jobID, "dtrs", len(fs))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The first failed download cancels the others. After a redelivery the
+	// cancels are sent again, in case the first try died before: the
+	// scheduler takes each once.
+	for _, f := range fs {
+		d := f.d
+		failedDownload := d.State == dtr.Error && !d.Options.FailureAllowed && d.Direction == dtr.Download
+		if failedDownload && (d == first || !f.fresh) {
+			if err := s.cancelDownloads(ctx, jobID, d.ID); err != nil {
+				return err
+			}
+		}
+	}
+	if rec.Final() >= rec.Total && !rec.Announced {
+		// Counts kept by several generator replicas can run ahead of the
+		// truth; the stored final DTRs decide whether the job has ended.
+		// They are read once for the count and the announcement (again
+		// if another replica changes the record meanwhile).
+		finals, err := s.finals(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		again := false
+		rec, err = s.update(ctx, jobID, func(r *Record) error {
+			if again {
+				if finals, err = s.finals(ctx, jobID); err != nil {
+					return err
+				}
+			}
+			again = true
+			recountFrom(r, finals)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rec.Final() >= rec.Total && !rec.Announced {
+			return s.announce(ctx, jobID, finals)
+		}
+	}
+	return nil
+}
+
+// count adds one final DTR to a job record.
+func count(r *Record, d *dtr.DTR) {
+	switch d.State {
+	case dtr.Done:
+		r.Done++
+	case dtr.Cancelled:
+		r.Cancelled++
+	default:
+		r.Failed++
+	}
+	if d.State == dtr.Error && !d.Options.FailureAllowed {
+		reason := "unknown error"
+		if d.Error != nil {
+			reason = d.Error.Text
+		}
+		if len(r.Failures) < 100 {
+			r.Failures = append(r.Failures, fmt.Sprintf("Failed in data staging: %s: %s", d.Source, reason))
+		}
+		if d.Direction == dtr.Download {
+			r.DownloadFailed = true
+		}
+	}
+}
+
+// recount sets a job record's counts from the final DTRs stored for it.
+func (s *Service) recount(ctx context.Context, jobID string, r *Record) error {
+	finals, err := s.finals(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	recountFrom(r, finals)
+	return nil
+}
+
+// recountFrom sets a job record's counts from its final DTRs.
+func recountFrom(r *Record, finals map[uuid.UUID]*dtr.DTR) {
+	ds := make([]*dtr.DTR, 0, len(finals))
+	for _, d := range finals {
+		ds = append(ds, d)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].Ended.Before(ds[j].Ended) })
+	r.Done, r.Failed, r.Cancelled, r.Failures, r.DownloadFailed = 0, 0, 0, nil, false
+	for _, d := range ds {
+		count(r, d)
+	}
+}
+
+// cancelDownloads cancels every download of a job but the failed one; the
+// scheduler ignores cancels for DTRs that are already final.
+func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid.UUID) error {
+	var refs []FileRef
+	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
+		return err
+	}
+	out := bus.NewBatch(ctx, s.js)
+	n := 0
+	for _, ref := range refs {
+		if ref.Direction != dtr.Download || ref.DTR == failed {
+			continue
+		}
+		ev, err := bus.NewEvent(bus.TypeCancel, "sluice/generator", ref.DTR.String(),
+			bus.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
+		if err != nil {
+			return err
+		}
+		m, err := bus.Encode(ctx, bus.SubjectCancel, "cancel."+ref.DTR.String(), ev)
+		if err != nil {
+			return err
+		}
+		out.Add(m)
+		n++
+	}
+	s.log.Info("download failed: cancelling the job's other downloads", "job", jobID, "downloads", n)
+	return out.Wait(ctx)
+}
+
+// announce publishes the job's end with per-file statistics (of finals,
+// the job's final DTRs, or read if nil) and marks the job announced.
+func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UUID]*dtr.DTR) error {
+	ev, err := s.status(ctx, jobID, finals)
+	if err != nil {
+		return err
+	}
+	ev.State = JobFinished
+	for _, f := range ev.Files {
+		if f.State != dtr.Done && !f.FailureAllowed {
+			ev.State = JobFailed
+		}
+	}
+	ev.Ended = time.Now().UTC()
+	subject, typ := bus.SubjectJobFinished, bus.TypeJobFinished
+	if ev.State == JobFailed {
+		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
+	}
+	ev.Announced = true
+	b, err := encodeToFit(&ev, s.eventLimit())
+	if err != nil {
+		return err
+	}
+	if ev.FilesOmitted+ev.PendingOmitted+ev.FailuresOmitted > 0 {
+		s.log.Warn("job event trimmed to fit in a message", "job", jobID, "files_omitted", ev.FilesOmitted,
+			"failures_omitted", ev.FailuresOmitted, "max_payload", s.nc.MaxPayload())
+	}
+	ce, err := bus.NewEvent(typ, "sluice/generator", jobID, b)
+	if err != nil {
+		return err
+	}
+	m, err := bus.Encode(ctx, subject, "job."+jobID+".end", ce)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("announce job %s: %w", jobID, err)
+	}
+	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", ev.State)))
+	_, err = s.update(ctx, jobID, func(r *Record) error {
+		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
+		return nil
+	})
+	s.mu.Lock()
+	delete(s.lastFinal, jobID)
+	s.mu.Unlock()
+	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
+	return err
+}
