@@ -1,0 +1,273 @@
+package core
+
+// Granting: the free slots of a state split between its shares, DTRs taken
+// from each share's queue in order, and slots released.
+
+import (
+	"encoding/hex"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// Limit returns the slot limit of a queue state.
+func (c *Core) Limit(s dtr.State) int {
+	if s == dtr.Transfer {
+		return c.cfg.MaxDelivery
+	}
+	return c.cfg.MaxProcessor
+}
+
+// schedule grants the free slots of one state: each share up to its part of
+// the split, then one emergency slot for each share with work queued and
+// nothing running, up to MaxEmergency above the limit.
+func (c *Core) schedule(now time.Time, s dtr.State) {
+	st := c.states[s]
+	n := c.Limit(s)
+	c.account(now, st)
+	if len(st.order) == 0 {
+		return
+	}
+	slots, exact := c.split(st)
+	for i, ss := range st.order {
+		ss.quota = exact[i]
+	}
+	if st.total >= n+c.cfg.MaxEmergency {
+		return
+	}
+	for i, ss := range st.order {
+		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
+			e := c.take(s, ss)
+			if e == nil {
+				break
+			}
+			c.grant(now, s, e, false)
+		}
+	}
+	if st.total < n && s == dtr.Transfer && c.cfg.MaxPerHost > 0 {
+		// Slots left because some shares' DTRs wait for a full endpoint go
+		// to any share that can use them: a slow storage holds no slot.
+		for _, ss := range st.order {
+			for ss.q.Len() > 0 && st.total < n {
+				e := c.take(s, ss)
+				if e == nil {
+					break
+				}
+				c.grant(now, s, e, false)
+			}
+		}
+	}
+	if st.total < n || c.cfg.MaxEmergency == 0 {
+		return
+	}
+	// Emergency slots go to the shares of highest priority first, and
+	// only to shares of the highest tier with work: a lower tier waits for
+	// what the higher ones leave.
+	top := math.MinInt
+	for _, d := range st.demand {
+		if d.Demand > 0 {
+			top = max(top, d.Tier)
+		}
+	}
+	var idle []*shareState
+	for i, ss := range st.order {
+		if ss.q.Len() > 0 && ss.running == 0 && c.admit(s, ss) && st.demand[i].Tier == top {
+			idle = append(idle, ss)
+		}
+	}
+	sort.SliceStable(idle, func(i, j int) bool { return idle[i].prio > idle[j].prio })
+	for _, ss := range idle {
+		if st.total >= n+c.cfg.MaxEmergency {
+			break
+		}
+		if e := c.take(s, ss); e != nil {
+			c.grant(now, s, e, true)
+		}
+	}
+}
+
+// maxSkip bounds how many DTRs of one share a grant looks past for one
+// whose endpoints have room.
+const maxSkip = 64
+
+// take pops the first DTR of a share's queue that may start now: in
+// TRANSFER, one whose endpoints are below MaxPerHost (ARC: a delivery DTR
+// first chooses a host; if none is free it is skipped). The DTRs passed
+// over keep their place. It returns nil if none of the first maxSkip can.
+func (c *Core) take(s dtr.State, ss *shareState) *entry {
+	if s != dtr.Transfer || c.cfg.MaxPerHost <= 0 {
+		return ss.q.pop()
+	}
+	var skipped []*entry
+	defer func() {
+		for _, e := range skipped {
+			ss.q.readd(e)
+		}
+	}()
+	for ss.q.Len() > 0 && len(skipped) < maxSkip {
+		e := ss.q.pop()
+		if c.hostFull(e) == 0 {
+			return e
+		}
+		skipped = append(skipped, e)
+	}
+	return nil
+}
+
+// hostFull returns an endpoint of e that has MaxPerHost transfers running
+// (1 + its number in the names table), or 0 if both have room.
+func (c *Core) hostFull(e *entry) uint32 {
+	for _, h := range e.hosts {
+		if h != 0 && c.hostBusy[h] >= c.cfg.MaxPerHost {
+			return h
+		}
+	}
+	return 0
+}
+
+// busy counts a transfer in or out of its endpoints.
+func (c *Core) busy(e *entry, n int) {
+	for i, h := range e.hosts {
+		if h == 0 || (i == 1 && h == e.hosts[0]) {
+			continue
+		}
+		if c.hostBusy[h] += n; c.hostBusy[h] <= 0 {
+			delete(c.hostBusy, h)
+		}
+	}
+}
+
+// split divides the state's slots between its shares; both results are
+// indexed like st.order.
+func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
+	st.demand, st.deficit = st.demand[:0], st.deficit[:0]
+	for _, ss := range st.order {
+		demand := ss.running
+		if c.admit(st.state, ss) {
+			demand += ss.q.Len()
+		}
+		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand, Running: ss.running, Queued: &ss.q.hist})
+		st.deficit = append(st.deficit, ss.deficit)
+	}
+	c.policy.Weigh(c.now, st.state, st.demand)
+	return split(c.Limit(st.state), st.demand, st.deficit)
+}
+
+// stageOf returns the worker stage of a queue or active state, "" for the
+// states the scheduler handles itself.
+func stageOf(s dtr.State) dtr.Stage {
+	if s.IsQueue() {
+		return s.Stage()
+	}
+	if q, ok := dtr.QueueOf(s); ok {
+		return q.Stage()
+	}
+	if s == dtr.TransferringCancel {
+		return dtr.StageDelivery
+	}
+	return ""
+}
+
+// account adds the time since the last tick to each share's deficit: what
+// its exact quota entitled it to, less the slots it used.
+func (c *Core) account(now time.Time, st *stateQueues) {
+	dt := now.Sub(st.last).Seconds()
+	st.last = now
+	if dt <= 0 || dt > 60 { // the first tick, or a long pause: nothing to learn
+		return
+	}
+	for _, ss := range st.order {
+		if ss.quota == 0 {
+			ss.deficit = 0 // a share with no slot is owed nothing
+			continue
+		}
+		ss.deficit += (ss.quota - float64(ss.running)) * dt
+	}
+}
+
+func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
+	d := c.open(e)
+	st := c.states[s]
+	e.share.running++
+	st.total++
+	c.must(d.Transition(s.Active(), now))
+	n := 1
+	if d.Grant != "" {
+		if _, after, ok := cut(d.Grant); ok {
+			n, _ = strconv.Atoi(after)
+			n++
+		}
+	}
+	d.Grant = grantID(d.ID, n)
+	if s == dtr.Transfer {
+		d.TransferGrant = d.Grant
+	}
+	if s == dtr.StagePrepare {
+		c.pin(e)
+	}
+	if s == dtr.Transfer {
+		c.busy(e, 1)
+	}
+	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
+	e.refinalise = false
+	e.lease = c.at(now.Add(c.cfg.Lease))
+	e.granted = c.at(now)
+	g := c.grantOf(e)
+	g.Emergency = emergency
+	c.count.Grants++
+	if emergency {
+		c.count.EmergencyGrants++
+	}
+	c.active[d.ID] = e
+	c.out.Grants = append(c.out.Grants, g)
+	c.markDirty(e)
+}
+
+// grantID is "<dtr id>.<n>", built with one allocation: grants are the
+// scheduler's hot path.
+func grantID(id uuid.UUID, n int) string {
+	var b [36 + 1 + 20]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], id[10:16])
+	b[36] = '.'
+	return string(strconv.AppendInt(b[:37], int64(n), 10))
+}
+
+func cut(grant string) (string, string, bool) {
+	for i := len(grant) - 1; i >= 0; i-- {
+		if grant[i] == '.' {
+			return grant[:i], grant[i+1:], true
+		}
+	}
+	return grant, "", false
+}
+
+// grantOf describes the grant an active DTR holds.
+func (c *Core) grantOf(e *entry) Grant {
+	d := e.d
+	return Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, Lease: c.cfg.Lease, Cleanup: d.Cleanup}
+}
+
+// release frees the slot of an active DTR.
+func (c *Core) release(e *entry) {
+	st := c.states[e.queued]
+	if e.queued == dtr.Transfer {
+		c.busy(e, -1)
+	}
+	e.share.running--
+	st.total--
+	st.drop(e.share)
+	delete(c.active, e.d.ID)
+}
