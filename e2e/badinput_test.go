@@ -789,7 +789,11 @@ func TestABadTraceparentIsIgnoredAndTheDTRGetsATraceOfItsOwn(t *testing.T) {
 	}
 }
 
-func TestADTRIdReusedByAnotherDTRIsNotRunAgain(t *testing.T) {
+// TestADTRIdReusedByAnotherDTRIsRefused: a DTR id that is taken, reused
+// for another source or destination, runs nothing; after JetStream's
+// duplicate window the publisher is told why in a rejection event, and
+// the same DTR sent again is taken quietly as a resubmission.
+func TestADTRIdReusedByAnotherDTRIsRefused(t *testing.T) {
 	s := start(t, testConfig())
 	rejections := watchRejections(t, s.nc)
 	src, other := filepath.Join(s.dir, "src"), filepath.Join(s.dir, "other")
@@ -815,22 +819,127 @@ func TestADTRIdReusedByAnotherDTRIsNotRunAgain(t *testing.T) {
 			t.Fatalf("ack %+v, error %v; want a duplicate", ack, err)
 		}
 	})
-	t.Run("with another message id", func(t *testing.T) {
+	reused := []struct {
+		name, src, dst string
+	}{
+		{"another source", other, "first"},
+		{"another destination", src, "third"},
+		{"both", other, "fourth"},
+	}
+	for _, c := range reused {
+		t.Run("with another message id and "+c.name, func(t *testing.T) {
+			m := nats.NewMsg(bus.SubjectSubmit)
+			m.Data = body(c.src, c.dst)
+			msgID, _ := s.publish(m)
+			r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Reason, id.String()) {
+				t.Fatalf("rejection reason %q; want the id and that it is taken", r.Reason)
+			}
+			if strings.Contains(r.Reason, "src") {
+				t.Fatalf("rejection reason %q names the earlier DTR's source", r.Reason)
+			}
+		})
+	}
+	t.Run("the same DTR again, with another message id", func(t *testing.T) {
 		m := nats.NewMsg(bus.SubjectSubmit)
-		m.Data = body(other, "third")
+		m.Data = body(src, "first")
 		msgID, _ := s.publish(m)
 		s.drained()
 		none(t, rejections, 300*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
 	})
-	// Neither ran: the first DTR's record is as it was.
+	// None ran: the first DTR's record is as it was.
 	if d, r, _ := s.dtrRecord(id); r != rev || d.Source != first.Source || d.State != dtr.Done {
 		t.Fatalf("the DTR is now %s from %s:\nbefore %s\nafter  %s", d.State, d.Source, rev, r)
 	}
-	for _, name := range []string{"second", "third"} {
+	for _, name := range []string{"second", "third", "fourth"} {
 		if _, err := os.Stat(filepath.Join(s.dir, name)); err == nil {
 			t.Fatalf("the reused id wrote %s", name)
 		}
 	}
+}
+
+// TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs: the earlier DTR under
+// an id is found while the core holds it, within the same message, and after
+// a scheduler restart in the sluice_dtrs bucket; each reuse by another DTR
+// is refused, each resubmission of the same DTR taken quietly.
+func TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs(t *testing.T) {
+	cfg := testConfig()
+	cfg.Lease = 300 * time.Millisecond // a grant no worker takes is back soon
+	s := start(t, cfg, "scheduler")    // no workers: DTRs are never carried out
+	rejections := watchRejections(t, s.nc)
+	dtrJSON := func(id uuid.UUID, dst string) json.RawMessage {
+		return fmt.Appendf(nil, `{"id":%q,"source":"file:///data/in","destination":%q}`, id, "file:///data/"+dst)
+	}
+	single := func(id uuid.UUID, dst string) *nats.Msg {
+		m := nats.NewMsg(bus.SubjectSubmit)
+		m.Data = dtrJSON(id, dst)
+		return m
+	}
+	refused := func(t *testing.T, msgID string, id uuid.UUID) {
+		t.Helper()
+		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Reason, id.String()) {
+			t.Fatalf("rejection reason %q; want the id and that it is taken", r.Reason)
+		}
+	}
+	taken := func(t *testing.T, msgID string) {
+		t.Helper()
+		s.drained()
+		none(t, rejections, 300*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+	}
+
+	queued := uuid.New()
+	s.publish(single(queued, "a"))
+	s.awaitDTR(queued, 10*time.Second, func(dtr.DTR) bool { return true })
+	t.Run("while the first is held", func(t *testing.T) {
+		msgID, _ := s.publish(single(queued, "b"))
+		refused(t, msgID, queued)
+		msgID, _ = s.publish(single(queued, "a"))
+		taken(t, msgID)
+	})
+	t.Run("twice in one message", func(t *testing.T) {
+		id := uuid.New()
+		msgID, _ := s.publish(event(t, bus.SubjectSubmit, bus.TypeSubmits, bus.Submits{DTRs: []bus.SubmitEntry{
+			{DTR: dtrJSON(id, "c")}, {DTR: dtrJSON(id, "c")}, {DTR: dtrJSON(id, "d")}}}))
+		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Payload, "/data/d") {
+			t.Fatalf("rejection %+v; want the third DTR refused as taken", r)
+		}
+		none(t, rejections, 300*time.Millisecond, "second rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		if d := s.awaitDTR(id, 10*time.Second, func(dtr.DTR) bool { return true }); d.Destination != "file:///data/c" {
+			t.Fatalf("the DTR kept is to %s", d.Destination)
+		}
+	})
+	t.Run("after a restart, from the bucket", func(t *testing.T) {
+		var c bus.Cancel
+		c.DTR = queued
+		s.publish(event(t, bus.SubjectCancel, bus.TypeCancel, c))
+		s.awaitDTR(queued, 10*time.Second, final)
+		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for { // checkpointed: the journal no longer holds it
+			var d dtr.DTR
+			if e, err := kv.Get(context.Background(), queued.String()); err == nil && json.Unmarshal(e.Value(), &d) == nil && d.State == dtr.Cancelled {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cancelled DTR was not checkpointed: %s", d.State)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		s.stopRole("scheduler")
+		s.startRole("scheduler")
+		msgID, _ := s.publish(single(queued, "e"))
+		refused(t, msgID, queued)
+		msgID, _ = s.publish(single(queued, "a"))
+		taken(t, msgID)
+		if d, _, _ := s.dtrRecord(queued); d.State != dtr.Cancelled || d.Destination != "file:///data/a" {
+			t.Fatalf("the first DTR is now %s to %s", d.State, d.Destination)
+		}
+	})
 }
 
 // startWithMaxPayload is start on a NATS server whose max_payload is n

@@ -55,7 +55,7 @@ type system struct {
 	js   jetstream.JetStream
 	cfg  stack.Config
 	dir  string
-	stop map[string]context.CancelFunc
+	stop map[string]func() // stops a role and waits until it has
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	errs []error
@@ -87,7 +87,7 @@ func startMode(t testing.TB, cfg stack.Config, inProcess bool, roles ...string) 
 func startOn(t testing.TB, ns *server.Server, dir string, cfg stack.Config, roles ...string) *system {
 	t.Helper()
 	cfg.NATSURL = ns.ClientURL()
-	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]context.CancelFunc{}}
+	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]func(){}}
 	var err error
 	s.nc, err = stack.Connect(cfg.NATSURL, "e2e-test")
 	if err != nil {
@@ -119,11 +119,13 @@ func startOn(t testing.TB, ns *server.Server, dir string, cfg stack.Config, role
 // startRole runs one role under its own context.
 func (s *system) startRole(role string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.stop[role] = cancel
+	stopped := make(chan struct{})
+	s.stop[role] = func() { cancel(); <-stopped }
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(stopped)
 		if err := stack.Run(ctx, s.cfg, []string{role}, log); err != nil && ctx.Err() == nil {
 			s.mu.Lock()
 			s.errs = append(s.errs, err)

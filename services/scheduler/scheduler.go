@@ -465,12 +465,12 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			subs[m] = submitted{ds, err}
 		}
 	}
-	stored, err := s.storedBefore(ctx, kv, subs)
+	taken, err := s.takenBefore(ctx, kv, subs)
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range batch {
-		if err := s.handle(ctx, now, m, c, subs[m], stored); err != nil {
+		if err := s.handle(ctx, now, m, c, subs[m], taken); err != nil {
 			c.terms = append(c.terms, m)
 		} else {
 			c.acks = append(c.acks, m)
@@ -573,52 +573,54 @@ func (s *Service) writeState() {
 	}
 }
 
-// storedBefore finds the submitted DTRs of a batch that the core does not
-// hold but that have a stored record: they were taken before (and have
-// finished), so a resubmission does not run them again. The look-ups run
-// in parallel.
-func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]bool, error) {
-	var ids, held []uuid.UUID
-	stored := make(map[uuid.UUID]bool)
+// takenBefore finds the submitted DTRs of a batch whose ids were taken
+// before: held by the core, finished, or with a stored record. A
+// resubmission of any of them does not run again. Each maps to the DTR
+// that took the id, where it can be read (nil where not), so that a
+// different DTR under the same id is refused. The look-ups run in
+// parallel.
+func (s *Service) takenBefore(ctx context.Context, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]*dtr.DTR, error) {
+	var ids []uuid.UUID
+	taken := make(map[uuid.UUID]*dtr.DTR)
 	for _, sub := range subs {
 		for _, e := range sub.dtrs {
 			if e.Err != nil {
 				continue
 			}
-			d := e.DTR
-			if _, ok := s.core.Get(d.ID); ok {
-				held = append(held, d.ID) // it may finish within this batch
+			id := e.DTR.ID
+			if _, ok := taken[id]; ok {
 				continue
 			}
-			if _, ok := s.finished[d.ID]; ok {
+			if d, ok := s.core.Get(id); ok {
+				taken[id] = &d // it may finish within this batch
 				continue
 			}
-			if !s.stored.MayHave(d.ID) {
+			if _, ok := s.finished[id]; ok {
+				taken[id] = nil // finished lately: its record is read below
+			} else if !s.stored.MayHave(id) {
 				continue // never stored: new
 			}
-			if _, ok := s.journal.Lookup(d.ID); ok {
-				stored[d.ID] = true // finished, not yet checkpointed
+			if b, ok := s.journal.Lookup(id); ok {
+				taken[id] = decodeRecord(b) // finished, not yet checkpointed
 				continue
 			}
-			ids = append(ids, d.ID)
+			ids = append(ids, id)
 		}
 	}
-	for _, id := range held {
-		stored[id] = true
-	}
 	if len(ids) == 0 {
-		return stored, nil
+		return taken, nil
 	}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for _, id := range ids {
 		g.Go(func() error {
-			_, err := kv.Get(gctx, id.String())
+			e, err := kv.Get(gctx, id.String())
 			switch {
 			case err == nil:
+				d := decodeRecord(e.Value())
 				mu.Lock()
-				stored[id] = true
+				taken[id] = d
 				mu.Unlock()
 			case !errors.Is(err, jetstream.ErrKeyNotFound):
 				return fmt.Errorf("look up DTR %s: %w", id, err)
@@ -626,12 +628,21 @@ func (s *Service) storedBefore(ctx context.Context, kv jetstream.KeyValue, subs 
 			return nil
 		})
 	}
-	return stored, g.Wait()
+	return taken, g.Wait()
+}
+
+// decodeRecord reads a stored DTR record; nil if it cannot be read.
+func decodeRecord(b []byte) *dtr.DTR {
+	d := new(dtr.DTR)
+	if bus.DecodeJSON(b, d) != nil {
+		return nil
+	}
+	return d
 }
 
 // handle applies one consumed message to the core. Bad input is answered
 // with a rejection event on out and an error; it changes nothing else.
-func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *commit, sub submitted, stored map[uuid.UUID]bool) error {
+func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *commit, sub submitted, taken map[uuid.UUID]*dtr.DTR) error {
 	m := bus.Msg(jm)
 	switch {
 	case m.Subject == bus.SubjectSubmit:
@@ -642,7 +653,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		for i, e := range sub.dtrs {
 			err := e.Err
 			if err == nil {
-				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, stored)
+				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, taken)
 			}
 			if err == nil {
 				continue

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,11 +20,17 @@ import (
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
-// submit gives the core a new DTR, unless it was taken before.
-func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, stored map[uuid.UUID]bool) error {
-	if _, done := s.finished[d.ID]; done || stored[d.ID] {
+// submit gives the core a new DTR, unless its id was taken before: by the
+// same DTR (a resubmission or redelivery) it is acknowledged and nothing
+// runs; by another, it is refused with ErrIDTaken.
+func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, taken map[uuid.UUID]*dtr.DTR) error {
+	earlier, ok := taken[d.ID]
+	if _, done := s.finished[d.ID]; done || ok {
+		if earlier != nil && !sameTransfer(earlier, d) {
+			return fmt.Errorf("%w: %s", ErrIDTaken, d.ID)
+		}
 		s.log.Debug("DTR already taken", "dtr", d.ID)
-		return nil // a resubmission or redelivery of a DTR seen before
+		return nil
 	}
 	// The publisher's trace goes on: the DTR's own traceparent in a
 	// Submits event, else the message's traceparent header, else the
@@ -38,13 +45,35 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 	d.TraceParent = bus.TraceParent(cctx)
 	span.End()
 	if err := s.core.Submit(now, d); err != nil {
-		if errors.Is(err, core.ErrDuplicate) {
+		if errors.Is(err, core.ErrDuplicate) { // twice in one step
+			if earlier, ok := s.core.Get(d.ID); ok && !sameTransfer(&earlier, d) {
+				return fmt.Errorf("%w: %s", ErrIDTaken, d.ID)
+			}
 			return nil
 		}
 		return err
 	}
 	s.stored.Add(d.ID) // its record is journaled with this step
 	return nil
+}
+
+// ErrIDTaken refuses a DTR whose id another DTR (another source or
+// destination) has taken. The earlier DTR is not named: it may be another
+// publisher's.
+var ErrIDTaken = errors.New("this DTR id is taken by another DTR, with another source or destination; a new DTR needs a new id")
+
+// sameTransfer says whether a submitted DTR is the earlier one under its id
+// again: the same destination and the same sources, in any order (the core
+// orders replicas and moves Source along them).
+func sameTransfer(earlier, d *dtr.DTR) bool {
+	return earlier.Destination == d.Destination && slices.Equal(sourcesOf(earlier), sourcesOf(d))
+}
+
+// sourcesOf returns a DTR's source URLs, sorted, without repeats.
+func sourcesOf(d *dtr.DTR) []string {
+	out := slices.Concat([]string{d.Source}, d.Replicas)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // submitted is a decoded message from dtr.submit: its DTRs, or why the
