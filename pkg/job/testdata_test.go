@@ -123,7 +123,7 @@ func TestARCExampleBecomesTheExpectedFiles(t *testing.T) {
 		Priority: 70,
 		Inputs: []File{
 			{Source: "https://data.example.org/raw/run42.root", Destination: sess + "run42.root", Checksum: "adler32:6f2d0a1b"},
-			{Source: "http://conditions.example.org/db/2024.sqlite", Destination: sess + "conditions.sqlite"},
+			{Source: "http://conditions.example.org/db/2024.sqlite", Destination: sess + "conditions.sqlite", NoCache: true},
 		},
 		Outputs: []File{
 			{Source: sess + "reco.root", Destination: "https://store.example.org/reco/run42/reco.root", Overwrite: true},

@@ -669,7 +669,7 @@ func (b *xrslBuilder) files(r *rslRelation, vars map[string]string, input bool) 
 }
 
 // extras reads the elements after name and URL: ARC URL options
-// ("overwrite=yes"), the Sluice staging option ("stage=yes") and the Sluice
+// ("overwrite=yes", "cache=no"), the Sluice staging option ("stage=yes") and the Sluice
 // checksum extension ("type:value").
 func (b *xrslBuilder) extras(attr string, entry int, xs []xval) (File, bool) {
 	var f File
@@ -682,8 +682,13 @@ func (b *xrslBuilder) extras(attr string, entry int, xs []xval) (File, bool) {
 				set = &f.Overwrite
 			case "stage":
 				set = &f.Stage
+			case "cache":
+				// ARC's cache=no keeps the file out of the cache; its other
+				// modes (renew, copy, invariant, check) Sluice does not have.
+				f.NoCache = f.NoCache || strings.EqualFold(val, "no") || strings.EqualFold(val, "false")
+				continue
 			default:
-				continue // other ARC URL options (cache, threads, ...) do not apply
+				continue // other ARC URL options (threads, ...) do not apply
 			}
 			switch strings.ToLower(val) {
 			case "yes", "true":

@@ -69,7 +69,7 @@ func TestParseXRSLAccepts(t *testing.T) {
 		},
 		{
 			name: "the ARC option overwrite=yes sets Overwrite and other options are ignored",
-			in:   `&(outputfiles = ("r" "https://h/r" "overwrite=yes" "threads=4"))(inputfiles = ("a" "https://h/a" "cache=no" "sha256:ab"))`,
+			in:   `&(outputfiles = ("r" "https://h/r" "overwrite=yes" "threads=4"))(inputfiles = ("a" "https://h/a" "cache=renew" "sha256:ab"))`,
 			want: Job{
 				Inputs:  []File{{Source: "https://h/a", Destination: "file:///sess/j1/a", Checksum: "sha256:ab"}},
 				Outputs: []File{{Source: "file:///sess/j1/r", Destination: "https://h/r", Overwrite: true}},
@@ -81,6 +81,15 @@ func TestParseXRSLAccepts(t *testing.T) {
 			want: Job{
 				Inputs: []File{{Source: "https://h/a", Destination: "file:///sess/j1/a", Stage: true},
 					{Source: "https://h/b", Destination: "file:///sess/j1/b"}},
+			},
+		},
+		{
+			name: "the ARC option cache=no sets NoCache; cache=yes and the cache modes Sluice has not leave it",
+			in:   `&(inputfiles = ("a" "https://h/a" "cache=no") ("b" "https://h/b" "cache=yes") ("c" "https://h/c" "cache=copy") ("d" "https://h/d" "CACHE=False"))`,
+			want: Job{
+				Inputs: []File{{Source: "https://h/a", Destination: "file:///sess/j1/a", NoCache: true},
+					{Source: "https://h/b", Destination: "file:///sess/j1/b"}, {Source: "https://h/c", Destination: "file:///sess/j1/c"},
+					{Source: "https://h/d", Destination: "file:///sess/j1/d", NoCache: true}},
 			},
 		},
 		{
