@@ -45,7 +45,8 @@ type XRSLOptions struct {
 // client writes it, is uploaded by the user and gets no file here; so does
 // an output whose URL is empty, which stays in the session directory. Extra
 // elements of the form "option=value" are ARC URL options: "overwrite=yes"
-// sets Overwrite, others are ignored. Any other extra element is a Sluice
+// sets Overwrite, "cache=no" NoCache, and the Sluice option "stage=yes"
+// Stage; others are ignored. Any other extra element is a Sluice
 // extension: the file's expected checksum "type:value".
 //
 // All other attributes (executable, arguments, stdout, walltime, ...) are
@@ -683,9 +684,15 @@ func (b *xrslBuilder) extras(attr string, entry int, xs []xval) (File, bool) {
 			case "stage":
 				set = &f.Stage
 			case "cache":
-				// ARC's cache=no keeps the file out of the cache; its other
-				// modes (renew, copy, invariant, check) Sluice does not have.
-				f.NoCache = f.NoCache || strings.EqualFold(val, "no") || strings.EqualFold(val, "false")
+				// ARC's cache=no keeps the file out of the cache, cache=yes
+				// lets it in; its other modes (renew, copy, invariant,
+				// check) Sluice does not have, and ignores.
+				switch strings.ToLower(val) {
+				case "no", "false":
+					f.NoCache = true
+				case "yes", "true":
+					f.NoCache = false
+				}
 				continue
 			default:
 				continue // other ARC URL options (threads, ...) do not apply

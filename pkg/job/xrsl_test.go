@@ -84,12 +84,12 @@ func TestParseXRSLAccepts(t *testing.T) {
 			},
 		},
 		{
-			name: "the ARC option cache=no sets NoCache; cache=yes and the cache modes Sluice has not leave it",
-			in:   `&(inputfiles = ("a" "https://h/a" "cache=no") ("b" "https://h/b" "cache=yes") ("c" "https://h/c" "cache=copy") ("d" "https://h/d" "CACHE=False"))`,
+			name: "the ARC option cache=no sets NoCache; cache=yes and the cache modes Sluice has not leave it; the last one counts",
+			in:   `&(inputfiles = ("a" "https://h/a" "cache=no") ("b" "https://h/b" "cache=yes") ("c" "https://h/c" "cache=copy") ("d" "https://h/d" "CACHE=No") ("e" "https://h/e" "cache=no" "cache=yes"))`,
 			want: Job{
 				Inputs: []File{{Source: "https://h/a", Destination: "file:///sess/j1/a", NoCache: true},
 					{Source: "https://h/b", Destination: "file:///sess/j1/b"}, {Source: "https://h/c", Destination: "file:///sess/j1/c"},
-					{Source: "https://h/d", Destination: "file:///sess/j1/d", NoCache: true}},
+					{Source: "https://h/d", Destination: "file:///sess/j1/d", NoCache: true}, {Source: "https://h/e", Destination: "file:///sess/j1/e"}},
 			},
 		},
 		{

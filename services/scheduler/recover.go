@@ -61,7 +61,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 		chunk = chunk[:0]
 	}
 	checkpointed := func(d *dtr.DTR, _ []byte) {
-		if !d.State.Final() { // a resubmission of a final one is found by storedBefore
+		if !d.State.Final() { // a resubmission of a final one is found by takenBefore
 			ds = append(ds, d)
 		}
 	}

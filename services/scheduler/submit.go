@@ -1,6 +1,7 @@
 package scheduler
 
-// New DTRs: submissions decoded, checked and given to the core, or rejected.
+// New DTRs: submissions decoded, checked and given to the core, or
+// rejected (reject and rejectEntry answer bad input on every subject).
 
 import (
 	"bytes"
@@ -45,15 +46,14 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 	d.TraceParent = bus.TraceParent(cctx)
 	span.End()
 	if err := s.core.Submit(now, d); err != nil {
-		if errors.Is(err, core.ErrDuplicate) { // twice in one step
-			if earlier, ok := s.core.Get(d.ID); ok && !sameTransfer(&earlier, d) {
-				return fmt.Errorf("%w: %s", ErrIDTaken, d.ID)
-			}
-			return nil
+		if errors.Is(err, core.ErrDuplicate) {
+			return nil // held, though takenBefore did not see it: taken, as before
 		}
 		return err
 	}
 	s.stored.Add(d.ID) // its record is journaled with this step
+	kept := *d
+	taken[d.ID] = &kept // for the same id again in this step, even if it ended at once
 	return nil
 }
 
@@ -63,10 +63,20 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 var ErrIDTaken = errors.New("this DTR id is taken by another DTR, with another source or destination; a new DTR needs a new id")
 
 // sameTransfer says whether a submitted DTR is the earlier one under its id
-// again: the same destination and the same sources, in any order (the core
-// orders replicas and moves Source along them).
+// again: the same destination, and every source the earlier DTR kept among
+// the submitted ones (the core orders the sources, and drops those that
+// SLUICE_PREFERREDPATTERN excludes, but never adds one).
 func sameTransfer(earlier, d *dtr.DTR) bool {
-	return earlier.Destination == d.Destination && slices.Equal(sourcesOf(earlier), sourcesOf(d))
+	if earlier.Destination != d.Destination {
+		return false
+	}
+	submitted := sourcesOf(d)
+	for _, u := range sourcesOf(earlier) {
+		if _, ok := slices.BinarySearch(submitted, u); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // sourcesOf returns a DTR's source URLs, sorted, without repeats.

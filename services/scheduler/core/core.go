@@ -399,10 +399,9 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	d.Grant = ""
 	if len(d.Replicas) > 0 {
 		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
+		d.Replica, d.Source = 0, d.Replicas[0]
 		if len(d.Replicas) == 1 {
-			d.Replicas = nil
-		} else {
-			d.Replica, d.Source = 0, d.Replicas[0]
+			d.Replicas = nil // one source left (the others repeated it, or were excluded)
 		}
 	}
 	if d.Created.IsZero() {

@@ -111,3 +111,25 @@ func TestEveryRetryStartsFromTheFirstReplica(t *testing.T) {
 		t.Fatalf("sources tried %v over %d attempts; want both replicas in each of 2 attempts", sources, h.final[d.ID].Attempts)
 	}
 }
+
+func TestAnExcludedSourceIsNotTriedWhenOneReplicaIsLeft(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PreferredPattern = "!a.example"
+	h := newHarness(t, cfg)
+	d := newDTR(1, "alice", dtr.Download)
+	d.Source = "https://a.example/f"
+	d.Replicas = []string{"https://b.example/f"}
+	h.submit(d)
+	var sources []string
+	for i := 0; i < 50 && len(h.final) == 0; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.QueryingReplica {
+				sources = append(sources, g.DTR.Source)
+			}
+			h.answer(g, nil)
+		}
+	}
+	if f := h.final[d.ID]; f.State != dtr.Done || fmt.Sprint(sources) != "[https://b.example/f]" {
+		t.Fatalf("ended %s, sources tried %v; want DONE from the one replica left", f.State, sources)
+	}
+}
