@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -160,5 +161,47 @@ func TestALostFinaliseIsStillTriedAgainAsAFinalise(t *testing.T) {
 	next := h.lose(fin, cfg.Lease)
 	if len(next) != 1 || next[0].State != dtr.RegisteringReplica || next[0].Cleanup || next[0].DTR.TransferGrant != fin.DTR.TransferGrant {
 		t.Fatalf("after a lost finalise: %+v, want the finalise of transfer %s again", next, fin.DTR.TransferGrant)
+	}
+}
+
+// TestALostTransferIsCleanedUpWithOrWithoutAnotherReplica: a deliverer
+// killed mid-transfer leaves a temporary file; the lease expiry says
+// nothing of which end failed, so the DTR does not move on to another
+// replica before its cleanup, which removes that file.
+func TestALostTransferIsCleanedUpWithOrWithoutAnotherReplica(t *testing.T) {
+	for _, replicas := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replicas=%v", replicas), func(t *testing.T) {
+			cfg := DefaultConfig()
+			h := newHarness(t, cfg)
+			d := newDTR(1, "alice", dtr.Download)
+			if replicas {
+				d.Replicas = []string{d.Source, "https://other.example/f"}
+			}
+			h.submit(d)
+			var lost Grant
+			for i := 0; i < 20 && lost.ID == ""; i++ {
+				for _, g := range h.tick(time.Second) {
+					if g.State == dtr.Transferring {
+						lost = g
+					} else {
+						h.answer(g, nil)
+					}
+				}
+			}
+			if lost.ID == "" {
+				t.Fatal("no transfer grant")
+			}
+			next := h.lose(lost, cfg.Lease) // its deliverer is SIGKILLed
+			for i := 0; i < 20 && len(h.final) == 0; i++ {
+				for _, g := range next {
+					if g.Cleanup && g.DTR.TransferGrant == lost.ID {
+						return
+					}
+					h.answer(g, nil)
+				}
+				next = h.tick(time.Second)
+			}
+			t.Fatalf("the DTR ended %s without a cleanup of the lost transfer %s", h.final[d.ID].State, lost.ID)
+		})
 	}
 }

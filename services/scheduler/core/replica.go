@@ -84,11 +84,12 @@ func dedupe(urls []string) []string {
 }
 
 // nextReplica moves a DTR whose source failed to its next replica, if it
-// has one, and reports whether it did. A failure at the destination, or of
-// the last replica, is left to the retry.
+// has one, and reports whether it did. A failure at the destination, one
+// whose end is not known (a lost worker: its partial file is cleaned up
+// first), or of the last replica, is left to the retry.
 func (c *Core) nextReplica(e *entry) bool {
 	d := e.d
-	if d.Error == nil || d.Error.Location == dtr.LocationDestination || d.Replica+1 >= len(d.Replicas) {
+	if d.Error == nil || d.Error.Location != dtr.LocationSource || d.Replica+1 >= len(d.Replicas) {
 		return false
 	}
 	d.Replica++
