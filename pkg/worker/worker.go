@@ -61,8 +61,10 @@ type held struct {
 	// parent is the traceparent of the span that sent the grant.
 	parent string
 	cancel context.CancelFunc // set while it runs
-	moved  atomic.Int64
-	size   atomic.Int64
+	// stopped says the scheduler stopped the grant before it ran.
+	stopped bool
+	moved   atomic.Int64
+	size    atomic.Int64
 }
 
 // NewPool prepares a pool on nc; its metrics go to meter (nil: the global
@@ -333,6 +335,7 @@ func (p *Pool) onStop(m *nats.Msg) {
 	p.mu.Lock()
 	if h := p.held[grant]; h != nil {
 		cancel = h.cancel
+		h.stopped = cancel == nil // still waiting for a worker: stopped as it starts
 	}
 	p.mu.Unlock()
 	if cancel != nil {
@@ -371,6 +374,9 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	defer cancel()
 	p.mu.Lock()
 	h.cancel = cancel
+	if h.stopped {
+		cancel()
+	}
 	p.mu.Unlock()
 	// renewLeases keeps the lease alive, as it did while the grant waited.
 	start := time.Now()

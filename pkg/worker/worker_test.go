@@ -307,3 +307,42 @@ func TestResultsTooLargeForOneMessageAreSplit(t *testing.T) {
 		t.Errorf("%d messages for 40 results of about 300 bytes at 4096 bytes a message", r.messages)
 	}
 }
+
+func TestAStopForAGrantWaitingForAWorkerStopsItAsItStarts(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	running := make(chan string, 2)
+	cancelledAtStart := make(chan bool, 2)
+	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+		running <- g.Grant
+		cancelledAtStart <- ctx.Err() != nil
+		select {
+		case <-release: // the first grant: busy until released
+		case <-ctx.Done():
+		}
+		return bus.Result{}
+	})
+	sent := r.grants(2, time.Now(), time.Minute)
+	first := <-running
+	<-cancelledAtStart
+	waiting := sent[0].Grant
+	if waiting == first {
+		waiting = sent[1].Grant
+	}
+	// The scheduler cancels the DTR of the grant that waits.
+	if err := r.nc.Publish(bus.SubjectStopPrefix+waiting, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the pool takes the stop (same connection, its own subscription)
+	close(release)
+	if g := <-running; g != waiting {
+		t.Fatalf("ran %s, want %s", g, waiting)
+	}
+	if !<-cancelledAtStart {
+		t.Fatal("the stopped grant ran with a live context: its stop was lost while it waited for a worker")
+	}
+	r.waitResults(2)
+}
