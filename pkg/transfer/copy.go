@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +46,8 @@ type CopyResult struct {
 	// moved. It is nil on failure.
 	Checksums map[string]string
 	// SourceChecksum is "type:value" from the source's Digest header, if it
-	// sent one. Copy does not compare it with Checksums; the caller does.
+	// sent one. Copy computes that type too and fails if the bytes moved
+	// do not have it.
 	SourceChecksum string
 	Started, Ended time.Time
 }
@@ -132,6 +134,10 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 	}
 	defer in.body.Close()
 	res.SourceChecksum = in.checksum
+	stated, _, _ := strings.Cut(in.checksum, ":")
+	if stated != "" {
+		_ = sums.add(stated) // a Digest gives only types Sluice has
+	}
 
 	sums.start()
 	defer sums.stop()
@@ -148,6 +154,15 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		return failure
 	}
 	res.Checksums = sums.result()
+	if got := res.Checksums[stated]; stated != "" && got != in.checksum {
+		// Damaged on the way, or the source changed: what was written goes.
+		if err := c.protocol(dst.url).remove(ctx, "copy", dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &Error{Kind: dtr.ErrTemporaryRemote, Op: "copy", URL: dst.raw, Err: fmt.Errorf("remove a copy whose checksum is wrong: %w", err)}
+		}
+		res.Checksums = nil
+		return &Error{Kind: dtr.ErrTemporaryRemote, Op: "copy", URL: src.raw,
+			Err: fmt.Errorf("the bytes received have checksum %s, the source's Digest says %s", got, in.checksum)}
+	}
 	return nil
 }
 

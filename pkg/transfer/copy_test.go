@@ -2,7 +2,10 @@ package transfer_test
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"errors"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -275,6 +278,49 @@ func TestCopyReportsSourceDigest(t *testing.T) {
 	want := sums(t, data, "adler32")["adler32"]
 	if res.SourceChecksum != want || res.Checksums["adler32"] != want {
 		t.Errorf("SourceChecksum = %q, computed %q, want both %q", res.SourceChecksum, res.Checksums["adler32"], want)
+	}
+}
+
+func TestACopyWhoseBytesDisagreeWithTheSourcesDigestFailsAndLeavesNothing(t *testing.T) {
+	data := []byte("hello world")
+	md5Of := func(b []byte) string { h := md5.Sum(b); return base64.StdEncoding.EncodeToString(h[:]) }
+	tests := []struct {
+		name   string
+		digest string // the source's Digest header
+		types  []string
+		ok     bool
+	}{
+		{"adler32 right", "adler32=1a0b045d", nil, true},
+		{"adler32 wrong", "adler32=1a0b045e", nil, false},
+		{"md5 right while adler32 is computed", "md5=" + md5Of(data), nil, true},
+		{"md5 wrong while adler32 is computed", "md5=" + md5Of([]byte("hello wOrld")), nil, false},
+		{"md5 wrong while md5 is computed", "md5=" + md5Of([]byte("hello wOrld")), []string{"md5"}, false},
+		{"no usable digest", "unixsum=1", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Digest", tt.digest)
+				w.Write(data)
+			}))
+			defer srv.Close()
+			dst := filepath.Join(t.TempDir(), "f")
+			res, err := transfer.New(nil).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{ChecksumTypes: tt.types})
+			_, statErr := os.Stat(dst)
+			if tt.ok {
+				if err != nil || statErr != nil {
+					t.Fatalf("copy: %v, destination: %v; want it done", err, statErr)
+				}
+				return
+			}
+			var te *transfer.Error
+			if !errors.As(err, &te) || te.Kind != dtr.ErrTemporaryRemote || te.URL != srv.URL+"/f" || !strings.Contains(err.Error(), "Digest says") {
+				t.Fatalf("copy: %v; want a TEMPORARY_REMOTE error of the source naming its Digest", err)
+			}
+			if !errors.Is(statErr, fs.ErrNotExist) || res.Checksums != nil {
+				t.Fatalf("destination %v, checksums %v; want nothing left", statErr, res.Checksums)
+			}
+		})
 	}
 }
 

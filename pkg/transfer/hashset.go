@@ -24,18 +24,26 @@ type hashSet struct {
 func newHashSet(types []string) (*hashSet, error) {
 	s := &hashSet{}
 	for _, typ := range types {
-		typ = strings.ToLower(typ)
-		if slices.Contains(s.types, typ) {
-			continue
-		}
-		h, err := checksum.New(typ)
-		if err != nil {
+		if err := s.add(typ); err != nil {
 			return nil, err
 		}
-		s.types = append(s.types, typ)
-		s.hashes = append(s.hashes, h)
 	}
 	return s, nil
+}
+
+// add makes a hash of typ unless there is one; only before start.
+func (s *hashSet) add(typ string) error {
+	typ = strings.ToLower(typ)
+	if slices.Contains(s.types, typ) {
+		return nil
+	}
+	h, err := checksum.New(typ)
+	if err != nil {
+		return err
+	}
+	s.types = append(s.types, typ)
+	s.hashes = append(s.hashes, h)
+	return nil
 }
 
 // start launches one goroutine per hash; stop ends them.
