@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -123,8 +124,12 @@ func lastActivity(entry string, locked time.Time) time.Time {
 }
 
 // processCache puts a cached file in place, or cleans up after a failed or
-// cancelled download into the cache; either way this DTR's lock goes.
-func (s *Service) processCache(ctx context.Context, g bus.Grant) error {
+// cancelled download into the cache; either way this DTR's lock goes. A
+// hit skipped pre-cleaning and post-processing, so their checks are made
+// here: an existing destination is refused without overwrite, and the
+// entry must have the expected checksum (else it goes, and the retry
+// downloads the file again). The result carries the checksum computed.
+func (s *Service) processCache(ctx context.Context, g bus.Grant) (bus.Result, error) {
 	d := g.DTR
 	entry := s.cacheEntry(d.Source)
 	if d.Cache == dtr.CacheDownload {
@@ -134,30 +139,51 @@ func (s *Service) processCache(ctx context.Context, g bus.Grant) error {
 		if d.Cache == dtr.CacheDownload {
 			_ = os.Remove(entry)
 		}
-		return nil
+		return bus.Result{}, nil
 	}
 	dst, err := transfer.LocalPath(d.Destination)
 	if err != nil {
-		return err
+		return bus.Result{}, err
 	}
 	if err := s.client.Files().MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "link from cache", URL: d.Destination, Err: err}
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "link from cache", URL: d.Destination, Err: err}
 	}
-	if _, err := os.Stat(entry); errors.Is(err, fs.ErrNotExist) {
+	ei, err := os.Stat(entry)
+	if errors.Is(err, fs.ErrNotExist) {
 		// Cleaned away between the check and now: try again, which
 		// downloads it.
-		return &transfer.Error{Kind: dtr.ErrInternalProcess, Op: "link from cache", URL: d.Destination,
+		return bus.Result{}, &transfer.Error{Kind: dtr.ErrInternalProcess, Op: "link from cache", URL: d.Destination,
 			Err: fmt.Errorf("the cache entry of %s is gone (cleaned?)", transfer.Redact(d.Source))}
 	}
-	_ = s.client.Files().Remove(dst) // pre-cleaning allowed it; a retry may find its own link
+	var res bus.Result
+	if d.Cache == dtr.CacheHit {
+		if di, err := s.client.Files().Stat(dst); err == nil && !d.Options.Overwrite && !os.SameFile(di, ei) {
+			return res, &transfer.Error{Kind: dtr.ErrPermanentRemote, Op: "link from cache", URL: d.Destination,
+				Err: fmt.Errorf("destination exists and overwrite is not set")}
+		}
+		if want := d.Options.Checksum; want != "" {
+			typ, _, _ := dtr.ParseChecksum(want)
+			got, err := s.client.Checksum(ctx, fileURL(entry), typ)
+			if err != nil {
+				return res, err
+			}
+			if !checksum.Equal(want, got) {
+				_ = os.Remove(entry) // a damaged entry, or another file now: downloaded again
+				return res, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+					Err: fmt.Errorf("checksum mismatch: expected %s, the cached file has %s", want, got)}
+			}
+			res.Checksum = got
+		}
+	}
+	_ = s.client.Files().Remove(dst) // allowed above or by pre-cleaning; a retry may find its own link
 	if err := s.client.Files().Link(entry, dst); err == nil {
-		return nil
+		return res, nil
 	}
 	// Another file system, or roots apart: copy instead.
 	if _, err := s.client.Copy(ctx, fileURL(entry), d.Destination, transfer.CopyOptions{}); err != nil {
-		return err
+		return res, err
 	}
-	return nil
+	return res, nil
 }
 
 // cleanCache deletes the least recently used entries not locked until the

@@ -128,7 +128,7 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	case dtr.CheckingCache:
 		res, err = s.checkCache(g)
 	case dtr.ProcessingCache:
-		err = s.processCache(ctx, g)
+		res, err = s.processCache(ctx, g)
 	case dtr.ReleasingRequest:
 		err = s.release(g.DTR)
 	case dtr.RegisteringReplica:
