@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -82,6 +83,17 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
 			}
+			ids, err := s.memberIDs(ctx, d.JobID)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // a job_id that no job submitted here has: the publisher's own grouping
+			}
+			if err != nil {
+				return fmt.Errorf("read job %s: %w", d.JobID, err)
+			}
+			if _, ok := ids[d.ID]; !ok {
+				s.log.Debug("final DTR with the job's id but not one of its DTRs", "job", d.JobID, "dtr", d.ID)
+				continue
+			}
 			if _, ok := inMsg[d.JobID]; !ok {
 				order = append(order, d.JobID)
 			}
@@ -134,6 +146,9 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 	var first *dtr.DTR // the job's first failed download, if among these
 	rec, err := s.update(ctx, jobID, func(r *Record) error {
 		first = nil
+		if r.Announced {
+			return errUnchanged // ended: finals announced again change nothing
+		}
 		for _, f := range fs {
 			if !f.fresh {
 				continue
@@ -210,13 +225,38 @@ func count(r *Record, d *dtr.DTR) {
 		if d.Error != nil {
 			reason = d.Error.Text
 		}
-		if len(r.Failures) < 100 {
-			r.Failures = append(r.Failures, fmt.Sprintf("Failed in data staging: %s: %s", d.Source, reason))
+		if len(r.Failures) < keptFailures {
+			r.Failures = append(r.Failures, failureLine(d.Source, reason))
 		}
 		if d.Direction == dtr.Download {
 			r.DownloadFailed = true
 		}
 	}
+}
+
+// maxFailureLine bounds a failure line, so that a job record of
+// keptFailures lines stays well within a message (32 KiB of them).
+const maxFailureLine = 320
+
+// failureLine is ARC's "Failed in data staging" line for a failed DTR, its
+// source and reason shortened to fit maxFailureLine.
+func failureLine(source, reason string) string {
+	const prefix = "Failed in data staging: "
+	room := maxFailureLine - len(prefix) - len(": ")
+	source = shorten(source, room/2)
+	return prefix + source + ": " + shorten(reason, room-len(source))
+}
+
+// shorten cuts s to at most n bytes, on a rune boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // recount sets a job record's counts from the final DTRs stored for it.
@@ -316,6 +356,7 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 	})
 	s.mu.Lock()
 	delete(s.lastFinal, jobID)
+	delete(s.members, jobID)
 	s.mu.Unlock()
 	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
 	return err

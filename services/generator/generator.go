@@ -190,6 +190,9 @@ type Service struct {
 	// counted again only once it has been quiet for a while, so that the
 	// recount does not race a stream of new finals.
 	lastFinal map[string]time.Time
+	// members caches the DTR ids of jobs whose final DTRs came lately
+	// (membership.go).
+	members map[string]map[uuid.UUID]struct{}
 }
 
 // suspect marks a job for reconcile.
@@ -234,11 +237,7 @@ func (s *Service) reconcile(ctx context.Context, every time.Duration) {
 			if busy {
 				continue
 			}
-			rec, err := s.update(ctx, jobID, func(r *Record) error { return s.recount(ctx, jobID, r) })
-			if err == nil && rec.Final() >= rec.Total && !rec.Announced {
-				err = s.announce(ctx, jobID, nil)
-			}
-			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := s.reconcileJob(ctx, jobID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				if ctx.Err() == nil {
 					s.log.Error("reconcile job", "job", jobID, "err", err)
 				}
@@ -255,6 +254,26 @@ func (s *Service) reconcile(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// reconcileJob counts a job again from its stored final DTRs, cancels its
+// downloads if one failed, and announces it if every DTR is final.
+func (s *Service) reconcileJob(ctx context.Context, jobID string) error {
+	rec, err := s.update(ctx, jobID, func(r *Record) error {
+		if r.Announced {
+			return errUnchanged
+		}
+		return s.recount(ctx, jobID, r)
+	})
+	if err == nil && rec.DownloadFailed && !rec.Announced {
+		// The failed download may have been counted here first, before
+		// the update that would have sent the cancels.
+		err = s.cancelDownloads(ctx, jobID, uuid.Nil)
+	}
+	if err == nil && rec.Final() >= rec.Total && !rec.Announced {
+		err = s.announce(ctx, jobID, nil)
+	}
+	return err
 }
 
 // New prepares a generator on nc.
@@ -279,7 +298,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs,
-		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}}, nil
+		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{}}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -346,7 +365,7 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	refs := make([]FileRef, len(ds))
 	reply := SubmitReply{JobID: j.ID}
 	for i, d := range ds {
-		d.ID = uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "sluice:job:%s/%d", j.ID, i))
+		d.ID = dtrID(j.ID, i)
 		refs[i] = FileRef{DTR: d.ID, Direction: d.Direction, Source: d.Source, Destination: d.Destination,
 			FailureAllowed: d.Options.FailureAllowed}
 		reply.DTRs = append(reply.DTRs, d.ID)
@@ -582,6 +601,9 @@ func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
 	return e.Revision(), nil
 }
 
+// errUnchanged, returned by an update's change, leaves the record as it is.
+var errUnchanged = errors.New("record unchanged")
+
 // update changes a job record with compare-and-set, retrying on conflict.
 func (s *Service) update(ctx context.Context, jobID string, change func(*Record) error) (Record, error) {
 	for {
@@ -590,7 +612,9 @@ func (s *Service) update(ctx context.Context, jobID string, change func(*Record)
 		if err != nil {
 			return r, err
 		}
-		if err := change(&r); err != nil {
+		if err := change(&r); errors.Is(err, errUnchanged) {
+			return r, nil
+		} else if err != nil {
 			return r, err
 		}
 		b, _ := json.Marshal(r)

@@ -1,0 +1,47 @@
+package generator
+
+// Which final DTRs are a job's own: anyone may publish a DTR with a job_id
+// on dtr.submit, and only the DTRs the generator made for the job count in
+// it.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// dtrID is the id of a job's i-th DTR (inputs, then outputs).
+func dtrID(jobID string, i int) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "sluice:job:%s/%d", jobID, i))
+}
+
+// maxMembers bounds the jobs whose DTR ids are cached.
+const maxMembers = 1000
+
+// memberIDs returns the ids of a job's DTRs, made from its record's total
+// the first time and kept until the job is announced or the cache
+// is full. An unknown job has none (jetstream.ErrKeyNotFound).
+func (s *Service) memberIDs(ctx context.Context, jobID string) (map[uuid.UUID]struct{}, error) {
+	s.mu.Lock()
+	ids, ok := s.members[jobID]
+	s.mu.Unlock()
+	if ok {
+		return ids, nil
+	}
+	var r Record
+	if _, err := s.get(ctx, jobID, &r); err != nil {
+		return nil, err
+	}
+	ids = make(map[uuid.UUID]struct{}, r.Total)
+	for i := range r.Total {
+		ids[dtrID(jobID, i)] = struct{}{}
+	}
+	s.mu.Lock()
+	if len(s.members) >= maxMembers {
+		clear(s.members)
+	}
+	s.members[jobID] = ids
+	s.mu.Unlock()
+	return ids, nil
+}
