@@ -3,15 +3,19 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
 
@@ -78,6 +82,46 @@ func TestWithARetentionAnEndedJobAndItsDTRsAreForgotten(t *testing.T) {
 	for _, id := range reply.DTRs {
 		if _, err := dtrs.Get(ctx, id.String()); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Errorf("record of DTR %s: %v, want gone", id, err)
+		}
+	}
+}
+
+// TestAfterItsRetentionADTRSubmittedAgainRunsAgain: past SLUICE_RETENTION
+// a DTR's id is unknown, also to a scheduler that has run all along and
+// remembered it as finished.
+func TestAfterItsRetentionADTRSubmittedAgainRunsAgain(t *testing.T) {
+	cfg := testConfig()
+	cfg.Retention = 2 * time.Second
+	s := start(t, cfg)
+	src := filepath.Join(s.dir, "in")
+	writeFile(t, src, 100, 1)
+	dst := filepath.Join(s.dir, "out")
+	id := uuid.New()
+	pub := func() {
+		m := nats.NewMsg(bus.SubjectSubmit)
+		m.Header.Set(nats.MsgIdHdr, uuid.NewString()) // not a JetStream duplicate
+		m.Data = fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q,"options":{"overwrite":true}}`, id, fileURL(src), fileURL(dst))
+		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub()
+	s.awaitDTR(id, 30*time.Second, func(d dtr.DTR) bool { return d.State == dtr.Done })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, _, ok := s.dtrRecord(id); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the DTR's record did not expire")
+		}
+	}
+	pub()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, ok := s.dtrRecord(id); ok {
+			return // it runs again
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the DTR submitted again after its retention never ran: the scheduler still remembers it as finished")
 		}
 	}
 }

@@ -233,7 +233,7 @@ func TestRecoveryReplaysTheJournalOverTheCheckpoint(t *testing.T) {
 	if _, ok := s.core.Get(finished.ID); ok {
 		t.Error("a DTR that finished in the journal is back in the core")
 	}
-	if _, ok := s.finished[finished.ID]; !ok {
+	if !s.finished.Has(finished.ID, time.Now()) {
 		t.Error("a DTR that finished in the journal is not remembered as finished")
 	}
 	// What was replayed is checkpointed later, and the journal then purged.
@@ -294,7 +294,7 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 			}
 			i++
 		}
-		if _, ok := s.finished[ds[0].ID]; !ok {
+		if !s.finished.Has(ds[0].ID, time.Now()) {
 			t.Fatal("a DTR announced final is not remembered as finished")
 		}
 	}

@@ -52,7 +52,7 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		return nil
 	}
 	for _, d := range ds {
-		s.finished[d.ID] = now
+		s.finished.Add(d.ID, now)
 		s.mon.final(d)
 		b, ok := encoded[d.ID]
 		if !ok {

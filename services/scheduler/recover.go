@@ -97,7 +97,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 		ds = slices.DeleteFunc(ds, func(d *dtr.DTR) bool { return journaled[d.ID] != nil })
 		for _, d := range journaled {
 			if d.State.Final() {
-				s.finished[d.ID] = now
+				s.finished.Add(d.ID, now)
 			} else {
 				ds = append(ds, d)
 			}

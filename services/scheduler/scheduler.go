@@ -199,9 +199,9 @@ type Service struct {
 	core    *core.Core
 	log     *slog.Logger
 	queries chan *query
-	// finished remembers recently finished DTRs so that a redelivered
-	// submit of one is not run again.
-	finished map[uuid.UUID]time.Time
+	// finished remembers recently finished DTRs (finishedSpan) so that a
+	// redelivered submit of one is not run again.
+	finished *recentIDs
 	stopped  chan struct{}
 	mon      *monitor
 	ready    atomic.Bool
@@ -233,7 +233,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
-		queries: make(chan *query), finished: map[uuid.UUID]time.Time{}, stopped: make(chan struct{}),
+		queries: make(chan *query), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
 		mon: newMonitor(cmp.Or(cfg.Policy, "arc")),
 	}
 	meter := cfg.Meter
@@ -520,9 +520,6 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			c.notices = append(c.notices, m)
 		}
 	}
-	if len(dec.Final) > 0 {
-		s.forget(now)
-	}
 	return c, nil
 }
 
@@ -573,6 +570,17 @@ func (s *Service) writeState() {
 	}
 }
 
+// finishedSpan is how long, between one and two times, finished DTRs are
+// remembered: twice JetStream's 2-minute windows, or less than a shorter
+// retention, past which a DTR submitted again runs again.
+func finishedSpan(retention time.Duration) time.Duration {
+	span := 2 * time.Minute
+	if retention > 0 {
+		span = min(span, max(retention/2, time.Second))
+	}
+	return span
+}
+
 // takenBefore finds the submitted DTRs of a batch whose ids were taken
 // before: held by the core, finished, or with a stored record. A
 // resubmission of any of them does not run again. Each maps to the DTR
@@ -595,7 +603,7 @@ func (s *Service) takenBefore(ctx context.Context, kv jetstream.KeyValue, subs m
 				taken[id] = &d // it may finish within this batch
 				continue
 			}
-			if _, ok := s.finished[id]; ok {
+			if s.finished.Has(id, time.Now()) {
 				taken[id] = nil // finished lately: its record is read below
 			} else if !s.stored.MayHave(id) {
 				continue // never stored: new
@@ -711,16 +719,4 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		return err
 	}
 	return nil
-}
-
-// forget drops finished DTRs older than twice the redelivery window.
-func (s *Service) forget(now time.Time) {
-	if len(s.finished) < 100000 {
-		return
-	}
-	for id, t := range s.finished {
-		if now.Sub(t) > 2*time.Minute {
-			delete(s.finished, id)
-		}
-	}
 }

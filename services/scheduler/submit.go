@@ -26,7 +26,7 @@ import (
 // runs; by another, it is refused with ErrIDTaken.
 func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, taken map[uuid.UUID]*dtr.DTR) error {
 	earlier, ok := taken[d.ID]
-	if _, done := s.finished[d.ID]; done || ok {
+	if ok || s.finished.Has(d.ID, now) {
 		if earlier != nil && !sameTransfer(earlier, d) {
 			return fmt.Errorf("%w: %s", ErrIDTaken, d.ID)
 		}
