@@ -296,7 +296,31 @@ func ParseChecksum(s string) (typ, value string, err error) {
 	if !ChecksumTypes[typ] {
 		return "", "", fmt.Errorf("checksum %q: type %q is not one of adler32, md5, sha256, crc32c", s, typ)
 	}
+	digits := checksumDigits[typ]
+	short := typ == "adler32" || typ == "crc32c" // leading zeros may be left out, as ARC does
+	if !isHex(value) || len(value) > digits || !short && len(value) != digits {
+		want := fmt.Sprintf("%d hexadecimal digits", digits)
+		if short {
+			want = "1 to " + want
+		}
+		return "", "", fmt.Errorf("checksum %q: %s values are %s", s, typ, want)
+	}
 	return typ, strings.ToLower(value), nil
+}
+
+// checksumDigits is the length of each checksum type's value in
+// hexadecimal digits.
+var checksumDigits = map[string]int{"adler32": 8, "crc32c": 8, "md5": 32, "sha256": 64}
+
+// isHex says whether s is made of hexadecimal digits only.
+func isHex(s string) bool {
+	for i := range len(s) {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // Submission is what a publisher says about a new DTR on the dtr.submit

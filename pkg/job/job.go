@@ -160,9 +160,14 @@ func (j *Job) Validate() error {
 	return errors.Join(errs...)
 }
 
+// defaultPorts are the ports a URL of each scheme means when it names none.
+var defaultPorts = map[string]string{"http": "80", "dav": "80", "s3": "80", "https": "443", "davs": "443", "s3s": "443", "root": "1094"}
+
 // canonicalURL reduces a URL to a form in which two spellings of the same
-// location compare equal: lower-case scheme and host, "localhost" dropped
-// from file URLs, and a cleaned path. Unparsable URLs are returned as given.
+// location compare equal: lower-case scheme and host, the scheme's default
+// port dropped, "localhost" and the query (which names no other file)
+// dropped from file URLs, and a cleaned path. Unparsable URLs are returned
+// as given.
 func canonicalURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Opaque != "" {
@@ -170,8 +175,14 @@ func canonicalURL(s string) string {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	u.Host = strings.ToLower(u.Host)
-	if u.Scheme == "file" && u.Host == "localhost" {
-		u.Host = ""
+	if port := u.Port(); port != "" && port == defaultPorts[u.Scheme] {
+		u.Host = strings.TrimSuffix(u.Host, ":"+port)
+	}
+	if u.Scheme == "file" {
+		u.RawQuery, u.ForceQuery = "", false
+		if u.Host == "localhost" {
+			u.Host = ""
+		}
 	}
 	if u.Path != "" {
 		u.Path = path.Clean(u.Path)

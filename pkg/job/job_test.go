@@ -144,6 +144,25 @@ func TestValidate(t *testing.T) {
 			[]string{`inputs[0].checksum: checksum "adler32" is not type:value`}},
 		{"a checksum of an unknown type is reported", func(j *Job) { j.Outputs[0].Checksum = "crc32:1234" },
 			[]string{`outputs[0].checksum: checksum "crc32:1234": type "crc32" is not one of adler32, md5, sha256`}},
+		{"a checksum whose value is not hexadecimal is reported", func(j *Job) { j.Inputs[0].Checksum = "md5:not-a-digest" },
+			[]string{`inputs[0].checksum: checksum "md5:not-a-digest": md5 values are 32 hexadecimal digits`}},
+		{"a sha256 checksum too short is reported", func(j *Job) { j.Inputs[0].Checksum = "sha256:1234" },
+			[]string{`sha256 values are 64 hexadecimal digits`}},
+		{"an adler32 checksum too long is reported", func(j *Job) { j.Inputs[0].Checksum = "adler32:123456789" },
+			[]string{`adler32 values are 1 to 8 hexadecimal digits`}},
+		{"an adler32 checksum without its leading zeros is accepted", func(j *Job) { j.Inputs[0].Checksum = "adler32:3da0195" }, nil},
+		{"a file destination with a query names the same file as without", func(j *Job) {
+			j.Inputs = append(j.Inputs, File{Source: "https://data.example.org/b", Destination: "file:///sess/a?copy=2"})
+		}, []string{`inputs[1].destination: URL "file:///sess/a?copy=2" is also the destination of inputs[0]`}},
+		{"a destination with its scheme's default port is the one without", func(j *Job) {
+			j.Outputs = append(j.Outputs, File{Source: "file:///sess/out2", Destination: "https://store.example.org:443/out"},
+				File{Source: "file:///sess/out3", Destination: "http://store.example.org:80/x"},
+				File{Source: "file:///sess/out4", Destination: "http://store.example.org/x"})
+		}, []string{`outputs[1].destination: URL "https://store.example.org:443/out" is also the destination of outputs[0]`,
+			`outputs[3].destination: URL "http://store.example.org/x" is also the destination of outputs[2]`}},
+		{"an http destination with a query is another object", func(j *Job) {
+			j.Outputs = append(j.Outputs, File{Source: "file:///sess/out2", Destination: "https://store.example.org/out?part=2"})
+		}, nil},
 		{"all problems are reported together", func(j *Job) {
 			j.ID = ""
 			j.Priority = 500
