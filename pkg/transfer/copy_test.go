@@ -349,3 +349,19 @@ func TestCopyOfUnknownLengthSourceIsSentChunked(t *testing.T) {
 		t.Errorf("PUT Content-Length = %d, want -1 (chunked)", n)
 	}
 }
+
+func TestAChecksumOfALocalFileStopsWhenItsContextEnds(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "f")
+	data := randomData(1 << 20)
+	writeFile(t, f, data)
+	c := transfer.New(nil)
+	want := sums(t, data, "adler32")["adler32"]
+	if got, err := c.Checksum(context.Background(), fileURL(f), "adler32"); err != nil || got != want {
+		t.Fatalf("Checksum = %q, %v; want %q", got, err, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Checksum(ctx, fileURL(f), "adler32"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Checksum with an ended context: %v; want it stopped", err)
+	}
+}

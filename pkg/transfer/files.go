@@ -208,10 +208,24 @@ func (c *Client) Checksum(ctx context.Context, rawURL, typ string) (string, erro
 	// Through a recycled buffer: io.Copy from an *os.File makes a new one.
 	buf, release := copyBuffer(0)
 	defer release()
-	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf[:defaultBufferSize]); err != nil {
+	if _, err := io.CopyBuffer(h, ctxReader{ctx, f}, buf[:defaultBufferSize]); err != nil {
 		return "", localError(ctx, op, rawURL, err)
 	}
 	return checksum.Format(typ, h), nil
+}
+
+// ctxReader stops reading once ctx ends, so that hashing a large file
+// does not outlast a stopping worker.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // Link makes newname a hard link to oldname, both local paths; with roots
