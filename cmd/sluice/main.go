@@ -70,7 +70,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("no command given")
 	}
 	var cfg Config
-	if err := envconfig.Process("sluice", &cfg); err != nil {
+	if err := processEnv(&cfg); err != nil {
 		return fmt.Errorf("environment: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

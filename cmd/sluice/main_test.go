@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -173,5 +174,32 @@ func TestHealthcheckExitsNonZeroUnlessTheProcessSaysOK(t *testing.T) {
 	}
 	if err := run([]string{"healthcheck", "-url", "http://127.0.0.1:1/healthz", "-timeout", "1s"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("healthcheck of a closed port succeeded")
+	}
+}
+
+func TestOnlySluiceVariablesAndNATSURLUserAndPasswordAreRead(t *testing.T) {
+	// Kubernetes sets NATS_PORT=tcp://... for a Service named nats; other
+	// software sets WORKERS or LEASE. None of them is Sluice's.
+	t.Setenv("NATS_PORT", "tcp://10.96.0.12:4222")
+	t.Setenv("WORKERS", "1")
+	t.Setenv("LEASE", "1s")
+	t.Setenv("NATS_USER", "alice")
+	t.Setenv("SLUICE_MAXDELIVERY", "7")
+	var out bytes.Buffer
+	if err := run([]string{"help"}, &out); err != nil {
+		t.Fatalf("sluice help: %v", err)
+	}
+	var cfg Config
+	if err := processEnv(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Delivery.Workers == 1 || cfg.Lease == time.Second {
+		t.Fatalf("WORKERS and LEASE were read as SLUICE_DELIVERY_WORKERS=%d and SLUICE_LEASE=%s", cfg.Delivery.Workers, cfg.Lease)
+	}
+	if cfg.NATSUser != "alice" || cfg.MaxDelivery != 7 {
+		t.Fatalf("NATS_USER %q, SLUICE_MAXDELIVERY %d; want alice and 7", cfg.NATSUser, cfg.MaxDelivery)
+	}
+	if v, _ := os.LookupEnv("WORKERS"); v != "1" {
+		t.Fatalf("WORKERS is now %q: the environment was not restored", v)
 	}
 }

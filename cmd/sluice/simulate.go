@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/sluice-dtr/sluice/services/scheduler/simulate"
 )
 
@@ -24,7 +22,7 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 				os.Setenv(k, v)
 			}
 		}
-		if err := envconfig.Process("sluice", cfg); err != nil {
+		if err := processEnv(cfg); err != nil {
 			return fmt.Errorf("environment: %w", err)
 		}
 	}
