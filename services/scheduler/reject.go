@@ -9,9 +9,13 @@ import (
 // maxQuoted is how much of a refused message its rejection event quotes.
 const maxQuoted = 512
 
-// urlPassword finds a URL whose user information holds a password,
-// "scheme://user:password@", also with JSON's escaped slashes.
-var urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*:(//|\\/\\/)[^/?#@\s"]*:[^/?#@\s"]*@`)
+// urlPassword finds a URL whose user information may hold a password,
+// "scheme://user:password@", also with JSON's escaped slashes. A password
+// that is not percent-encoded may hold any of "/?# " (the URL is then
+// refused as malformed, and must not be quoted either), so any ':' after
+// "scheme://" with an '@' later in the same string counts: a port followed
+// by an '@' in the path is taken for one too, and the message is not quoted.
+var urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*:(//|\\/\\/)[^"\n]*:[^"\n]*@`)
 
 // rejectionPayload is what a rejection event quotes of a refused message:
 // its first 512 bytes, for the publisher's logs, or nothing when the

@@ -19,6 +19,12 @@ func TestARejectionQuotesTheMessageButNeverAURLPassword(t *testing.T) {
 		{"a password behind a JSON escape of its @", `{"source":"https://alice:hunter2\u0040h/f"}`, ""},
 		{"a password in a structured CloudEvent", `{"specversion":"1.0","data":{"replicas":["s3://KEY:SECRET\u0040h/b/k"]}}`, ""},
 		{"a password in a message that is not JSON", `source=https://alice:hunter2@h/f`, ""},
+		{"a password with a # (not encoded)", `{"source":"https://alice:s3cr#t@h/f"}`, ""},
+		{"a password with a /", `{"source":"https://alice:pa/ss@h/f"}`, ""},
+		{"a password with a ?", `{"source":"https://alice:wh?t@h/f"}`, ""},
+		{"a password with a space", `{"source":"https://alice:two words@h/f"}`, ""},
+		{"a password with a space in a message that is not JSON", `source=https://alice:two words@h/f`, ""},
+		{"a port is no password", `{"source":"https://h:8443/f"}`, `{"source":"https://h:8443/f"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
