@@ -290,8 +290,12 @@ func (w *headerWriter) SetData(r io.Reader) error {
 // without regard to case, since publishers differ.
 type msgReader nats.Msg
 
-func (r *msgReader) header(name string) string {
-	for k, v := range r.Header {
+func (r *msgReader) header(name string) string { return Header(r.Header, name) }
+
+// Header returns the first value of a NATS message header, its name
+// matched without regard to case (nats.Header.Get is case-sensitive).
+func Header(h nats.Header, name string) string {
+	for k, v := range h {
 		if strings.EqualFold(k, name) && len(v) > 0 {
 			return v[0]
 		}

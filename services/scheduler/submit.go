@@ -107,7 +107,7 @@ type Submitted struct {
 // refused alone; any other message holds one, as DecodeSubmit reads it. No
 // DTR may be larger than maxDTR bytes. An error refuses the whole message.
 func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, error) {
-	if m.Header.Get("ce-type") != bus.TypeSubmits {
+	if bus.Header(m.Header, "ce-type") != bus.TypeSubmits {
 		if err := checkSize(m.Data, maxDTR); err != nil {
 			return nil, err
 		}

@@ -77,3 +77,22 @@ func TestASubmitsEventTakesEachDTROrRefusesItAlone(t *testing.T) {
 		})
 	}
 }
+
+func TestASubmitsEventIsKnownWhateverTheCaseOfItsHeaders(t *testing.T) {
+	one := fmt.Sprintf(`{"id":"%s","source":"file:///a/1","destination":"file:///b/1"}`, uuid.New())
+	for _, typeHeader := range []string{"ce-type", "Ce-Type", "CE-TYPE"} {
+		t.Run(typeHeader, func(t *testing.T) {
+			m := nats.NewMsg(bus.SubjectSubmit)
+			m.Header[typeHeader] = []string{bus.TypeSubmits}
+			m.Header["Ce-Specversion"] = []string{"1.0"}
+			m.Header["Ce-Id"] = []string{"1"}
+			m.Header["Ce-Source"] = []string{"test"}
+			m.Header["Content-Type"] = []string{"application/json"}
+			m.Data = []byte(`{"dtrs":[{"dtr":` + one + `}]}`)
+			subs, err := DecodeSubmits(context.Background(), m, 1<<20)
+			if err != nil || len(subs) != 1 || subs[0].Err != nil {
+				t.Fatalf("got %+v, %v; want the one DTR taken", subs, err)
+			}
+		})
+	}
+}
