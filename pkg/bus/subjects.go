@@ -187,6 +187,18 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	}
 	for _, b := range []string{BucketDTRs, BucketJobs} {
 		if _, err := js.KeyValue(ctx, b); err == nil {
+			// There already: only its copies follow the setting (a
+			// deployment moved to a cluster keeps its records).
+			st, err := js.Stream(ctx, "KV_"+b)
+			if err != nil {
+				return fmt.Errorf("bucket %s: %w", b, err)
+			}
+			if cfg := st.CachedInfo().Config; cfg.Replicas != s.Replicas {
+				cfg.Replicas = s.Replicas
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					return fmt.Errorf("bucket %s: %d copies: %w", b, cfg.Replicas, err)
+				}
+			}
 			continue
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{

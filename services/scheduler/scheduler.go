@@ -436,8 +436,11 @@ func (s *Service) setUp(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		// 503: no JetStream yet; 10126: a consumer's copies exceed its
+		// stream's while the stream is still being given more (a move
+		// to a cluster).
 		var api *jetstream.APIError
-		if ctx.Err() != nil || errors.As(err, &api) && api.Code != 503 {
+		if ctx.Err() != nil || errors.As(err, &api) && api.Code != 503 && api.ErrorCode != 10126 {
 			return err
 		}
 		if time.Since(logged) > 30*time.Second {
