@@ -65,9 +65,10 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n || c.cfg.MaxEmergency == 0 {
 		return
 	}
-	// Emergency slots go to the shares of highest priority first, and
-	// only to shares of the highest tier with work: a lower tier waits for
-	// what the higher ones leave.
+	// Emergency slots go to the shares of highest priority first (of
+	// equal priority, the one owed the most slot-time), and only to shares
+	// of the highest tier with work: a lower tier waits for what the
+	// higher ones leave.
 	top := math.MinInt
 	for _, d := range st.demand {
 		if d.Demand > 0 {
@@ -80,7 +81,12 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			idle = append(idle, ss)
 		}
 	}
-	sort.SliceStable(idle, func(i, j int) bool { return idle[i].prio > idle[j].prio })
+	sort.SliceStable(idle, func(i, j int) bool {
+		if idle[i].prio != idle[j].prio {
+			return idle[i].prio > idle[j].prio
+		}
+		return idle[i].deficit > idle[j].deficit
+	})
 	for _, ss := range idle {
 		if st.total >= n+c.cfg.MaxEmergency {
 			break

@@ -80,7 +80,15 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 // splitTier shares n slots between the shares active (all with demand, of
 // one tier), writing alloc and exact, and returns the slots it gave.
 func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64) int {
-	prio := func(i int) int64 { return max(shares[i].Weight, 1) }
+	// Weights may be large (DIRAC's are scaled by a million, byte-fair's
+	// by more): they are scaled down to a sum below 2^24, so that no
+	// product below comes near int64's limit.
+	sumW := 0.0
+	for _, i := range active {
+		sumW += float64(max(shares[i].Weight, 1))
+	}
+	scale := max(sumW/(1<<24), 1)
+	prio := func(i int) int64 { return max(int64(float64(max(shares[i].Weight, 1))/scale), 1) }
 	lo := func(i int) int64 { return int64(max(1, min(shares[i].Min, shares[i].Demand))) }
 	total, sumLo := 0, int64(0)
 	for _, i := range active {
@@ -90,11 +98,14 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 	if n <= 0 || len(active) == 0 {
 		return 0
 	}
-	// Stable, deterministic order: owners of capacity first, then weight
-	// descending, then name.
+	// Stable, deterministic order: owners of capacity first, then the
+	// slot-time owed, then weight descending, then name.
 	sort.Slice(active, func(a, b int) bool {
 		if oa, ob := shares[active[a]].Min > 0, shares[active[b]].Min > 0; oa != ob {
 			return oa
+		}
+		if da, db := at(deficit, active[a]), at(deficit, active[b]); da != db {
+			return da > db
 		}
 		if pa, pb := prio(active[a]), prio(active[b]); pa != pb {
 			return pa > pb
@@ -103,14 +114,20 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 	})
 	if sumLo >= int64(n) {
 		// Not even the minimums fit: owners get theirs first, then one
-		// slot each in order of weight.
+		// slot each to the shares owed the most slot-time. Each share's
+		// exact quota is its weight's part of the slots, so that the ones
+		// left out now are owed time, and come first next: more shares
+		// than slots take turns.
+		var sumP int64
+		for _, i := range active {
+			sumP += prio(i)
+		}
 		left := int64(n)
 		for _, i := range active {
+			exact[i] = float64(n) * float64(prio(i)) / float64(sumP)
 			give := min(lo(i), left)
-			alloc[i], exact[i] = int(give), float64(give)
-			if left -= give; left == 0 {
-				break
-			}
+			alloc[i] = int(give)
+			left -= give
 		}
 		return n
 	}
@@ -149,7 +166,7 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 				continue
 			}
 			scaled := r * prio(i) // the share's quota times p
-			switch d := int64(shares[i].Demand); {
+			switch d := min(int64(shares[i].Demand), m); {
 			case scaled > d*p:
 				over = append(over, i)
 				excess += scaled - d*p
