@@ -594,7 +594,7 @@ func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	if e.queued == dtr.StagePrepare {
 		c.unpin(e)
 	}
-	e.refinalise = e.queued == dtr.RegisterReplica && !d.Cleanup && d.Error != nil
+	e.refinalise = e.queued == dtr.RegisterReplica && !d.Cleanup // a finalise given back is granted as one again
 	d.Cleanup = false
 	c.must(d.Transition(e.queued, now))
 	c.route(now, e)
