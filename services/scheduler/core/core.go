@@ -164,6 +164,9 @@ type entry struct {
 	// refinalise marks a DTR whose post-processing is tried again: it
 	// finalises even if it was cancelled meanwhile.
 	refinalise bool
+	// cacheKey is the source under which the DTR downloads into the cache
+	// (caching): it stays when the DTR moves on to another replica.
+	cacheKey string
 	// recleanup marks a DTR whose cleanup grant was lost (its lease
 	// expired), for the decision that follows at once: the cleanup is
 	// done again before the DTR is retried or ends.
@@ -469,7 +472,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		c.pin(e)
 	}
 	if d.Cache == dtr.CacheDownload {
-		c.caching[d.Source] = e
+		c.cacheAs(e)
 	}
 	switch {
 	case d.State.IsQueue():
@@ -550,7 +553,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if e.queued == dtr.CheckCache && r.Failure == nil {
 		d.Cache, d.CacheFile = r.Cache, r.CacheFile
 		if d.Cache == dtr.CacheDownload {
-			c.caching[d.Source] = e
+			c.cacheAs(e)
 		}
 	}
 	if e.queued == dtr.ProcessCache {
@@ -1008,9 +1011,16 @@ func (c *Core) waitForCache(now time.Time, e, h *entry) {
 	}
 }
 
+// cacheAs records that a DTR downloads its source into the cache.
+func (c *Core) cacheAs(e *entry) {
+	e.cacheKey = e.d.Source
+	c.caching[e.cacheKey] = e
+}
+
 // uncache forgets that a DTR downloads into the cache.
 func (c *Core) uncache(e *entry) {
-	if d := e.d; d != nil && c.caching[d.Source] == e {
-		delete(c.caching, d.Source)
+	if e.cacheKey != "" && c.caching[e.cacheKey] == e {
+		delete(c.caching, e.cacheKey)
 	}
+	e.cacheKey = ""
 }
