@@ -369,7 +369,7 @@ func ParseDIRACGroups(s string) (map[string]DIRACGroup, error) {
 		parts := strings.Split(rest, ":")
 		var g DIRACGroup
 		var err error
-		if g.Priority, err = strconv.ParseFloat(parts[0], 64); err != nil || g.Priority <= 0 {
+		if g.Priority, err = strconv.ParseFloat(parts[0], 64); err != nil || !(g.Priority > 0) || math.IsInf(g.Priority, 0) {
 			return nil, fmt.Errorf("DIRAC group %q: priority %q is not a positive number", name, parts[0])
 		}
 		for _, flag := range parts[1:] {
@@ -406,10 +406,10 @@ func ParseDIRACSlices(s string) ([]DIRACSlice, error) {
 		}
 		var sl DIRACSlice
 		sl.Span = span
-		if sl.Weight, err = strconv.ParseFloat(parts[1], 64); err != nil || sl.Weight <= 0 {
+		if sl.Weight, err = strconv.ParseFloat(parts[1], 64); err != nil || !(sl.Weight > 0) || math.IsInf(sl.Weight, 0) {
 			return nil, fmt.Errorf("DIRAC slice %q: weight %q is not a positive number", item, parts[1])
 		}
-		if sl.MaxCorrection, err = strconv.ParseFloat(parts[2], 64); err != nil || sl.MaxCorrection < 1 {
+		if sl.MaxCorrection, err = strconv.ParseFloat(parts[2], 64); err != nil || !(sl.MaxCorrection >= 1) || math.IsInf(sl.MaxCorrection, 0) {
 			return nil, fmt.Errorf("DIRAC slice %q: max correction %q is not a number ≥ 1", item, parts[2])
 		}
 		out = append(out, sl)

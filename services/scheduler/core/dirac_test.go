@@ -231,6 +231,8 @@ func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
 		{"prod", "want group=priority"},
 		{"prod=x", "not a positive number"},
 		{"prod=-1", "not a positive number"},
+		{"prod=NaN", "not a positive number"},
+		{"prod=Inf", "not a positive number"},
 		{"prod=10:shared", `not "sharing" or "background"`},
 	} {
 		if _, err := ParseDIRACGroups(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
@@ -242,6 +244,8 @@ func TestDIRACConfigurationIsParsedOrRefusedClearly(t *testing.T) {
 		{"soon:20:5", "not a positive duration"},
 		{"1h:0:5", "weight"},
 		{"1h:20:0.5", "max correction"},
+		{"1h:NaN:5", "weight"},
+		{"1h:20:+Inf", "max correction"},
 	} {
 		if _, err := ParseDIRACSlices(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("slices %q: error %v, want %q", bad.in, err, bad.want)

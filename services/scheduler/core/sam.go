@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -169,7 +170,7 @@ func ParseSAMGroups(s string) (SAMConfig, error) {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 {
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
 			return cfg, fmt.Errorf("SAM group %q: fraction %q is not a positive number (or \"priority\")", name, v)
 		}
 		cfg.Fractions[name] = f

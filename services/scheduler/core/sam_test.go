@@ -125,6 +125,8 @@ func TestSAMConfigurationIsParsedOrRefusedClearly(t *testing.T) {
 		{"cms", "want group=fraction"},
 		{"cms=-1", "not a positive number"},
 		{"cms=lots", "not a positive number"},
+		{"cms=NaN", "not a positive number"},
+		{"cms=Inf", "not a positive number"},
 		{"daq=priority", "no fair-share group"},
 	} {
 		if _, err := ParseSAMGroups(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
