@@ -529,21 +529,7 @@ func TestStateFileIsWrittenAndItsPrioFileChangesPriorities(t *testing.T) {
 	cfg.StateFile = state
 	s := start(t, cfg)
 	remote := filepath.Join(s.dir, "remote")
-	store := httpstore.Handler(remote)
-	release := make(chan struct{})
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			<-release // every transfer waits until the test has looked
-		}
-		store.ServeHTTP(w, r)
-	}))
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	base, release := heldStore(t, remote) // every transfer waits until the test has looked
 	j := &job.Job{}
 	for i := 0; i < 5; i++ {
 		writeFile(t, filepath.Join(remote, fmt.Sprint(i)), 100, i)
@@ -585,7 +571,7 @@ func TestStateFileIsWrittenAndItsPrioFileChangesPriorities(t *testing.T) {
 	if _, err := os.Stat(state + ".prio.read"); err != nil {
 		t.Fatal("the .prio file was not renamed to .prio.read")
 	}
-	close(release)
+	release()
 	if ev := s.wait(r.JobID, time.Minute); ev.State != generator.JobFinished {
 		t.Fatalf("job %s", ev.State)
 	}
@@ -659,14 +645,7 @@ func TestJobEndsEvenIfAnEarlierTryRecordedItsLastFileButNotTheCount(t *testing.T
 	s := start(t, testConfig())
 	remote := filepath.Join(s.dir, "remote")
 	writeFile(t, filepath.Join(remote, "f"), 1000, 1)
-	store := httpstore.Handler(remote)
-	release := make(chan struct{})
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			<-release
-		}
-		store.ServeHTTP(w, r)
-	}))
+	base, release := heldStore(t, remote)
 	j := &job.Job{ID: "crashed-generator", Inputs: []job.File{{Source: base + "/f", Destination: fileURL(filepath.Join(s.dir, "out"))}}}
 	r := s.submit(j)
 	// A generator that died after storing the final DTR but before counting
@@ -680,7 +659,7 @@ func TestJobEndsEvenIfAnEarlierTryRecordedItsLastFileButNotTheCount(t *testing.T
 	if _, err := kv.Create(context.Background(), j.ID+".f."+r.DTRs[0].String(), b); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	release()
 	if ev := s.wait(r.JobID, 30*time.Second); ev.State != generator.JobFinished || ev.Done != 1 {
 		t.Fatalf("job %s with %d done", ev.State, ev.Done)
 	}
@@ -791,20 +770,7 @@ func TestControlRequestsChangeWhatTheySayAndRefuseBadInput(t *testing.T) {
 	cfg.MaxDelivery, cfg.MaxEmergency = 1, 0
 	s := start(t, cfg)
 	remote := filepath.Join(s.dir, "remote")
-	store := httpstore.Handler(remote)
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		store.ServeHTTP(w, r)
-	}))
+	base, release := heldStore(t, remote)
 	j := &job.Job{ID: "controlled"}
 	for i := 0; i < 6; i++ {
 		writeFile(t, filepath.Join(remote, fmt.Sprint(i)), 500, i)
@@ -883,7 +849,7 @@ find:
 	if err := s.request(bus.SubjectAPICancel, []byte(`{"job":"controlled"}`), nil, &c); err != nil || c.Cancelled < 1 {
 		t.Fatalf("cancel job: %v, %d", err, c.Cancelled)
 	}
-	once.Do(func() { close(release) })
+	release()
 	ev := s.wait(r.JobID, 30*time.Second)
 	counts := map[dtr.State]int{}
 	for _, f := range ev.Files {

@@ -266,3 +266,25 @@ func countingStore(t testing.TB, dir string) (base string, gets func(path string
 		return n[path]
 	}
 }
+
+// heldStore serves the files under dir over HTTP, holding every GET until
+// release is called (at the latest when the test ends): transfers that
+// stay running while the test looks.
+func heldStore(t testing.TB, dir string) (base string, release func()) {
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	store := httpstore.Handler(dir)
+	base = httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			select {
+			case <-held:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		store.ServeHTTP(w, r)
+	}))
+	return base, release
+}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
-	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/services/generator"
 )
@@ -28,19 +27,7 @@ func TestADTRPublishedWithAJobsIdDoesNotCountInThatJob(t *testing.T) {
 	remote := filepath.Join(s.dir, "remote")
 	writeFile(t, filepath.Join(remote, "a"), 1000, 1)
 	writeFile(t, filepath.Join(remote, "b"), 1000, 2)
-	store := httpstore.Handler(remote)
-	release := make(chan struct{})
-	defer close(release)
-	base := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		store.ServeHTTP(w, r)
-	}))
+	base, _ := heldStore(t, remote)
 	j := &job.Job{ID: "reco-42", Inputs: []job.File{
 		{Source: base + "/a", Destination: fileURL(filepath.Join(s.dir, "out", "a"))},
 		{Source: base + "/b", Destination: fileURL(filepath.Join(s.dir, "out", "b"))},
