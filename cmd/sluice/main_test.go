@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
@@ -201,5 +208,69 @@ func TestOnlySluiceVariablesAndNATSURLUserAndPasswordAreRead(t *testing.T) {
 	}
 	if v, _ := os.LookupEnv("WORKERS"); v != "1" {
 		t.Fatalf("WORKERS is now %q: the environment was not restored", v)
+	}
+}
+
+func TestCancelSaysWhetherItCancelledAnything(t *testing.T) {
+	ns, err := bus.Embedded(filepath.Join(t.TempDir(), "js"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	t.Setenv("SLUICE_NATS_URL", ns.ClientURL())
+	var cfg Config
+	if err := processEnv(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stack.Run(ctx, cfg, []string{"scheduler"}, slog.New(slog.DiscardHandler)) }()
+	defer func() { stop(); <-done }()
+	// A DTR that stays queued: no workers run.
+	id := uuid.New()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for {
+		_, err := js.Publish(ctx, bus.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":"file:///a","destination":"file:///b"}`, id))
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the scheduler is still making its streams
+	}
+	tests := []struct {
+		name    string
+		id      string
+		wantOut string
+		wantErr string
+	}{
+		{"a DTR the scheduler holds", id.String(), "DTR " + id.String() + " cancelled", ""},
+		{"an id nobody knows", uuid.NewString(), "", "nothing cancelled"},
+		{"a job with nothing left to cancel", "reco-42", "job reco-42: 0 unfinished DTRs cancelled", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			var err error
+			for range 100 { // the DTR may not be taken in yet
+				out.Reset()
+				if err = run([]string{"cancel", tt.id}, &out); tt.wantErr != "" || err == nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out.String(), tt.wantOut) {
+				t.Fatalf("printed %q (%v), want %q", out.String(), err, tt.wantOut)
+			}
+		})
 	}
 }
