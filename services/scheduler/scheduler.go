@@ -468,7 +468,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			subs[m] = submitted{ds, err}
 		}
 	}
-	taken, err := s.takenBefore(ctx, kv, subs)
+	taken, err := s.takenBefore(ctx, now, kv, subs)
 	if err != nil {
 		return nil, err
 	}
@@ -590,7 +590,7 @@ func finishedSpan(retention time.Duration) time.Duration {
 // that took the id, where it can be read (nil where not), so that a
 // different DTR under the same id is refused. The look-ups run in
 // parallel.
-func (s *Service) takenBefore(ctx context.Context, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]*dtr.DTR, error) {
+func (s *Service) takenBefore(ctx context.Context, now time.Time, kv jetstream.KeyValue, subs map[jetstream.Msg]submitted) (map[uuid.UUID]*dtr.DTR, error) {
 	var ids []uuid.UUID
 	taken := make(map[uuid.UUID]*dtr.DTR)
 	for _, sub := range subs {
@@ -606,7 +606,7 @@ func (s *Service) takenBefore(ctx context.Context, kv jetstream.KeyValue, subs m
 				taken[id] = &d // it may finish within this batch
 				continue
 			}
-			if s.finished.Has(id, time.Now()) {
+			if s.finished.Has(id, now) {
 				taken[id] = nil // finished lately: its record is read below
 			} else if !s.stored.MayHave(id) {
 				continue // never stored: new

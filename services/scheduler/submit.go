@@ -25,8 +25,7 @@ import (
 // same DTR (a resubmission or redelivery) it is acknowledged and nothing
 // runs; by another, it is refused with ErrIDTaken.
 func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr.DTR, traceparent string, taken map[uuid.UUID]*dtr.DTR) error {
-	earlier, ok := taken[d.ID]
-	if ok || s.finished.Has(d.ID, now) {
+	if earlier, ok := taken[d.ID]; ok { // takenBefore, or earlier in this step
 		if earlier != nil && !sameTransfer(earlier, d) {
 			return fmt.Errorf("%w: %s", ErrIDTaken, d.ID)
 		}

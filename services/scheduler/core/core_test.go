@@ -595,10 +595,9 @@ func TestAFailedCleanupKeepsTheErrorThatCalledForIt(t *testing.T) {
 	}
 }
 
-func TestCancelWhileWaitingToFinaliseAgainStillFinalises(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.RetryBase = time.Minute
-	h := newHarness(t, cfg)
+// toFinaliseAgain runs a DTR whose every finalise fails until it waits to
+// finalise again (a retry a minute on).
+func (h *harness) toFinaliseAgain() *dtr.DTR {
 	d := newDTR(1, "x", "")
 	h.submit(d)
 	for i := 0; i < 100; i++ {
@@ -614,6 +613,14 @@ func TestCancelWhileWaitingToFinaliseAgainStillFinalises(t *testing.T) {
 			}
 		}
 	}
+	return d
+}
+
+func TestCancelWhileWaitingToFinaliseAgainStillFinalises(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RetryBase = time.Minute
+	h := newHarness(t, cfg)
+	d := h.toFinaliseAgain()
 	if got, _ := h.c.Get(d.ID); got.State != dtr.CacheProcessed || got.NextProcess.IsZero() {
 		t.Fatalf("DTR is %s, want waiting in CACHE_PROCESSED to finalise again", got.State)
 	}
@@ -635,6 +642,44 @@ func TestCancelWhileWaitingToFinaliseAgainStillFinalises(t *testing.T) {
 	h.answer(g, nil)
 	if got := h.final[d.ID]; got.State != dtr.Done {
 		t.Fatalf("ended %s, want DONE: the file was put in place", got.State)
+	}
+}
+
+// TestAReturnedFinaliseOfACancelledDTRIsGrantedAsAFinaliseAgain: a DTR
+// cancelled while it waits to finalise again still finalises (its file may
+// be in place); a stopping worker that gives that grant back does not turn
+// it into a cleanup.
+func TestAReturnedFinaliseOfACancelledDTRIsGrantedAsAFinaliseAgain(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RetryBase = time.Minute
+	h := newHarness(t, cfg)
+	d := h.toFinaliseAgain()
+	if err := h.c.Cancel(h.now, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.take()
+	next := func() Grant {
+		for i := 0; i < 120; i++ {
+			for _, x := range h.tick(time.Second) {
+				return x
+			}
+		}
+		t.Fatal("no grant")
+		return Grant{}
+	}
+	g := next()
+	if g.Cleanup {
+		t.Fatal("precondition: the first refinalise is a finalise")
+	}
+	// Its worker stops and gives the grant back.
+	delete(h.running, g.ID)
+	if err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Returned: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.take()
+	g = next()
+	if g.State != dtr.RegisteringReplica || g.Cleanup {
+		t.Fatalf("the returned refinalise comes back as %s cleanup=%v, want finalising again", g.State, g.Cleanup)
 	}
 }
 

@@ -38,6 +38,22 @@ func (h *harness) toCleanup(d *dtr.DTR, f *dtr.Failure) Grant {
 	return Grant{}
 }
 
+// firstGrant answers every grant successfully until one in state s comes,
+// which it returns unanswered.
+func (h *harness) firstGrant(s dtr.State) Grant {
+	h.t.Helper()
+	for i := 0; i < 20; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State == s {
+				return g
+			}
+			h.answer(g, nil)
+		}
+	}
+	h.t.Fatalf("no grant in %s", s)
+	return Grant{}
+}
+
 // lose lets a grant's lease run out and returns the grants that follow
 // within the next few seconds.
 func (h *harness) lose(g Grant, lease time.Duration) []Grant {
@@ -148,16 +164,7 @@ func TestALostFinaliseIsStillTriedAgainAsAFinalise(t *testing.T) {
 	h := newHarness(t, cfg)
 	d := newDTR(1, "x", "")
 	h.submit(d)
-	var fin Grant
-	for i := 0; i < 20 && fin.ID == ""; i++ {
-		for _, g := range h.tick(time.Second) {
-			if g.State == dtr.RegisteringReplica {
-				fin = g
-				continue
-			}
-			h.answer(g, nil)
-		}
-	}
+	fin := h.firstGrant(dtr.RegisteringReplica)
 	next := h.lose(fin, cfg.Lease)
 	if len(next) != 1 || next[0].State != dtr.RegisteringReplica || next[0].Cleanup || next[0].DTR.TransferGrant != fin.DTR.TransferGrant {
 		t.Fatalf("after a lost finalise: %+v, want the finalise of transfer %s again", next, fin.DTR.TransferGrant)
@@ -178,19 +185,7 @@ func TestALostTransferIsCleanedUpWithOrWithoutAnotherReplica(t *testing.T) {
 				d.Replicas = []string{d.Source, "https://other.example/f"}
 			}
 			h.submit(d)
-			var lost Grant
-			for i := 0; i < 20 && lost.ID == ""; i++ {
-				for _, g := range h.tick(time.Second) {
-					if g.State == dtr.Transferring {
-						lost = g
-					} else {
-						h.answer(g, nil)
-					}
-				}
-			}
-			if lost.ID == "" {
-				t.Fatal("no transfer grant")
-			}
+			lost := h.firstGrant(dtr.Transferring)
 			next := h.lose(lost, cfg.Lease) // its deliverer is SIGKILLed
 			for i := 0; i < 20 && len(h.final) == 0; i++ {
 				for _, g := range next {
