@@ -156,6 +156,9 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 	res.Checksums = sums.result()
 	if got := res.Checksums[stated]; stated != "" && got != in.checksum {
 		// Damaged on the way, or the source changed: what was written goes.
+		if e := fenced(ctx, "copy", dst.raw); e != nil {
+			return e
+		}
 		if err := c.protocol(dst.url).remove(ctx, "copy", dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return &Error{Kind: dtr.ErrTemporaryRemote, Op: "copy", URL: dst.raw, Err: fmt.Errorf("remove a copy whose checksum is wrong: %w", err)}
 		}
@@ -256,6 +259,9 @@ func checkLength(in *source, n int64) error {
 // copyToFile writes the source to path, removing it on failure.
 func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
 	const op = "copy"
+	if e := fenced(ctx, op, dst); e != nil {
+		return 0, e
+	}
 	// The directory is made only when the file cannot be created without
 	// it: most transfers write where an earlier one made it, and MkdirAll
 	// would look first.
@@ -272,6 +278,11 @@ func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst
 	n, side, err := p.run(ctx, in.body, f)
 	var failure *Error
 	switch {
+	case side == sideFence:
+		// The grant may be another worker's now: what was written stays
+		// for the cleanup that the scheduler grants.
+		_ = f.Close()
+		return n, fenceError(op, dst, err)
 	case ctx.Err() != nil:
 		failure = cancelled(ctx, op, src)
 	case side == sideSource:
@@ -292,7 +303,7 @@ func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst
 	if err := f.Close(); err != nil && failure == nil {
 		failure = localError(ctx, op, dst, err)
 	}
-	if failure != nil {
+	if failure != nil && mayAct(ctx) {
 		if err := files.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
 		}
@@ -309,6 +320,9 @@ var errEarlyAnswer = errors.New("server answered before receiving the whole body
 // are finished before Copy returns, whatever the transport does.
 func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
 	const op = "copy"
+	if e := fenced(ctx, op, dst); e != nil {
+		return 0, e
+	}
 	pr, pw := io.Pipe()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpURL(dst), pr)
 	if err != nil {
@@ -346,6 +360,10 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 
 	var failure *Error
 	switch {
+	case side == sideFence:
+		// The body was cut short; whatever the server kept is left to the
+		// cleanup that the scheduler grants.
+		return n, fenceError(op, dst, err)
 	case ctx.Err() != nil:
 		failure = cancelled(ctx, op, src)
 	case side == sideSource:
@@ -369,7 +387,10 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer ccancel()
-	if err := c.Delete(cctx, dst); err != nil {
+	// Delete asks the fence again: a worker that lost its grant while the
+	// PUT failed deletes nothing, since the name may hold another
+	// attempt's finished file by now.
+	if err := c.Delete(cctx, dst); err != nil && !IsLeaseLost(err) {
 		failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
 	}
 	return n, failure
@@ -383,6 +404,8 @@ const (
 	sideSource
 	sideDestination
 	sideContext
+	// sideFence: the fence refused the next write (fence.go).
+	sideFence
 )
 
 // pump moves bytes from a reader to a writer through the hashes. Its
@@ -395,9 +418,9 @@ type pump struct {
 	every    time.Duration
 }
 
-// run copies r to w until EOF, checking ctx between reads. It returns the
-// bytes written and, on failure, which side failed. All hashing is done
-// when it returns.
+// run copies r to w until EOF, checking ctx between reads and the fence
+// of ctx, if any, before every write. It returns the bytes written and, on
+// failure, which side failed. All hashing is done when it returns.
 func (p *pump) run(ctx context.Context, r io.Reader, w io.Writer) (n int64, failed side, err error) {
 	half := len(p.buf) / 2
 	bufs := [2][]byte{p.buf[:half], p.buf[half:]}
@@ -408,11 +431,19 @@ func (p *pump) run(ctx context.Context, r io.Reader, w io.Writer) (n int64, fail
 		}
 	}()
 	last := time.Now()
+	fence, _ := ctx.Value(fenceKey{}).(Fence)
 	for i := 0; ; i ^= 1 {
 		if err := ctx.Err(); err != nil {
 			return n, sideContext, err
 		}
 		nr, rerr := r.Read(bufs[i])
+		if fence != nil {
+			// Asked after the read, which may have waited long (a
+			// process frozen, a stalled source), and before the write.
+			if err := fence(); err != nil {
+				return n, sideFence, err
+			}
+		}
 		if hashing {
 			p.sums.wait()
 			hashing = false

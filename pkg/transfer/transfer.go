@@ -142,12 +142,16 @@ func (c *Client) Delete(ctx context.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
+	if e := fenced(ctx, op, rawURL); e != nil {
+		return e
+	}
 	return c.protocol(u).remove(ctx, op, endpoint{rawURL, u})
 }
 
-// Rename moves from to to. Both must be file:// URLs; any other scheme is
-// an INTERNAL_LOGIC error, as only local destinations are written under a
-// temporary name.
+// Rename moves from to to, replacing what is there: a local rename, a
+// WebDAV MOVE (dav://, davs://, with Overwrite: T) or an xrootd mv. Both
+// URLs must have the same scheme and host, and be of a scheme that
+// renames (Renames); any other pair is an INTERNAL_LOGIC error.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
 	const op = "rename"
 	fu, err := parseURL(op, from)
@@ -158,17 +162,54 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if err != nil {
 		return err
 	}
-	if fu.Scheme != "file" || tu.Scheme != "file" {
+	if !Renames(fu.Scheme) || fu.Scheme != tu.Scheme || fu.Host != tu.Host {
 		return &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: from,
-			Err: fmt.Errorf("rename to %s: only file URLs can be renamed", Redact(to))}
+			Err: fmt.Errorf("rename to %s: only file, dav, davs and root URLs on one host can be renamed", Redact(to))}
 	}
 	if ctx.Err() != nil {
 		return cancelled(ctx, op, from)
 	}
-	if err := c.files.Rename(fu.Path, tu.Path); err != nil {
-		return localError(ctx, op, from, err)
+	if e := fenced(ctx, op, from); e != nil {
+		return e
+	}
+	switch {
+	case fu.Scheme == "file":
+		if err := c.files.Rename(fu.Path, tu.Path); err != nil {
+			return localError(ctx, op, from, err)
+		}
+		return nil
+	case isXrootd(fu.Scheme):
+		return c.xrdRename(ctx, op, from, fu, tu)
+	}
+	return c.davMove(ctx, op, from, to)
+}
+
+// davMove sends a WebDAV MOVE of from to to, replacing to.
+func (c *Client) davMove(ctx context.Context, op, from, to string) error {
+	resp, err := c.send(ctx, "MOVE", from, nil, http.Header{"Destination": {httpURL(to)}, "Overwrite": {"T"}})
+	if err != nil {
+		return remoteError(ctx, op, from, err, 0)
+	}
+	discard(resp)
+	if err := checkStatus(resp, "MOVE"); err != nil {
+		if isMissing(err) {
+			err = fmt.Errorf("nothing to move: %w", err)
+		}
+		return remoteError(ctx, op, from, err, 0)
 	}
 	return nil
+}
+
+// Renames reports whether objects of a URL scheme are written under a
+// temporary name and renamed into place (file, dav, davs, root). Plain
+// http(s) destinations are written in place with PUT, and S3 objects
+// appear whole when their upload completes.
+func Renames(scheme string) bool {
+	switch scheme {
+	case "file", "dav", "davs", "root":
+		return true
+	}
+	return false
 }
 
 // httpURL turns a WebDAV URL (dav://, davs://, as ARC writes them) into
@@ -194,16 +235,23 @@ func (c *Client) MakeParents(ctx context.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
+	if e := fenced(ctx, op, rawURL); e != nil {
+		return e
+	}
 	return c.protocol(u).makeParents(ctx, op, endpoint{rawURL, u})
 }
 
-// TempURL returns the name under which Copy should write a file://
-// destination before it is renamed into place: "file:///a/b/name" becomes
-// "file:///a/b/.name.sluice-<tag>.part". Other URLs (HTTP destinations are
-// written in place with PUT) and URLs that do not parse come back unchanged.
+// TempURL returns the name under which Copy should write a destination
+// of a scheme that renames (Renames: file, dav, davs, root) before it is
+// verified and renamed into place: "file:///a/b/name" becomes
+// "file:///a/b/.name.sluice-<tag>.part", in the same directory so that the
+// rename stays on one file system or server. The tag (a grant id) makes
+// the name each attempt's own. Other URLs (http(s) destinations written in
+// place with PUT, S3 objects) and URLs that do not parse come back
+// unchanged.
 func TempURL(dst, tag string) string {
 	u, err := url.Parse(dst)
-	if err != nil || u.Scheme != "file" || u.Path == "" || strings.HasSuffix(u.Path, "/") {
+	if err != nil || !Renames(u.Scheme) || u.Path == "" || strings.HasSuffix(u.Path, "/") {
 		return dst
 	}
 	tag = strings.ReplaceAll(tag, "/", "_")

@@ -176,6 +176,9 @@ func (w *xrdWriter) Write(p []byte) (int, error) {
 // and removes it again on failure.
 func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst string, u *url.URL) (int64, *Error) {
 	const op = "copy"
+	if e := fenced(ctx, op, dst); e != nil {
+		return 0, e
+	}
 	cli, err := xrdConnect(ctx, u)
 	if err != nil {
 		return 0, xrdError(ctx, op, dst, u, err, 0)
@@ -189,6 +192,9 @@ func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst
 	n, side, err := p.run(ctx, in.body, &xrdWriter{ctx: ctx, f: f})
 	var failure *Error
 	switch {
+	case side == sideFence:
+		_ = f.Close(context.WithoutCancel(ctx))
+		return n, fenceError(op, dst, err)
 	case ctx.Err() != nil:
 		failure = cancelled(ctx, op, src)
 	case side == sideSource:
@@ -205,8 +211,21 @@ func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst
 	if err := f.Close(cctx); err != nil && failure == nil {
 		failure = xrdError(ctx, op, dst, u, err, n)
 	}
-	if failure != nil {
+	if failure != nil && mayAct(ctx) {
 		_ = c.xrdDelete(cctx, op, dst, u)
 	}
 	return n, failure
+}
+
+// xrdRename moves from to to on one xrootd server (mv), replacing to.
+func (c *Client) xrdRename(ctx context.Context, op, rawURL string, from, to *url.URL) error {
+	cli, err := xrdConnect(ctx, from)
+	if err != nil {
+		return xrdError(ctx, op, rawURL, from, err, 0)
+	}
+	defer cli.Close()
+	if err := cli.FS().Rename(ctx, xrdPath(from), xrdPath(to)); err != nil {
+		return xrdError(ctx, op, rawURL, from, err, 0)
+	}
+	return nil
 }

@@ -25,6 +25,9 @@ type resultSender struct {
 	// maxBytes bounds a message: a batch larger than it is split.
 	maxBytes int
 	in       chan *pendingResult
+	// stopping is closed when the pool stops: from then on a result is
+	// given up after publishTries.
+	stopping chan struct{}
 }
 
 type pendingResult struct {
@@ -37,7 +40,7 @@ func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source stri
 	if maxBytes <= 0 {
 		maxBytes = bus.MaxMessageBytes / 2
 	}
-	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults)}
+	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults), stopping: make(chan struct{})}
 }
 
 // send hands r to the sender and returns once it is stored, or why not.
@@ -57,6 +60,7 @@ func (s *resultSender) send(ctx context.Context, r bus.Result) error {
 // answered.
 func (s *resultSender) run(ctx context.Context) {
 	var batch []*pendingResult
+	go func() { <-ctx.Done(); close(s.stopping) }()
 	for {
 		batch = batch[:0]
 		select {
@@ -114,20 +118,31 @@ func (s *resultSender) publishResults(rs bus.Results) error {
 	if len(m.Data) > s.maxBytes && len(rs.Results) > 1 {
 		return errTooLarge
 	}
-	// While NATS fails over a publish can go unanswered or be refused for
-	// want of a leader: the same message (the same id, stored once) is
-	// sent again for up to about half a minute.
+	// While NATS fails over, or is away, a publish can go unanswered or be
+	// refused: the same message (the same id, stored once) is sent again
+	// until it is stored, however long NATS is away, so that work finished
+	// meanwhile is reported (the scheduler's lease clock stood still), and
+	// once the pool stops for about half a minute more.
 	for try := 1; ; try++ {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.js.PublishMsg(pctx, m)
 		cancel()
-		if err == nil || try == publishTries {
+		if err == nil || try >= publishTries && s.stopped() {
 			return err
 		}
-		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
+		time.Sleep(min(time.Duration(try)*500*time.Millisecond, 5*time.Second))
 	}
 }
 
-// publishTries is how often a Results event is sent before its results
-// are given up (their grants' leases then run out).
+func (s *resultSender) stopped() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// publishTries is how often a Results event is sent, once the pool stops,
+// before its results are given up (their grants' leases then run out).
 const publishTries = 6

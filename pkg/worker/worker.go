@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 // Handler does the work of one grant. It reports progress (bytes moved so
@@ -55,12 +56,16 @@ type Pool struct {
 // held is a grant this process has taken: waiting for a worker or running.
 type held struct {
 	g bus.Grant
-	// issued is when the scheduler made the grant; renewed when its lease
-	// was last renewed.
-	issued, renewed time.Time
+	// issued is when the scheduler made the grant; renewed when a renewal
+	// of its lease was last sent, and acked when the last renewal that
+	// JetStream acknowledged was sent (issued until one is): the lease
+	// surely holds until acked + lease - fenceMargin (fence).
+	issued, renewed, acked time.Time
+	renewing               bool  // a renewal is on its way
+	lost                   error // the fence's refusal, for good once made
 	// parent is the traceparent of the span that sent the grant.
 	parent string
-	cancel context.CancelFunc // set while it runs
+	cancel context.CancelCauseFunc // set while it runs
 	// stopped says the scheduler stopped the grant before it ran.
 	stopped bool
 	moved   atomic.Int64
@@ -250,15 +255,22 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 		return nil
 	}
 	now := time.Now()
+	// The lease started when the scheduler made the grant, by its clock;
+	// a clock here that is behind it counts from now instead (the fence
+	// margin covers the rest of a difference between clocks).
+	since := issued
+	if since.After(now) {
+		since = now
+	}
 	var out []*held
 	for i, g := range grants {
-		// A grant nobody started within its lease has surely been given
-		// up by the scheduler, which granted the DTR again.
-		if l := g.Lease(); l > 0 && now.Sub(issued) > l {
+		h := &held{g: g, issued: since, renewed: since, acked: since, parent: parents[i]}
+		// A grant that cannot be started within its lease has surely been
+		// (or is about to be) given up by the scheduler.
+		if err := h.fence(now); err != nil {
 			p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", now.Sub(issued))
 			continue
 		}
-		h := &held{g: g, issued: issued, renewed: issued, parent: parents[i]}
 		p.mu.Lock()
 		_, dup := p.held[g.Grant]
 		if !dup {
@@ -331,7 +343,7 @@ func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time
 
 func (p *Pool) onStop(m *nats.Msg) {
 	grant := strings.TrimPrefix(m.Subject, bus.SubjectStopPrefix)
-	var cancel context.CancelFunc
+	var cancel context.CancelCauseFunc
 	p.mu.Lock()
 	if h := p.held[grant]; h != nil {
 		cancel = h.cancel
@@ -340,7 +352,7 @@ func (p *Pool) onStop(m *nats.Msg) {
 	p.mu.Unlock()
 	if cancel != nil {
 		p.Log.Info("stopping grant on the scheduler's word", "grant", grant)
-		cancel()
+		cancel(errStopped)
 	}
 }
 
@@ -352,13 +364,12 @@ func (p *Pool) run(ctx context.Context, h *held) {
 		delete(p.held, g.Grant)
 		p.mu.Unlock()
 	}()
-	// A grant that waited here past its lease is no longer the DTR's.
-	waited := time.Since(h.issued)
+	// A grant that waited here past its fence may no longer be the DTR's.
 	p.mu.Lock()
-	renewed := h.renewed
+	fenced := h.fence(time.Now())
 	p.mu.Unlock()
-	if l := g.Lease(); l > 0 && time.Since(renewed) > l {
-		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", waited)
+	if fenced != nil {
+		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", time.Since(h.issued), "why", fenced)
 		return
 	}
 	sctx, span := bus.StartConsumerOf(ctx, h.parent, bus.GrantSubject(p.Stage), g.Grant, "process")
@@ -370,12 +381,18 @@ func (p *Pool) run(ctx context.Context, h *held) {
 			"trace_id", trace.SpanContextFromContext(sctx).TraceID())
 	}
 
-	wctx, cancel := context.WithCancel(sctx)
-	defer cancel()
+	// Every step on storage asks the fence first: once the lease may
+	// have run out at the scheduler, nothing more is done for the grant.
+	wctx, cancel := context.WithCancelCause(transfer.WithFence(sctx, func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return h.fence(time.Now())
+	}))
+	defer cancel(nil)
 	p.mu.Lock()
 	h.cancel = cancel
 	if h.stopped {
-		cancel()
+		cancel(errStopped)
 	}
 	p.mu.Unlock()
 	// renewLeases keeps the lease alive, as it did while the grant waited.
@@ -394,6 +411,13 @@ func (p *Pool) run(ctx context.Context, h *held) {
 		// (One that was done as the pool stopped reports its result.)
 		p.giveBack(h)
 		return
+	}
+	if cause := context.Cause(wctx); errors.Is(cause, transfer.ErrLeaseLost) && res.Error != nil {
+		// Stopped by the fence, whatever the handler made of it: the
+		// scheduler takes the result only if the grant is still current
+		// (its lease clock stopped while it could not hear from here),
+		// and then cleans up before a retry.
+		res.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: cause.Error(), Location: res.Error.Location}
 	}
 	if res.Error != nil {
 		span.SetStatus(codes.Error, fmt.Sprintf("%s: %s", res.Error.Kind, res.Error.Text))
@@ -436,38 +460,90 @@ func (p *Pool) renewEvery(g bus.Grant) time.Duration {
 }
 
 // renewLeases renews the lease of every grant held, waiting or running,
-// once per renewEvery, until ctx ends.
+// once per renewEvery, and stops a running grant whose fence has passed,
+// until ctx ends.
 func (p *Pool) renewLeases(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var renewals sync.WaitGroup
+	defer renewals.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			var due []*held
+			var lost []context.CancelCauseFunc
+			var why []error
 			p.mu.Lock()
 			for _, h := range p.held {
-				if now.Sub(h.renewed) >= p.renewEvery(h.g) {
+				if err := h.fence(now); err != nil {
+					// Not renewed any more: a renewal the scheduler heard
+					// after it gave the grant up would move nothing there.
+					if h.cancel != nil {
+						lost, why = append(lost, h.cancel), append(why, err)
+					}
+					continue
+				}
+				if !h.renewing && now.Sub(h.renewed) >= p.renewEvery(h.g) {
+					h.renewing, h.renewed = true, now
 					due = append(due, h)
 				}
 			}
 			p.mu.Unlock()
+			for i, cancel := range lost {
+				cancel(why[i])
+			}
+			// Each renewal on its own: one that waits for an answer
+			// (NATS away) holds up no other.
 			for _, h := range due {
-				p.renew(h)
+				renewals.Go(func() { p.renew(h, now) })
 			}
 		}
 	}
 }
 
-// renew sends a grant's progress, which renews its lease.
-func (p *Pool) renew(h *held) {
-	p.mu.Lock()
-	h.renewed = time.Now()
-	p.mu.Unlock()
+// renew sends a grant's progress, which renews its lease, and moves the
+// grant's fence on when JetStream acknowledges it: the scheduler heard of
+// the grant no earlier than sent.
+func (p *Pool) renew(h *held, sent time.Time) {
 	ctx := bus.Context(context.Background(), h.parent)
-	_ = p.publish(ctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
+	err := p.publish(ctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
 		bus.Progress{DTR: h.g.DTR.ID, Grant: h.g.Grant, Bytes: h.moved.Load(), Size: h.size.Load()})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h.renewing = false
+	if err == nil && sent.After(h.acked) {
+		h.acked = sent
+	}
+}
+
+// errStopped is the cause of a grant stopped on the scheduler's word.
+var errStopped = errors.New("stopped by the scheduler")
+
+// fenceMargin is how long before its lease would run out at the
+// scheduler a worker stops acting for a grant: room for the clocks of the
+// two to differ and for the last step on storage to finish.
+func fenceMargin(lease time.Duration) time.Duration {
+	return min(lease/4, 30*time.Second)
+}
+
+// fence returns nil while the grant's lease surely holds at the
+// scheduler, and an error wrapping transfer.ErrLeaseLost once it may not:
+// when the last renewal that JetStream acknowledged was sent longer ago
+// than the lease less fenceMargin. The scheduler takes a lease to run from
+// when it hears of a renewal, which is no earlier than it was sent, so a
+// worker stops before the scheduler can grant the DTR again. Once it has
+// refused, it refuses for good. Call it with p.mu held.
+func (h *held) fence(now time.Time) error {
+	l := h.g.Lease()
+	if h.lost != nil || l <= 0 {
+		return h.lost
+	}
+	if since := now.Sub(h.acked); since >= l-fenceMargin(l) {
+		h.lost = fmt.Errorf("%w: no renewal of its %s lease acknowledged for %s", transfer.ErrLeaseLost, l, since.Round(time.Millisecond))
+	}
+	return h.lost
 }
 
 // sendResult stores a grant's result, with others of this pool's that are

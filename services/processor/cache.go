@@ -175,12 +175,26 @@ func (s *Service) processCache(ctx context.Context, g bus.Grant) (bus.Result, er
 			res.Checksum = got
 		}
 	}
-	_ = s.client.Files().Remove(dst) // allowed above or by pre-cleaning; a retry may find its own link
-	if err := s.client.Files().Link(entry, dst); err == nil {
-		return res, nil
+	// Linked (or copied) under a name of this grant's, then renamed over
+	// the destination: an existing one (allowed above or by pre-cleaning)
+	// is replaced, never deleted first, so a link that runs late (its
+	// processor frozen past its lease) cannot remove a finished file.
+	tmpURL := transfer.TempURL(d.Destination, g.Grant)
+	tmp, err := transfer.LocalPath(tmpURL)
+	if err != nil {
+		return res, err
 	}
-	// Another file system, or roots apart: copy instead.
-	if _, err := s.client.Copy(ctx, fileURL(entry), d.Destination, transfer.CopyOptions{}); err != nil {
+	if err := transfer.CheckFence(ctx, "link from cache", d.Destination); err != nil {
+		return res, err
+	}
+	if err := s.client.Files().Link(entry, tmp); err != nil {
+		// Another file system, or roots apart: copy instead.
+		if _, err := s.client.Copy(ctx, fileURL(entry), tmpURL, transfer.CopyOptions{}); err != nil {
+			return res, err
+		}
+	}
+	if err := s.client.Rename(ctx, tmpURL, d.Destination); err != nil {
+		_ = s.client.Delete(ctx, tmpURL)
 		return res, err
 	}
 	return res, nil

@@ -124,13 +124,13 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	case dtr.PreCleaning:
 		err = s.preClean(ctx, g.DTR)
 	case dtr.StagingPreparing:
-		res, err = s.stage(ctx, g.DTR, report)
+		res, err = s.stage(ctx, g, report)
 	case dtr.CheckingCache:
 		res, err = s.checkCache(g)
 	case dtr.ProcessingCache:
 		res, err = s.processCache(ctx, g)
 	case dtr.ReleasingRequest:
-		err = s.release(g.DTR)
+		err = s.release(ctx, g.DTR)
 	case dtr.RegisteringReplica:
 		if g.Cleanup {
 			err = s.cleanup(ctx, g.DTR)
@@ -173,22 +173,21 @@ func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (bus.Result, erro
 	return bus.Result{Size: max(info.Size, 0)}, nil
 }
 
-// preClean deletes an existing destination when overwrite is set and refuses
-// it otherwise, then makes the destination's parent directories, unless it
-// is a local file: delivery makes those as it writes the file.
+// preClean refuses an existing destination unless overwrite is set, then
+// makes the destination's parent directories, unless it is a local file:
+// delivery makes those as it writes the file. An existing destination is
+// never deleted here: it is replaced when the new file is put in place (a
+// rename, or the PUT of an http(s) or S3 destination), so that a pre-clean
+// that runs late (its processor frozen past its lease) cannot delete a
+// file that a later attempt of the same DTR has finished.
 func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 	info, err := s.client.Stat(ctx, d.Destination)
 	if err != nil {
 		return err
 	}
-	if info.Exists {
-		if !d.Options.Overwrite {
-			return &transfer.Error{Kind: dtr.ErrPermanentRemote, Op: "pre-clean", URL: d.Destination,
-				Err: fmt.Errorf("destination exists and overwrite is not set")}
-		}
-		if err := s.client.Delete(ctx, d.Destination); err != nil {
-			return err
-		}
+	if info.Exists && !d.Options.Overwrite {
+		return &transfer.Error{Kind: dtr.ErrPermanentRemote, Op: "pre-clean", URL: d.Destination,
+			Err: fmt.Errorf("destination exists and overwrite is not set")}
 	}
 	if strings.HasPrefix(d.Destination, "file:") {
 		return nil
@@ -206,11 +205,6 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
 	local := strings.HasPrefix(tmp, "file:")
-	if !local {
-		if done, err := s.alreadyInPlace(ctx, d, tmp); err != nil || done {
-			return bus.Result{Checksum: d.Checksum}, err
-		}
-	}
 	if local {
 		typ := "adler32"
 		if d.Options.Checksum != "" {
@@ -242,9 +236,15 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 			Err: fmt.Errorf("checksum mismatch: expected %s, got %s", want, got)}
 	}
 	if tmp != d.Target() {
-		// Into place: the destination, or the cache entry that
-		// PROCESS_CACHE then links to it.
+		// Into place, replacing what is there: the destination, or the
+		// cache entry that PROCESS_CACHE then links to it.
 		if err := s.client.Rename(ctx, tmp, d.Target()); err != nil {
+			if !local {
+				// A remote temporary file is looked for only now.
+				if done, ierr := s.alreadyInPlace(ctx, d, tmp); ierr == nil && done {
+					return bus.Result{Checksum: d.Checksum}, nil
+				}
+			}
 			return bus.Result{}, err
 		}
 	}
@@ -254,13 +254,24 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 // alreadyInPlace reports whether an earlier try of this post-processing
 // step already renamed the file into place (its result was lost, say, when
 // the scheduler restarted): the temporary file is gone and the destination
-// holds what delivery computed.
+// holds what delivery computed (for a remote one: as many bytes as
+// delivery wrote, and the checksum in its Digest header if it sends one).
 func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bool, error) {
 	if tmp == d.Target() || d.Checksum == "" {
 		return false, nil
 	}
 	if info, err := s.client.Stat(ctx, tmp); err != nil || info.Exists {
 		return false, err
+	}
+	if !strings.HasPrefix(tmp, "file:") {
+		info, err := s.client.Stat(ctx, d.Target())
+		if err != nil || !info.Exists || info.Size != d.Bytes {
+			return false, err
+		}
+		if info.Checksum != "" && sameType(info.Checksum, d.Checksum) {
+			return checksum.Equal(info.Checksum, d.Checksum), nil
+		}
+		return true, nil
 	}
 	typ, _, err := dtr.ParseChecksum(d.Checksum)
 	if err != nil {
@@ -280,45 +291,66 @@ func sameType(a, b string) bool {
 }
 
 // cleanup removes what a failed or cancelled transfer left: the temporary
-// file, or for an http(s) destination, which is written in place, the
-// destination itself (pre-cleaning made sure it was not there before).
+// file of its grant, or for a destination written in place (http(s), S3),
+// the destination itself, which holds that attempt's bytes if anything
+// (pre-cleaning made sure it was not there before, or overwrite allows it
+// to go). The delete asks the grant's fence: a cleanup whose lease may
+// have run out deletes nothing, since a later attempt may have finished.
 func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
 	return s.client.Delete(ctx, transfer.TempURLOf(&d))
 }
 
 // stage copies the source into the staging area, where it stays, pinned,
 // until release; the copy's URL is the DTR's TURL, which delivery reads.
-// The copy is written under a temporary name and renamed when complete, so
-// a TURL always names a whole file.
-func (s *Service) stage(ctx context.Context, d dtr.DTR, report func(int64, int64)) (bus.Result, error) {
+// Each staging grant writes names of its own, "<grant>.part" renamed to
+// "<grant>" when complete (grant ids are "<dtr id>.<n>"), so a TURL always
+// names a whole file, and a staging grant that runs late (its processor
+// frozen past its lease) touches nothing of a later one's.
+func (s *Service) stage(ctx context.Context, g bus.Grant, report func(int64, int64)) (bus.Result, error) {
+	d := g.DTR
 	dir := s.cfg.stageDir()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source,
 			Err: fmt.Errorf("make the staging area: %w", err)}
 	}
-	staged := filepath.Join(dir, d.ID.String())
-	part := (&url.URL{Scheme: "file", Path: staged + ".part"}).String()
+	staged := (&url.URL{Scheme: "file", Path: filepath.Join(dir, stagedName(d.ID.String(), g.Grant))}).String()
+	part := staged + ".part"
 	cr, err := s.client.Copy(ctx, d.Source, part, transfer.CopyOptions{
 		Progress: func(b int64) { report(b, d.Size) },
 	})
 	if err != nil {
-		_ = s.client.Files().Remove(staged + ".part")
+		return bus.Result{}, err // Copy removed what it wrote, unless fenced
+	}
+	if err := s.client.Rename(ctx, part, staged); err != nil {
 		return bus.Result{}, err
 	}
-	if err := s.client.Files().Rename(staged+".part", staged); err != nil {
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source, Err: err}
-	}
-	return bus.Result{Size: cr.Bytes, TURL: (&url.URL{Scheme: "file", Path: staged}).String()}, nil
+	return bus.Result{Size: cr.Bytes, TURL: staged}, nil
 }
 
-// release removes a DTR's staged copy, whole or partial. Only the staging
-// area is touched, whatever the DTR's TURL says; a copy already gone is
-// released.
-func (s *Service) release(d dtr.DTR) error {
-	staged := filepath.Join(s.cfg.stageDir(), d.ID.String())
-	for _, p := range []string{staged, staged + ".part"} {
-		if err := s.client.Files().Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "release", URL: d.Source, Err: err}
+// stagedName is the name in the staging area of a DTR's copy made under
+// a grant: the grant id, which begins with the DTR's id.
+func stagedName(id, grant string) string {
+	if !strings.HasPrefix(grant, id+".") || strings.ContainsAny(grant, `/\`) {
+		return id // not a grant of this DTR's: the one name it may have
+	}
+	return grant
+}
+
+// release removes every staged copy of a DTR, whole or partial, whichever
+// grant made it. Only the staging area is touched, whatever the DTR's TURL
+// says; a copy already gone is released.
+func (s *Service) release(ctx context.Context, d dtr.DTR) error {
+	dir := s.cfg.stageDir()
+	id := d.ID.String()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &transfer.Error{Kind: dtr.ErrLocalFile, Op: "release", URL: d.Source, Err: err}
+	}
+	for _, e := range entries {
+		if n := e.Name(); n == id || strings.HasPrefix(n, id+".") {
+			if err := s.client.Delete(ctx, (&url.URL{Scheme: "file", Path: filepath.Join(dir, n)}).String()); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -216,6 +216,9 @@ type Service struct {
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
+	// leases stops the core's lease clock while the scheduler cannot hear
+	// the workers (leases.go).
+	leases *leaseClock
 }
 
 // New checks the configuration and prepares a scheduler on nc.
@@ -236,6 +239,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		queries: make(chan *query), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
 		mon: newMonitor(cmp.Or(cfg.Policy, "arc")),
 	}
+	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
 	meter := cfg.Meter
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
@@ -269,6 +273,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.recover(ctx, kv); err != nil {
 		return fmt.Errorf("scheduler recovery: %w", err)
 	}
+	// The restored grants' workers may have said more than the stored
+	// records know: no lease runs out before that is taken.
+	s.leases.stop(time.Now(), "the scheduler (re)started")
 	ctx, cancel := context.WithCancel(ctx) // stops the consumers when Run returns
 	defer cancel()
 	// Results (and progress) come before submissions: they free slots
@@ -460,6 +467,7 @@ func (s *Service) setUp(ctx context.Context) error {
 // the decisions durable and visible and then acknowledges the inputs.
 func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) (*commit, error) {
 	now := time.Now()
+	s.leases.step(now)
 	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
@@ -479,6 +487,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			c.acks = append(c.acks, m)
 		}
 	}
+	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
 
@@ -686,6 +695,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			s.log.Debug("cancel", "dtr", c.DTR, "err", err)
 		}
 	case strings.HasPrefix(m.Subject, bus.SubjectResultPrefix):
+		s.leases.took(jm)
 		rs, err := bus.DecodeResults(ctx, m)
 		if err != nil {
 			s.reject(ctx, out, m, jm, err)
@@ -708,6 +718,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			}
 		}
 	case strings.HasPrefix(m.Subject, bus.SubjectProgressPrefix):
+		s.leases.took(jm)
 		var p bus.Progress
 		if _, err := bus.DecodeData(ctx, m, bus.TypeProgress, &p); err != nil {
 			s.reject(ctx, out, m, jm, err)

@@ -276,6 +276,9 @@ type Core struct {
 	active  map[uuid.UUID]*entry
 	seq     uint64
 	nextAge time.Time
+	// leasesPaused is when the lease clock stopped (zero: it runs): the
+	// scheduler could not hear from workers since (leases.go).
+	leasesPaused time.Time
 
 	out   Decisions
 	dirty []*entry // changed since the last Take, each once
@@ -722,7 +725,9 @@ func (c *Core) Tick(now time.Time) {
 		}
 		c.route(now, e)
 	}
-	c.expireLeases(now)
+	if c.leasesPaused.IsZero() {
+		c.expireLeases(now)
+	}
 	if a, ok := innermost(c.policy).(ageless); ok && a.Ageless() {
 		// no ageing under this policy
 	} else if !now.Before(c.nextAge) {
