@@ -65,35 +65,54 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func (c *cluster) start(role string) {
+func (c *cluster) start(role string) { c.t.Helper(); c.startAs(role, role) }
+
+// startAs runs a role as a process known by name (its log is
+// <name>.log), with extra environment variables: several processes of
+// one role.
+func (c *cluster) startAs(name, role string, env ...string) {
 	c.t.Helper()
-	f, err := os.OpenFile(filepath.Join(c.dir, role+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	cmd := exec.Command(c.bin, role)
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(append(os.Environ(), c.env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Die with the test, even if it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	p := &process{role: role, cmd: cmd, log: f, exited: make(chan struct{})}
+	p := &process{role: name, cmd: cmd, log: f, exited: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		if !p.killed.Load() {
 			// A role must outlive anything but SIGKILL, NATS going away
 			// included.
 			c.mu.Lock()
-			c.exits = append(c.exits, fmt.Sprintf("%s (pid %d): %v", role, cmd.Process.Pid, err))
+			c.exits = append(c.exits, fmt.Sprintf("%s (pid %d): %v", name, cmd.Process.Pid, err))
 			c.mu.Unlock()
 		}
 		close(p.exited)
 	}()
 	c.mu.Lock()
-	c.procs[role] = p
+	c.procs[name] = p
 	c.mu.Unlock()
+}
+
+// signal sends sig (SIGSTOP, SIGCONT) to the process known by name.
+func (c *cluster) signal(name string, sig syscall.Signal) {
+	c.t.Helper()
+	c.mu.Lock()
+	p := c.procs[name]
+	c.mu.Unlock()
+	if p == nil {
+		c.t.Fatalf("no process %s", name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		c.t.Fatalf("%s to %s: %v", sig, name, err)
+	}
 }
 
 // kill sends SIGKILL to a role and waits for it to die.
