@@ -188,17 +188,17 @@ func (c *Client) openFile(ctx context.Context, src endpoint) (*source, error) {
 	if ctx.Err() != nil {
 		return nil, cancelled(ctx, op, rawURL)
 	}
-	f, err := c.files.Open(u.Path)
+	f, err := c.files.Open(u.Path) // a regular file, or refused at once
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
+	}
+	if errors.Is(err, ErrNotRegular) {
+		return nil, localError(ctx, op, rawURL, fmt.Errorf("source %w", err))
 	}
 	if err != nil {
 		return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
 	}
 	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = errors.New("source is a directory")
-	}
 	if err != nil {
 		f.Close()
 		return nil, localError(ctx, op, rawURL, err)
@@ -265,6 +265,9 @@ func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst
 			return 0, localError(ctx, op, dst, err)
 		}
 		f, err = files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
+	if errors.Is(err, ErrNotRegular) {
+		err = fmt.Errorf("destination %w", err) // left alone: it is not ours
 	}
 	if err != nil {
 		return 0, localError(ctx, op, dst, err)
