@@ -224,6 +224,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "processor":
 			pc := cfg.Processor
 			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
+			pc.MaxFileSize = cfg.Delivery.MaxFileSize // one limit for every copy of a source
 			pc.Meter = meter
 			run = processor.New(pc, nc, log).Run
 		case "delivery":

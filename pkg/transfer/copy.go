@@ -35,6 +35,20 @@ type CopyOptions struct {
 	// Sync makes Copy flush a file destination to stable storage (fsync)
 	// before returning.
 	Sync bool
+	// ExpectedSize, if > 0, is the size the source had when it was queried:
+	// the copy must move exactly that many bytes. A source that gives
+	// fewer, or more (reading stops at the first byte too many), fails with
+	// "size changed: the source had N bytes when queried, ..." as a
+	// TEMPORARY_REMOTE error of the source (see bounds.go), local files
+	// included; one that says up front it has another size fails before
+	// any byte moves.
+	ExpectedSize int64
+	// MaxSize, if > 0, is the largest source allowed. One that says up
+	// front it is larger, or whose ExpectedSize is, is refused before any
+	// byte moves; one of unknown size is cut off at the first byte past
+	// it. Both are PERMANENT_REMOTE errors of the source (LOCAL_FILE for a
+	// local one).
+	MaxSize int64
 }
 
 // CopyResult describes a copy. On failure Bytes, Started and Ended are
@@ -133,6 +147,9 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		return err
 	}
 	defer in.body.Close()
+	if failure := bound(ctx, in, src.raw, opt); failure != nil {
+		return failure // refused before any byte moved
+	}
 	res.SourceChecksum = in.checksum
 	stated, _, _ := strings.Cut(in.checksum, ":")
 	if stated != "" {
@@ -191,17 +208,17 @@ func (c *Client) openFile(ctx context.Context, src endpoint) (*source, error) {
 	if ctx.Err() != nil {
 		return nil, cancelled(ctx, op, rawURL)
 	}
-	f, err := c.files.Open(u.Path)
+	f, err := c.files.Open(u.Path) // a regular file, or refused at once
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
+	}
+	if errors.Is(err, ErrNotRegular) {
+		return nil, localError(ctx, op, rawURL, fmt.Errorf("source %w", err))
 	}
 	if err != nil {
 		return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
 	}
 	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = errors.New("source is a directory")
-	}
 	if err != nil {
 		f.Close()
 		return nil, localError(ctx, op, rawURL, err)
@@ -230,6 +247,9 @@ func (c *Client) openHTTP(ctx context.Context, src endpoint) (*source, error) {
 // sourceError classifies a failure reading the source after moved bytes.
 func sourceError(ctx context.Context, in *source, rawURL string, err error, moved int64) *Error {
 	const op = "copy"
+	if failure := boundsError(ctx, in, rawURL, err); failure != nil {
+		return failure // too long, too short or too large (bounds.go)
+	}
 	if in.local {
 		return localError(ctx, op, rawURL, fmt.Errorf("read source: %w", err))
 	}
@@ -271,6 +291,9 @@ func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst
 			return 0, localError(ctx, op, dst, err)
 		}
 		f, err = files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
+	if errors.Is(err, ErrNotRegular) {
+		err = fmt.Errorf("destination %w", err) // left alone: it is not ours
 	}
 	if err != nil {
 		return 0, localError(ctx, op, dst, err)

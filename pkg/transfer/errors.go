@@ -133,6 +133,10 @@ func remoteError(ctx context.Context, op, rawURL string, err error, moved int64)
 		return &Error{Kind: dtr.ErrLocalFile, Op: op, URL: rawURL, Err: err}
 	}
 	err = stripURLError(err)
+	if isRedirectRefused(err) {
+		// A loop, too many or another scheme: the same next time.
+		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: err}
+	}
 	return &Error{Kind: networkKind(err, moved), Op: op, URL: rawURL, Err: err}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -91,30 +92,96 @@ func escape(err error) error {
 	return err
 }
 
-// Open opens p for reading.
+// Open opens the regular file p for reading. Anything else (a named pipe,
+// a device, a socket, a directory) is refused with an error wrapping
+// ErrNotRegular, without blocking: see OpenFile.
 func (f *Files) Open(p string) (*os.File, error) {
-	r, rel, err := f.locate(p)
-	if err != nil || r == nil {
-		if err != nil {
-			return nil, err
-		}
-		return openPath(p, os.O_RDONLY, 0)
-	}
-	file, err := r.Open(rel)
-	return file, escape(err)
+	return f.OpenFile(p, os.O_RDONLY, 0)
 }
 
-// OpenFile opens p with flags and permissions, as os.OpenFile.
+// OpenFile opens or creates the regular file p with flags and permissions,
+// as os.OpenFile. Anything else that is there already is refused with an
+// error wrapping ErrNotRegular: a transfer reading a device like /dev/zero
+// would never end, and one writing through a named pipe or a device would
+// not leave a file. The open itself is non-blocking, so a named pipe with
+// nobody at its other end is refused at once instead of holding the caller
+// for ever (a blocking open(2) does not heed any context); the descriptor
+// of a regular file is made blocking again before it is returned.
 func (f *Files) OpenFile(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	r, rel, err := f.locate(p)
-	if err != nil || r == nil {
-		if err != nil {
-			return nil, err
-		}
-		return openPath(p, flag, perm)
+	if err != nil {
+		return nil, err
 	}
-	file, err := r.OpenFile(rel, flag, perm)
-	return file, escape(err)
+	if r == nil {
+		file, err := openPath(p, flag, perm) // refuses what is not regular
+		return file, f.notRegular(p, err)
+	}
+	file, err := r.OpenFile(rel, flag|oNonblock, perm)
+	if err != nil {
+		return nil, f.notRegular(p, escape(err))
+	}
+	fi, err := file.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &NotRegularError{Path: p, Mode: fi.Mode()}
+	}
+	if err == nil {
+		err = setBlocking(file)
+	}
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	return file, nil
+}
+
+// notRegular turns open(2)'s refusal to open a named pipe with no reader
+// for writing (ENXIO) or a directory for writing (EISDIR) into a
+// *NotRegularError that says what p is.
+func (f *Files) notRegular(p string, err error) error {
+	if errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.EISDIR) {
+		if fi, serr := f.Stat(p); serr == nil && !fi.Mode().IsRegular() {
+			return &NotRegularError{Path: p, Mode: fi.Mode()}
+		}
+	}
+	return err
+}
+
+// ErrNotRegular is wrapped by every refusal to read, write or stat a local
+// path that is not a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// NotRegularError is a local path that is not a regular file.
+type NotRegularError struct {
+	Path string
+	Mode fs.FileMode
+}
+
+// Error says what the path is: "is a named pipe (FIFO), not a regular
+// file". Callers put "source" or "destination" in front.
+func (e *NotRegularError) Error() string {
+	return "is " + describeMode(e.Mode) + ", not a regular file"
+}
+
+// Is makes errors.Is(err, ErrNotRegular) hold.
+func (e *NotRegularError) Is(target error) bool { return target == ErrNotRegular }
+
+// describeMode names a kind of file that is not regular.
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "a file of mode " + m.String()
 }
 
 // Stat describes p, following a final symbolic link.

@@ -7,7 +7,26 @@ import (
 	"os"
 )
 
-// openPath is os.OpenFile where os.NewFile offers no shortcut.
+// oNonblock is not needed where there are no named pipes to block on.
+const oNonblock = 0
+
+// openPath is os.OpenFile where os.NewFile offers no shortcut, refusing
+// anything that is not a regular file with a *NotRegularError.
 func openPath(p string, flag int, perm fs.FileMode) (*os.File, error) {
-	return os.OpenFile(p, flag, perm)
+	f, err := os.OpenFile(p, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &NotRegularError{Path: p, Mode: fi.Mode()}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
+
+// setBlocking has nothing to do without oNonblock.
+func setBlocking(*os.File) error { return nil }

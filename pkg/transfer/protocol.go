@@ -55,8 +55,12 @@ func (f fileProtocol) stat(ctx context.Context, op string, e endpoint) (Info, er
 		return missing, nil
 	case err != nil:
 		return missing, localError(ctx, op, e.raw, err)
-	case fi.IsDir():
-		return missing, localError(ctx, op, e.raw, errors.New("is a directory"))
+	case !fi.Mode().IsRegular():
+		// A named pipe or a device as a source would never end, or block
+		// for ever; as a destination it would not be a file. Refused here,
+		// QUERY_REPLICA and PRE_CLEAN fail at once (LOCAL_FILE: waiting
+		// does not turn it into a file).
+		return missing, localError(ctx, op, e.raw, &NotRegularError{Path: e.url.Path, Mode: fi.Mode()})
 	}
 	return Info{Exists: true, Size: fi.Size()}, nil
 }

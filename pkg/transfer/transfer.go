@@ -44,9 +44,19 @@ type Client struct {
 // checksum before answering) but no overall timeout, since a transfer may
 // take hours. It keeps connections alive and speaks HTTP/1.1, so that
 // concurrent transfers to one server use separate TCP connections.
+//
+// Redirects are followed up to 10, but a loop, more than 10 and one to
+// another scheme (https to http, http to file; http to https is allowed)
+// fail at once as PERMANENT_REMOTE (checkRedirect); a given httpClient
+// without a CheckRedirect of its own gets that one, on a copy.
 func New(httpClient *http.Client) *Client {
 	if httpClient == nil {
 		httpClient = &http.Client{Transport: newTransport()}
+	}
+	if httpClient.CheckRedirect == nil {
+		hc := *httpClient
+		hc.CheckRedirect = checkRedirect
+		httpClient = &hc
 	}
 	return &Client{http: httpClient}
 }

@@ -32,6 +32,12 @@ type Config struct {
 	MinSpeed        float64       `envconfig:"MIN_SPEED" default:"0" desc:"a transfer slower than this many bytes/s over the last MIN_SPEED_TIME fails (TRANSFER_SPEED, retried); 0: off"`
 	MinSpeedTime    time.Duration `envconfig:"MIN_SPEED_TIME" default:"5m" desc:"the window of MIN_SPEED; no speed is checked before a transfer has run this long"`
 	MinAverageSpeed float64       `envconfig:"MIN_AVERAGE_SPEED" default:"0" desc:"a transfer whose average since its start falls below this many bytes/s fails (TRANSFER_SPEED, retried); 0: off"`
+	// MaxFileSize bounds every source (transfer.CopyOptions.MaxSize); the
+	// processors read it too, for QUERY_REPLICA and staging. 1 TiB is
+	// more than any one file a site moves (the largest are a few hundred
+	// GB), yet stops an endless source (a server that streams for ever)
+	// before it fills most file systems.
+	MaxFileSize int64 `envconfig:"MAX_FILE_SIZE" default:"1099511627776" desc:"largest file, in bytes, that is transferred or staged: a source known to be larger fails at QUERY_REPLICA, one of unknown size is cut off past it (PERMANENT_REMOTE, or LOCAL_FILE for a local source; not retried); also read by processors; 0: no limit"`
 	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); none
 	// means no limit.
 	FileRoots []string `ignored:"true"`
@@ -135,12 +141,19 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	}
 	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
+		// d.Size is what QUERY_REPLICA found (0: unknown), and the staged
+		// copy has it too.
+		ExpectedSize: d.Size,
+		MaxSize:      s.cfg.MaxFileSize,
 		Progress: func(b int64) {
 			meter.Record(time.Now(), b)
 			report(b, d.Size)
 		},
 	})
-	res := bus.Result{Bytes: cr.Bytes, Size: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
+	// Size only on success: the scheduler takes a result's size as the
+	// file's, and the next attempt would expect the bytes a failed one
+	// moved.
+	res := bus.Result{Bytes: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
 	if err != nil {
 		kind, text := transfer.KindOf(err), err.Error()
 		if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {
@@ -153,6 +166,6 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 		}
 		return res
 	}
-	res.Checksum = cr.Checksums[typ]
+	res.Size, res.Checksum = cr.Bytes, cr.Checksums[typ]
 	return res
 }

@@ -58,6 +58,10 @@ type Config struct {
 	StageDir         string        `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
+	// MaxFileSize is the largest source (SLUICE_DELIVERY_MAX_FILE_SIZE,
+	// shared with delivery): a larger one fails QUERY_REPLICA, and a
+	// staging copy stops past it. 0: no limit.
+	MaxFileSize int64 `ignored:"true"`
 }
 
 // StageDirOrDefault returns the staging area.
@@ -169,6 +173,9 @@ func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (bus.Result, erro
 		}
 		return bus.Result{}, &transfer.Error{Kind: kind, Op: "query replica", URL: d.Source,
 			Err: fmt.Errorf("source does not exist")}
+	}
+	if err := transfer.CheckMaxSize("query replica", d.Source, info.Size, s.cfg.MaxFileSize); err != nil {
+		return bus.Result{}, err // not retried: the limit and the file stay
 	}
 	return bus.Result{Size: max(info.Size, 0)}, nil
 }
@@ -317,6 +324,8 @@ func (s *Service) stage(ctx context.Context, g bus.Grant, report func(int64, int
 	part := staged + ".part"
 	cr, err := s.client.Copy(ctx, d.Source, part, transfer.CopyOptions{
 		Progress: func(b int64) { report(b, d.Size) },
+		// As delivery's: the size QUERY_REPLICA found, and the site's limit.
+		ExpectedSize: d.Size, MaxSize: s.cfg.MaxFileSize,
 	})
 	if err != nil {
 		return bus.Result{}, err // Copy removed what it wrote, unless fenced

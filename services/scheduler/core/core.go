@@ -535,7 +535,13 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.took[e.queued] = took
 	}
 	d := e.d
-	if r.Size > 0 {
+	switch {
+	case r.Failure != nil:
+		// A failed step's size is what it moved, not the file's: delivery
+		// and staging hold the source to d.Size.
+	case e.queued == dtr.QueryReplica:
+		d.Size = r.Size // what the source has now, 0 if unknown
+	case r.Size > 0:
 		d.Size = r.Size
 	}
 	if r.Bytes > 0 {

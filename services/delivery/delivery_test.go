@@ -1,0 +1,115 @@
+package delivery
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+)
+
+// closeDelimited serves every GET with 200, no Content-Length and the
+// bytes body writes, ended by closing the connection.
+func closeDelimited(t *testing.T, body func(w io.Writer)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
+					return
+				}
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+				body(conn)
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String() + "/f"
+}
+
+func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.T) {
+	bytesOf := func(n int) func(io.Writer) {
+		return func(w io.Writer) { w.Write(make([]byte, n)) }
+	}
+	endless := func(w io.Writer) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	}
+	tests := []struct {
+		name    string
+		body    func(io.Writer)
+		queried int64 // d.Size, from QUERY_REPLICA
+		max     int64 // SLUICE_DELIVERY_MAX_FILE_SIZE
+		kind    dtr.ErrorKind
+		text    string
+	}{
+		{"the size queried is delivered", bytesOf(1000), 1000, 1 << 20, "", ""},
+		{"a size unknown is delivered", bytesOf(1000), 0, 1 << 20, "", ""},
+		{"fewer bytes than queried", bytesOf(900), 1000, 1 << 20, dtr.ErrTemporaryRemote,
+			"size changed: the source had 1000 bytes when queried, 900 were read"},
+		{"more bytes than queried", bytesOf(1100), 1000, 1 << 20, dtr.ErrTemporaryRemote,
+			"size changed: the source had 1000 bytes when queried, more were read"},
+		{"an endless source past the maximum", endless, 0, 1 << 20, dtr.ErrPermanentRemote,
+			"the source is larger than the maximum file size of 1048576 bytes"},
+		{"a queried size past the maximum", bytesOf(1000), 1000, 999, dtr.ErrPermanentRemote,
+			"the source has 1000 bytes, more than the maximum file size of 999 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d := dtr.DTR{ID: uuid.New(), Source: closeDelimited(t, tt.body), Destination: "file://" + filepath.Join(dir, "f"),
+				Size: tt.queried, TransferGrant: uuid.NewString() + ".1"}
+			s := New(Config{MaxFileSize: tt.max}, nil, slog.New(slog.DiscardHandler))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res := s.Handle(ctx, bus.Grant{DTR: d}, func(int64, int64) {})
+			tmp, _ := transfer.LocalPath(transfer.TempURLOf(&d))
+			if tt.kind == "" {
+				if res.Error != nil || res.Size != 1000 {
+					t.Fatalf("result %+v, error %+v; want 1000 bytes delivered", res, res.Error)
+				}
+				return
+			}
+			if res.Error == nil || res.Error.Kind != tt.kind || !strings.Contains(res.Error.Text, tt.text) {
+				t.Fatalf("error %+v; want %s saying %q", res.Error, tt.kind, tt.text)
+			}
+			// The source's fault: another replica is tried first.
+			if res.Error.Location != dtr.LocationSource {
+				t.Errorf("failure located at %q, want the source", res.Error.Location)
+			}
+			// A failed result carries no size: the scheduler would take
+			// the bytes moved for the file's size and expect them next time.
+			if res.Size != 0 {
+				t.Errorf("a failed delivery reports size %d", res.Size)
+			}
+			if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+				t.Errorf("the temporary file is left: %v", err)
+			}
+		})
+	}
+}
