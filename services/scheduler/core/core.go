@@ -399,6 +399,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 		d.Cancel = true // its job was cancelled before it arrived
 	}
 	d.Error = nil
+	d.ChecksumMismatch = ""
 	d.Grant = ""
 	if len(d.Replicas) > 0 {
 		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
