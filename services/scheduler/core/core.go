@@ -822,6 +822,27 @@ func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
 	return *c.view(e), true
 }
 
+// Retrying returns copies of a job's DTRs that wait to be tried again after
+// an error (in NEW to start over, or in CACHE_PROCESSED to finalise again),
+// each with its error, its attempts so far and when it goes on
+// (NextProcess), soonest first.
+func (c *Core) Retrying(jobID string) []dtr.DTR {
+	var out []dtr.DTR
+	for _, e := range c.delayed {
+		d := e.d // waiting: not packed
+		if d.JobID == jobID && d.Error != nil && (d.State == dtr.New || d.State == dtr.CacheProcessed) {
+			out = append(out, *d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].NextProcess.Equal(out[j].NextProcess) {
+			return out[i].NextProcess.Before(out[j].NextProcess)
+		}
+		return out[i].ID.String() < out[j].ID.String()
+	})
+	return out
+}
+
 // Queued returns how many DTRs wait in a queue state.
 func (c *Core) Queued(s dtr.State) int {
 	if st := c.states[s]; st != nil {
