@@ -472,9 +472,9 @@ func TestProcessorChecksTheDestinationAndTheChecksum(t *testing.T) {
 		attempts  int
 		wantBytes []byte // nil: the destination must not exist
 	}{
-		{name: "a wrong expected checksum is retried, then fails, leaving nothing",
+		{name: "a wrong expected checksum is copied again once, then fails permanently, leaving nothing",
 			file:  job.File{Checksum: "adler32:00000001"},
-			state: dtr.Error, kind: dtr.ErrTransferSpeed, text: "checksum mismatch", attempts: 2},
+			state: dtr.Error, kind: dtr.ErrPermanentRemote, text: "checksum mismatch: expected adler32:00000001, got adler32:", attempts: 2},
 		{name: "an existing destination without overwrite is refused and left alone", existing: true,
 			state: dtr.Error, kind: dtr.ErrPermanentRemote, text: "destination exists", attempts: 1, wantBytes: old},
 		{name: "an existing destination with overwrite is replaced", existing: true,

@@ -288,6 +288,11 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if ev := sub.wait(bad.JobID, time.Minute); ev.State != "failed" {
 		t.Fatalf("job with a missing source %s", ev.State)
 	}
+	// It may ask which DTRs of a job wait for a retry, as submit --wait does.
+	var retrying scheduler.RetryingReply
+	if err := sub.request(bus.SubjectAPIRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
+		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
+	}
 	rejected, err := observer.nc.SubscribeSync(bus.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)

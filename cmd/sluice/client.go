@@ -111,7 +111,8 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 	if !*wait {
 		return nil
 	}
-	ev, err := waitJob(ctx, nc, reply.JobID, nil)
+	retries := retryWatch{job: reply.JobID, shown: map[uuid.UUID]int{}}
+	ev, err := waitJob(ctx, nc, reply.JobID, func() { retries.show(ctx, nc, stdout) })
 	if err != nil {
 		return err
 	}
@@ -144,6 +145,61 @@ func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func()) (gen
 		case <-t.C:
 		}
 	}
+}
+
+// retryWatch shows a job's DTRs that wait for a retry, one line for each
+// when it starts waiting and again after each further failed attempt. The
+// generator knows only finished DTRs: the scheduler answers which wait
+// (sluice.api.retrying). When it does not answer (restarting, an older
+// one, a user who may not ask), --wait waits on and asks again later.
+type retryWatch struct {
+	job   string
+	shown map[uuid.UUID]int // the attempts of the last line shown
+	after time.Time         // ask no sooner: the scheduler did not answer
+	noted bool              // that it did not has been said
+}
+
+func (w *retryWatch) show(ctx context.Context, nc *nats.Conn, out io.Writer) {
+	if time.Now().Before(w.after) {
+		return
+	}
+	ask, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var r scheduler.RetryingReply
+	m := nats.NewMsg(bus.SubjectAPIRetrying)
+	m.Data = []byte(w.job)
+	if err := request(ask, nc, m, &r); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		w.after = time.Now().Add(30 * time.Second)
+		if !w.noted {
+			w.noted = true
+			fmt.Fprintf(out, "(retries are not shown for now: %v)\n", err)
+		}
+		return
+	}
+	for _, d := range r.DTRs {
+		if d.Error == nil || w.shown[d.ID] == d.Attempts {
+			continue
+		}
+		w.shown[d.ID] = d.Attempts
+		fmt.Fprintf(out, "retrying %s: attempt %d of %d failed: %s: %s; next try at %s (in %s)\n",
+			d.Destination, d.Attempts, d.MaxAttempts, d.Error.Kind, oneLine(d.Error.Text, 200),
+			d.NextProcess.Local().Format("15:04:05"), max(0, time.Until(d.NextProcess)).Round(time.Second))
+	}
+}
+
+// oneLine returns the first line of s, at most n characters of it: a longer
+// line keeps its start and its end, where an error's cause is.
+func oneLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	r := []rune(strings.TrimSpace(s))
+	if len(r) <= n {
+		return string(r)
+	}
+	head := n / 3
+	return string(r[:head]) + "…" + string(r[len(r)-(n-head-1):])
 }
 
 func jobStatus(ctx context.Context, nc *nats.Conn, jobID string) (generator.JobEvent, error) {

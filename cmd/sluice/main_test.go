@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
@@ -272,5 +273,81 @@ func TestCancelSaysWhetherItCancelledAnything(t *testing.T) {
 				t.Fatalf("printed %q (%v), want %q", out.String(), err, tt.wantOut)
 			}
 		})
+	}
+}
+
+func TestSubmitWaitShowsARetryingDTRThenAChecksumMismatchTwiceFailsNamingBothValues(t *testing.T) {
+	ns, err := bus.Embedded(filepath.Join(t.TempDir(), "js"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	t.Setenv("SLUICE_NATS_URL", ns.ClientURL())
+	t.Setenv("SLUICE_RETRY_BASE", "1s")      // the retry waits 1 s
+	t.Setenv("SLUICE_MAXTRANSFERTRIES", "3") // more than the 2 a mismatch may take
+	t.Setenv("SLUICE_TICK", "20ms")
+	var cfg Config
+	if err := processEnv(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- stack.Run(ctx, cfg, []string{"scheduler", "generator", "processor", "delivery"}, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { stop(); <-done }()
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "out", "dst")
+	if err := os.WriteFile(src, []byte("the bytes of a file whose stated checksum is wrong"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := checksum.File(src, "adler32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "adler32:0a1b2c3d"
+	jobFile := filepath.Join(dir, "job.json")
+	job := fmt.Sprintf(`{"id":"wrong-sum","inputs":[{"source":"file://%s","destination":"file://%s","checksum":%q}]}`, src, dst, want)
+	if err := os.WriteFile(jobFile, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for range 100 { // the services may still be starting
+		out.Reset()
+		err = run([]string{"submit", "--wait", jobFile}, &out)
+		if !strings.Contains(out.String(), "no service answers") && (err == nil || !strings.Contains(err.Error(), "no service answers")) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil || !strings.Contains(err.Error(), "job wrong-sum failed") {
+		t.Fatalf("submit --wait returned %v, want the job failed; printed:\n%s", err, out.String())
+	}
+	var retries []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "retrying ") {
+			retries = append(retries, l)
+		}
+	}
+	wantRetry := fmt.Sprintf("retrying file://%s: attempt 1 of 3 failed: TRANSFER_SPEED: verify file://%s: checksum mismatch: expected %s, got %s; next try at ",
+		dst, dst, want, got)
+	if len(retries) != 1 || !strings.HasPrefix(retries[0], wantRetry) {
+		t.Fatalf("retry lines %q, want one starting %q; printed:\n%s", retries, wantRetry, out.String())
+	}
+	twice := fmt.Sprintf("PERMANENT_REMOTE: checksum mismatch: expected %s, got %s (twice: the source or its stated checksum is wrong)", want, got)
+	if !strings.Contains(out.String(), twice) {
+		t.Fatalf("printed\n%s\nwant the error %q", out.String(), twice)
+	}
+	var tries string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[2] == "ERROR" {
+			tries = f[4]
+		}
+	}
+	if tries != "2" {
+		t.Fatalf("the file's line says %q tries, want 2; printed:\n%s", tries, out.String())
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Fatal("the destination exists")
 	}
 }

@@ -47,6 +47,8 @@ type dtrWire struct {
 	Replica       int           `json:"replica,omitempty"`
 	Cache         string        `json:"cache,omitempty"`
 	CacheFile     string        `json:"cache_file,omitempty"`
+
+	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -63,5 +65,5 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Bytes: d.Bytes, Checksum: d.Checksum, Created: d.Created, Updated: d.Updated, Started: unlessZero(&d.Started),
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
-		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile}
+		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch}
 }

@@ -55,6 +55,8 @@ const (
 	SubjectAPIJobStatus = "sluice.api.job.status"
 	SubjectAPIShares    = "sluice.api.shares"
 	SubjectAPIDTR       = "sluice.api.dtr"
+	// SubjectAPIRetrying answers a job's DTRs that wait for a retry.
+	SubjectAPIRetrying = "sluice.api.retrying"
 	// Control endpoints of the scheduler.
 	SubjectAPIPriority    = "sluice.api.priority"
 	SubjectAPICancel      = "sluice.api.cancel"

@@ -141,6 +141,10 @@ type DTR struct {
 	// CacheFile is the file:// URL of its cache entry.
 	Cache     string `json:"cache,omitempty"`
 	CacheFile string `json:"cache_file,omitempty"`
+	// ChecksumMismatch is the checksum of an earlier attempt's copy when it
+	// was not Options.Checksum. One such mismatch is retried with a fresh
+	// copy; a second fails the DTR (PERMANENT_REMOTE), naming both values.
+	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
 }
 
 // How the cache serves a DTR.

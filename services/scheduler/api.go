@@ -35,6 +35,9 @@ func (s *Service) addAPI() (micro.Service, error) {
 	if err := svc.AddEndpoint("dtr", micro.HandlerFunc(s.handleDTR), micro.WithEndpointSubject(bus.SubjectAPIDTR)); err != nil {
 		return nil, err
 	}
+	if err := svc.AddEndpoint("retrying", micro.HandlerFunc(s.handleRetrying), micro.WithEndpointSubject(bus.SubjectAPIRetrying)); err != nil {
+		return nil, err
+	}
 	if err := svc.AddEndpoint("priority", micro.HandlerFunc(s.handlePriority), micro.WithEndpointSubject(bus.SubjectAPIPriority)); err != nil {
 		return nil, err
 	}
@@ -295,6 +298,27 @@ func (s *Service) handleDTR(r micro.Request) {
 		return
 	}
 	_ = r.RespondJSON(DTRReply{DTR: d, Why: why})
+}
+
+// RetryingReply is the answer of sluice.api.retrying: a job's DTRs that
+// wait to be tried again, each with its error, attempts and next_process.
+type RetryingReply struct {
+	DTRs []dtr.DTR `json:"dtrs"`
+}
+
+func (s *Service) handleRetrying(r micro.Request) {
+	job := strings.TrimSpace(string(r.Data()))
+	if !dtr.ValidJobID(job) {
+		_ = r.Error("400", fmt.Sprintf("job id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", job), nil)
+		return
+	}
+	reply := RetryingReply{DTRs: []dtr.DTR{}}
+	s.query(func() {
+		if ds := s.core.Retrying(job); ds != nil {
+			reply.DTRs = ds
+		}
+	})
+	_ = r.RespondJSON(reply)
 }
 
 // query runs f in the scheduling loop, which owns the core.

@@ -402,6 +402,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 		d.Cancel = true // its job was cancelled before it arrived
 	}
 	d.Error = nil
+	d.ChecksumMismatch = ""
 	d.Grant = ""
 	if len(d.Replicas) > 0 {
 		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
@@ -830,6 +831,27 @@ func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
 		return dtr.DTR{}, false
 	}
 	return *c.view(e), true
+}
+
+// Retrying returns copies of a job's DTRs that wait to be tried again after
+// an error (in NEW to start over, or in CACHE_PROCESSED to finalise again),
+// each with its error, its attempts so far and when it goes on
+// (NextProcess), soonest first.
+func (c *Core) Retrying(jobID string) []dtr.DTR {
+	var out []dtr.DTR
+	for _, e := range c.delayed {
+		d := e.d // waiting: not packed
+		if d.JobID == jobID && d.Error != nil && (d.State == dtr.New || d.State == dtr.CacheProcessed) {
+			out = append(out, *d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].NextProcess.Equal(out[j].NextProcess) {
+			return out[i].NextProcess.Before(out[j].NextProcess)
+		}
+		return out[i].ID.String() < out[j].ID.String()
+	})
+	return out
 }
 
 // Queued returns how many DTRs wait in a queue state.

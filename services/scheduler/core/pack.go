@@ -97,6 +97,7 @@ func (c *Core) pack(d *dtr.DTR) string {
 	b = binary.AppendVarint(b, int64(d.Replica))
 	b = appendString(b, d.Cache)
 	b = appendString(b, d.CacheFile)
+	b = appendString(b, d.ChecksumMismatch)
 	c.scratch = b
 	return string(b)
 }
@@ -160,6 +161,7 @@ func (c *Core) unpack(p string) *dtr.DTR {
 	d.Replica = int(r.varint())
 	d.Cache = r.str()
 	d.CacheFile = r.str()
+	d.ChecksumMismatch = r.str()
 	return d
 }
 

@@ -26,7 +26,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TransferGrant: "x.2",
 		Cleanup: true, Grant: "x.3", TURL: "file:///stage/6f1c1c1e-8f8e-4d8e-9b1a-7c1d2e3f4a5b",
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
-		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef",
+		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef", ChecksumMismatch: "adler32:ffff0000",
 	}
 	tests := []struct {
 		name string

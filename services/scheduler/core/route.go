@@ -5,8 +5,11 @@ package core
 
 import (
 	"container/heap"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -158,7 +161,11 @@ func (c *Core) route(now time.Time, e *entry) {
 // raised in post-processing (REGISTERING_REPLICA) tries post-processing
 // again, since the file may already be in place; every other retry starts
 // over from NEW. A checksum mismatch is the exception: the bad copy is gone,
-// so it starts over from NEW to transfer the file again.
+// so it starts over from NEW to transfer the file again. A copy whose
+// checksum is not the one the job gave is copied afresh once; when the
+// second copy does not match either, the source or its stated checksum is
+// wrong and the DTR fails as PERMANENT_REMOTE (the first mismatch is kept
+// in the DTR, so a restart between the two changes nothing).
 func (c *Core) decide(now time.Time, e *entry) {
 	d := e.d
 	if e.recleanup {
@@ -179,6 +186,13 @@ func (c *Core) decide(now time.Time, e *entry) {
 		c.must(d.Transition(dtr.Done, now))
 	default:
 		d.Attempts++
+		if mismatched(d) {
+			if d.ChecksumMismatch == "" {
+				d.ChecksumMismatch = d.Checksum
+			} else {
+				d.Error = mismatchedTwice(d)
+			}
+		}
 		if d.Error.Kind.Retryable() && d.Attempts < d.MaxAttempts {
 			c.count.Retries++
 			d.NextProcess = now.Add(c.cfg.RetryBase * time.Duration(d.Attempts*d.Attempts))
@@ -205,6 +219,32 @@ func (c *Core) decide(now time.Time, e *entry) {
 	c.out.Final = append(c.out.Final, d)
 	delete(c.dtrs, d.ID)
 
+}
+
+// mismatched reports whether d's attempt failed because the checksum of its
+// copy, which delivery computed, is not the one the job gave: the
+// processor's verification of the copy (a TRANSFER_SPEED error in
+// REGISTERING_REPLICA, as ARC has it) found that d.Checksum is not
+// d.Options.Checksum.
+func mismatched(d *dtr.DTR) bool {
+	want, got := d.Options.Checksum, d.Checksum
+	if d.Error.Kind != dtr.ErrTransferSpeed || d.Error.State != dtr.RegisteringReplica || want == "" || got == "" {
+		return false
+	}
+	wantType, _, _ := strings.Cut(want, ":")
+	gotType, _, _ := strings.Cut(got, ":")
+	return strings.EqualFold(wantType, gotType) && !checksum.Equal(want, got)
+}
+
+// mismatchedTwice is the error of a DTR whose second fresh copy did not
+// have the expected checksum either.
+func mismatchedTwice(d *dtr.DTR) *dtr.Failure {
+	got := d.Checksum
+	if !checksum.Equal(d.ChecksumMismatch, got) {
+		got = d.ChecksumMismatch + ", then " + got
+	}
+	return &dtr.Failure{Kind: dtr.ErrPermanentRemote, State: d.Error.State, Location: dtr.LocationSource,
+		Text: fmt.Sprintf("checksum mismatch: expected %s, got %s (twice: the source or its stated checksum is wrong)", d.Options.Checksum, got)}
 }
 
 func (c *Core) markDirty(e *entry) {
