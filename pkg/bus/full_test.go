@@ -263,3 +263,47 @@ func TestASpaceIsFullFromARefusalUntilAWriteIsStored(t *testing.T) {
 		t.Fatal("a nil Space is full")
 	}
 }
+
+func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
+	ctx := context.Background()
+	js := smallServer(t, 1<<30)
+	l := Limits{Submit: 1 << 20, Grants: 2 << 20, Results: 3 << 20, Events: 4 << 20, Journal: 5 << 20, DTRs: 6 << 20, Jobs: 7 << 20}
+	if err := Ensure(ctx, js, Setup{Limits: l}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		max     int64
+		discard jetstream.DiscardPolicy
+	}{
+		StreamSubmit: {l.Submit, jetstream.DiscardNew}, StreamGrants: {l.Grants, jetstream.DiscardNew},
+		StreamResults: {l.Results, jetstream.DiscardNew}, StreamEvents: {l.Events, jetstream.DiscardOld},
+		StreamJournal:      {l.Journal, jetstream.DiscardNew},
+		"KV_" + BucketDTRs: {l.DTRs, jetstream.DiscardNew}, "KV_" + BucketJobs: {l.Jobs, jetstream.DiscardNew},
+	}
+	check := func(scale int64) {
+		t.Helper()
+		for name, w := range want {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			if cfg.MaxBytes != w.max*scale || cfg.Discard != w.discard {
+				t.Errorf("%s: MaxBytes %d, %s; want %d, %s", name, cfg.MaxBytes, cfg.Discard, w.max*scale, w.discard)
+			}
+		}
+	}
+	check(1)
+	// Other limits at the next start: the streams and buckets follow.
+	l2 := Limits{Submit: 2 * l.Submit, Grants: 2 * l.Grants, Results: 2 * l.Results, Events: 2 * l.Events,
+		Journal: 2 * l.Journal, DTRs: 2 * l.DTRs, Jobs: 2 * l.Jobs}
+	if err := Ensure(ctx, js, Setup{Limits: l2}); err != nil {
+		t.Fatal(err)
+	}
+	check(2)
+	// Limits the server cannot reserve: an error that names the settings.
+	err := Ensure(ctx, js, Setup{Limits: Limits{DTRs: 2 << 30}})
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_*_MAX_BYTES") {
+		t.Fatalf("limits beyond the store: %v", err)
+	}
+}

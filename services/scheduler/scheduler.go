@@ -85,6 +85,8 @@ type Config struct {
 	// Retention is how long the record of a final DTR, and an ended job's
 	// records, are kept.
 	Retention time.Duration `envconfig:"RETENTION" default:"0" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept, e.g. 720h; 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
+	// The most bytes each stream and bucket may hold (bus.Limits).
+	StoreLimits
 	// CheckpointEvery and CheckpointRecords say how often the records in
 	// the journal are checkpointed into the sluice_dtrs bucket (journal.go).
 	CheckpointEvery   time.Duration `envconfig:"CHECKPOINT_EVERY" default:"5s" desc:"how often the DTR records of the scheduler's journal are put in the sluice_dtrs bucket (each changed DTR once) and the journal purged; a restart replays what is left"`
@@ -432,7 +434,8 @@ func (s *Service) setUp(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	var logged time.Time
 	for {
-		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0})
+		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
+			Limits: s.cfg.Limits()})
 		if err == nil {
 			return nil
 		}
