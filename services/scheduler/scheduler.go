@@ -84,7 +84,7 @@ type Config struct {
 	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
 	// Retention is how long the record of a final DTR, and an ended job's
 	// records, are kept.
-	Retention time.Duration `envconfig:"RETENTION" default:"0" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept, e.g. 720h; 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
+	Retention time.Duration `envconfig:"RETENTION" default:"720h" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept (720h: 30 days); 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
 	// The most bytes each stream and bucket may hold (bus.Limits).
 	StoreLimits
 	// CheckpointEvery and CheckpointRecords say how often the records in
