@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,7 +26,15 @@ type resultSender struct {
 	// maxBytes bounds a message: a batch larger than it is split.
 	maxBytes int
 	in       chan *pendingResult
+	// space follows the results refused for want of space; such a
+	// result is held back and published again for up to fullPatience.
+	space *bus.Space
 }
+
+// fullPatience is how long a result is held back while JetStream has no
+// space for it, published again after a pause growing from 100 ms to 5 s:
+// a grant whose lease has long run out is granted again anyway.
+var fullPatience = 10 * time.Minute
 
 type pendingResult struct {
 	r    bus.Result
@@ -37,7 +46,8 @@ func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source stri
 	if maxBytes <= 0 {
 		maxBytes = bus.MaxMessageBytes / 2
 	}
-	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults)}
+	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults),
+		space: bus.SpaceOf(nc)}
 }
 
 // send hands r to the sender and returns once it is stored, or why not.
@@ -117,11 +127,28 @@ func (s *resultSender) publishResults(rs bus.Results) error {
 	// While NATS fails over a publish can go unanswered or be refused for
 	// want of a leader: the same message (the same id, stored once) is
 	// sent again for up to about half a minute.
+	// While JetStream has no space for it, it is held back and sent
+	// again for up to fullPatience.
+	var full bus.Backoff
+	start := time.Now()
 	for try := 1; ; try++ {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.js.PublishMsg(pctx, m)
 		cancel()
-		if err == nil || try == publishTries {
+		if err == nil {
+			s.space.Stored()
+			return nil
+		}
+		if bus.StoreFull(err) && time.Since(start) < fullPatience {
+			if s.space.Refused(err) {
+				slog.Warn("JetStream store full: results are held back and published again once there is room",
+					"subject", s.subject, "reason", bus.FullReason(err))
+			}
+			try-- // not a try of the failover's
+			time.Sleep(full.Next())
+			continue
+		}
+		if try == publishTries {
 			return err
 		}
 		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
