@@ -267,7 +267,7 @@ func TestASpaceIsFullFromARefusalUntilAWriteIsStored(t *testing.T) {
 func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	ctx := context.Background()
 	js := smallServer(t, 1<<30)
-	l := Limits{Submit: 1 << 20, Grants: 2 << 20, Results: 3 << 20, Events: 4 << 20, Journal: 5 << 20, DTRs: 6 << 20, Jobs: 7 << 20}
+	l := Limits{Submit: 8 << 20, Grants: 9 << 20, Results: 10 << 20, Events: 11 << 20, Journal: 12 << 20, DTRs: 13 << 20, Jobs: 14 << 20}
 	if err := Ensure(ctx, js, Setup{Limits: l}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,5 +305,10 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	err := Ensure(ctx, js, Setup{Limits: Limits{DTRs: 2 << 30}})
 	if err == nil || !strings.Contains(err.Error(), "SLUICE_*_MAX_BYTES") {
 		t.Fatalf("limits beyond the store: %v", err)
+	}
+	// A limit smaller than a message may be: refused before anything.
+	err = Ensure(ctx, js, Setup{Limits: Limits{Journal: 1 << 20}})
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_JOURNAL_MAX_BYTES") {
+		t.Fatalf("a 1 MiB journal: %v", err)
 	}
 }

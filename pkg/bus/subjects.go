@@ -153,6 +153,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		s.AckWait = 30 * time.Second
 	}
 	l := s.Limits
+	if err := l.Check(); err != nil {
+		return err
+	}
 	streams := []jetstream.StreamConfig{
 		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
 			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute,
@@ -252,6 +255,27 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
 				return fmt.Errorf("bucket %s: allow records with a time to live (NATS 2.11 or later): %w", BucketDTRs, err)
 			}
+		}
+	}
+	return nil
+}
+
+// MinLimit is the smallest limit a stream or bucket may have: a message
+// larger than its stream's limit would be refused for ever, and Sluice's
+// messages reach half of the server's max_payload (8 MB in the embedded
+// server and compose).
+const MinLimit = 8 << 20
+
+// Check says whether every limit is 0 or at least MinLimit.
+func (l Limits) Check() error {
+	for _, v := range []struct {
+		name  string
+		bytes int64
+	}{{"SLUICE_SUBMIT_MAX_BYTES", l.Submit}, {"SLUICE_GRANTS_MAX_BYTES", l.Grants}, {"SLUICE_RESULTS_MAX_BYTES", l.Results},
+		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
+		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}} {
+		if v.bytes != 0 && v.bytes < MinLimit {
+			return fmt.Errorf("%s is %d bytes: 0 (no limit) or at least %d (8 MiB), so that any message fits", v.name, v.bytes, MinLimit)
 		}
 	}
 	return nil

@@ -223,6 +223,9 @@ type Service struct {
 // New checks the configuration and prepares a scheduler on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	cc, err := cfg.CoreConfig()
+	if err == nil {
+		err = cfg.Limits().Check()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
 	}
