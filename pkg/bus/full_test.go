@@ -267,6 +267,11 @@ func TestASpaceIsFullFromARefusalUntilAWriteIsStored(t *testing.T) {
 func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	ctx := context.Background()
 	js := smallServer(t, 1<<30)
+	// A stream as an earlier Sluice made it: no limit, DiscardOld.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
+		Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	l := Limits{Submit: 8 << 20, Grants: 9 << 20, Results: 10 << 20, Events: 11 << 20, Journal: 12 << 20, DTRs: 13 << 20, Jobs: 14 << 20}
 	if err := Ensure(ctx, js, Setup{Limits: l}); err != nil {
 		t.Fatal(err)
