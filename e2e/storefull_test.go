@@ -87,7 +87,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 	ctx := context.Background()
 
 	// The scheduler sets the streams up, then is down while a job comes.
-	base, _, stop := serveRoles(t, cfg, "scheduler", "processor", "delivery")
+	base, _, stop := serveRoles(t, cfg, "scheduler")
 	healthOf(t, base, 10*time.Second, func(code int, h stack.Health) bool { return code == http.StatusOK && h.OK })
 	if err := stop(); err != nil {
 		t.Fatalf("roles stopped with %v", err)
