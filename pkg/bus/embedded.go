@@ -12,6 +12,12 @@ import (
 // TCP connection measured 2–4× faster than nats.go's in-process connection
 // under pipelined load here.
 func Embedded(dir string, port int) (*server.Server, error) {
+	return EmbeddedWith(dir, port, nil)
+}
+
+// EmbeddedWith is Embedded with its options changed by set first (a test's
+// small JetStream store, say: JetStreamMaxStore).
+func EmbeddedWith(dir string, port int, set func(*server.Options)) (*server.Server, error) {
 	if port == 0 {
 		port = -1 // a free port
 	}
@@ -24,6 +30,9 @@ func Embedded(dir string, port int) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: 8 << 20,
+	}
+	if set != nil {
+		set(opts)
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -37,6 +37,12 @@ type Batch struct {
 	// Last is the highest stream sequence the server has acknowledged
 	// (useful when every message goes to one stream).
 	Last uint64
+	// Full, if set, makes a message that JetStream refuses for want of
+	// space (StoreFull) be published again, after a pause growing from
+	// MinBackoff to MaxBackoff, until it is stored or the context ends;
+	// each such refusal is recorded in Full. Unset, the refusal is an
+	// error like any other.
+	Full *Space
 
 	ctx     context.Context
 	js      jetstream.JetStream
@@ -137,6 +143,9 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 		return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
 	}
 	for try := 2; try <= ackTries; try++ {
+		if b.Full != nil && StoreFull(last) {
+			return b.untilStored(ctx, f.Msg(), last)
+		}
 		var api *jetstream.APIError
 		if errors.As(last, &api) {
 			// The server refused it: sending it again changes nothing.

@@ -4,6 +4,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -121,6 +122,20 @@ type Setup struct {
 	// time to live (JetStream's per-message TTL, NATS 2.11 and later): the
 	// scheduler's retention of final DTRs.
 	ExpiringRecords bool
+	// Limits are the most bytes each stream and bucket may hold.
+	Limits Limits
+}
+
+// Limits are the most bytes each stream and bucket may hold; 0 is no
+// limit. A full work-queue stream (SLUICE_SUBMIT, SLUICE_GRANTS,
+// SLUICE_RESULTS), the journal and the buckets refuse new messages
+// (DiscardNew) and keep what they hold; SLUICE_EVENTS, whose messages
+// stay until they are 7 days old whether read or not, drops its oldest
+// (DiscardOld), which the generator took long before. The server reserves
+// each limit in its store (max_file_store): together they must fit in it.
+type Limits struct {
+	Submit, Grants, Results, Events, Journal int64
+	DTRs, Jobs                               int64
 }
 
 // ensureMu keeps the schedulers of one process from setting up at once.
@@ -139,27 +154,40 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	if s.AckWait <= 0 {
 		s.AckWait = 30 * time.Second
 	}
+	l := s.Limits
+	if err := l.Check(); err != nil {
+		return err
+	}
 	streams := []jetstream.StreamConfig{
 		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
-			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute},
+			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Submit, Discard: jetstream.DiscardNew},
 		{Name: StreamGrants, Subjects: []string{SubjectGrantPrefix + ">"},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Grants, Discard: jetstream.DiscardNew},
 		{Name: StreamResults, Subjects: []string{SubjectResultPrefix + ">", SubjectProgressPrefix + ">"},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Results, Discard: jetstream.DiscardNew},
 		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>", SubjectRejected},
-			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
-		// No limits: the scheduler purges what it has checkpointed.
+			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Events, Discard: jetstream.DiscardOld},
+		// The scheduler purges what it has checkpointed; full, it
+		// refuses new records and keeps the ones not yet checkpointed.
 		{Name: StreamJournal, Subjects: []string{SubjectJournal},
-			Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute},
+			Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Journal, Discard: jetstream.DiscardNew},
 	}
 	for _, cfg := range streams {
 		cfg.Storage = jetstream.FileStorage
 		cfg.Replicas = s.Replicas
+		if cfg.MaxBytes <= 0 {
+			cfg.MaxBytes = -1 // no limit, as the server says it
+		}
 		if st, err := js.Stream(ctx, cfg.Name); err == nil && sameStream(st.CachedInfo().Config, cfg) {
 			continue
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+			return fmt.Errorf("stream %s: %w", cfg.Name, reserveHint(err))
 		}
 	}
 	consumers := []struct {
@@ -187,26 +215,34 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			return fmt.Errorf("consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
 		}
 	}
-	for _, b := range []string{BucketDTRs, BucketJobs} {
-		if _, err := js.KeyValue(ctx, b); err == nil {
-			// There already: only its copies follow the setting (a
-			// deployment moved to a cluster keeps its records).
-			st, err := js.Stream(ctx, "KV_"+b)
+	for _, b := range []struct {
+		name     string
+		maxBytes int64
+	}{{BucketDTRs, l.DTRs}, {BucketJobs, l.Jobs}} {
+		maxBytes := b.maxBytes
+		if maxBytes <= 0 {
+			maxBytes = -1
+		}
+		if _, err := js.KeyValue(ctx, b.name); err == nil {
+			// There already: only its copies and its limit follow the
+			// settings (a deployment moved to a cluster keeps its
+			// records).
+			st, err := js.Stream(ctx, "KV_"+b.name)
 			if err != nil {
-				return fmt.Errorf("bucket %s: %w", b, err)
+				return fmt.Errorf("bucket %s: %w", b.name, err)
 			}
-			if cfg := st.CachedInfo().Config; cfg.Replicas != s.Replicas {
-				cfg.Replicas = s.Replicas
+			if cfg := st.CachedInfo().Config; cfg.Replicas != s.Replicas || cfg.MaxBytes != maxBytes {
+				cfg.Replicas, cfg.MaxBytes = s.Replicas, maxBytes
 				if _, err := js.UpdateStream(ctx, cfg); err != nil {
-					return fmt.Errorf("bucket %s: %d copies: %w", b, cfg.Replicas, err)
+					return fmt.Errorf("bucket %s: %d copies, at most %d bytes: %w", b.name, cfg.Replicas, cfg.MaxBytes, reserveHint(err))
 				}
 			}
 			continue
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1,
+			Bucket: b.name, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, MaxBytes: maxBytes,
 		}); err != nil {
-			return fmt.Errorf("bucket %s: %w", b, err)
+			return fmt.Errorf("bucket %s: %w", b.name, reserveHint(err))
 		}
 	}
 	if s.ExpiringRecords {
@@ -226,13 +262,44 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	return nil
 }
 
+// MinLimit is the smallest limit a stream or bucket may have: a message
+// larger than its stream's limit would be refused for ever, and Sluice's
+// messages reach half of the server's max_payload (8 MB in the embedded
+// server and compose).
+const MinLimit = 8 << 20
+
+// Check says whether every limit is 0 or at least MinLimit.
+func (l Limits) Check() error {
+	for _, v := range []struct {
+		name  string
+		bytes int64
+	}{{"SLUICE_SUBMIT_MAX_BYTES", l.Submit}, {"SLUICE_GRANTS_MAX_BYTES", l.Grants}, {"SLUICE_RESULTS_MAX_BYTES", l.Results},
+		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
+		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}} {
+		if v.bytes != 0 && v.bytes < MinLimit {
+			return fmt.Errorf("%s is %d bytes: 0 (no limit) or at least %d (8 MiB), so that any message fits", v.name, v.bytes, MinLimit)
+		}
+	}
+	return nil
+}
+
+// reserveHint explains a limit the server cannot reserve in its store.
+func reserveHint(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == JSErrCodeStorageResourcesExceeded || api.ErrorCode == JSErrCodeMemoryResourcesExceeded) {
+		return fmt.Errorf("%w: the limits of Sluice's streams and buckets (SLUICE_*_MAX_BYTES) add up to more than the NATS server's JetStream store (max_file_store) can reserve; lower them, or give the server more", err)
+	}
+	return err
+}
+
 func sameStream(have, want jetstream.StreamConfig) bool {
 	if want.MaxMsgSize == 0 {
 		want.MaxMsgSize = -1 // how the server reports "no limit"
 	}
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
 		have.MaxMsgSize == want.MaxMsgSize && have.Duplicates == want.Duplicates &&
-		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas
+		have.MaxAge == want.MaxAge && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.MaxBytes == want.MaxBytes && have.Discard == want.Discard
 }
 
 func sameConsumer(have, want jetstream.ConsumerConfig) bool {

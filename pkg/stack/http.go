@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
@@ -36,6 +38,27 @@ func newMetrics(service string) (*sdkmetric.MeterProvider, http.Handler, error) 
 		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }
 
+// registerStoreFull serves the sluice_store_full gauge: 1 for each role
+// whose writes JetStream refuses for want of space, else 0.
+func registerStoreFull(meter metric.Meter, h *health) error {
+	full, err := meter.Int64ObservableGauge("sluice.store.full",
+		metric.WithDescription("1 while JetStream refuses the role's writes for want of space (a full store, stream, bucket or disk) and the role holds them back, trying again; else 0"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for role, f := range h.full() {
+			v := int64(0)
+			if f {
+				v = 1
+			}
+			o.ObserveInt64(full, v, metric.WithAttributes(attribute.String("role", role)))
+		}
+		return nil
+	}, full)
+	return err
+}
+
 // health follows the roles of a process for /healthz.
 type health struct {
 	mu    sync.Mutex
@@ -44,6 +67,7 @@ type health struct {
 
 type roleHealth struct {
 	nc      *nats.Conn
+	space   *bus.Space  // the role's writes refused for want of space
 	ready   func() bool // nil: ready once running
 	running bool
 	err     string
@@ -69,7 +93,19 @@ func (h *health) add(role string, nc *nats.Conn, ready func() bool) {
 	if h.roles == nil {
 		h.roles = map[string]*roleHealth{}
 	}
-	h.roles[role] = &roleHealth{nc: nc, ready: ready}
+	h.roles[role] = &roleHealth{nc: nc, space: bus.SpaceOf(nc), ready: ready}
+}
+
+// full reports, for the sluice_store_full metric, which roles have their
+// writes refused for want of space.
+func (h *health) full() map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]bool, len(h.roles))
+	for name, r := range h.roles {
+		out[name], _, _ = r.space.Full()
+	}
+	return out
 }
 
 func (h *health) set(role string, running bool, err error) {
@@ -95,6 +131,8 @@ func (h *health) check() Health {
 			rh.OK, rh.Detail = false, "not running"
 		case !r.nc.IsConnected():
 			rh.OK, rh.Detail = false, "not connected to NATS"
+		case r.space.Detail() != "":
+			rh.OK, rh.Detail = false, r.space.Detail()
 		case r.ready != nil && !r.ready():
 			rh.OK, rh.Detail = false, "starting"
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/processor"
@@ -185,6 +186,9 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	meter := mp.Meter("github.com/sluice-dtr/sluice")
 	mux := http.NewServeMux()
 	var hl health
+	if err := registerStoreFull(meter, &hl); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	mux.Handle("GET /healthz", &hl)
 	mux.Handle("GET /metrics", metrics)
 	// Go's profiles, as Loki and Mimir serve them: what a process spends
@@ -201,6 +205,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			return err
 		}
 		defer nc.Close()
+		defer bus.ForgetSpace(nc)
 		var run func(context.Context) error
 		var ready func() bool
 		switch role {

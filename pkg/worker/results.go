@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,9 @@ type resultSender struct {
 	// stopping is closed when the pool stops: from then on a result is
 	// given up after publishTries.
 	stopping chan struct{}
+	// space follows the results refused for want of space; such a
+	// result is held back and published again until it is stored.
+	space *bus.Space
 }
 
 type pendingResult struct {
@@ -40,7 +44,8 @@ func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source stri
 	if maxBytes <= 0 {
 		maxBytes = bus.MaxMessageBytes / 2
 	}
-	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults), stopping: make(chan struct{})}
+	return &resultSender{js: js, subject: subject, source: source, maxBytes: maxBytes, in: make(chan *pendingResult, maxBatchResults),
+		stopping: make(chan struct{}), space: bus.SpaceOf(nc)}
 }
 
 // send hands r to the sender and returns once it is stored, or why not.
@@ -119,18 +124,35 @@ func (s *resultSender) publishResults(rs bus.Results) error {
 		return errTooLarge
 	}
 	// While NATS fails over, or is away, a publish can go unanswered or be
-	// refused: the same message (the same id, stored once) is sent again
-	// until it is stored, however long NATS is away, so that work finished
-	// meanwhile is reported (the scheduler's lease clock stood still), and
-	// once the pool stops for about half a minute more.
+	// refused, and while JetStream has no space for it, it is refused: the
+	// same message (the same id, stored once) is sent again until it is
+	// stored, however long that takes, so that work finished meanwhile is
+	// reported (the scheduler's lease clock stood still while it could not
+	// hear), and once the pool stops for about half a minute more.
+	var full bus.Backoff
+	afterStop := 0 // tries since the pool stopped
 	for try := 1; ; try++ {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.js.PublishMsg(pctx, m)
 		cancel()
-		if err == nil || try >= publishTries && s.stopped() {
-			return err
+		if err == nil {
+			s.space.Stored()
+			return nil
 		}
-		time.Sleep(min(time.Duration(try)*500*time.Millisecond, 5*time.Second))
+		if s.stopped() {
+			if afterStop++; afterStop >= publishTries {
+				return err
+			}
+		}
+		pause := min(time.Duration(try)*500*time.Millisecond, 5*time.Second)
+		if bus.StoreFull(err) {
+			if s.space.Refused(err) {
+				slog.Warn("JetStream store full: results are held back and published again once there is room",
+					"subject", s.subject, "reason", bus.FullReason(err))
+			}
+			pause = full.Next()
+		}
+		time.Sleep(pause)
 	}
 }
 

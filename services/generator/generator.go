@@ -13,6 +13,7 @@ package generator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -180,6 +181,8 @@ type Service struct {
 	log *slog.Logger
 	// jobs counts jobs submitted and ended, dtrs the DTRs submitted.
 	jobs, dtrs metric.Int64Counter
+	// space follows the writes refused for want of space (full.go).
+	space *bus.Space
 
 	mu sync.Mutex
 	// suspects are jobs whose counts may miss a final DTR (one was
@@ -297,7 +300,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs,
+	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
 		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{}}, nil
 }
 
@@ -334,15 +337,30 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	// Final DTRs are recorded in batches: whatever has come in while the
 	// last batch was recorded, one record update per job.
+	var full bus.Backoff
 	return bus.EachBatch(ctx, cons, 500, func(ms []jetstream.Msg) {
 		if err := s.onFinals(ctx, ms); err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("final DTRs not recorded; they will be redelivered", "err", err, "dtrs", len(ms))
+				delay := time.Second
+				if bus.StoreFull(err) {
+					// Redelivered after a pause that grows while the
+					// store stays full.
+					delay = full.Next()
+					if s.space.Refused(err) {
+						s.log.Warn("JetStream store full: final DTRs not recorded; they will be redelivered", "reason", bus.FullReason(err), "dtrs", len(ms))
+					}
+				} else {
+					s.log.Error("final DTRs not recorded; they will be redelivered", "err", err, "dtrs", len(ms))
+				}
 				for _, m := range ms {
-					_ = m.NakWithDelay(time.Second)
+					_ = m.NakWithDelay(delay)
 				}
 			}
 			return
+		}
+		full.Reset()
+		if d := s.space.Stored(); d > 0 {
+			s.log.Info("JetStream store has room again; the generator goes on", "held_back", d.Round(time.Millisecond))
 		}
 		for _, m := range ms {
 			_ = m.Ack()
@@ -383,23 +401,49 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	if err != nil {
 		return reply, err
 	}
-	if err := s.create(ctx, j.ID+".files", files, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
-		return reply, err
+	// Stored in this order: the file list, the job's record, its DTRs.
+	// Refused for want of space before the DTRs, what this call created is
+	// removed again: nothing of the job is left.
+	var created []string
+	if isNew, err := s.create(ctx, j.ID+".files", files, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+		return reply, s.refuseFull(ctx, j.ID, created, err)
+	} else if isNew {
+		created = append(created, j.ID+".files")
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return reply, err
+		return reply, s.refuseFull(ctx, j.ID, created, err)
 	}
-	if err := s.create(ctx, j.ID, b, func([]byte) bool { return true }); err != nil {
-		return reply, err
+	if isNew, err := s.create(ctx, j.ID, b, func([]byte) bool { return true }); err != nil {
+		return reply, s.refuseFull(ctx, j.ID, created, err)
+	} else if isNew {
+		created = append(created, j.ID)
 	}
 	out := bus.NewBatch(ctx, s.js)
+	var full error // the first refusal for want of space
+	refused := 0
+	out.Refused = func(_ int, err error) error {
+		if !bus.StoreFull(err) {
+			return err
+		}
+		full = cmp.Or(full, err)
+		refused++
+		return nil
+	}
 	for _, m := range msgs {
 		out.Add(m)
 	}
 	if err := out.Wait(ctx); err != nil {
 		return reply, fmt.Errorf("submit DTRs of job %s: %w", j.ID, err)
 	}
+	switch {
+	case refused == len(msgs):
+		return reply, s.refuseFull(ctx, j.ID, created, full)
+	case refused > 0:
+		s.space.Refused(full)
+		return reply, partlyFull(j.ID, len(msgs)-refused, len(msgs), full)
+	}
+	s.space.Stored()
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", "submitted")))
 	s.dtrs.Add(ctx, int64(len(ds)))
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
@@ -467,22 +511,24 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	return msgs, nil
 }
 
-// create stores b under a new key. When the key is there already, a
-// resubmitted job, it is fine if same says the stored value is the same.
-func (s *Service) create(ctx context.Context, key string, b []byte, same func(stored []byte) bool) error {
+// create stores b under a new key; true if it did. When the key is there
+// already, a resubmitted job, it is fine if same says the stored value is
+// the same.
+func (s *Service) create(ctx context.Context, key string, b []byte, same func(stored []byte) bool) (bool, error) {
 	if _, err := s.kv.Create(ctx, key, b); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("store %s: %w", key, err)
+			return false, fmt.Errorf("store %s: %w", key, err)
 		}
 		e, err := s.kv.Get(ctx, key)
 		if err != nil {
-			return fmt.Errorf("store %s: %w", key, err)
+			return false, fmt.Errorf("store %s: %w", key, err)
 		}
 		if !same(e.Value()) {
-			return fmt.Errorf("job %s exists already with other files", strings.SplitN(key, ".", 2)[0])
+			return false, fmt.Errorf("job %s exists already with other files", strings.SplitN(key, ".", 2)[0])
 		}
+		return false, nil
 	}
-	return nil
+	return true, nil
 }
 
 func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
@@ -495,6 +541,11 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 		return
 	}
 	reply, err := s.Submit(ctx, j)
+	var full *fullError
+	if errors.As(err, &full) {
+		_ = r.Error("503", full.text, nil)
+		return
+	}
 	if err != nil {
 		_ = r.Error("400", "job refused: "+oneLine(err), nil)
 		return

@@ -5,7 +5,9 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,7 +18,10 @@ import (
 )
 
 // hand gives a step's commit to the committer, waiting while it is busy
-// with earlier ones; false if ctx ended first.
+// with earlier ones; false if ctx ended first. While it waits (a full
+// store holds the committer back) the loop still answers queries that
+// change nothing; one that would change something is refused with
+// errStoreFull, before it changes anything.
 func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) bool {
 	if c.empty() {
 		if c.done != nil {
@@ -24,16 +29,29 @@ func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) b
 		}
 		return true
 	}
-	select {
-	case commits <- c:
-		return true
-	case <-ctx.Done():
-		if c.done != nil {
-			c.done(errStopped)
+	for {
+		select {
+		case commits <- c:
+			return true
+		case q := <-s.queries:
+			if q.change {
+				q.err = errStoreFull
+			} else {
+				q.f()
+			}
+			close(q.done)
+		case <-ctx.Done():
+			if c.done != nil {
+				c.done(errStopped)
+			}
+			return false
 		}
-		return false
 	}
 }
+
+// errStoreFull answers the changes asked of a scheduler whose committer
+// waits for room in the store.
+var errStoreFull = errors.New("503 store full: JetStream has no space for the scheduler's records; nothing was changed; try again later")
 
 // commit is what one step leaves to do, in order: journal the records of
 // the changed DTRs (and publish rejections); publish grants and final
@@ -57,7 +75,11 @@ func (c *commit) empty() bool {
 // of steps already made once the scheduler stops.
 const commitTimeout = 5 * time.Second
 
-// commitLoop carries out commits in the order made. Commits that wait
+// commitLoop carries out commits in the order made. A message that
+// JetStream refuses for want of space (bus.StoreFull) is published again,
+// after a pause growing from 100 ms to 5 s, until it is stored: the commit
+// waits where it is, its inputs unacknowledged, and the next steps wait
+// for it; the role reports the full store (bus.Space) meanwhile. Commits that wait
 // while one is carried out are carried out together, each phase of all of
 // them before the next phase, so that a busy scheduler stores and publishes
 // in large batches. After a failure nothing more is published and the
@@ -66,9 +88,17 @@ const commitTimeout = 5 * time.Second
 // begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
+	space := bus.SpaceOf(s.nc)
+	s.journal.full = space
 	var broken error
 	tick := time.NewTicker(min(time.Second, s.journal.every))
 	defer tick.Stop()
+	// While a commit waits for room, checkpoints still begin: they purge
+	// the journal, which may be what is full.
+	stopWhileFull := make(chan struct{})
+	var whileFull sync.WaitGroup
+	whileFull.Go(func() { s.checkpointWhileFull(ctx, stopWhileFull, space) })
+	defer func() { close(stopWhileFull); whileFull.Wait() }()
 	for {
 		var c *commit
 		select {
@@ -99,6 +129,11 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 		err := broken
 		if err == nil {
 			err = s.carryOut(ctx, cs)
+			if err == nil {
+				if d := space.Stored(); d > 0 {
+					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
+				}
+			}
 		}
 		for _, c := range cs {
 			if c.done != nil {
@@ -118,8 +153,29 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 	}
 }
 
+// checkpointWhileFull begins the journal's checkpoints when they are due
+// while the role's writes are refused for want of space, until stop is
+// closed.
+// A checkpoint that begins while an Append waits covers only the records
+// appended before it, and purges no journal message after them.
+func (s *Service) checkpointWhileFull(ctx context.Context, stop <-chan struct{}, space *bus.Space) {
+	t := time.NewTicker(min(time.Second, s.journal.every))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if full, _, _ := space.Full(); full && s.journal.Due(now) {
+				s.journal.Checkpoint(ctx)
+			}
+		}
+	}
+}
+
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	out := bus.NewBatch(ctx, s.js)
+	out.Full = s.journal.full
 	// records are the latest record of each DTR in the commits.
 	records := func(of func(*commit) []record) []record {
 		var recs []record

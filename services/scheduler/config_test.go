@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,13 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 				t.Fatalf("policy %q, want %q", got, tt.policy)
 			}
 		})
+	}
+}
+
+func TestAStreamLimitSmallerThanAMessageStopsTheSchedulerAtStart(t *testing.T) {
+	cfg := Config{StoreLimits: StoreLimits{JournalMaxBytes: 1 << 20}}
+	_, err := New(cfg, nil, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_JOURNAL_MAX_BYTES") {
+		t.Fatalf("New with a 1 MiB journal: %v", err)
 	}
 }

@@ -72,6 +72,10 @@ type journal struct {
 	// retention, if set, is how long the bucket keeps the record of a
 	// final DTR (a per-message TTL: the bucket's stream must allow it).
 	retention time.Duration
+	// full, if set, is the scheduler's Space: an Append that the store
+	// refuses for want of space is tried again until stored (a
+	// checkpoint is not: it fails and the next one tries again).
+	full *bus.Space
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -112,6 +116,7 @@ func (j *journal) Append(ctx context.Context, recs []record) error {
 		return nil
 	}
 	out := bus.NewBatch(ctx, j.js)
+	out.Full = j.full
 	for _, m := range j.messages(recs) {
 		out.Add(m)
 	}

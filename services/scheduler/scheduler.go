@@ -84,7 +84,9 @@ type Config struct {
 	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
 	// Retention is how long the record of a final DTR, and an ended job's
 	// records, are kept.
-	Retention time.Duration `envconfig:"RETENTION" default:"0" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept, e.g. 720h; 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
+	Retention time.Duration `envconfig:"RETENTION" default:"720h" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept (720h: 30 days); 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
+	// The most bytes each stream and bucket may hold (bus.Limits).
+	StoreLimits
 	// CheckpointEvery and CheckpointRecords say how often the records in
 	// the journal are checkpointed into the sluice_dtrs bucket (journal.go).
 	CheckpointEvery   time.Duration `envconfig:"CHECKPOINT_EVERY" default:"5s" desc:"how often the DTR records of the scheduler's journal are put in the sluice_dtrs bucket (each changed DTR once) and the journal purged; a restart replays what is left"`
@@ -224,6 +226,9 @@ type Service struct {
 // New checks the configuration and prepares a scheduler on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	cc, err := cfg.CoreConfig()
+	if err == nil {
+		err = cfg.Limits().Check()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
 	}
@@ -439,7 +444,8 @@ func (s *Service) setUp(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	var logged time.Time
 	for {
-		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0})
+		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
+			Limits: s.cfg.Limits()})
 		if err == nil {
 			return nil
 		}
