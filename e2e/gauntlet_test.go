@@ -482,7 +482,7 @@ func TestWorkFinishedWhileNATSIsDownIsKept(t *testing.T) {
 	if during == 0 {
 		t.Fatalf("no transfer finished while NATS was down: the test says nothing (PUTs %v, down %s–%s)", puts, down, up)
 	}
-	t.Logf("%d of %d transfers finished while NATS was down for %s; none done again", during, files, up.Sub(down).Round(time.Millisecond))
+	t.Logf("%d of %d transfers finished while NATS was down for %s", during, files, up.Sub(down).Round(time.Millisecond))
 	g.settled()
 }
 
@@ -497,4 +497,70 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestHostileSourcesFailAtOnceAndHoldNoSlot gives the roles sources that
+// never end, lie about their size or are no files: each DTR fails with
+// the reason, soon, without a slot held or a partial file left.
+func TestHostileSourcesFailAtOnceAndHoldNoSlot(t *testing.T) {
+	g := newGauntlet(t, "SLUICE_DELIVERY_MAX_FILE_SIZE=1048576", "SLUICE_MAXTRANSFERTRIES=2")
+	dir, out := t.TempDir(), t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An HTTP source that says it has 100,000 bytes and sends another
+	// number, closing the connection to end the body, or sends for ever.
+	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/endless" {
+			w.Header().Set("Content-Length", "100000")
+		}
+		if r.Method == http.MethodHead {
+			return
+		}
+		w.Header().Del("Content-Length") // close-delimited
+		w.Header().Set("Connection", "close")
+		chunk := bytes.Repeat([]byte("x"), 10000)
+		n := map[string]int{"/short": 5, "/long": 20, "/endless": 1 << 30}[r.URL.Path]
+		for range n {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	cases := []struct {
+		name, source string
+		kind         string
+		says         string
+	}{
+		{"a named pipe", fileURL(fifo), "LOCAL_FILE", "named pipe"},
+		{"a device that never ends", "file:///dev/zero", "LOCAL_FILE", "device"},
+		{"an endless body of unknown size", src + "/endless", "PERMANENT_REMOTE", "maximum file size"},
+		{"a body shorter than its size", src + "/short", "TEMPORARY_REMOTE", "size changed"},
+		{"a body longer than its size", src + "/long", "TEMPORARY_REMOTE", "size changed"},
+	}
+	for _, r := range []string{"scheduler", "generator", "processor", "delivery"} {
+		g.start(r)
+	}
+	jobs := make([]string, len(cases))
+	for i, c := range cases {
+		j := &job.Job{Name: fmt.Sprint("hostile-", i), Inputs: []job.File{{Source: c.source, Destination: fileURL(filepath.Join(out, fmt.Sprint(i)))}}}
+		jobs[i] = g.sys.submit(j).JobID
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev := g.sys.wait(jobs[i], time.Minute)
+			if ev.State != "failed" || len(ev.Files) != 1 || ev.Files[0].Error == nil {
+				t.Fatalf("job %s: %+v", ev.State, ev.Files)
+			}
+			f := ev.Files[0]
+			if string(f.Error.Kind) != c.kind || !strings.Contains(f.Error.Text, c.says) {
+				t.Fatalf("failed %s (%s), want %s saying %q", f.Error.Kind, f.Error.Text, c.kind, c.says)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(out); len(entries) > 0 {
+		t.Errorf("files left in the destination directory: %v", entries)
+	}
+	g.settled()
 }
