@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,4 +213,63 @@ func TestS3UploadsLargeObjectsInPartsAndReadsThemBack(t *testing.T) {
 	bad := transfer.New(nil).WithS3Credentials(map[string]string{host: filepath.Join(dir, "missing")})
 	_, err = bad.Stat(ctx, obj)
 	checkKind(t, err, dtr.ErrLocalFile)
+}
+
+// TestEveryProtocolThatRenamesReplacesTheFinalNameWithItsTemporaryOne
+// writes a file under a grant's temporary name and renames it over an
+// existing object, on every protocol that renames; the others keep the
+// final name as their temporary one.
+func TestEveryProtocolThatRenamesReplacesTheFinalNameWithItsTemporaryOne(t *testing.T) {
+	dir := t.TempDir()
+	old, fresh := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	if err := os.WriteFile(old, []byte("the old file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fresh, bytes.Repeat([]byte("the new file "), 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(fresh)
+	c := transfer.New(nil)
+	ctx := context.Background()
+	for _, s := range protocolStores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			obj := s.base + "/renamed/file"
+			if err := c.MakeParents(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Copy(ctx, fileURL(old), obj, transfer.CopyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			tmp := transfer.TempURL(obj, "0e8b3c1a-0000-4000-8000-000000000001.2")
+			u, _ := url.Parse(obj)
+			if renames := transfer.Renames(u.Scheme); renames != (tmp != obj) {
+				t.Fatalf("Renames(%s) is %v but the temporary name is %s", u.Scheme, renames, tmp)
+			}
+			if tmp == obj {
+				return // written in place
+			}
+			if !strings.Contains(tmp, "/renamed/.file.sluice-0e8b3c1a-0000-4000-8000-000000000001.2.part") {
+				t.Fatalf("temporary name %s, want one in the same directory", tmp)
+			}
+			if _, err := c.Copy(ctx, fileURL(fresh), tmp, transfer.CopyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Rename(ctx, tmp, obj); err != nil {
+				t.Fatalf("rename over an existing object: %v", err)
+			}
+			if info, err := c.Stat(ctx, tmp); err != nil || info.Exists {
+				t.Fatalf("the temporary name after the rename: %+v, %v", info, err)
+			}
+			back := filepath.Join(t.TempDir(), "back")
+			if _, err := c.Copy(ctx, obj, fileURL(back), transfer.CopyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(back); !bytes.Equal(b, want) {
+				t.Fatalf("the final name holds %q…, want the new file", b[:min(len(b), 20)])
+			}
+			if err := c.Rename(ctx, tmp, obj); err == nil || transfer.KindOf(err) == dtr.ErrInternalLogic {
+				t.Fatalf("renaming a temporary name that is gone: %v, want a storage error", err)
+			}
+		})
+	}
 }

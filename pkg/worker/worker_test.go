@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 // rig is a NATS server with Sluice's streams, and what a pool sends on a
@@ -345,4 +348,87 @@ func TestAStopForAGrantWaitingForAWorkerStopsItAsItStarts(t *testing.T) {
 		t.Fatal("the stopped grant ran with a live context: its stop was lost while it waited for a worker")
 	}
 	r.waitResults(2)
+}
+
+func TestAGrantWhoseRenewalsAreNotAcknowledgedIsFenced(t *testing.T) {
+	r := newRig(t)
+	started := make(chan struct{})
+	type seen struct {
+		fenceHeld bool          // the fence let a step through while renewals were acknowledged
+		cause     error         // why the handler's context ended
+		after     time.Duration // how long after renewals stopped being stored
+	}
+	out := make(chan seen, 1)
+	var cut atomic.Int64 // when renewals stopped being stored (Unix ns)
+	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+		s := seen{fenceHeld: transfer.CheckFence(ctx, "test", "file:///x") == nil}
+		close(started)
+		<-ctx.Done()
+		s.cause, s.after = context.Cause(ctx), time.Since(time.Unix(0, cut.Load()))
+		if err := transfer.CheckFence(ctx, "test", "file:///x"); !transfer.IsLeaseLost(err) {
+			t.Errorf("the fence after the context ended: %v, want it to refuse", err)
+		}
+		out <- s
+		return bus.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}}
+	})
+	const lease = 2 * time.Second
+	sent := r.grants(1, time.Now(), lease)
+	<-started
+	// Renewals are no longer stored (acknowledged): the results stream
+	// takes only results from now on.
+	st, err := r.js.Stream(context.Background(), bus.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Subjects = []string{bus.SubjectResultPrefix + ">"}
+	cut.Store(time.Now().UnixNano())
+	if _, err := r.js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := <-out
+	if !s.fenceHeld {
+		t.Error("the fence refused while the lease was fresh")
+	}
+	if !errors.Is(s.cause, transfer.ErrLeaseLost) {
+		t.Fatalf("the handler's context ended with %v, want the lease lost", s.cause)
+	}
+	// The last acknowledged renewal was sent at most one renewal period
+	// before the cut; the fence comes a margin before the lease ends.
+	if limit := lease - fenceMargin(lease) + 200*time.Millisecond; s.after > limit {
+		t.Errorf("fenced %s after renewals stopped, want within %s", s.after, limit)
+	}
+	res := r.waitResults(1)[sent[0].Grant]
+	if res.Error == nil || res.Error.Kind != dtr.ErrInternalProcess || !strings.Contains(res.Error.Text, "lease") {
+		t.Fatalf("result %+v, want INTERNAL_PROCESS naming the lease", res.Error)
+	}
+}
+
+func TestTheFenceRefusesOnceTheLastAcknowledgedRenewalIsALeaseLessTheMarginOld(t *testing.T) {
+	const lease = 2 * time.Minute
+	acked := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		since time.Duration
+		held  bool
+	}{
+		{0, true},
+		{lease - fenceMargin(lease) - time.Millisecond, true},
+		{lease - fenceMargin(lease), false},
+		{lease, false},
+	}
+	for _, c := range cases {
+		h := &held{g: bus.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
+		if err := h.fence(acked.Add(c.since)); (err == nil) != c.held {
+			t.Errorf("%s after the last acknowledged renewal: %v, want held %v", c.since, err, c.held)
+		}
+	}
+	h := &held{g: bus.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
+	_ = h.fence(acked.Add(lease))
+	h.acked = acked.Add(lease) // a renewal acknowledged too late
+	if err := h.fence(acked.Add(lease)); err == nil {
+		t.Error("a fence that refused let a step through again")
+	}
+	if fenceMargin(lease) != 30*time.Second || fenceMargin(2*time.Second) != 500*time.Millisecond {
+		t.Errorf("margins %s, %s", fenceMargin(lease), fenceMargin(2*time.Second))
+	}
 }

@@ -207,7 +207,8 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 // match both the expected value (if the job gave one) and what delivery
 // computed while streaming; an http(s) destination is checked against what
 // delivery sent. A mismatch deletes the file and is a TRANSFER_SPEED error,
-// retried, as in ARC.
+// as in ARC; the scheduler copies the file afresh once, and a second
+// mismatch of the expected checksum fails the DTR for good.
 func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
