@@ -67,6 +67,8 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	if *out == "-" {
 		return r.Markdown(stdout, command)
 	}
+	// Sections that other commands measure (the fault gauntlet) are kept.
+	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -75,9 +77,30 @@ func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 		f.Close()
 		return err
 	}
+	if _, err := f.WriteString(kept); err != nil {
+		f.Close()
+		return err
+	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", *out)
 	return r.Markdown(stdout, command)
+}
+
+// keptHeading begins the part of BENCHMARKS.md that `sluice bench` does
+// not write and keeps as it is: figures measured by other commands.
+const keptHeading = "\n## Measured by other commands\n"
+
+// keptSections returns the part of the report at path that a new report
+// keeps: from keptHeading to the end, or nothing.
+func keptSections(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(b), keptHeading); i >= 0 {
+		return string(b[i:])
+	}
+	return ""
 }

@@ -351,3 +351,25 @@ func TestSubmitWaitShowsARetryingDTRThenAChecksumMismatchTwiceFailsNamingBothVal
 		t.Fatal("the destination exists")
 	}
 }
+
+func TestABenchReportKeepsTheSectionsOtherCommandsMeasured(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	kept := keptHeading + "\n### The fault gauntlet\n\n6 faults, 0 lost\n"
+	cases := map[string]string{"no report yet": "", "a report without them": "# Benchmarks\n| a | b |\n", "a report with them": "# Benchmarks\n" + kept}
+	for name, old := range cases {
+		if old != "" {
+			if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			os.Remove(p)
+		}
+		want := ""
+		if strings.Contains(old, keptHeading) {
+			want = kept
+		}
+		if got := keptSections(p); got != want {
+			t.Errorf("%s: kept %q, want %q", name, got, want)
+		}
+	}
+}
