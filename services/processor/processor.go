@@ -304,7 +304,17 @@ func sameType(a, b string) bool {
 // (pre-cleaning made sure it was not there before, or overwrite allows it
 // to go). The delete asks the grant's fence: a cleanup whose lease may
 // have run out deletes nothing, since a later attempt may have finished.
+//
+// An S3 object appears only when its upload completes, so a failed upload
+// left nothing; only a lost one (its worker gone) may have completed. With
+// overwrite the object there is either the one that was there before or
+// a whole copy of this source, which the retry replaces: it is kept. A
+// failed attempt never deletes the final key of a destination that may
+// hold something not its own.
 func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
+	if d.Options.Overwrite && (strings.HasPrefix(d.Destination, "s3:") || strings.HasPrefix(d.Destination, "s3s:")) {
+		return nil
+	}
 	return s.client.Delete(ctx, transfer.TempURLOf(&d))
 }
 
