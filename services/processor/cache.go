@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
-// The cache is ARC's (reference/arc-dtr.md §6): an entry is
+// The cache is ARC's (A-REX's cache of downloads): an entry is
 // <cache>/data/<sha1[0:2]>/<sha1[2:]> of the source URL; while a DTR
 // downloads into it, <entry>.lock names its grant. A lock older than
 // CacheLockTimeout is stale (its downloader died) and is broken. Entries

@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// StateLines writes ARC's dtr.state format (reference/arc-dtr.md §3): one
+// StateLines writes ARC's dtr.state format (what A-REX writes to its control directory): one
 // line per unfinished DTR, "<id> <STATE> <priority> <share>", and for
 // TRANSFER and TRANSFERRING also " <destination> <delivery host>"; the host
 // is empty for local delivery, as Sluice's delivery is, which gives 5

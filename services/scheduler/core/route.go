@@ -29,7 +29,7 @@ func (c *Core) enqueue(now time.Time, e *entry) {
 
 // route moves a DTR through the states the scheduler handles itself until it
 // rests in a queue, waits for a retry or for another DTR's download of the
-// same file, or ends (reference/arc-dtr.md §1). Without a cache or staging
+// same file, or ends (ARC's DTR states and moves). Without a cache or staging
 // it takes ARC's skips: NEW → CACHE_CHECKED → RESOLVED → QUERY_REPLICA (the
 // source is checked) → PRE_CLEAN (the destination is checked and cleaned) →
 // STAGED_PREPARED → TRANSFER → TRANSFERRED → REQUEST_RELEASED →
@@ -157,7 +157,7 @@ func (c *Core) route(now time.Time, e *entry) {
 }
 
 // decide ends a DTR at CACHE_PROCESSED: cancelled, done, retried after
-// RetryBase·k², or failed (reference/arc-dtr.md §4). As in ARC, an error
+// RetryBase·k², or failed (ARC's retry rules). As in ARC, an error
 // raised in post-processing (REGISTERING_REPLICA) tries post-processing
 // again, since the file may already be in place; every other retry starts
 // over from NEW. A checksum mismatch is the exception: the bad copy is gone,

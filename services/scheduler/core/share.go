@@ -34,7 +34,7 @@ func ParseSharePolicy(s string) (SharePolicy, error) {
 }
 
 // ShareName returns the share of an identity under the policy, without the
-// direction suffix (reference/arc-dtr.md §2):
+// direction suffix (ARC's transfer share names):
 //
 //	dn          the DN
 //	voms:vo     the VO of the first FQAN

@@ -23,7 +23,7 @@ type ShareDemand struct {
 }
 
 // Split divides n slots between shares in proportion to their priorities
-// (design.md §2 item 2). Only shares with demand take part; each gets at
+// (ARC's transfer shares). Only shares with demand take part; each gets at
 // least one slot and never more than its demand; what a capped share cannot
 // use is handed on to the others (water-filling), and the fractions left
 // over go by largest remainder, ties to the higher priority, then to the
