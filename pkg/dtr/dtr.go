@@ -49,7 +49,7 @@ type Options struct {
 	NoCache bool `json:"no_cache,omitempty"`
 }
 
-// ErrorKind classifies a failure (reference/arc-dtr.md §4).
+// ErrorKind classifies a failure as ARC's DTR errors do.
 type ErrorKind string
 
 // The error kinds. Only TEMPORARY_REMOTE, TRANSFER_SPEED and

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// State is one of ARC's DTR states (reference/arc-dtr.md §1).
+// State is one of ARC's DTR states.
 type State uint8
 
 // The states, in ARC's order. Queue states (CHECK_CACHE, RESOLVE, ...) are
@@ -173,7 +173,7 @@ func QueueOf(active State) (State, bool) {
 }
 
 // transitions is the table of legal moves. It follows ARC's scheduler
-// (reference/arc-dtr.md §1): queue → active → "-ED" → next queue, the skips
+// (ARC's DTR state machine): queue → active → "-ED" → next queue, the skips
 // ARC takes when a step does not apply (no cache, no index, not stageable),
 // the cancel and hung-worker mappings, the retry from CACHE_PROCESSED back
 // to NEW, and (Sluice's) an active state back to its queue when the worker
