@@ -66,7 +66,7 @@ type DIRACConfig struct {
 }
 
 // DIRAC is DIRAC's priority schema on Sluice's slots
-// (seeds/dirac-priority-schema.txt, reference/peers.md §5):
+// (DIRAC's priority schema):
 //
 //   - The share of a DTR is its group if the group has JobSharing, else
 //     "<group>|<DN>": one share per user of the group.

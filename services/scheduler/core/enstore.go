@@ -31,7 +31,7 @@ type EnstoreConfig struct {
 	Owned map[string]int
 }
 
-// Enstore is Enstore's queue management (seeds/enstore-job-priority.txt)
+// Enstore is Enstore's queue management
 // on Sluice's slots:
 //
 //   - Category: a DTR meeting an admin rule goes to its group's admin share

@@ -24,7 +24,7 @@ type SAMConfig struct {
 	Unit string
 }
 
-// SAM is SAM's generic fair share (seeds/sam-generic-fair-share.txt): one
+// SAM is SAM's generic fair share: one
 // queue, in which a new DTR of a fair-share group g goes to the front if
 // (B[g] + b) / (ΣB + b) ≤ f[g], where B is the cumulative benefit each
 // group has received, b the DTR's expected benefit and f the group's
