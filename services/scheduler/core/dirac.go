@@ -65,8 +65,7 @@ type DIRACConfig struct {
 	Unit string
 }
 
-// DIRAC is DIRAC's priority schema on Sluice's slots
-// (DIRAC's priority schema):
+// DIRAC is DIRAC's priority schema on Sluice's slots:
 //
 //   - The share of a DTR is its group if the group has JobSharing, else
 //     "<group>|<DN>": one share per user of the group.
