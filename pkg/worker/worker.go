@@ -497,7 +497,7 @@ func (p *Pool) renewLeases(ctx context.Context) {
 			// Each renewal on its own: one that waits for an answer
 			// (NATS away) holds up no other.
 			for _, h := range due {
-				renewals.Go(func() { p.renew(h, now) })
+				renewals.Go(func() { p.renew(ctx, h, now) })
 			}
 		}
 	}
@@ -505,9 +505,10 @@ func (p *Pool) renewLeases(ctx context.Context) {
 
 // renew sends a grant's progress, which renews its lease, and moves the
 // grant's fence on when JetStream acknowledges it: the scheduler heard of
-// the grant no earlier than sent.
-func (p *Pool) renew(h *held, sent time.Time) {
-	ctx := bus.Context(context.Background(), h.parent)
+// the grant no earlier than sent. A renewal still waiting for its answer
+// when ctx ends (the pool has stopped) is given up.
+func (p *Pool) renew(ctx context.Context, h *held, sent time.Time) {
+	ctx = bus.Context(ctx, h.parent)
 	err := p.publish(ctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
 		bus.Progress{DTR: h.g.DTR.ID, Grant: h.g.Grant, Bytes: h.moved.Load(), Size: h.size.Load()})
 	p.mu.Lock()
@@ -573,7 +574,7 @@ func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = p.js.PublishMsg(pctx, m)
 	return err
