@@ -222,6 +222,14 @@ func Renames(scheme string) bool {
 	return false
 }
 
+// AppearsWhole reports whether an object at rawURL, written in place,
+// appears only once its upload completes, so that a failed upload leaves
+// nothing behind (S3).
+func AppearsWhole(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && isS3(u.Scheme)
+}
+
 // httpURL turns a WebDAV URL (dav://, davs://, as ARC writes them) into
 // the HTTP URL it is reached at.
 func httpURL(rawURL string) string {

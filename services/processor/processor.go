@@ -312,7 +312,7 @@ func sameType(a, b string) bool {
 // failed attempt never deletes the final key of a destination that may
 // hold something not its own.
 func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
-	if d.Options.Overwrite && (strings.HasPrefix(d.Destination, "s3:") || strings.HasPrefix(d.Destination, "s3s:")) {
+	if d.Options.Overwrite && transfer.AppearsWhole(d.Destination) {
 		return nil
 	}
 	return s.client.Delete(ctx, transfer.TempURLOf(&d))
