@@ -162,6 +162,11 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 	if p.every <= 0 {
 		p.every = defaultProgressEvery
 	}
+	// Nothing is written for a grant that may be another worker's now;
+	// the pump asks the fence again before every write.
+	if e := fenced(ctx, "copy", dst.raw); e != nil {
+		return e
+	}
 	var failure *Error
 	res.Bytes, failure = c.protocol(dst.url).write(ctx, in, p, src.raw, dst, opt)
 	if opt.Progress != nil {
@@ -279,9 +284,6 @@ func checkLength(in *source, n int64) error {
 // copyToFile writes the source to path, removing it on failure.
 func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
 	const op = "copy"
-	if e := fenced(ctx, op, dst); e != nil {
-		return 0, e
-	}
 	// The directory is made only when the file cannot be created without
 	// it: most transfers write where an earlier one made it, and MkdirAll
 	// would look first.
@@ -343,9 +345,6 @@ var errEarlyAnswer = errors.New("server answered before receiving the whole body
 // are finished before Copy returns, whatever the transport does.
 func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
 	const op = "copy"
-	if e := fenced(ctx, op, dst); e != nil {
-		return 0, e
-	}
 	pr, pw := io.Pipe()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpURL(dst), pr)
 	if err != nil {

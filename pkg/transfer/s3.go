@@ -172,9 +172,6 @@ func (c *Client) copyToS3(ctx context.Context, in *source, p *pump, src, dst str
 	if err != nil {
 		return 0, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: err}
 	}
-	if e := fenced(ctx, op, dst); e != nil {
-		return 0, e
-	}
 	// The object appears only once its upload completes (one PUT, or the
 	// completion of a multipart upload, which minio-go aborts on failure),
 	// so a failed attempt leaves nothing of its own and deletes nothing.

@@ -176,9 +176,6 @@ func (w *xrdWriter) Write(p []byte) (int, error) {
 // and removes it again on failure.
 func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst string, u *url.URL) (int64, *Error) {
 	const op = "copy"
-	if e := fenced(ctx, op, dst); e != nil {
-		return 0, e
-	}
 	cli, err := xrdConnect(ctx, u)
 	if err != nil {
 		return 0, xrdError(ctx, op, dst, u, err, 0)
