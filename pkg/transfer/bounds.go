@@ -9,8 +9,8 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// The bounds of a copy (CopyOptions.ExpectedSize and MaxSize), and of the
-// bytes of a local file as it was when opened, are enforced by reading the
+// The bounds of a copy (CopyOptions.ExpectedSize and MaxSize), and the
+// size a source stated when opened, are enforced by reading the
 // source through a boundedReader. Its failures are the source's, with
 // these kinds:
 //
@@ -104,9 +104,10 @@ func bound(ctx context.Context, in *source, src string, opt CopyOptions) *Error 
 		return fail(&sizeError{known: opt.ExpectedSize, when: "when queried", now: in.size})
 	case opt.ExpectedSize > 0:
 		r.want, r.when = opt.ExpectedSize, "when queried"
-	case in.local && in.size >= 0:
-		// Also without a queried size, a local file must keep the size it
-		// had when opened; reading stops a byte past it.
+	case in.size >= 0:
+		// Also without a queried size, a source must give the size it
+		// stated when opened (a local file must keep it); reading stops a
+		// byte past it.
 		r.want, r.when = in.size, "when opened"
 	}
 	if r.want < 0 && r.max <= 0 {

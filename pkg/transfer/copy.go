@@ -269,18 +269,6 @@ func sourceError(ctx context.Context, in *source, rawURL string, err error, move
 	return remoteError(ctx, op, rawURL, err, moved)
 }
 
-// checkLength reports a source that ended before (or after) its declared
-// size: a truncated HTTP body or a local file changed while being read.
-func checkLength(in *source, n int64) error {
-	if in.size < 0 || n == in.size {
-		return nil
-	}
-	if in.local {
-		return fmt.Errorf("source changed during copy: read %d bytes, expected %d", n, in.size)
-	}
-	return fmt.Errorf("short body: got %d of %d bytes", n, in.size)
-}
-
 // copyToFile writes the source to path, removing it on failure.
 func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
 	const op = "copy"
@@ -314,11 +302,6 @@ func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst
 		failure = sourceError(ctx, in, src, err, n)
 	case side == sideDestination:
 		failure = localError(ctx, op, dst, fmt.Errorf("write: %w", err))
-	}
-	if failure == nil {
-		if err := checkLength(in, n); err != nil {
-			failure = sourceError(ctx, in, src, err, n)
-		}
 	}
 	if failure == nil && sync {
 		if err := f.Sync(); err != nil {
@@ -372,11 +355,6 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 	}()
 
 	n, side, err := p.run(ctx, in.body, w)
-	if err == nil {
-		if err = checkLength(in, n); err != nil {
-			side = sideSource
-		}
-	}
 	pw.CloseWithError(err) // nil ends the body; an error aborts the PUT
 	putErr := <-done
 

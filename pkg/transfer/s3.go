@@ -187,11 +187,6 @@ func (c *Client) copyToS3(ctx context.Context, in *source, p *pump, src, dst str
 		done <- err
 	}()
 	n, side, err := p.run(ctx, in.body, pw)
-	if err == nil {
-		if err = checkLength(in, n); err != nil {
-			side = sideSource
-		}
-	}
 	pw.CloseWithError(err)
 	putErr := <-done
 	switch {

@@ -199,11 +199,6 @@ func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst
 	case err != nil:
 		failure = xrdError(ctx, op, dst, u, err, n)
 	}
-	if failure == nil {
-		if err := checkLength(in, n); err != nil {
-			failure = sourceError(ctx, in, src, err, n)
-		}
-	}
 	cctx := context.WithoutCancel(ctx)
 	if err := f.Close(cctx); err != nil && failure == nil {
 		failure = xrdError(ctx, op, dst, u, err, n)
