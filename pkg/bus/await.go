@@ -52,7 +52,7 @@ func notFound(err error) bool {
 // looks again after 50 ms, backing off to 2 s, and logs once per thing it
 // waits for. It fails only when ctx ends.
 func Await(ctx context.Context, js jetstream.JetStream, log *slog.Logger, uses ...Use) error {
-	wait := 50 * time.Millisecond
+	wait := Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	logged := map[string]bool{}
 	for _, u := range uses {
 		for {
@@ -74,12 +74,9 @@ func Await(ctx context.Context, js jetstream.JetStream, log *slog.Logger, uses .
 					log.Warn("cannot look up "+u.String()+"; trying again", "err", err)
 				}
 			}
-			select {
-			case <-ctx.Done():
+			if !wait.Sleep(ctx) {
 				return fmt.Errorf("waiting for %s: %w", u, ctx.Err())
-			case <-time.After(wait):
 			}
-			wait = min(2*wait, 2*time.Second)
 		}
 	}
 	return nil

@@ -205,32 +205,6 @@ const (
 	MaxBackoff = 5 * time.Second
 )
 
-// Backoff is the pause before the next try of a refused write.
-type Backoff struct{ next time.Duration }
-
-// Next returns the pause before the next try and doubles the one after
-// it, up to MaxBackoff.
-func (b *Backoff) Next() time.Duration {
-	d := max(b.next, MinBackoff)
-	b.next = min(2*d, MaxBackoff)
-	return d
-}
-
-// Reset starts again from MinBackoff (a write was stored).
-func (b *Backoff) Reset() { b.next = 0 }
-
-// Sleep waits for the next pause; false if ctx ended first.
-func (b *Backoff) Sleep(ctx context.Context) bool {
-	t := time.NewTimer(b.Next())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // untilStored publishes m again, after a growing pause, while JetStream
 // refuses it for want of space (err is the first refusal), until it is
 // stored or ctx ends. Each refusal goes to b.Full. A message refused is

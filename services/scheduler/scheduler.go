@@ -441,7 +441,7 @@ func drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetst
 // (a stream with other settings that it will not change, say) is returned
 // at once, and so is the end of ctx.
 func (s *Service) setUp(ctx context.Context) error {
-	wait := 50 * time.Millisecond
+	wait := bus.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	var logged time.Time
 	for {
 		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
@@ -460,12 +460,9 @@ func (s *Service) setUp(ctx context.Context) error {
 			logged = time.Now()
 			s.log.Warn("cannot set up streams, consumers and buckets; trying again", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx) {
 			return err
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 }
 
