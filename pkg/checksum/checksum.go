@@ -94,6 +94,15 @@ func split(s string) (typ, value string, ok bool) {
 	return typ, value, ok && typ != "" && value != ""
 }
 
+// SameType reports whether two "type:value" checksums are of one type
+// (compared without regard to case), so that Equal can tell whether they
+// match.
+func SameType(a, b string) bool {
+	ta, _, _ := strings.Cut(a, ":")
+	tb, _, _ := strings.Cut(b, ":")
+	return strings.EqualFold(strings.TrimSpace(ta), strings.TrimSpace(tb))
+}
+
 // trimZeros drops leading zeros, keeping one digit for a zero value.
 func trimZeros(v string) string {
 	v = strings.TrimLeft(v, "0")

@@ -231,7 +231,7 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 		if err != nil {
 			return bus.Result{}, err
 		}
-		if d.Checksum != "" && sameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
+		if d.Checksum != "" && checksum.SameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
 			_ = s.client.Delete(ctx, tmp)
 			return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
 				Err: fmt.Errorf("checksum mismatch: delivery computed %s, the file on disk has %s", d.Checksum, sum)}
@@ -276,7 +276,7 @@ func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bo
 		if err != nil || !info.Exists || info.Size != d.Bytes {
 			return false, err
 		}
-		if info.Checksum != "" && sameType(info.Checksum, d.Checksum) {
+		if info.Checksum != "" && checksum.SameType(info.Checksum, d.Checksum) {
 			return checksum.Equal(info.Checksum, d.Checksum), nil
 		}
 		return true, nil
@@ -290,12 +290,6 @@ func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bo
 		return false, nil // not there: the verification below reports the missing file
 	}
 	return checksum.Equal(sum, d.Checksum), nil
-}
-
-func sameType(a, b string) bool {
-	ta, _, _ := strings.Cut(a, ":")
-	tb, _, _ := strings.Cut(b, ":")
-	return strings.EqualFold(ta, tb)
 }
 
 // cleanup removes what a failed or cancelled transfer left: the temporary

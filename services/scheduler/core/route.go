@@ -6,7 +6,6 @@ package core
 import (
 	"container/heap"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/checksum"
@@ -231,9 +230,7 @@ func mismatched(d *dtr.DTR) bool {
 	if d.Error.Kind != dtr.ErrTransferSpeed || d.Error.State != dtr.RegisteringReplica || want == "" || got == "" {
 		return false
 	}
-	wantType, _, _ := strings.Cut(want, ":")
-	gotType, _, _ := strings.Cut(got, ":")
-	return strings.EqualFold(wantType, gotType) && !checksum.Equal(want, got)
+	return checksum.SameType(want, got) && !checksum.Equal(want, got)
 }
 
 // mismatchedTwice is the error of a DTR whose second fresh copy did not
