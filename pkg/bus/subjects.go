@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,29 @@ const (
 	SubjectAPICancel      = "sluice.api.cancel"
 	SubjectAPIReconfigure = "sluice.api.reconfigure"
 )
+
+// Subjects of a user. Every subject that takes work or requests from
+// outside (dtr.submit and sluice.api.*) has a plain form, which is the
+// operator's, and one per NATS user, <subject>.<user>, which the NATS
+// server lets only that user publish to (deploy/nats/sluice.conf), so that
+// a message there comes from that user (pkg/auth).
+
+// UserSubject returns base's subject for user; for "" it is base itself.
+func UserSubject(base, user string) string {
+	if user == "" {
+		return base
+	}
+	return base + "." + user
+}
+
+// InSubjectOf says whether subject is base or base.<user>.
+func InSubjectOf(subject, base string) bool {
+	if len(subject) == len(base) {
+		return subject == base
+	}
+	return len(subject) > len(base)+1 && subject[len(base)] == '.' && subject[:len(base)] == base &&
+		!strings.Contains(subject[len(base)+1:], ".")
+}
 
 // Streams, consumers and buckets.
 const (
@@ -159,7 +183,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		return err
 	}
 	streams := []jetstream.StreamConfig{
-		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
+		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectSubmit + ".*", SubjectCancel},
 			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Submit, Discard: jetstream.DiscardNew},
 		{Name: StreamGrants, Subjects: []string{SubjectGrantPrefix + ">"},

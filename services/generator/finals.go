@@ -350,10 +350,15 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		return fmt.Errorf("announce job %s: %w", jobID, err)
 	}
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", ev.State)))
+	wasRunning := false
 	_, err = s.update(ctx, jobID, func(r *Record) error {
+		wasRunning = r.State == JobRunning
 		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
 		return nil
 	})
+	if err == nil && wasRunning {
+		s.counted(ev.Job.Owner.DN, ev.Total, -1)
+	}
 	s.mu.Lock()
 	delete(s.lastFinal, jobID)
 	delete(s.members, jobID)

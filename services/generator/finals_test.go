@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -44,7 +45,7 @@ func TestAFailedDownloadCountedByAReconcileFirstStillCancelsTheOthers(t *testing
 	if s.kv, err = js.KeyValue(ctx, bus.BucketJobs); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Submit(ctx, &job.Job{ID: "j", Inputs: []job.File{
+	r, err := s.Submit(ctx, auth.Operator, &job.Job{ID: "j", Inputs: []job.File{
 		{Source: "http://h.example/1", Destination: "file:///out/1"},
 		{Source: "http://h.example/2", Destination: "file:///out/2"},
 	}})

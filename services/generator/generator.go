@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -45,6 +47,16 @@ type Config struct {
 	Retention time.Duration `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
+	OwnerLimits
+	// OwnerMaxDTRs is the scheduler's SLUICE_OWNER_MAX_DTRS: a job whose
+	// files would take its owner past it is refused here.
+	OwnerMaxDTRs int `ignored:"true"`
+	// Callers establishes who sent each request (owners.go); nil: everyone
+	// is the operator.
+	Callers *auth.Resolver `ignored:"true"`
+	// FileRoots are the directories file:// URLs must lie under
+	// (SLUICE_FILE_ROOTS); stack sets them.
+	FileRoots []string `ignored:"true"`
 }
 
 // Job states.
@@ -196,6 +208,8 @@ type Service struct {
 	// members caches the DTR ids of jobs whose final DTRs came lately
 	// (membership.go).
 	members map[string]map[uuid.UUID]struct{}
+	// owners holds what each owner's running jobs hold, by DN (owners.go).
+	owners map[string]ownerUse
 }
 
 // suspect marks a job for reconcile.
@@ -301,7 +315,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
-		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{}}, nil
+		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{},
+		owners: map[string]ownerUse{}}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -321,12 +336,19 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator API: %w", err)
 	}
 	defer func() { _ = svc.Stop() }()
-	if err := svc.AddEndpoint("submit", micro.ContextHandler(ctx, s.handleSubmit), micro.WithEndpointSubject(bus.SubjectAPIJobSubmit)); err != nil {
-		return err
+	// Each on the operator's subject and on every user's own (pkg/auth).
+	for _, e := range []struct {
+		name, base string
+		h          func(context.Context, micro.Request)
+	}{{"submit", bus.SubjectAPIJobSubmit, s.handleSubmit}, {"status", bus.SubjectAPIJobStatus, s.handleStatus}} {
+		if err := svc.AddEndpoint(e.name, micro.ContextHandler(ctx, e.h), micro.WithEndpointSubject(e.base)); err != nil {
+			return err
+		}
+		if err := svc.AddEndpoint(e.name+"-user", micro.ContextHandler(ctx, e.h), micro.WithEndpointSubject(e.base+".*")); err != nil {
+			return err
+		}
 	}
-	if err := svc.AddEndpoint("status", micro.ContextHandler(ctx, s.handleStatus), micro.WithEndpointSubject(bus.SubjectAPIJobStatus)); err != nil {
-		return err
-	}
+	go s.countOwnersEvery(ctx, time.Minute)
 	cons, err := s.js.Consumer(ctx, bus.StreamEvents, bus.ConsumerGen)
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -368,15 +390,32 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 }
 
-// Submit makes and submits the DTRs of a job. Submitting the same job id
-// again submits the same DTR ids, which the scheduler takes only once.
-func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
+// Submit makes and submits the DTRs of a job for caller c. Submitting the
+// same job id again submits the same DTR ids, which the scheduler takes
+// only once.
+func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (SubmitReply, error) {
+	if err := c.Allow(auth.ScopeCreate); err != nil {
+		return SubmitReply{}, err
+	}
+	if err := ownJob(c, j); err != nil {
+		return SubmitReply{}, err
+	}
 	j.Normalize()
 	if err := j.Validate(); err != nil {
 		return SubmitReply{}, err
 	}
-	if n := len(j.Inputs) + len(j.Outputs); n > s.cfg.MaxFiles {
+	n := len(j.Inputs) + len(j.Outputs)
+	if n > s.cfg.MaxFiles {
 		return SubmitReply{}, fmt.Errorf("job has %d files; at most %d are allowed", n, s.cfg.MaxFiles)
+	}
+	confined := auth.Confinement{Roots: s.cfg.FileRoots}
+	for _, f := range slices.Concat(j.Inputs, j.Outputs) {
+		if err := confined.Check(c, f.Source, f.Destination); err != nil {
+			return SubmitReply{}, err
+		}
+	}
+	if err := s.admitJob(c, j, n); err != nil {
+		return SubmitReply{}, err
 	}
 	now := time.Now().UTC()
 	ds := j.DTRs(now)
@@ -414,10 +453,15 @@ func (s *Service) Submit(ctx context.Context, j *job.Job) (SubmitReply, error) {
 	if err != nil {
 		return reply, s.refuseFull(ctx, j.ID, created, err)
 	}
-	if isNew, err := s.create(ctx, j.ID, b, func([]byte) bool { return true }); err != nil {
+	sameOwner := func(stored []byte) bool {
+		var r Record
+		return json.Unmarshal(stored, &r) == nil && r.Job.Owner.DN == j.Owner.DN
+	}
+	if isNew, err := s.create(ctx, j.ID, b, sameOwner); err != nil {
 		return reply, s.refuseFull(ctx, j.ID, created, err)
 	} else if isNew {
 		created = append(created, j.ID)
+		s.counted(j.Owner.DN, len(ds), +1)
 	}
 	out := bus.NewBatch(ctx, s.js)
 	var full error // the first refusal for want of space
@@ -532,6 +576,11 @@ func (s *Service) create(ctx context.Context, key string, b []byte, same func(st
 }
 
 func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
+	c, err := s.caller(ctx, bus.SubjectAPIJobSubmit, r.Subject(), nats.Header(r.Headers()))
+	if err != nil {
+		_ = r.Error("403", err.Error(), nil)
+		return
+	}
 	h := r.Headers()
 	opt := job.XRSLOptions{SessionDir: h.Get(HeaderSessionDir),
 		Owner: dtr.Identity{DN: h.Get(HeaderDN), FQANs: h.Values(HeaderFQAN)}}
@@ -540,10 +589,14 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 		_ = r.Error("400", "bad job description: "+oneLine(err), nil)
 		return
 	}
-	reply, err := s.Submit(ctx, j)
+	reply, err := s.Submit(ctx, c, j)
 	var full *fullError
 	if errors.As(err, &full) {
 		_ = r.Error("503", full.text, nil)
+		return
+	}
+	if errors.Is(err, auth.ErrForbidden) {
+		_ = r.Error("403", "job refused: "+oneLine(err), nil)
 		return
 	}
 	if err != nil {
@@ -556,7 +609,25 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
-	ev, err := s.Status(ctx, strings.TrimSpace(string(r.Data())))
+	c, err := s.caller(ctx, bus.SubjectAPIJobStatus, r.Subject(), nats.Header(r.Headers()))
+	if err == nil {
+		err = c.Allow(auth.ScopeRead)
+	}
+	if err != nil {
+		_ = r.Error("403", err.Error(), nil)
+		return
+	}
+	jobID := strings.TrimSpace(string(r.Data()))
+	ev, err := s.Status(ctx, jobID)
+	if err == nil && !c.Owns(ev.Job.Owner) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Another owner's job is answered as an unknown one.
+		text := fmt.Sprintf("unknown job %q", jobID)
+		if !c.Admin {
+			text += ", or not yours"
+		}
+		_ = r.Error("404", text, nil)
+		return
+	}
 	if err != nil {
 		code := "500"
 		if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -29,23 +30,24 @@ func (s *Service) addAPI() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler API: %w", err)
 	}
-	if err := svc.AddEndpoint("shares", micro.HandlerFunc(s.handleShares), micro.WithEndpointSubject(bus.SubjectAPIShares)); err != nil {
-		return nil, err
-	}
-	if err := svc.AddEndpoint("dtr", micro.HandlerFunc(s.handleDTR), micro.WithEndpointSubject(bus.SubjectAPIDTR)); err != nil {
-		return nil, err
-	}
-	if err := svc.AddEndpoint("retrying", micro.HandlerFunc(s.handleRetrying), micro.WithEndpointSubject(bus.SubjectAPIRetrying)); err != nil {
-		return nil, err
-	}
-	if err := svc.AddEndpoint("priority", micro.HandlerFunc(s.handlePriority), micro.WithEndpointSubject(bus.SubjectAPIPriority)); err != nil {
-		return nil, err
-	}
-	if err := svc.AddEndpoint("cancel", micro.HandlerFunc(s.handleCancel), micro.WithEndpointSubject(bus.SubjectAPICancel)); err != nil {
-		return nil, err
-	}
-	if err := svc.AddEndpoint("reconfigure", micro.HandlerFunc(s.handleReconfigure), micro.WithEndpointSubject(bus.SubjectAPIReconfigure)); err != nil {
-		return nil, err
+	for _, e := range []struct {
+		name, base string
+		h          micro.HandlerFunc
+	}{
+		{"shares", bus.SubjectAPIShares, s.handleShares},
+		{"dtr", bus.SubjectAPIDTR, s.handleDTR},
+		{"retrying", bus.SubjectAPIRetrying, s.handleRetrying},
+		{"priority", bus.SubjectAPIPriority, s.handlePriority},
+		{"cancel", bus.SubjectAPICancel, s.handleCancel},
+		{"reconfigure", bus.SubjectAPIReconfigure, s.handleReconfigure},
+	} {
+		// The operator's subject, and every user's own (pkg/auth).
+		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
+			return nil, err
+		}
+		if err := svc.AddEndpoint(e.name+"-user", e.h, micro.WithEndpointSubject(e.base+".*")); err != nil {
+			return nil, err
+		}
 	}
 	return svc, nil
 }
@@ -117,7 +119,14 @@ func decodePriorityRequest(data []byte) (PriorityRequest, error) {
 	return req, errors.Join(errs...)
 }
 
+// errNotYours refuses a request about a DTR or job of another owner.
+var errNotYours = errors.New("not yours")
+
 func (s *Service) handlePriority(r micro.Request) {
+	c, ok := s.requester(r, bus.SubjectAPIPriority, auth.ScopeModify)
+	if !ok {
+		return
+	}
 	req, err := decodePriorityRequest(r.Data())
 	if err != nil {
 		respondErr(r, err)
@@ -125,6 +134,10 @@ func (s *Service) handlePriority(r micro.Request) {
 	}
 	var d dtr.DTR
 	if cerr := s.change(func() {
+		if cur, ok := s.core.Get(req.DTR); ok && !c.Owns(cur.Owner) {
+			err = errNotYours
+			return
+		}
 		if err = s.core.SetPriority(time.Now(), req.DTR, req.Priority); err == nil {
 			d, _ = s.core.Get(req.DTR)
 		}
@@ -132,11 +145,15 @@ func (s *Service) handlePriority(r micro.Request) {
 		_ = r.Error("503", cerr.Error(), nil)
 		return
 	}
+	if errors.Is(err, errNotYours) || errors.Is(err, core.ErrUnknownDTR) {
+		unknown(r, c, "DTR "+req.DTR.String())
+		return
+	}
 	if err != nil {
 		respondErr(r, err)
 		return
 	}
-	s.log.Info("priority changed", "dtr", req.DTR, "priority", req.Priority)
+	s.log.Info("priority changed", "dtr", req.DTR, "priority", req.Priority, "by", c.String())
 	_ = r.RespondJSON(DTRReply{DTR: d})
 }
 
@@ -165,6 +182,10 @@ func decodeCancelRequest(data []byte) (CancelRequest, error) {
 }
 
 func (s *Service) handleCancel(r micro.Request) {
+	c, ok := s.requester(r, bus.SubjectAPICancel, auth.ScopeCancel)
+	if !ok {
+		return
+	}
 	req, err := decodeCancelRequest(r.Data())
 	if err != nil {
 		respondErr(r, err)
@@ -174,24 +195,40 @@ func (s *Service) handleCancel(r micro.Request) {
 	cerr := s.change(func() {
 		now := time.Now()
 		if req.Job != "" {
+			if owner, ok := s.core.JobOwner(req.Job); ok && !c.Owns(owner) {
+				err = errNotYours
+				return
+			}
 			n, err = s.core.CancelJob(now, req.Job)
 			return
 		}
-		if _, ok := s.core.Get(req.DTR); !ok {
+		cur, ok := s.core.Get(req.DTR)
+		switch {
+		case !ok:
 			err = fmt.Errorf("%w: %s", core.ErrUnknownDTR, req.DTR)
-			return
+		case !c.Owns(cur.Owner):
+			err = errNotYours
+		default:
+			n, err = 1, s.core.Cancel(now, req.DTR)
 		}
-		n, err = 1, s.core.Cancel(now, req.DTR)
 	})
 	if cerr != nil {
 		_ = r.Error("503", cerr.Error(), nil)
+		return
+	}
+	if errors.Is(err, errNotYours) || errors.Is(err, core.ErrUnknownDTR) || errors.Is(err, core.ErrUnknownJob) {
+		what := "DTR " + req.DTR.String()
+		if req.Job != "" {
+			what = fmt.Sprintf("job %q (or every DTR of it has finished)", req.Job)
+		}
+		unknown(r, c, what)
 		return
 	}
 	if err != nil {
 		respondErr(r, err)
 		return
 	}
-	s.log.Info("cancelled", "dtr", req.DTR, "job", req.Job, "dtrs", n)
+	s.log.Info("cancelled", "dtr", req.DTR, "job", req.Job, "dtrs", n, "by", c.String())
 	_ = r.RespondJSON(CancelReply{Cancelled: n})
 }
 
@@ -224,6 +261,14 @@ func decodeReconfigureRequest(data []byte) (ReconfigureRequest, error) {
 }
 
 func (s *Service) handleReconfigure(r micro.Request) {
+	c, ok := s.requester(r, bus.SubjectAPIReconfigure, auth.ScopeModify)
+	if !ok {
+		return
+	}
+	if !c.Admin {
+		_ = r.Error("403", fmt.Sprintf("%s: only administrators may reconfigure shares (%s is not one; see SLUICE_ADMINS)", auth.ErrForbidden, c), nil)
+		return
+	}
 	req, err := decodeReconfigureRequest(r.Data())
 	if err != nil {
 		respondErr(r, err)
@@ -237,8 +282,8 @@ func (s *Service) handleReconfigure(r micro.Request) {
 		respondErr(r, err)
 		return
 	}
-	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority)
-	s.handleShares(r)
+	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority, "by", c.String())
+	s.respondShares(r)
 }
 
 // SharesReply is the answer of sluice.api.shares.
@@ -249,6 +294,14 @@ type SharesReply struct {
 }
 
 func (s *Service) handleShares(r micro.Request) {
+	if _, ok := s.requester(r, bus.SubjectAPIShares, auth.ScopeRead); !ok {
+		return
+	}
+	s.respondShares(r)
+}
+
+// respondShares answers with every share's state and the limits.
+func (s *Service) respondShares(r micro.Request) {
 	var reply SharesReply
 	s.query(func() {
 		reply.Shares, reply.Retrying = s.core.Shares()
@@ -265,13 +318,16 @@ type DTRReply struct {
 }
 
 func (s *Service) handleDTR(r micro.Request) {
+	c, ok := s.requester(r, bus.SubjectAPIDTR, auth.ScopeRead)
+	if !ok {
+		return
+	}
 	id, err := uuid.Parse(strings.TrimSpace(string(r.Data())))
 	if err != nil {
 		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
 		return
 	}
 	var d dtr.DTR
-	var ok bool
 	var why *core.Why
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
@@ -293,8 +349,8 @@ func (s *Service) handleDTR(r micro.Request) {
 			}
 		}
 	}
-	if !ok {
-		_ = r.Error("404", "unknown DTR "+id.String(), nil)
+	if !ok || !c.Owns(d.Owner) {
+		unknown(r, c, "DTR "+id.String())
 		return
 	}
 	_ = r.RespondJSON(DTRReply{DTR: d, Why: why})
@@ -307,6 +363,10 @@ type RetryingReply struct {
 }
 
 func (s *Service) handleRetrying(r micro.Request) {
+	c, ok := s.requester(r, bus.SubjectAPIRetrying, auth.ScopeRead)
+	if !ok {
+		return
+	}
 	job := strings.TrimSpace(string(r.Data()))
 	if !dtr.ValidJobID(job) {
 		_ = r.Error("400", fmt.Sprintf("job id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", job), nil)
@@ -314,8 +374,10 @@ func (s *Service) handleRetrying(r micro.Request) {
 	}
 	reply := RetryingReply{DTRs: []dtr.DTR{}}
 	s.query(func() {
-		if ds := s.core.Retrying(job); ds != nil {
-			reply.DTRs = ds
+		for _, d := range s.core.Retrying(job) {
+			if c.Owns(d.Owner) {
+				reply.DTRs = append(reply.DTRs, d)
+			}
 		}
 	})
 	_ = r.RespondJSON(reply)

@@ -33,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -93,6 +94,13 @@ type Config struct {
 	CheckpointRecords int           `envconfig:"CHECKPOINT_RECORDS" default:"20000" desc:"checkpoint sooner once this many DTRs have changed since the last one"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
+	// Callers establishes who sent each message (admit.go); nil: everyone
+	// is the operator.
+	Callers *auth.Resolver `ignored:"true"`
+	// FileRoots are the directories file:// URLs must lie under
+	// (SLUICE_FILE_ROOTS); stack sets them.
+	FileRoots []string `ignored:"true"`
+	OwnerLimits
 }
 
 // CoreConfig turns the service configuration into the core's.
@@ -474,9 +482,13 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
-		if m.Subject() == bus.SubjectSubmit {
-			ds, err := DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
-			subs[m] = submitted{ds, err}
+		if bus.InSubjectOf(m.Subject(), bus.SubjectSubmit) {
+			var sub submitted
+			sub.caller, sub.err = s.caller(ctx, bus.SubjectSubmit, m.Subject(), m.Headers())
+			if sub.err == nil {
+				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
+			}
+			subs[m] = sub
 		}
 	}
 	taken, err := s.takenBefore(ctx, now, kv, subs)
@@ -668,13 +680,18 @@ func decodeRecord(b []byte) *dtr.DTR {
 func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *commit, sub submitted, taken map[uuid.UUID]*dtr.DTR) error {
 	m := bus.Msg(jm)
 	switch {
-	case m.Subject == bus.SubjectSubmit:
+	case bus.InSubjectOf(m.Subject, bus.SubjectSubmit):
 		if sub.err != nil {
 			s.reject(ctx, out, m, jm, sub.err)
 			return sub.err
 		}
 		for i, e := range sub.dtrs {
 			err := e.Err
+			if err == nil {
+				if _, again := taken[e.DTR.ID]; !again {
+					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
+				}
+			}
 			if err == nil {
 				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, taken)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -88,8 +89,9 @@ func sourcesOf(d *dtr.DTR) []string {
 // submitted is a decoded message from dtr.submit: its DTRs, or why the
 // whole message is refused.
 type submitted struct {
-	dtrs []Submitted
-	err  error
+	dtrs   []Submitted
+	err    error
+	caller auth.Caller
 }
 
 // Submitted is one DTR of a message on dtr.submit, or why it is refused.

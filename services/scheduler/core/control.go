@@ -16,21 +16,20 @@ var ErrUnknownJob = errors.New("unknown job, or every DTR of it has finished")
 
 // CancelJob cancels every unfinished DTR of a job and returns how many it
 // cancelled. DTRs of the job that arrive later (still on their way through
-// the submit stream) are cancelled as they arrive.
+// the submit stream) are cancelled as they arrive, for cancelledJobKept. A
+// job with no unfinished DTR is ErrUnknownJob, and leaves nothing behind.
 func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
-	if jobID == "" {
-		return 0, fmt.Errorf("%w: an empty job id", ErrUnknownJob)
-	}
-	c.cancelledJobs[jobID] = now
+	c.forgetCancelledJobs(now)
 	var ids []uuid.UUID
 	for id, e := range c.dtrs { // a rare request: a scan keeps no index in memory
-		if c.jobOf(e) == jobID {
+		if jobID != "" && c.jobOf(e) == jobID {
 			ids = append(ids, id)
 		}
 	}
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, fmt.Errorf("%w: %q", ErrUnknownJob, jobID)
 	}
+	c.cancelledJobs[jobID] = now
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	for _, id := range ids {
 		if err := c.Cancel(now, id); err != nil {
@@ -38,6 +37,31 @@ func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
 		}
 	}
 	return len(ids), nil
+}
+
+// cancelledJobKept is how long a cancelled job's DTRs still on their way
+// are cancelled as they arrive: a job's DTRs reach the scheduler within
+// moments of each other.
+const cancelledJobKept = time.Hour
+
+// forgetCancelledJobs drops the cancelled jobs older than cancelledJobKept.
+func (c *Core) forgetCancelledJobs(now time.Time) {
+	for job, at := range c.cancelledJobs {
+		if now.Sub(at) > cancelledJobKept {
+			delete(c.cancelledJobs, job)
+		}
+	}
+}
+
+// JobOwner returns the owner of a job's unfinished DTRs; false if it has
+// none.
+func (c *Core) JobOwner(jobID string) (dtr.Identity, bool) {
+	for _, e := range c.dtrs { // a rare request, as CancelJob
+		if jobID != "" && c.jobOf(e) == jobID {
+			return c.view(e).Owner, true
+		}
+	}
+	return dtr.Identity{}, false
 }
 
 // SetSharePriorities replaces the configured share priorities. The slot

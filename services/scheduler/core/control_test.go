@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,8 +53,8 @@ func TestCancelJobCancelsEveryUnfinishedDTROfTheJob(t *testing.T) {
 	if got := h.final[other.ID]; got.State != dtr.Done {
 		t.Fatalf("the other job's DTR ended %s", got.State)
 	}
-	if n, err := h.c.CancelJob(h.now, "job-a"); n != 0 || err != nil {
-		t.Fatalf("cancelling a finished job: %d, %v; want 0, nil", n, err)
+	if n, err := h.c.CancelJob(h.now, "job-a"); n != 0 || !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("cancelling a finished job: %d, %v; want 0, ErrUnknownJob", n, err)
 	}
 	// A DTR of a cancelled job that arrives later is cancelled on arrival.
 	late := newDTR(7, "x", "")
@@ -181,5 +182,57 @@ func TestSetPriorityRefusesBadInputAndChangesNothing(t *testing.T) {
 	}
 	if got, _ := h.c.Get(d.ID); got.Priority != 90 {
 		t.Fatalf("priority %d, want 90", got.Priority)
+	}
+}
+
+func TestCancellingAnUnknownJobLeavesNothingBehind(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	for i := range 1000 {
+		if _, err := h.c.CancelJob(h.now, fmt.Sprintf("made-up-%d", i)); !errors.Is(err, ErrUnknownJob) {
+			t.Fatalf("cancel of a made-up job: %v, want ErrUnknownJob", err)
+		}
+	}
+	if n := len(h.c.cancelledJobs); n != 0 {
+		t.Fatalf("%d made-up jobs remembered, want 0", n)
+	}
+	// A job cancelled for real is remembered for cancelledJobKept, then
+	// forgotten.
+	d := newDTR(1, "x", "")
+	d.JobID = "real"
+	h.submit(d)
+	if _, err := h.c.CancelJob(h.now, "real"); err != nil {
+		t.Fatal(err)
+	}
+	h.now = h.now.Add(cancelledJobKept + time.Minute)
+	_, _ = h.c.CancelJob(h.now, "other")
+	if n := len(h.c.cancelledJobs); n != 0 {
+		t.Fatalf("%d cancelled jobs remembered past cancelledJobKept, want 0", n)
+	}
+}
+
+func TestOwnerUseCountsUnfinishedDTRsOfEachOwner(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery = 1
+	h := newHarness(t, cfg)
+	var first *dtr.DTR
+	for i := range 3 {
+		d := newDTR(i, "x", "")
+		d.Owner.DN = "/CN=alice"
+		if i == 0 {
+			first = d
+		}
+		h.submit(d)
+	}
+	h.submit(newDTR(5, "y", ""))
+	if u := h.c.Owner("/CN=alice"); u.DTRs != 3 || u.Bytes < 3*recordOverhead {
+		t.Fatalf("alice's use: %+v, want 3 DTRs and at least %d bytes", u, 3*recordOverhead)
+	}
+	if err := h.c.Cancel(h.now, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.take()
+	h.drain()
+	if u := h.c.Owner("/CN=alice"); u.DTRs != 0 || u.Bytes != 0 {
+		t.Fatalf("alice's use after all ended: %+v, want none", u)
 	}
 }

@@ -167,6 +167,9 @@ type entry struct {
 	// cacheKey is the source under which the DTR downloads into the cache
 	// (caching): it stays when the DTR moves on to another replica.
 	cacheKey string
+	// footprint is about how many bytes the DTR's record takes, counted
+	// for its owner (owners.go).
+	footprint int64
 	// recleanup marks a DTR whose cleanup grant was lost (its lease
 	// expired), for the decision that follows at once: the cleanup is
 	// done again before the DTR is retried or ends.
@@ -252,6 +255,8 @@ type Core struct {
 	// cancelledJobs remembers the jobs cancelled as a whole, so that their
 	// DTRs still on the way are cancelled when they arrive.
 	cancelledJobs map[string]time.Time
+	// owners holds what each owner's unfinished DTRs hold, by DN.
+	owners map[string]OwnerUse
 	// names interns share names and DNs, which many DTRs have in common;
 	// packed DTRs refer to them by number.
 	names   []string
@@ -341,6 +346,7 @@ func New(cfg Config) *Core {
 		dtrs:          map[uuid.UUID]*entry{},
 		nameIDs:       map[string]uint32{},
 		cancelledJobs: map[string]time.Time{},
+		owners:        map[string]OwnerUse{},
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
 		pins:          map[string]*pins{},
@@ -426,6 +432,7 @@ func (c *Core) add(e *entry) {
 	e.d.Share = c.intern(e.d.Share)
 	e.d.Owner.DN = c.intern(e.d.Owner.DN)
 	c.setHosts(e)
+	c.own(e)
 	c.dtrs[e.d.ID] = e
 }
 

@@ -216,6 +216,7 @@ func (c *Core) decide(now time.Time, e *entry) {
 		c.count.Failed++
 	}
 	c.out.Final = append(c.out.Final, d)
+	c.disown(e)
 	delete(c.dtrs, d.ID)
 
 }

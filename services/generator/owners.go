@@ -1,0 +1,140 @@
+package generator
+
+// Who submits a job (pkg/auth), the id it gets and how many jobs and files
+// one owner may have running.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/auth"
+	"github.com/sluice-dtr/sluice/pkg/job"
+)
+
+// OwnerLimits bound the running jobs of one owner.
+type OwnerLimits struct {
+	OwnerMaxJobs int `envconfig:"OWNER_MAX_JOBS" default:"1000" desc:"most running jobs one owner may have; one more from a caller who is not trusted is refused (400, naming the limit); 0: no limit"`
+}
+
+// ErrOwnerLimit refuses a job that would take its owner past a limit.
+var ErrOwnerLimit = errors.New("owner limit reached")
+
+// caller establishes who sent a request on base or base.<user>.
+func (s *Service) caller(ctx context.Context, base string, subject string, h nats.Header) (auth.Caller, error) {
+	if s.cfg.Callers == nil {
+		return auth.Operator, nil
+	}
+	return s.cfg.Callers.Caller(ctx, base, subject, h)
+}
+
+// ownJob makes j its caller's: the owner (a trusted caller may state
+// another), and, for a caller who is not trusted, a job id in the owner's
+// own namespace, so that no one can take an id another owner will use.
+func ownJob(c auth.Caller, j *job.Job) error {
+	j.Owner = c.Owner(j.Owner)
+	if c.Trusted || j.ID == "" {
+		return nil // a new id is a random UUID, which no one can take
+	}
+	ns := Namespace(j.Owner.DN)
+	if strings.HasPrefix(j.ID, ns+"-") {
+		return nil // the id this owner was given before
+	}
+	if len(ns)+1+len(j.ID) > 64 {
+		return fmt.Errorf("id %q: a job id chosen by %s is given the owner's prefix %s-, and must then fit in 64 characters: use at most %d", j.ID, c, ns, 63-len(ns))
+	}
+	j.ID = ns + "-" + j.ID
+	return nil
+}
+
+// Namespace is the prefix of the job ids an owner chooses: "u" and ten hex
+// digits of the SHA-256 of the owner's DN.
+func Namespace(dn string) string {
+	sum := sha256.Sum256([]byte(dn))
+	return "u" + hex.EncodeToString(sum[:5])
+}
+
+// ownerUse is what one owner's running jobs hold.
+type ownerUse struct {
+	jobs, files int
+}
+
+// admitJob refuses a job of n files that would take its owner past a
+// limit, and otherwise counts it.
+func (s *Service) admitJob(c auth.Caller, j *job.Job, files int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.owners[j.Owner.DN]
+	if !c.Trusted {
+		if max := s.cfg.OwnerMaxJobs; max > 0 && u.jobs+1 > max {
+			return fmt.Errorf("%w: %s has %d running jobs, the most SLUICE_GENERATOR_OWNER_MAX_JOBS allows", ErrOwnerLimit, c, u.jobs)
+		}
+		if max := s.cfg.OwnerMaxDTRs; max > 0 && u.files+files > max {
+			return fmt.Errorf("%w: %s has %d files in running jobs; %d more would pass SLUICE_OWNER_MAX_DTRS (%d)", ErrOwnerLimit, c, u.files, files, max)
+		}
+	}
+	return nil
+}
+
+// counted adds (or, with sign -1, removes) a running job for its owner.
+func (s *Service) counted(owner string, files, sign int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.owners[owner]
+	u.jobs += sign
+	u.files += sign * files
+	if u.jobs <= 0 {
+		delete(s.owners, owner)
+		return
+	}
+	s.owners[owner] = u
+}
+
+// countOwnersEvery counts the running jobs of every owner again from the job
+// records, at start and then every so often (another generator may have
+// ended some).
+func (s *Service) countOwnersEvery(ctx context.Context, every time.Duration) {
+	for {
+		if err := s.countOwners(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot count the running jobs of each owner", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+func (s *Service) countOwners(ctx context.Context) error {
+	w, err := s.kv.WatchFiltered(ctx, []string{"*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	owners := map[string]ownerUse{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // every job record seen
+		}
+		var r Record
+		if json.Unmarshal(e.Value(), &r) == nil && r.State == JobRunning {
+			u := owners[r.Job.Owner.DN]
+			u.jobs++
+			u.files += r.Total
+			owners[r.Job.Owner.DN] = u
+		}
+	}
+	s.mu.Lock()
+	s.owners = owners
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,49 @@
+package core
+
+import "github.com/sluice-dtr/sluice/pkg/dtr"
+
+// OwnerUse is what one owner's unfinished DTRs hold: how many there are
+// and about how many bytes their records take, in memory and in the store.
+// The scheduler refuses new DTRs of an owner past its limits (admit.go).
+type OwnerUse struct {
+	DTRs  int   `json:"dtrs"`
+	Bytes int64 `json:"bytes"`
+}
+
+// recordOverhead is about what a DTR record takes besides its strings.
+const recordOverhead = 512
+
+// Footprint is about how many bytes d's record takes.
+func Footprint(d *dtr.DTR) int64 {
+	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum)
+	for _, r := range d.Replicas {
+		n += len(r)
+	}
+	for _, f := range d.Owner.FQANs {
+		n += len(f)
+	}
+	return int64(n)
+}
+
+// Owner returns what the unfinished DTRs of the owner with DN dn hold.
+func (c *Core) Owner(dn string) OwnerUse { return c.owners[dn] }
+
+// own counts e for its owner; disown stops counting it.
+func (c *Core) own(e *entry) {
+	e.footprint = Footprint(e.d)
+	u := c.owners[e.d.Owner.DN]
+	u.DTRs++
+	u.Bytes += e.footprint
+	c.owners[e.d.Owner.DN] = u
+}
+
+func (c *Core) disown(e *entry) {
+	u := c.owners[e.d.Owner.DN]
+	u.DTRs--
+	u.Bytes -= e.footprint
+	if u.DTRs <= 0 {
+		delete(c.owners, e.d.Owner.DN)
+		return
+	}
+	c.owners[e.d.Owner.DN] = u
+}
