@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/stack"
@@ -24,9 +25,40 @@ import (
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
-// request sends a request to a Sluice API subject and decodes the JSON
-// answer; a service error comes back as an error with its text.
+// as is who the client commands speak as (clientConn sets it): the user
+// whose own subjects they use (SLUICE_AS_USER; empty: the operator's plain
+// subjects) and the bearer token they send, if any (BEARER_TOKEN or the
+// file BEARER_TOKEN_FILE names, as WLCG's bearer token discovery has it).
+var as struct{ user, token string }
+
+// speakAs reads who the client commands speak as from cfg and the
+// environment.
+func speakAs(cfg *Config) error {
+	as.user, as.token = cfg.User, strings.TrimSpace(os.Getenv("BEARER_TOKEN"))
+	if as.user != "" && !auth.ValidUser(as.user) {
+		return fmt.Errorf("SLUICE_AS_USER %q is not a NATS subject token (no '.', '*', '>' or space)", as.user)
+	}
+	if f := os.Getenv("BEARER_TOKEN_FILE"); as.token == "" && f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("BEARER_TOKEN_FILE: %w", err)
+		}
+		as.token = strings.TrimSpace(string(b))
+	}
+	return nil
+}
+
+// request sends a request to a Sluice API subject (its plain form; it goes
+// to the user's own, as above) and decodes the JSON answer; a service error
+// comes back as an error with its text.
 func request(ctx context.Context, nc *nats.Conn, m *nats.Msg, v any) error {
+	m.Subject = bus.UserSubject(m.Subject, as.user)
+	if as.token != "" {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set("Authorization", "Bearer "+as.token)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	reply, err := nc.RequestMsgWithContext(ctx, m)
@@ -53,6 +85,9 @@ type apiError struct{ code, text string }
 func (e *apiError) Error() string { return e.text }
 
 func clientConn(cfg *Config) (*nats.Conn, error) {
+	if err := speakAs(cfg); err != nil {
+		return nil, err
+	}
 	nc, err := nats.Connect(cfg.NATSURL, append(cfg.Options(), nats.Name("sluice-cli"))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), err)

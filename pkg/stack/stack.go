@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
@@ -39,6 +40,8 @@ type Config struct {
 	// NATSUser and NATSPassword log the connections in; see Options.
 	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user of the roles and client commands (also read from NATS_USER); its replies come to the inbox prefix _INBOX_<user>, which the server must let it subscribe to (deploy/nats/sluice.conf does)"`
 	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"password of that user (also read from NATS_PASSWORD)"`
+	// User is who the client commands speak as.
+	User string `envconfig:"AS_USER" desc:"client commands: the Sluice user to speak as; requests go to that user's own subjects (dtr.submit.<user>, sluice.api.*.<user>), which the NATS server lets only that user publish to, and the user's jobs and DTRs are theirs; empty: the operator's subjects. A bearer token in BEARER_TOKEN or the file BEARER_TOKEN_FILE is sent with every request, and then names the caller"`
 	// HTTPTokens names bearer token files per host.
 	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
 	// CacheDir is the cache of downloads, shared by every processor and
@@ -49,6 +52,9 @@ type Config struct {
 	// FileRoots are the only directories file:// URLs may reach.
 	FileRoots []string `envconfig:"FILE_ROOTS" desc:"comma-separated directories that file:// sources and destinations must lie under (\"..\" and symbolic links out of them are refused); processors add their staging area; empty: any path"`
 	scheduler.Config
+	// AuthConfig says who sends each message (pkg/auth): SLUICE_USERS and
+	// SLUICE_ADMINS.
+	AuthConfig
 	Generator generator.Config `envconfig:"GENERATOR"`
 	Processor processor.Config `envconfig:"PROCESSOR"`
 	Delivery  delivery.Config  `envconfig:"DELIVERY"`
@@ -61,6 +67,10 @@ type Config struct {
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
 }
+
+// AuthConfig is auth.Config under a name of its own, so that Config can
+// embed it beside scheduler.Config.
+type AuthConfig = auth.Config
 
 // Roles are the services one process can run.
 var Roles = []string{"scheduler", "generator", "processor", "delivery"}
@@ -155,6 +165,23 @@ func (cfg Config) connect(name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// callers makes what establishes the caller of each message, for the
+// roles that take messages from outside (scheduler and generator); nil
+// when they do not run here.
+func (cfg Config) callers(_ context.Context, roles []string, log *slog.Logger) (*auth.Resolver, error) {
+	if !slices.Contains(roles, "scheduler") && !slices.Contains(roles, "generator") {
+		return nil, nil
+	}
+	r, err := auth.NewResolver(cfg.AuthConfig, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.FileRoots) == 0 {
+		log.Warn("SLUICE_FILE_ROOTS is empty: file:// URLs are refused from every caller who is not trusted (only the operator's subjects and trusted users may name local paths)")
+	}
+	return r, nil
+}
+
 // Run runs the given roles until ctx ends or one of them fails.
 func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) error {
 	tokens, err := transfer.ParseTokens(cfg.HTTPTokens)
@@ -198,6 +225,10 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	site := index([]string{"/healthz", "/metrics", "/debug/pprof/"})
 
+	callers, err := cfg.callers(ctx, roles, log)
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {
 		nc, err := cfg.connect("sluice-"+role, log)
@@ -212,7 +243,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "scheduler":
 			sc := cfg.Config
 			sc.Cache = cfg.CacheDir != ""
-			sc.Meter = meter
+			sc.Meter, sc.Callers, sc.FileRoots = meter, callers, cfg.FileRoots
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err
@@ -221,6 +252,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "generator":
 			gc := cfg.Generator
 			gc.Meter, gc.Retention = meter, cfg.Retention
+			gc.Callers, gc.FileRoots, gc.OwnerMaxDTRs = callers, cfg.FileRoots, cfg.OwnerMaxDTRs
 			s, err := generator.New(gc, nc, log)
 			if err != nil {
 				return err
