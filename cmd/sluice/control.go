@@ -79,12 +79,13 @@ func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		}
 	}
 	if err = control(ctx, cfg, bus.SubjectAPICancel, scheduler.CancelRequest{Job: id}, &r); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.code == "404" {
+			// Neither a DTR the scheduler holds nor a job with one
+			// unfinished: most likely finished, or not yet taken in.
+			return fmt.Errorf("nothing cancelled: %s has no unfinished DTR you may cancel (one still on its way to the scheduler is not known yet; cancel again once it is)", id)
+		}
 		return err
-	}
-	if _, perr := uuid.Parse(id); perr == nil && r.Cancelled == 0 {
-		// Neither a DTR the scheduler holds nor a job with one unfinished:
-		// most likely a DTR not yet taken in, or long finished.
-		return fmt.Errorf("nothing cancelled: the scheduler holds no DTR %s (one still on its way to it is not known yet; cancel again once it is), and job %s has no unfinished DTRs", id, id)
 	}
 	fmt.Fprintf(stdout, "job %s: %d unfinished DTRs cancelled\n", id, r.Cancelled)
 	return nil

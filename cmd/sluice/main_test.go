@@ -250,7 +250,7 @@ func TestCancelSaysWhetherItCancelledAnything(t *testing.T) {
 	}{
 		{"a DTR the scheduler holds", id.String(), "DTR " + id.String() + " cancelled", ""},
 		{"an id nobody knows", uuid.NewString(), "", "nothing cancelled"},
-		{"a job with nothing left to cancel", "reco-42", "job reco-42: 0 unfinished DTRs cancelled", ""},
+		{"a job with nothing left to cancel", "reco-42", "", "nothing cancelled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
