@@ -207,7 +207,7 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 		h.Write(b)
 		d.sums[name] = sha256.Sum256(b)
 		d.job.Inputs = append(d.job.Inputs, job.File{Source: base + "/" + name,
-			Destination: "file:///data/test/dst/" + name, Checksum: checksum.Format("adler32", h)})
+			Destination: "file:///data/files/test/dst/" + name, Checksum: checksum.Format("adler32", h)})
 	}
 
 	// The test's own override: the files, the way to the host's HTTP
@@ -216,7 +216,7 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 	testService := fmt.Sprintf(`
     volumes:
       - data:/data
-      - %s:/data/test
+      - %s:/data/files/test
     extra_hosts:
       - "host.docker.internal:host-gateway"`, dir)
 	err := os.WriteFile(override, []byte(`services:
@@ -273,7 +273,7 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 // submit submits the job as a submitter.
 func (d *deployment) submit() {
 	var reply generator.SubmitReply
-	if err := request(d.nc, bus.SubjectAPIJobSubmit, mustJSON(d.t, d.job), &reply); err != nil {
+	if err := request(d.nc, bus.UserSubject(bus.SubjectAPIJobSubmit, "submitter"), mustJSON(d.t, d.job), &reply); err != nil {
 		d.t.Fatalf("submit: %v", err)
 	}
 	d.jobID, d.started = reply.JobID, time.Now()
@@ -285,7 +285,7 @@ func (d *deployment) status() generator.JobEvent {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var ev generator.JobEvent
-		err := request(d.nc, bus.SubjectAPIJobStatus, []byte(d.jobID), &ev)
+		err := request(d.nc, bus.UserSubject(bus.SubjectAPIJobStatus, "submitter"), []byte(d.jobID), &ev)
 		if err == nil {
 			return ev
 		}

@@ -52,6 +52,8 @@ type system struct {
 	t    testing.TB
 	ns   *server.Server
 	nc   *nats.Conn
+	// user, if set, is the NATS user whose own subjects requests go to.
+	user string
 	js   jetstream.JetStream
 	cfg  stack.Config
 	dir  string
@@ -144,7 +146,7 @@ func (s *system) stopRole(role string) {
 func (s *system) request(subject string, data []byte, h nats.Header, v any) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m := nats.NewMsg(subject)
+		m := nats.NewMsg(bus.UserSubject(subject, s.user))
 		m.Data = data
 		for k, vs := range h {
 			m.Header[k] = vs

@@ -196,6 +196,9 @@ func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, chang
 	errs := make(chan error, 10)
 	startRole := func(role string) {
 		cfg := testConfig()
+		// Submitters are not trusted: their file:// URLs must lie under
+		// the roots, and every test's files are in a temporary directory.
+		cfg.FileRoots = []string{os.TempDir()}
 		if change != nil {
 			change(&cfg)
 		}
@@ -234,7 +237,7 @@ func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
 	dir := t.TempDir()
 	rolesAs(t, ns, passwords, func(c *stack.Config) { c.Retention = time.Second })
 	submitter := connectAs(t, ns, "submitter", passwords["submitter"])
-	sub := &system{t: t, nc: submitter.nc}
+	sub := &system{t: t, nc: submitter.nc, user: "submitter"}
 	src := filepath.Join(dir, "in")
 	writeFile(t, src, 100, 1)
 	r := sub.submit(&job.Job{Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(dir, "out"))}}})
@@ -243,7 +246,7 @@ func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		err := sub.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, new(any))
-		if err != nil && strings.Contains(err.Error(), "not found") {
+		if err != nil && strings.Contains(err.Error(), "unknown job") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -277,7 +280,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	// fails (a missing source: the generator cancels its other downloads
 	// and announces the failure); a malformed DTR that it publishes is
 	// rejected by the scheduler. The client reads the shares.
-	sub := &system{t: t, nc: submitter.nc}
+	sub := &system{t: t, nc: submitter.nc, user: "submitter"}
 	good := sub.submit(mkjob("allowed", 3))
 	failing := mkjob("failing", 2)
 	failing.Inputs = append(failing.Inputs, job.File{Source: fileURL(filepath.Join(dir, "in", "missing")), Destination: fileURL(filepath.Join(dir, "out", "missing"))})
@@ -297,7 +300,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := submitter.js.Publish(context.Background(), bus.SubjectSubmit, []byte(`{"id":"twelve"}`)); err != nil {
+	if _, err := submitter.js.Publish(context.Background(), bus.UserSubject(bus.SubjectSubmit, "submitter"), []byte(`{"id":"twelve"}`)); err != nil {
 		t.Fatalf("the submitter's malformed DTR was not taken: %v", err)
 	}
 	if _, err := rejected.NextMsg(10 * time.Second); err != nil {
@@ -388,7 +391,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	writeFile(t, src, 1000, 7)
 	id := uuid.New()
 	var ack *jetstream.PubAck
-	m := msg(bus.SubjectSubmit, fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out", "direct"))))
+	m := msg(bus.UserSubject(bus.SubjectSubmit, "submitter"), fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out", "direct"))))
 	m.Header.Set(nats.MsgIdHdr, id.String())
 	ack, err = submitter.js.PublishMsg(context.Background(), m)
 	if err != nil || ack.Stream != bus.StreamSubmit {

@@ -56,7 +56,7 @@ func TestWithARetentionAnEndedJobAndItsDTRsAreForgotten(t *testing.T) {
 	for {
 		err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), nil, new(any))
 		_, _, dtrKnown := s.dtrRecord(reply.DTRs[0])
-		if err != nil && strings.Contains(err.Error(), "not found") && !dtrKnown {
+		if err != nil && strings.Contains(err.Error(), "unknown job") && !dtrKnown {
 			break
 		}
 		if time.Now().After(deadline) {

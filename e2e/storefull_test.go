@@ -132,7 +132,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 	if err == nil || !strings.Contains(err.Error(), "store full: JetStream has no space for new work (insufficient resources); try again later") {
 		t.Fatalf("a job submitted to a full store: %v", err)
 	}
-	if err := s.request(bus.SubjectAPIJobStatus, []byte(refused.ID), nil, &reply); err == nil || !strings.Contains(err.Error(), "not found") {
+	if err := s.request(bus.SubjectAPIJobStatus, []byte(refused.ID), nil, &reply); err == nil || !strings.Contains(err.Error(), "unknown job") {
 		t.Fatalf("the refused job left something behind: status %v", err)
 	}
 	// A plain publisher gets JetStream's own refusal.
