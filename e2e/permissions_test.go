@@ -65,6 +65,14 @@ func (l *serverLog) violations() []string {
 // every user and a test-only observer that may do anything.
 func permissionsServer(t *testing.T) (ns *server.Server, passwords map[string]string, log *serverLog) {
 	t.Helper()
+	ns, passwords, log = permissionsServerWith(t, nil)
+	return ns, passwords, log
+}
+
+// permissionsServerWith is permissionsServer with the options and the
+// passwords that change adjusts before the server starts.
+func permissionsServerWith(t *testing.T, change func(*server.Options, map[string]string)) (ns *server.Server, passwords map[string]string, log *serverLog) {
+	t.Helper()
 	passwords = map[string]string{}
 	for _, u := range natsUsers {
 		passwords[u] = "pw-" + u + "-" + uuid.NewString()
@@ -76,6 +84,9 @@ func permissionsServer(t *testing.T) (ns *server.Server, passwords map[string]st
 	}
 	passwords["observer"] = uuid.NewString()
 	opts.Users = append(opts.Users, &server.User{Username: "observer", Password: passwords["observer"]})
+	if change != nil {
+		change(opts, passwords)
+	}
 	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
 	opts.StoreDir = filepath.Join(t.TempDir(), "jetstream")
 	opts.NoSigs = true

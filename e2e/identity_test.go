@@ -1,0 +1,414 @@
+package e2e
+
+// Who is asking: the owner of work comes from the credentials of whoever
+// submitted it, never from its text; only owners and administrators see and
+// change it; jobs ids never collide across owners; one owner's limits hold.
+// Every test runs the roles as their own NATS users of deploy/nats/sluice.conf.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/services/generator"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// addUserLike gives ns's options a user with the permissions of another
+// user of sluice.conf, that user's name replaced with the new one in
+// every subject: a new user made as sluice.conf says to.
+func addUserLike(t *testing.T, opts *server.Options, like, name, password string) {
+	t.Helper()
+	for _, u := range opts.Users {
+		if u.Username != like {
+			continue
+		}
+		swap := func(sp *server.SubjectPermission) *server.SubjectPermission {
+			if sp == nil {
+				return nil
+			}
+			out := &server.SubjectPermission{}
+			for _, s := range sp.Allow {
+				out.Allow = append(out.Allow, strings.ReplaceAll(s, like, name))
+			}
+			for _, s := range sp.Deny {
+				out.Deny = append(out.Deny, strings.ReplaceAll(s, like, name))
+			}
+			return out
+		}
+		p := &server.Permissions{Publish: swap(u.Permissions.Publish), Subscribe: swap(u.Permissions.Subscribe), Response: u.Permissions.Response}
+		opts.Users = append(opts.Users, &server.User{Username: name, Password: password, Permissions: p})
+		return
+	}
+	t.Fatalf("no user %q in sluice.conf", like)
+}
+
+// identityServer runs sluice.conf's NATS server with three more users made
+// like its submitter: alice, bob and boss. The submitter is mallory.
+func identityServer(t *testing.T) (*server.Server, map[string]string) {
+	t.Helper()
+	ns, passwords, _ := permissionsServerWith(t, func(opts *server.Options, passwords map[string]string) {
+		for _, u := range []string{"alice", "bob", "boss"} {
+			passwords[u] = "pw-" + u + "-" + uuid.NewString()
+			addUserLike(t, opts, "submitter", u, passwords[u])
+		}
+	})
+	return ns, passwords
+}
+
+// usersFile writes SLUICE_USERS: alice and mallory (the submitter) with
+// DNs and a VO, bob with none (user:bob), boss an administrator.
+func usersFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "users.json")
+	b := `{"alice": {"dn": "/DC=org/CN=Alice", "fqans": ["/atlas"]},
+	       "submitter": {"dn": "/DC=org/CN=Mallory", "fqans": ["/atlas"]},
+	       "boss": {"dn": "/DC=org/CN=Boss", "admin": true}}`
+	if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// as is a user's view of Sluice: requests on its own subjects.
+func as(t *testing.T, ns *server.Server, user, password string) *system {
+	return &system{t: t, nc: connectAs(t, ns, user, password).nc, user: user}
+}
+
+// pausingSource serves every path as 1 KiB after holding the request for
+// hold, so that each transfer holds its slot that long.
+func pausingSource(t *testing.T, hold time.Duration) string {
+	return httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(hold)
+		_, _ = w.Write(make([]byte, 1024))
+	}))
+}
+
+// TestASubmitterWhoInventsOwnersGetsOneShare is the Sybil attack: with a
+// share per DN and 10 transfer slots, an honest user submits 200 files;
+// another then submits 100 two-file jobs, each in the name of another
+// invented DN with the production role. The owners are ignored: every job
+// is the attacker's, and the honest user gets half of the slots while both
+// have work queued (on the old code, one share per invented DN took all).
+func TestASubmitterWhoInventsOwnersGetsOneShare(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) {
+		c.SharePolicy, c.MaxDelivery, c.MaxEmergency = "dn", 10, 1
+		c.UsersFile = users
+		c.Delivery.Workers = 11
+	})
+	src := pausingSource(t, 150*time.Millisecond)
+	out := t.TempDir()
+	alice := as(t, ns, "alice", passwords["alice"])
+	mallory := as(t, ns, "submitter", passwords["submitter"])
+	operator := &system{t: t, nc: connectAs(t, ns, "client", passwords["client"]).nc}
+
+	honest := &job.Job{Name: "honest"}
+	for i := range 200 {
+		honest.Inputs = append(honest.Inputs, job.File{Source: fmt.Sprintf("%s/alice/%d", src, i), Destination: fileURL(filepath.Join(out, "alice", fmt.Sprint(i)))})
+	}
+	hj := alice.submit(honest)
+	var sybils []string
+	for i := range 100 {
+		j := &job.Job{Name: "sybil", Owner: dtr.Identity{DN: fmt.Sprintf("/CN=sybil-%d", i), FQANs: []string{"/atlas/Role=production"}}}
+		for k := range 2 {
+			j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("%s/m/%d/%d", src, i, k), Destination: fileURL(filepath.Join(out, "m", fmt.Sprint(i), fmt.Sprint(k)))})
+		}
+		sybils = append(sybils, mallory.submit(j).JobID)
+	}
+	// The slots each share holds, sampled while both have work queued.
+	var samples, held int
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		running, queued := map[string]int{}, map[string]int{}
+		for _, s := range operator.shares().Shares {
+			if s.State == dtr.Transfer {
+				running[s.Share] += s.Running
+				queued[s.Share] += s.Queued
+			}
+		}
+		for share := range running {
+			if !strings.HasPrefix(share, "/DC=org/CN=Alice") && !strings.HasPrefix(share, "/DC=org/CN=Mallory") {
+				t.Fatalf("a share %q that no credential names: %v", share, running)
+			}
+		}
+		a, m := "/DC=org/CN=Alice-download", "/DC=org/CN=Mallory-download"
+		if queued[a] > 0 && queued[m] > 0 {
+			samples++
+			held += running[a]
+		} else if samples > 0 {
+			break
+		}
+	}
+	if samples < 10 {
+		t.Fatalf("only %d samples with both users' work queued", samples)
+	}
+	mean := float64(held) / float64(samples)
+	t.Logf("the honest user held %.2f of 11 transfer slots on average over %d samples", mean, samples)
+	if mean < 4.5 {
+		t.Fatalf("the honest user held %.2f transfer slots on average, want about half of 10 (at least 4.5)", mean)
+	}
+	// Every job is mallory's, whatever its text said.
+	ev := mallory.wait(sybils[0], 2*time.Minute)
+	if ev.Job.Owner.DN != "/DC=org/CN=Mallory" || slices.Contains(ev.Job.Owner.FQANs, "/atlas/Role=production") {
+		t.Fatalf("a job naming /CN=sybil-0 is owned by %+v, want mallory's identity", ev.Job.Owner)
+	}
+	alice.wait(hj.JobID, 2*time.Minute)
+}
+
+// TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob: another user can
+// neither see nor change a job or its DTRs (and learns no more than of an
+// unknown one), nor reconfigure shares; the owner can see and cancel their
+// own job with their own credentials; an administrator can do everything.
+func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) {
+		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
+	})
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-hold
+		_, _ = w.Write([]byte("data"))
+	}))
+	out := t.TempDir()
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	boss := as(t, ns, "boss", passwords["boss"])
+
+	j := &job.Job{Name: "private"}
+	for i := range 3 {
+		j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("%s/%d", src, i), Destination: fileURL(filepath.Join(out, fmt.Sprint(i)))})
+	}
+	r := alice.submit(j)
+	waiting := r.DTRs[2]
+	// The DTR is known to the scheduler once alice can see it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := alice.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, new(scheduler.DTRReply)); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("alice cannot see her own DTR: %v", err)
+		}
+	}
+	refused := []struct {
+		name, subject, body, want string
+	}{
+		{"status of her job", bus.SubjectAPIJobStatus, r.JobID, "not yours"},
+		{"her DTR", bus.SubjectAPIDTR, waiting.String(), "not yours"},
+		{"cancel her job", bus.SubjectAPICancel, fmt.Sprintf(`{"job":%q}`, r.JobID), "not yours"},
+		{"cancel her DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, waiting), "not yours"},
+		{"reprioritise her DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting), "not yours"},
+		{"reconfigure shares", bus.SubjectAPIReconfigure, `{"sharepriority":{"_default":90}}`, "only administrators"},
+		// An unknown id gets the answer another owner's gets.
+		{"status of a job nobody has", bus.SubjectAPIJobStatus, "no-such-job", "not yours"},
+	}
+	for _, tt := range refused {
+		t.Run("bob may not "+tt.name, func(t *testing.T) {
+			err := bob.request(tt.subject, []byte(tt.body), nil, new(json.RawMessage))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("bob's request: %v, want an error saying %q", err, tt.want)
+			}
+		})
+	}
+	var retrying scheduler.RetryingReply
+	if err := bob.request(bus.SubjectAPIRetrying, []byte(r.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
+		t.Fatalf("bob asked which of alice's DTRs retry: %+v, %v", retrying, err)
+	}
+	// Nothing of alice's changed; she and the administrator see it.
+	var d scheduler.DTRReply
+	if err := boss.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, &d); err != nil || d.DTR.State.Final() || d.DTR.Priority == 99 {
+		t.Fatalf("the administrator sees alice's DTR as %+v, %v; want it unfinished, at its own priority", d.DTR, err)
+	}
+	var ev generator.JobEvent
+	if err := alice.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err != nil || ev.Job.Owner.DN != "/DC=org/CN=Alice" {
+		t.Fatalf("alice's own job status: %+v, %v", ev.Job.Owner, err)
+	}
+	if err := boss.request(bus.SubjectAPIPriority, []byte(fmt.Sprintf(`{"dtr":%q,"priority":80}`, waiting)), nil, &d); err != nil || d.DTR.Priority != 80 {
+		t.Fatalf("the administrator reprioritises: %+v, %v", d.DTR.Priority, err)
+	}
+	// Alice cancels her own job with her own credentials.
+	var c scheduler.CancelReply
+	if err := alice.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, r.JobID)), nil, &c); err != nil || c.Cancelled != 3 {
+		t.Fatalf("alice cancels her job: %+v, %v; want 3 cancelled", c, err)
+	}
+	release()
+	if ev := alice.wait(r.JobID, time.Minute); ev.Cancelled != 3 {
+		t.Fatalf("alice's job ended with %d of 3 cancelled", ev.Cancelled)
+	}
+	var shares scheduler.SharesReply
+	if err := boss.request(bus.SubjectAPIReconfigure, []byte(`{"sharepriority":{"_default":90}}`), nil, &shares); err != nil {
+		t.Fatalf("the administrator reconfigures shares: %v", err)
+	}
+}
+
+// TestJobIDsChosenByDifferentOwnersNeverCollide: bob cannot take the id
+// that alice will use: each owner's chosen ids are their own.
+func TestJobIDsChosenByDifferentOwnersNeverCollide(t *testing.T) {
+	ns, passwords := identityServer(t)
+	rolesAs(t, ns, passwords, nil)
+	dir := t.TempDir()
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	mk := func(who string) *job.Job {
+		src := filepath.Join(dir, who+"-in")
+		writeFile(t, src, 100, len(who))
+		return &job.Job{ID: "reco-42", Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(dir, who+"-out"))}}}
+	}
+	b := bob.submit(mk("bob")) // first, to squat the id
+	a := alice.submit(mk("alice"))
+	if a.JobID == b.JobID {
+		t.Fatalf("alice and bob both got job %s", a.JobID)
+	}
+	if !strings.HasSuffix(a.JobID, "-reco-42") || !strings.HasSuffix(b.JobID, "-reco-42") {
+		t.Fatalf("job ids %s and %s do not keep the chosen id", a.JobID, b.JobID)
+	}
+	for _, u := range []struct {
+		s  *system
+		id string
+	}{{alice, a.JobID}, {bob, b.JobID}} {
+		if ev := u.s.wait(u.id, time.Minute); ev.Done != 1 {
+			t.Fatalf("job %s ended with %d of 1 DONE", u.id, ev.Done)
+		}
+	}
+	// Submitting again with the id given is the same job, not a new one.
+	again := mk("alice")
+	again.ID = a.JobID
+	if r := alice.submit(again); r.JobID != a.JobID {
+		t.Fatalf("resubmitted as %s, want %s", r.JobID, a.JobID)
+	}
+}
+
+// TestOneOwnerCannotQueueMoreThanItsLimits: past its limits an owner's
+// jobs and DTRs are refused with a reason that names the limit; other
+// users go on.
+func TestOneOwnerCannotQueueMoreThanItsLimits(t *testing.T) {
+	ns, passwords := identityServer(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) {
+		c.Generator.OwnerMaxJobs = 2
+		c.OwnerMaxDTRs, c.MaxDelivery, c.MaxEmergency = 5, 1, 0
+	})
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	out := t.TempDir()
+	bob := as(t, ns, "bob", passwords["bob"])
+	mk := func(n int) *job.Job {
+		j := &job.Job{}
+		for range n {
+			j.Inputs = append(j.Inputs, job.File{Source: src + "/" + uuid.NewString(), Destination: fileURL(filepath.Join(out, uuid.NewString()))})
+		}
+		return j
+	}
+	bob.submit(mk(1))
+	bob.submit(mk(1))
+	var reply generator.SubmitReply
+	err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, mk(1)), nil, &reply)
+	if err == nil || !strings.Contains(err.Error(), "owner limit reached") || !strings.Contains(err.Error(), "OWNER_MAX_JOBS") {
+		t.Fatalf("bob's third running job: %v, want a refusal naming SLUICE_GENERATOR_OWNER_MAX_JOBS", err)
+	}
+	// DTRs published straight on bob's subject: past 5 unfinished, refused.
+	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(bus.SubjectRejected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := connectAs(t, ns, "bob", passwords["bob"])
+	for range 4 {
+		body := fmt.Sprintf(`{"id":%q,"source":"%s/%s","destination":%q}`, uuid.New(), src, uuid.NewString(), fileURL(filepath.Join(out, uuid.NewString())))
+		if _, err := bc.js.Publish(context.Background(), bus.UserSubject(bus.SubjectSubmit, "bob"), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := rejected.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("no rejection of bob's sixth unfinished DTR: %v", err)
+	}
+	if !strings.Contains(string(m.Data), "owner limit reached") || !strings.Contains(string(m.Data), "SLUICE_OWNER_MAX_DTRS") {
+		t.Fatalf("rejection %s, want one naming SLUICE_OWNER_MAX_DTRS", m.Data)
+	}
+	// Alice is not held back by bob.
+	alice := as(t, ns, "alice", passwords["alice"])
+	alice.submit(mk(1))
+}
+
+// TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots: with no file roots
+// a user's file:// URL is refused (the operator's are taken); with roots,
+// a path outside them (a password file, a path climbing out with "..") is
+// refused, and one inside is moved.
+func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in")
+	writeFile(t, src, 100, 1)
+	fileJob := func(from, to string) *job.Job {
+		return &job.Job{Inputs: []job.File{{Source: fileURL(from), Destination: fileURL(to)}}}
+	}
+	t.Run("no roots", func(t *testing.T) {
+		ns, passwords := identityServer(t)
+		rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = nil })
+		bob := as(t, ns, "bob", passwords["bob"])
+		var reply generator.SubmitReply
+		err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, fileJob(src, filepath.Join(dir, "bob-out"))), nil, &reply)
+		if err == nil || !strings.Contains(err.Error(), "SLUICE_FILE_ROOTS is empty") {
+			t.Fatalf("bob's file:// job with no roots: %v, want a refusal naming SLUICE_FILE_ROOTS", err)
+		}
+		// The operator is trusted: its local paths are taken.
+		operator := &system{t: t, nc: connectAs(t, ns, "client", passwords["client"]).nc}
+		r := operator.submit(fileJob(src, filepath.Join(dir, "operator-out")))
+		if ev := operator.wait(r.JobID, time.Minute); ev.Done != 1 {
+			t.Fatalf("the operator's file:// job ended with %d of 1 DONE", ev.Done)
+		}
+	})
+	t.Run("roots", func(t *testing.T) {
+		ns, passwords := identityServer(t)
+		rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = []string{dir} })
+		bob := as(t, ns, "bob", passwords["bob"])
+		for _, tt := range []struct{ name, from, to string }{
+			{"a password file", "/etc/shadow", filepath.Join(dir, "shadow")},
+			{"a path that climbs out", dir + "/../../etc/passwd", filepath.Join(dir, "passwd")},
+			{"a destination outside", src, filepath.Join(os.TempDir(), "sluice-outside-"+uuid.NewString())},
+		} {
+			var reply generator.SubmitReply
+			err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, fileJob(tt.from, tt.to)), nil, &reply)
+			if err == nil || !strings.Contains(err.Error(), "file:// URL not allowed") {
+				t.Fatalf("%s: %v, want file:// URL not allowed", tt.name, err)
+			}
+		}
+		r := bob.submit(fileJob(src, filepath.Join(dir, "bob-out")))
+		if ev := bob.wait(r.JobID, time.Minute); ev.Done != 1 {
+			t.Fatalf("a job inside the roots ended with %d of 1 DONE", ev.Done)
+		}
+	})
+}
+
+
+// jobJSON is j as a job description.
+func jobJSON(t *testing.T, j *job.Job) []byte {
+	t.Helper()
+	b, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
