@@ -23,6 +23,7 @@ func newStorageSource(t *testing.T, iss *tokentest.Issuer, c tokentest.Client) *
 }
 
 func TestStorageTokenCarriesTheAudienceAndScope(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	client := iss.Client(t)
 	src := newStorageSource(t, iss, client)
@@ -71,6 +72,7 @@ func TestStorageTokenCarriesTheAudienceAndScope(t *testing.T) {
 }
 
 func TestStorageTokensAreCachedUntilShortlyBeforeTheyExpire(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	src := newStorageSource(t, iss, iss.Client(t))
 	now := time.Now()
@@ -109,6 +111,7 @@ func TestStorageTokensAreCachedUntilShortlyBeforeTheyExpire(t *testing.T) {
 }
 
 func TestStorageTokenIsRequestedOnceForConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	src := newStorageSource(t, iss, iss.Client(t))
 	var wg sync.WaitGroup
@@ -134,6 +137,7 @@ func TestStorageTokenIsRequestedOnceForConcurrentCallers(t *testing.T) {
 }
 
 func TestStorageTokenErrors(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	client := iss.Client(t)
 	wrong := filepath.Join(t.TempDir(), "wrong")
@@ -181,6 +185,7 @@ func TestStorageTokenErrors(t *testing.T) {
 }
 
 func TestNewStorageSourceRefusesBadConfigurations(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		cfg     StorageConfig

@@ -60,6 +60,7 @@ func refused(t *testing.T, err error, want, raw string) {
 }
 
 func TestVerifyReturnsTheClaimsOfAGoodToken(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	v := newVerifier(t, iss, nil)
 	exp := time.Now().Add(30 * time.Minute).Truncate(time.Second)
@@ -94,6 +95,7 @@ func TestVerifyReturnsTheClaimsOfAGoodToken(t *testing.T) {
 }
 
 func TestVerifyChecksTheClaims(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	now := time.Now()
 	aud := []string{sluiceAud}
@@ -188,6 +190,7 @@ func sign(t *testing.T, alg jose.SignatureAlgorithm, key any, kid string, claims
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 func TestVerifyRefusesForgedAndMalformedTokens(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	other := tokentest.Start(t)
 	v := newVerifier(t, iss, nil)
@@ -242,6 +245,7 @@ func TestVerifyRefusesForgedAndMalformedTokens(t *testing.T) {
 }
 
 func TestVerifyFollowsKeyRotation(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	v := newVerifier(t, iss, nil)
 	if n := iss.KeyRequests(); n != 1 {
@@ -281,6 +285,7 @@ func TestVerifyFollowsKeyRotation(t *testing.T) {
 }
 
 func TestVerifyWaitsForAnIssuerUnreachableAtStart(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	iss.SetDown(true)
 	v := newVerifier(t, iss, nil)
@@ -306,6 +311,7 @@ func TestVerifyWaitsForAnIssuerUnreachableAtStart(t *testing.T) {
 }
 
 func TestVerifyUsesOldKeysWhileTheIssuerIsDown(t *testing.T) {
+	t.Parallel()
 	iss := tokentest.Start(t)
 	var logged strings.Builder
 	v := newVerifier(t, iss, func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&logged, nil)) })
@@ -330,6 +336,7 @@ func TestVerifyUsesOldKeysWhileTheIssuerIsDown(t *testing.T) {
 }
 
 func TestClaimsIDIsUniquePerIssuerAndSubject(t *testing.T) {
+	t.Parallel()
 	ids := map[string]Claims{}
 	for _, c := range []Claims{
 		{Issuer: "https://iam.example.org/", Subject: "alice"},
@@ -349,6 +356,7 @@ func TestClaimsIDIsUniquePerIssuerAndSubject(t *testing.T) {
 }
 
 func TestNewVerifierRefusesBadConfigurations(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		cfg     Config
