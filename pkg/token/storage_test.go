@@ -1,0 +1,208 @@
+package token
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
+)
+
+const storageAud = "https://storage.example.org:8443"
+
+func newStorageSource(t *testing.T, iss *tokentest.Issuer, c tokentest.Client) *StorageSource {
+	t.Helper()
+	s, err := NewStorageSource(StorageConfig{Issuer: iss.URL, ClientID: c.ID, ClientSecretFile: c.SecretFile, RenewBefore: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestStorageTokenCarriesTheAudienceAndScope(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	src := newStorageSource(t, iss, client)
+	tests := []struct {
+		audience, scope string
+		wantScopes      []string
+	}{
+		{storageAud, "storage.read:/data/file1", []string{"storage.read:/data/file1"}},
+		{storageAud, "storage.modify:/data/dir", []string{"storage.modify:/data/dir"}},
+		{"https://other-storage.example.org", "storage.read:/a storage.modify:/b", []string{"storage.read:/a", "storage.modify:/b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.audience+" "+tt.scope, func(t *testing.T) {
+			raw, err := src.Token(t.Context(), tt.audience, tt.scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := newVerifier(t, iss, func(c *Config) { c.Audience = []string{tt.audience} })
+			c, err := v.Verify(t.Context(), raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Subject != client.ID {
+				t.Errorf("subject %q, want the client %q", c.Subject, client.ID)
+			}
+			for _, s := range tt.wantScopes {
+				if !c.HasScope(s) {
+					t.Errorf("scopes %q lack %q", c.Scopes, s)
+				}
+			}
+			if len(c.Scopes) != len(tt.wantScopes) {
+				t.Errorf("scopes %q, want %q", c.Scopes, tt.wantScopes)
+			}
+			if d := time.Until(c.Expiry); d < 55*time.Minute || d > time.Hour+time.Minute {
+				t.Errorf("expires in %v, want an hour", d)
+			}
+		})
+	}
+	// The token of one storage is not good for Sluice.
+	raw, err := src.Token(t.Context(), storageAud, "storage.read:/data/file1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newVerifier(t, iss, nil).Verify(t.Context(), raw)
+	refused(t, err, "does not name this Sluice", raw)
+}
+
+func TestStorageTokensAreCachedUntilShortlyBeforeTheyExpire(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	now := time.Now()
+	src.now = func() time.Time { return now }
+	steps := []struct {
+		name         string
+		after        time.Duration // clock moved on by this
+		audience     string
+		scope        string
+		wantRequests int
+		wantSame     bool // the token the step before got
+	}{
+		{"first", 0, storageAud, "storage.read:/data/file1", 1, false},
+		{"again", 0, storageAud, "storage.read:/data/file1", 1, true},
+		{"another scope", 0, storageAud, "storage.modify:/data/file1", 2, false},
+		{"another audience", 0, "https://b.example.org", "storage.modify:/data/file1", 3, false},
+		{"57 minutes on", 57 * time.Minute, "https://b.example.org", "storage.modify:/data/file1", 3, true},
+		{"2 minutes before expiry", time.Minute + time.Second, "https://b.example.org", "storage.modify:/data/file1", 4, false},
+		{"renewed", 0, "https://b.example.org", "storage.modify:/data/file1", 4, true},
+	}
+	last := ""
+	for _, s := range steps {
+		now = now.Add(s.after)
+		tok, err := src.Token(t.Context(), s.audience, s.scope)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if n := iss.TokenRequests(); n != s.wantRequests {
+			t.Fatalf("%s: %d token requests, want %d", s.name, n, s.wantRequests)
+		}
+		if (tok == last) != s.wantSame {
+			t.Fatalf("%s: same token as before: %v, want %v", s.name, tok == last, s.wantSame)
+		}
+		last = tok
+	}
+}
+
+func TestStorageTokenIsRequestedOnceForConcurrentCallers(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	var wg sync.WaitGroup
+	toks := make([]string, 8)
+	for i := range toks {
+		wg.Go(func() {
+			tok, err := src.Token(t.Context(), storageAud, "storage.read:/data")
+			if err != nil {
+				t.Error(err)
+			}
+			toks[i] = tok
+		})
+	}
+	wg.Wait()
+	if n := iss.TokenRequests(); n != 1 {
+		t.Fatalf("%d token requests, want 1", n)
+	}
+	for _, tok := range toks[1:] {
+		if tok != toks[0] {
+			t.Fatal("callers got different tokens")
+		}
+	}
+}
+
+func TestStorageTokenErrors(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrong, []byte("not-the-secret-7f3a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		cfg        StorageConfig
+		audience   string
+		scope      string
+		wantErr    string
+		wantRemote bool // the issuer was asked
+	}{
+		{"wrong secret", StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: wrong}, storageAud, "storage.read:/a", "invalid_client", true},
+		{"unknown client", StorageConfig{Issuer: iss.URL, ClientID: "nobody", ClientSecretFile: client.SecretFile}, storageAud, "storage.read:/a", "invalid_client", true},
+		{"no secret file", StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: filepath.Join(t.TempDir(), "none")}, storageAud, "storage.read:/a", "no such file", false},
+		{"empty secret file", StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: empty}, storageAud, "storage.read:/a", "is empty", false},
+		{"no audience", StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile}, "", "storage.read:/a", "needs an audience and a scope", false},
+		{"no scope", StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile}, storageAud, " ", "needs an audience and a scope", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := iss.TokenRequests()
+			src, err := NewStorageSource(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = src.Token(t.Context(), tt.audience, tt.scope)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+			}
+			if msg := err.Error(); strings.Contains(msg, client.Secret) || strings.Contains(msg, "not-the-secret") {
+				t.Fatal("the error holds a secret")
+			}
+			if asked := iss.TokenRequests() > before; asked != tt.wantRemote {
+				t.Fatalf("issuer asked: %v, want %v", asked, tt.wantRemote)
+			}
+		})
+	}
+}
+
+func TestNewStorageSourceRefusesBadConfigurations(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     StorageConfig
+		wantErr string
+	}{
+		{"no issuer", StorageConfig{ClientID: "c", ClientSecretFile: "/s"}, "SLUICE_STORAGE_TOKEN_ISSUER"},
+		{"plain http", StorageConfig{Issuer: "http://iam.example.org", ClientID: "c", ClientSecretFile: "/s"}, "is not https"},
+		{"no client", StorageConfig{Issuer: "https://iam.example.org", ClientSecretFile: "/s"}, "SLUICE_STORAGE_TOKEN_CLIENT_ID"},
+		{"no secret file", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c"}, "SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE"},
+		{"negative renewal", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", RenewBefore: -time.Second}, "SLUICE_STORAGE_TOKEN_RENEW_BEFORE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewStorageSource(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}
