@@ -20,11 +20,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/pkg/token"
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
@@ -90,10 +93,14 @@ func as(t *testing.T, ns *server.Server, user, password string) *system {
 	return &system{t: t, nc: connectAs(t, ns, user, password).nc, user: user}
 }
 
-// pausingSource serves every path as 1 KiB after holding the request for
+// pausingSource serves every path as 1 KiB, a GET after holding it for
 // hold, so that each transfer holds its slot that long.
 func pausingSource(t *testing.T, hold time.Duration) string {
 	return httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1024")
+		if r.Method != http.MethodGet {
+			return
+		}
 		time.Sleep(hold)
 		_, _ = w.Write(make([]byte, 1024))
 	}))
@@ -373,8 +380,10 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "SLUICE_FILE_ROOTS is empty") {
 			t.Fatalf("bob's file:// job with no roots: %v, want a refusal naming SLUICE_FILE_ROOTS", err)
 		}
-		// The operator is trusted: its local paths are taken.
-		operator := &system{t: t, nc: connectAs(t, ns, "client", passwords["client"]).nc}
+		// The operator is trusted: its local paths are taken. (The test's
+		// observer, who may publish anything, stands in for a front end
+		// allowed on the plain subjects.)
+		operator := &system{t: t, nc: connectAs(t, ns, "observer", passwords["observer"]).nc}
 		r := operator.submit(fileJob(src, filepath.Join(dir, "operator-out")))
 		if ev := operator.wait(r.JobID, time.Minute); ev.Done != 1 {
 			t.Fatalf("the operator's file:// job ended with %d of 1 DONE", ev.Done)
@@ -411,4 +420,67 @@ func jobJSON(t *testing.T, j *job.Job) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestAJobSubmittedWithATokenIsItsHoldersInTheShareItsGroupsName: a WLCG
+// token from a real OIDC issuer names the caller: the job lands in the share
+// of the token's wlcg.groups (whatever owner its text states), the holder
+// sees it, and a token that is expired, for another audience, or without
+// the compute.create scope is refused with the reason.
+func TestAJobSubmittedWithATokenIsItsHoldersInTheShareItsGroupsName(t *testing.T) {
+	is := tokentest.Start(t)
+	cfg := testConfig()
+	cfg.SharePolicy = "voms:vo"
+	cfg.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{"https://sluice.test"}, Leeway: time.Second}
+	dir := t.TempDir()
+	cfg.FileRoots = []string{dir}
+	s := start(t, cfg)
+	src := filepath.Join(dir, "in")
+	writeFile(t, src, 100, 1)
+	j := &job.Job{Owner: dtr.Identity{DN: "/CN=someone-else", FQANs: []string{"/atlas"}},
+		Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(dir, "out"))}}}
+	// The operator's subjects with a token: the token names the caller.
+	bearer := func(tok string) nats.Header { return nats.Header{"Authorization": []string{"Bearer " + tok}} }
+	good := is.Mint(t, tokentest.Mint{Subject: "carol", Audience: []string{"https://sluice.test"},
+		Groups: []string{"/cms", "/cms/production"}, Scopes: []string{"compute.create", "compute.read"}})
+
+	refused := []struct{ name, token, want string }{
+		{"expired", is.Mint(t, tokentest.Mint{Subject: "carol", Audience: []string{"https://sluice.test"}, Scopes: []string{"compute.create"},
+			Expiry: time.Now().Add(-time.Hour), IssuedAt: time.Now().Add(-2 * time.Hour)}), "expired"},
+		{"another audience", is.Mint(t, tokentest.Mint{Subject: "carol", Audience: []string{"https://other.example"}, Scopes: []string{"compute.create"}}), "audience"},
+		{"no compute.create", is.Mint(t, tokentest.Mint{Subject: "carol", Audience: []string{"https://sluice.test"}, Scopes: []string{"compute.read"}}), "compute.create"},
+		{"not a JWT", "not-a-token", "not a JWT"},
+	}
+	for _, tt := range refused {
+		var reply generator.SubmitReply
+		err := s.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), bearer(tt.token), &reply)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("a job with a token %s: %v, want a refusal saying %q", tt.name, err, tt.want)
+		}
+	}
+	var reply generator.SubmitReply
+	if err := s.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), bearer(good), &reply); err != nil {
+		t.Fatalf("a job with a good token: %v", err)
+	}
+	var ev generator.JobEvent
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), bearer(good), &ev); err != nil {
+			t.Fatalf("the holder asks for the job's status: %v", err)
+		}
+		if ev.State != generator.JobRunning || time.Now().After(deadline) {
+			break
+		}
+	}
+	if ev.Job.Owner.DN != "carol@"+is.URL || !slices.Equal(ev.Job.Owner.FQANs, []string{"/cms", "/cms/production"}) {
+		t.Fatalf("the job's owner is %+v, want the token's carol@%s in /cms", ev.Job.Owner, is.URL)
+	}
+	var d scheduler.DTRReply
+	if err := s.request(bus.SubjectAPIDTR, []byte(reply.DTRs[0].String()), bearer(good), &d); err != nil || d.DTR.Share != "cms-download" {
+		t.Fatalf("the job's DTR is in share %q (%v), want cms-download", d.DTR.Share, err)
+	}
+	// Another holder of a token from the same issuer does not see it.
+	other := is.Mint(t, tokentest.Mint{Subject: "dave", Audience: []string{"https://sluice.test"}, Groups: []string{"/cms"}, Scopes: []string{"compute.read"}})
+	if err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), bearer(other), &ev); err == nil || !strings.Contains(err.Error(), "not yours") {
+		t.Fatalf("another token holder asks for carol's job: %v, want not yours", err)
+	}
 }

@@ -5,6 +5,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/processor"
@@ -55,6 +57,8 @@ type Config struct {
 	// AuthConfig says who sends each message (pkg/auth): SLUICE_USERS and
 	// SLUICE_ADMINS.
 	AuthConfig
+	// Tokens says which bearer tokens are taken (pkg/token).
+	Tokens    token.Config     `envconfig:"TOKEN"`
 	Generator generator.Config `envconfig:"GENERATOR"`
 	Processor processor.Config `envconfig:"PROCESSOR"`
 	Delivery  delivery.Config  `envconfig:"DELIVERY"`
@@ -168,11 +172,24 @@ func (cfg Config) connect(name string, log *slog.Logger) (*nats.Conn, error) {
 // callers makes what establishes the caller of each message, for the
 // roles that take messages from outside (scheduler and generator); nil
 // when they do not run here.
-func (cfg Config) callers(_ context.Context, roles []string, log *slog.Logger) (*auth.Resolver, error) {
+func (cfg Config) callers(ctx context.Context, roles []string, log *slog.Logger) (*auth.Resolver, error) {
 	if !slices.Contains(roles, "scheduler") && !slices.Contains(roles, "generator") {
 		return nil, nil
 	}
-	r, err := auth.NewResolver(cfg.AuthConfig, nil)
+	var tokens auth.Verifier
+	if len(cfg.Tokens.Issuers) > 0 {
+		if len(cfg.Tokens.Audience) == 0 && !cfg.Tokens.AcceptAnyAudience {
+			return nil, errors.New("SLUICE_TOKEN_ISSUERS is set but SLUICE_TOKEN_AUDIENCE is empty: name the audience that this Sluice's tokens carry")
+		}
+		tc := cfg.Tokens
+		tc.Log = log
+		v, err := token.NewVerifier(ctx, tc)
+		if err != nil {
+			return nil, fmt.Errorf("bearer tokens: %w", err)
+		}
+		tokens = tokenVerifier{v}
+	}
+	r, err := auth.NewResolver(cfg.AuthConfig, tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +197,17 @@ func (cfg Config) callers(_ context.Context, roles []string, log *slog.Logger) (
 		log.Warn("SLUICE_FILE_ROOTS is empty: file:// URLs are refused from every caller who is not trusted (only the operator's subjects and trusted users may name local paths)")
 	}
 	return r, nil
+}
+
+// tokenVerifier gives auth what a verified token says.
+type tokenVerifier struct{ v *token.Verifier }
+
+func (t tokenVerifier) Verify(ctx context.Context, raw string) (auth.Token, error) {
+	c, err := t.v.Verify(ctx, raw)
+	if err != nil {
+		return auth.Token{}, err
+	}
+	return auth.Token{ID: c.ID(), Groups: c.Groups, Scopes: c.Scopes}, nil
 }
 
 // Run runs the given roles until ctx ends or one of them fails.
