@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -27,11 +28,18 @@ type OwnerLimits struct {
 // ErrOwnerLimit refuses a DTR that would take its owner past a limit.
 var ErrOwnerLimit = errors.New("owner limit reached")
 
+// tokenWait bounds how long a bearer token's check may hold the scheduling
+// loop: one signed by a key the scheduler has not seen makes it fetch the
+// issuer's keys.
+const tokenWait = 250 * time.Millisecond
+
 // caller establishes who sent a message on base or base.<user>.
 func (s *Service) caller(ctx context.Context, base, subject string, h nats.Header) (auth.Caller, error) {
 	if s.cfg.Callers == nil {
 		return auth.Operator, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, tokenWait)
+	defer cancel()
 	return s.cfg.Callers.Caller(ctx, base, subject, h)
 }
 
