@@ -53,9 +53,13 @@ type apiError struct{ code, text string }
 func (e *apiError) Error() string { return e.text }
 
 func clientConn(cfg *Config) (*nats.Conn, error) {
-	nc, err := nats.Connect(cfg.NATSURL, append(cfg.Options(), nats.Name("sluice-cli"))...)
+	opts, err := cfg.NATSOptions()
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), err)
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(opts, nats.Name("sluice-cli"))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), stack.ExplainConnectError(err))
 	}
 	return nc, nil
 }
