@@ -71,7 +71,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // submit sends a job description to the generator.
 func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("submit", cfg)
+	fs := clientFlags("submit", cfg)
 	wait := fs.Bool("wait", false, "wait until every DTR of the job is final and print the statistics")
 	session := fs.String("session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
 	dn := fs.String("dn", "", "owner DN of an xRSL job")
@@ -222,7 +222,7 @@ func dtrStatus(ctx context.Context, nc *nats.Conn, id uuid.UUID) (dtr.DTR, error
 
 // status shows a job and its DTRs, or one DTR.
 func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("status", cfg)
+	fs := clientFlags("status", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -326,7 +326,7 @@ func printJob(w io.Writer, ev generator.JobEvent, current map[uuid.UUID]dtr.DTR)
 
 // shares prints the per-share table.
 func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("shares", cfg)
+	fs := clientFlags("shares", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
