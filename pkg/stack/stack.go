@@ -42,7 +42,7 @@ type Config struct {
 	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"password of that user (also read from NATS_PASSWORD)"`
 	// Other ways to log in to NATS, the inbox prefix and TLS; see
 	// NATSOptions. natsToken is a nats context's token (UseNATSContext).
-	NATSCreds       string `envconfig:"NATS_CREDS" desc:"NATS credentials file (a user JWT and its nkey seed, as nsc writes it) of the roles and client commands, instead of a user and password; replies come to _INBOX_<the JWT's name>"`
+	NATSCreds       string `envconfig:"NATS_CREDS" desc:"NATS credentials file (a user JWT and its nkey seed, as nsc writes it) of the roles and client commands, instead of a user and password; replies come to _INBOX_<the JWT's name claim, else its public key>"`
 	NATSNkey        string `envconfig:"NATS_NKEY" desc:"file holding the nkey seed (SU...) of an nkey user of the roles and client commands, instead of a user and password; replies come to _INBOX_<its public key>"`
 	NATSInboxPrefix string `envconfig:"NATS_INBOX_PREFIX" desc:"inbox prefix of the roles and client commands, instead of the one their login gives (_INBOX_<user>, _INBOX_<JWT name>, _INBOX_<nkey public key>; none for a token or a client certificate alone)"`
 	NATSTLSCA       string `envconfig:"NATS_TLS_CA" desc:"PEM file of the CAs that the NATS server's certificate must be signed by (default: the system's); set, it requires TLS, as a tls:// URL does"`
