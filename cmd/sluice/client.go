@@ -88,9 +88,13 @@ func clientConn(cfg *Config) (*nats.Conn, error) {
 	if err := speakAs(cfg); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(cfg.NATSURL, append(cfg.Options(), nats.Name("sluice-cli"))...)
+	opts, err := cfg.NATSOptions()
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), err)
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(opts, nats.Name("sluice-cli"))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), stack.ExplainConnectError(err))
 	}
 	return nc, nil
 }
@@ -102,7 +106,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // submit sends a job description to the generator.
 func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("submit", cfg)
+	fs := clientFlags("submit", cfg)
 	wait := fs.Bool("wait", false, "wait until every DTR of the job is final and print the statistics")
 	session := fs.String("session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
 	dn := fs.String("dn", "", "owner DN of an xRSL job")
@@ -253,7 +257,7 @@ func dtrStatus(ctx context.Context, nc *nats.Conn, id uuid.UUID) (dtr.DTR, error
 
 // status shows a job and its DTRs, or one DTR.
 func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("status", cfg)
+	fs := clientFlags("status", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -357,7 +361,7 @@ func printJob(w io.Writer, ev generator.JobEvent, current map[uuid.UUID]dtr.DTR)
 
 // shares prints the per-share table.
 func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("shares", cfg)
+	fs := clientFlags("shares", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func control(ctx context.Context, cfg *Config, subject string, req, reply any) e
 
 // priority changes a DTR's priority.
 func priority(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("priority", cfg)
+	fs := clientFlags("priority", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func priority(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 
 // cancel cancels a DTR or a whole job.
 func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("cancel", cfg)
+	fs := clientFlags("cancel", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 
 // reconfigure replaces the share priorities of the running scheduler.
 func reconfigure(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("reconfigure", cfg)
+	fs := clientFlags("reconfigure", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func reconfigure(ctx context.Context, cfg *Config, args []string, stdout io.Writ
 
 // why says why a DTR waits.
 func why(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("why", cfg)
+	fs := clientFlags("why", cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

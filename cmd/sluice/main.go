@@ -48,6 +48,13 @@ Usage:
 
 Every serving process (all, a role, demo) serves HTTP at SLUICE_HTTP_ADDR: /healthz,
 /metrics (Prometheus) and, where the scheduler runs, a live web page at /.
+With SLUICE_HTTP_TLS_CERT and SLUICE_HTTP_TLS_KEY it serves HTTPS instead.
+
+NATS logins: a user and password, a credentials file (SLUICE_NATS_CREDS) or an nkey
+(SLUICE_NATS_NKEY); TLS with a tls:// URL or SLUICE_NATS_TLS_*. The client commands (submit,
+status, shares, why, priority, cancel, reconfigure) also connect with a nats context: the one
+named by --context or NATS_CONTEXT, else the one selected with "nats context select"; flags
+and SLUICE_* settings win over it.
 
 Run "sluice COMMAND -h" for a command's flags.
 

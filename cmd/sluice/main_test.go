@@ -69,7 +69,9 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err := run([]string{"help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"} {
+	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
+		"SLUICE_NATS_CREDS", "SLUICE_NATS_NKEY", "SLUICE_NATS_INBOX_PREFIX", "SLUICE_NATS_TLS_CA", "SLUICE_NATS_TLS_CERT", "SLUICE_NATS_TLS_KEY",
+		"NATS_CONTEXT", "--context", "SLUICE_HTTP_TLS_CERT", "SLUICE_HTTP_TLS_KEY"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}

@@ -241,14 +241,14 @@ func ValidateURL(u string) error {
 			// The parser's message may quote a password.
 			return errors.New("bad URL (not quoted: it may hold credentials)")
 		}
-		return fmt.Errorf("bad URL %q: %w", u, err)
+		return fmt.Errorf("bad URL %q: %w", RedactURL(u), stripQuoted(err))
 	}
 	if p.User != nil {
 		if _, has := p.User.Password(); has {
-			return fmt.Errorf("URL %q carries a password: credentials come from the environment or files (SLUICE_HTTP_TOKENS), never from URLs, which end up in events and logs", p.Redacted())
+			return fmt.Errorf("URL %q carries a password: credentials come from the environment or files (SLUICE_HTTP_TOKENS), never from URLs, which end up in events and logs", redact(p))
 		}
 	}
-	u = p.Redacted()
+	u = redact(p)
 	if !Schemes[p.Scheme] {
 		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https, dav, davs, s3, s3s, root", u, p.Scheme)
 	}

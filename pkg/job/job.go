@@ -128,12 +128,12 @@ func (j *Job) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.destination: %w", field, err))
 		}
 		if f.Source != "" && canonicalURL(f.Source) == canonicalURL(f.Destination) {
-			errs = append(errs, fmt.Errorf("%s: source and destination are the same URL %q", field, f.Source))
+			errs = append(errs, fmt.Errorf("%s: source and destination are the same URL %q", field, dtr.RedactURL(f.Source)))
 		}
 		if f.Destination != "" {
 			key := canonicalURL(f.Destination)
 			if first, dup := seen[key]; dup {
-				errs = append(errs, fmt.Errorf("%s.destination: URL %q is also the destination of %s", field, f.Destination, first))
+				errs = append(errs, fmt.Errorf("%s.destination: URL %q is also the destination of %s", field, dtr.RedactURL(f.Destination), first))
 			} else {
 				seen[key] = field
 			}
@@ -147,7 +147,7 @@ func (j *Job) Validate() error {
 			if err := dtr.ValidateURL(r); err != nil {
 				errs = append(errs, fmt.Errorf("%s.replicas[%d]: %w", field, k, err))
 			} else if canonicalURL(r) == canonicalURL(f.Destination) {
-				errs = append(errs, fmt.Errorf("%s.replicas[%d]: URL %q is the destination", field, k, r))
+				errs = append(errs, fmt.Errorf("%s.replicas[%d]: URL %q is the destination", field, k, dtr.RedactURL(r)))
 			}
 		}
 	}

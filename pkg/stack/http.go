@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,17 +169,39 @@ func index(paths []string) http.Handler {
 	})
 }
 
-// serveHTTP serves mux on ln until ctx ends.
-func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, log *slog.Logger) error {
+// httpCert loads the HTTP server's certificate (SLUICE_HTTP_TLS_CERT and
+// SLUICE_HTTP_TLS_KEY).
+func httpCert(certFile, keyFile string) (*tls.Certificate, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("SLUICE_HTTP_TLS_CERT and SLUICE_HTTP_TLS_KEY go together: set both or neither")
+	}
+	cert, err := loadKeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("SLUICE_HTTP_TLS_CERT %s, SLUICE_HTTP_TLS_KEY %s: %w", certFile, keyFile, err)
+	}
+	return &cert, nil
+}
+
+// serveHTTP serves mux on ln until ctx ends: HTTPS with cert, if set.
+func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, cert *tls.Certificate, log *slog.Logger) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if cert != nil {
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info("serving HTTP: /healthz, /metrics", "addr", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	serve := srv.Serve
+	if cert != nil {
+		log.Info("serving HTTPS: /healthz, /metrics", "addr", ln.Addr().String())
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	} else {
+		log.Info("serving HTTP: /healthz, /metrics", "addr", ln.Addr().String())
+	}
+	if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server: %w", err)
 	}
 	return nil

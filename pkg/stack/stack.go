@@ -5,6 +5,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -44,6 +45,16 @@ type Config struct {
 	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"password of that user (also read from NATS_PASSWORD)"`
 	// User is who the client commands speak as.
 	User string `envconfig:"AS_USER" desc:"client commands: the Sluice user to speak as; requests go to that user's own subjects (dtr.submit.<user>, sluice.api.*.<user>), which the NATS server lets only that user publish to, and the user's jobs and DTRs are theirs; empty: the operator's subjects. A bearer token in BEARER_TOKEN or the file BEARER_TOKEN_FILE is sent with every request, and then names the caller"`
+	// Other ways to log in to NATS, the inbox prefix and TLS; see
+	// NATSOptions. natsToken is a nats context's token (UseNATSContext).
+	NATSCreds       string `envconfig:"NATS_CREDS" desc:"NATS credentials file (a user JWT and its nkey seed, as nsc writes it) of the roles and client commands, instead of a user and password; replies come to _INBOX_<the JWT's name claim, else its public key>"`
+	NATSNkey        string `envconfig:"NATS_NKEY" desc:"file holding the nkey seed (SU...) of an nkey user of the roles and client commands, instead of a user and password; replies come to _INBOX_<its public key>"`
+	NATSInboxPrefix string `envconfig:"NATS_INBOX_PREFIX" desc:"inbox prefix of the roles and client commands, instead of the one their login gives (_INBOX_<user>, _INBOX_<JWT name>, _INBOX_<nkey public key>; none for a token or a client certificate alone)"`
+	NATSTLSCA       string `envconfig:"NATS_TLS_CA" desc:"PEM file of the CAs that the NATS server's certificate must be signed by (default: the system's); set, it requires TLS, as a tls:// URL does"`
+	NATSTLSCert     string `envconfig:"NATS_TLS_CERT" desc:"PEM client certificate for a NATS server that verifies clients (tls { verify: true }); requires TLS"`
+	NATSTLSKey      string `envconfig:"NATS_TLS_KEY" desc:"PEM private key of SLUICE_NATS_TLS_CERT"`
+	natsToken       string
+	fromContext     map[string]string // setting → where in a nats context it came from
 	// HTTPTokens names bearer token files per host.
 	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
 	// CacheDir is the cache of downloads, shared by every processor and
@@ -67,6 +78,9 @@ type Config struct {
 	// instead.
 	HTTPAddr string       `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"address of the HTTP server of every process: /healthz, /metrics (Prometheus), /debug/pprof/ and, where the scheduler runs, the live web page at /; empty: none"`
 	HTTP     net.Listener `ignored:"true"`
+	// HTTPTLSCert and HTTPTLSKey make that server serve HTTPS.
+	HTTPTLSCert string `envconfig:"HTTP_TLS_CERT" desc:"PEM certificate (its chain after it) of the HTTP server: set with SLUICE_HTTP_TLS_KEY, it serves HTTPS only"`
+	HTTPTLSKey  string `envconfig:"HTTP_TLS_KEY" desc:"PEM private key of SLUICE_HTTP_TLS_CERT"`
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
@@ -85,33 +99,9 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 		nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), ExplainConnectError(err))
 	}
 	return nc, nil
-}
-
-// Options are the connection options of the configured NATS user: its
-// name and password, unless the URL names a user, and an inbox prefix of
-// its own, _INBOX_<user>, so that the server can keep every user from
-// reading the replies meant for another.
-func (cfg Config) Options() []nats.Option {
-	user := cfg.NATSUser
-	if u, err := parseURL(strings.Split(cfg.NATSURL, ",")[0]); err == nil && u.User != nil {
-		// nats.go logs in as the URL's user; a user without a password
-		// is a token.
-		user = ""
-		if _, ok := u.User.Password(); ok {
-			user = u.User.Username()
-		}
-	}
-	var opts []nats.Option
-	if cfg.NATSUser != "" {
-		opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
-	}
-	if user != "" {
-		opts = append(opts, nats.CustomInboxPrefix("_INBOX_"+user))
-	}
-	return opts
 }
 
 // parseURL parses one NATS URL as nats.go does: without a scheme it is
@@ -152,13 +142,17 @@ func Redact(urls string) string {
 // connect opens a role's connection; what NATS reports asynchronously,
 // such as a refused publish or subscription, goes to log.
 func (cfg Config) connect(name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := append(cfg.Options(), nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+	opts, err := cfg.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		if sub != nil {
 			log.Error("NATS error", "connection", name, "subscription", sub.Subject, "err", err)
 			return
 		}
 		log.Error("NATS error", "connection", name, "err", err)
-	}))
+	}), nats.ReconnectErrHandler(connectFailed(name, log)))
 	if cfg.InProcess == nil {
 		return Connect(cfg.NATSURL, name, opts...)
 	}
@@ -219,6 +213,15 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	s3keys, err := transfer.ParseTokens(cfg.S3Credentials)
 	if err != nil {
 		return fmt.Errorf("S3 credentials: %w", err)
+	}
+	if _, err := cfg.NATSOptions(); err != nil {
+		return err
+	}
+	var cert *tls.Certificate
+	if cfg.HTTPTLSCert != "" || cfg.HTTPTLSKey != "" {
+		if cert, err = httpCert(cfg.HTTPTLSCert, cfg.HTTPTLSKey); err != nil {
+			return err
+		}
 	}
 	ln := cfg.HTTP
 	if ln == nil && cfg.HTTPAddr != "" {
@@ -319,7 +322,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	}
 	mux.Handle("/", site)
 	if ln != nil {
-		g.Go(func() error { return serveHTTP(ctx, ln, mux, log) })
+		g.Go(func() error { return serveHTTP(ctx, ln, mux, cert, log) })
 	}
 	return g.Wait()
 }

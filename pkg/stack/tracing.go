@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // Tracing installs an OpenTelemetry tracer provider, so that every DTR's
@@ -52,7 +53,8 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-			slog.Warn("OpenTelemetry", "err", err)
+			// The exporter's errors may quote its endpoint's URL.
+			slog.Warn("OpenTelemetry", "err", dtr.RedactText(err.Error()))
 		}))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)

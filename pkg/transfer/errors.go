@@ -53,15 +53,18 @@ type StatusError struct {
 func (e *StatusError) Error() string { return "HTTP " + e.Status }
 
 // Redact returns rawURL without its user information ("user:password@"),
-// so that it can be logged or shown. A URL that does not parse loses
-// everything between "//" and its last "@".
+// and with the values of query parameters that may carry credentials
+// (access_token, X-Amz-Signature, ...: dtr.SensitiveParam) replaced by
+// xxxxx, so that it can be logged or shown. A URL that does not parse
+// loses everything between "//" and its last "@".
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err == nil {
-		if u.User == nil {
+		q := dtr.RedactQuery(u.RawQuery)
+		if u.User == nil && q == u.RawQuery {
 			return rawURL
 		}
-		u.User = nil
+		u.User, u.RawQuery = nil, q
 		return u.String()
 	}
 	i := strings.Index(rawURL, "//")
@@ -69,7 +72,10 @@ func Redact(rawURL string) string {
 		return rawURL
 	}
 	if at := strings.LastIndex(rawURL[i+2:], "@"); at >= 0 {
-		return rawURL[:i+2] + rawURL[i+2+at+1:]
+		rawURL = rawURL[:i+2] + rawURL[i+2+at+1:]
+	}
+	if base, q, ok := strings.Cut(rawURL, "?"); ok {
+		rawURL = base + "?" + dtr.RedactQuery(q)
 	}
 	return rawURL
 }

@@ -70,6 +70,10 @@ func TestRedact(t *testing.T) {
 		{"file:///data/f", "file:///data/f"},
 		{"http://alice:s3/cr3t@host/f", "http://host/f"},
 		{"not a url", "not a url"},
+		{"https://host/f?access_token=s3cr3t&part=2", "https://host/f?access_token=xxxxx&part=2"},
+		{"s3://host/b/k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=abc&x-id=GetObject", "s3://host/b/k?X-Amz-Credential=xxxxx&X-Amz-Signature=xxxxx&x-id=GetObject"},
+		{"davs://host/f?authz=s3cr3t", "davs://host/f?authz=xxxxx"},
+		{"http://alice:s3/cr3t@host/f?token=s3cr3t", "http://host/f?token=xxxxx"},
 	}
 	for _, tt := range tests {
 		if got := transfer.Redact(tt.in); got != tt.want {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // maxQuoted is how much of a refused message its rejection event quotes.
@@ -19,11 +21,12 @@ var urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*:(//|\\/\\/)[^"\n]*
 
 // rejectionPayload is what a rejection event quotes of a refused message:
 // its first 512 bytes, for the publisher's logs, or nothing when the
-// message holds a URL with a password, written plainly or with JSON
+// message holds a URL with a password or a query parameter that may carry
+// a credential (dtr.HoldsSecretQuery), written plainly or with JSON
 // escapes. Rejection events are kept for 7 days and read by anyone who may
 // read events; credentials never go there.
 func rejectionPayload(data []byte) string {
-	if holdsPassword(data) {
+	if holdsPassword(data) || dtr.HoldsSecretQuery(data) {
 		return ""
 	}
 	if len(data) > maxQuoted {

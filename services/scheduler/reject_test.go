@@ -25,6 +25,9 @@ func TestARejectionQuotesTheMessageButNeverAURLPassword(t *testing.T) {
 		{"a password with a space", `{"source":"https://alice:two words@h/f"}`, ""},
 		{"a password with a space in a message that is not JSON", `source=https://alice:two words@h/f`, ""},
 		{"a port is no password", `{"source":"https://h:8443/f"}`, `{"source":"https://h:8443/f"}`},
+		{"an access token in the query", `{"source":"https://h/f?access_token=s3cr3t"}`, ""},
+		{"a presigned S3 URL behind JSON's escaped &", `{"source":"https://h/b/k?x-id=1\u0026X-Amz-Signature=abc"}`, ""},
+		{"a query without credentials is quoted", `{"source":"https://h/f?part=2&x=1"}`, `{"source":"https://h/f?part=2&x=1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
