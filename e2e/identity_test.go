@@ -9,8 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/services/generator"
@@ -482,5 +485,91 @@ func TestAJobSubmittedWithATokenIsItsHoldersInTheShareItsGroupsName(t *testing.T
 	other := is.Mint(t, tokentest.Mint{Subject: "dave", Audience: []string{"https://sluice.test"}, Groups: []string{"/cms"}, Scopes: []string{"compute.read"}})
 	if err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), bearer(other), &ev); err == nil || !strings.Contains(err.Error(), "not yours") {
 		t.Fatalf("another token holder asks for carol's job: %v, want not yours", err)
+	}
+}
+
+// TestNATSPubWithAUsersCredsSubmitsAsThatUser: on a NATS server in operator
+// (JWT) mode, a user's .creds let it publish only on its own subjects; a
+// DTR published with `nats pub` (the NATS CLI when it is on PATH, else
+// nats.go with the same credentials) is that user's, whatever owner its
+// text names, and the user reads it back on its own subject. Publishing on
+// the operator's subject or another user's is refused by the server.
+func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
+	op := securetest.NewOperator(t)
+	dir := t.TempDir()
+	_, url := securetest.Server(t, op.Conf())
+	roles, _ := op.Creds(t, dir, "sluice")
+	alice, _ := op.CredsAllowed(t, dir, "alice",
+		[]string{"dtr.submit.alice", "sluice.api.*.alice", "sluice.api.job.*.alice"}, []string{"_INBOX_alice.>"})
+	users := filepath.Join(dir, "users.json")
+	if err := os.WriteFile(users, []byte(`{"alice": {"dn": "/DC=org/CN=Alice", "fqans": ["/atlas"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.NATSURL, cfg.NATSCreds, cfg.UsersFile, cfg.FileRoots = url, roles, users, []string{dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stack.Run(ctx, cfg, stack.Roles, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("roles: %v", err)
+		}
+	})
+
+	src := filepath.Join(dir, "in")
+	writeFile(t, src, 1000, 3)
+	id := uuid.New()
+	body := fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q,"owner":{"dn":"/CN=mallory","fqans":["/atlas/Role=production"]}}`,
+		id, fileURL(src), fileURL(filepath.Join(dir, "out")))
+	nc, err := nats.Connect(url, nats.UserCredentials(alice), nats.CustomInboxPrefix("_INBOX_alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if cli, err := exec.LookPath("nats"); err == nil {
+		out, err := exec.Command(cli, "--server", url, "--creds", alice, "pub", bus.UserSubject(bus.SubjectSubmit, "alice"), body).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nats pub: %v\n%s", err, out)
+		}
+		t.Logf("published with %s", cli)
+	} else {
+		t.Logf("no NATS CLI on PATH: published with nats.go and the same credentials")
+		if err := nc.Publish(bus.UserSubject(bus.SubjectSubmit, "alice"), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aliceView := &system{t: t, nc: nc, user: "alice"}
+	var d scheduler.DTRReply
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		err := aliceView.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d)
+		if err == nil && d.DTR.State.Final() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's DTR: %+v, %v", d.DTR, err)
+		}
+	}
+	if d.DTR.State != dtr.Done || d.DTR.Owner.DN != "/DC=org/CN=Alice" || !slices.Equal(d.DTR.Owner.FQANs, []string{"/atlas"}) {
+		t.Fatalf("alice's DTR ended %s owned by %+v, want DONE and owned by alice", d.DTR.State, d.DTR.Owner)
+	}
+	// The server refuses alice on the operator's subject and on bob's.
+	errs := make(chan error, 4)
+	refused, err := nats.Connect(url, nats.UserCredentials(alice), nats.CustomInboxPrefix("_INBOX_alice"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refused.Close()
+	for _, subject := range []string{bus.SubjectSubmit, bus.UserSubject(bus.SubjectSubmit, "bob")} {
+		_ = refused.Publish(subject, []byte(body))
+		select {
+		case err := <-errs:
+			if !strings.Contains(err.Error(), "Permissions Violation") {
+				t.Fatalf("publish on %s: %v, want a permissions violation", subject, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("alice published on %s and the server said nothing", subject)
+		}
 	}
 }

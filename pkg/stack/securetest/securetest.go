@@ -197,6 +197,13 @@ func NewOperator(t testing.TB) *Operator {
 // file (jwt.FormatUserConfig) in dir.
 func (o *Operator) Creds(t testing.TB, dir, name string) (credsFile, public string) {
 	t.Helper()
+	return o.CredsAllowed(t, dir, name, nil, nil)
+}
+
+// CredsAllowed is Creds for a user that may publish only on publish and
+// subscribe only on subscribe (nil: anything but the default inboxes).
+func (o *Operator) CredsAllowed(t testing.TB, dir, name string, publish, subscribe []string) (credsFile, public string) {
+	t.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +212,8 @@ func (o *Operator) Creds(t testing.TB, dir, name string) (credsFile, public stri
 	uc := jwt.NewUserClaims(public)
 	uc.Name = name
 	uc.Permissions.Sub.Deny.Add("_INBOX.>")
+	uc.Permissions.Pub.Allow.Add(publish...)
+	uc.Permissions.Sub.Allow.Add(subscribe...)
 	tok, err := uc.Encode(o.account)
 	if err != nil {
 		t.Fatal(err)
