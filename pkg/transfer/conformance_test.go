@@ -81,7 +81,7 @@ func TestEveryProtocolPassesTheSameConformanceSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := checksum.File(src, "adler32")
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	ctx := context.Background()
 	for _, s := range protocolStores(t) {
 		t.Run(s.name, func(t *testing.T) {
@@ -182,7 +182,7 @@ func TestS3UploadsLargeObjectsInPartsAndReadsThemBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := strings.TrimPrefix(srv.URL, "http://")
-	c := transfer.New(nil).WithS3Credentials(map[string]string{host: keys})
+	c := transfer.New(nil).WithGuard(loopback).WithS3Credentials(map[string]string{host: keys})
 	data := make([]byte, 40<<20) // more than two 16 MiB parts
 	for i := range data {
 		data[i] = byte(i * 7 / 3)
@@ -210,7 +210,7 @@ func TestS3UploadsLargeObjectsInPartsAndReadsThemBack(t *testing.T) {
 	}
 	// Wrong keys are refused by the server... gofakes3 accepts any, so a
 	// missing key file stands for them: this site's problem, LOCAL_FILE.
-	bad := transfer.New(nil).WithS3Credentials(map[string]string{host: filepath.Join(dir, "missing")})
+	bad := transfer.New(nil).WithGuard(loopback).WithS3Credentials(map[string]string{host: filepath.Join(dir, "missing")})
 	_, err = bad.Stat(ctx, obj)
 	checkKind(t, err, dtr.ErrLocalFile)
 }
@@ -229,7 +229,7 @@ func TestEveryProtocolThatRenamesReplacesTheFinalNameWithItsTemporaryOne(t *test
 		t.Fatal(err)
 	}
 	want, _ := os.ReadFile(fresh)
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	ctx := context.Background()
 	for _, s := range protocolStores(t) {
 		t.Run(s.name, func(t *testing.T) {

@@ -84,7 +84,7 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			dir := t.TempDir()
 			d := dtr.DTR{ID: uuid.New(), Source: closeDelimited(t, tt.body), Destination: "file://" + filepath.Join(dir, "f"),
 				Size: tt.queried, TransferGrant: uuid.NewString() + ".1"}
-			s := New(Config{MaxFileSize: tt.max}, nil, slog.New(slog.DiscardHandler))
+			s := New(Config{MaxFileSize: tt.max, Guard: loopback(t)}, nil, slog.New(slog.DiscardHandler))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			res := s.Handle(ctx, bus.Grant{DTR: d}, func(int64, int64) {})
@@ -112,4 +112,15 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			}
 		})
 	}
+}
+
+// loopback lets a test's servers, on loopback, be reached: the default
+// Guard refuses loopback addresses.
+func loopback(t *testing.T) *transfer.Guard {
+	t.Helper()
+	g, err := transfer.NewGuard("127.0.0.0/8", "::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
