@@ -21,7 +21,7 @@ import (
 //   - a bearer token of SLUICE_HTTP_TOKENS goes to the https hop whose
 //     host and port it is configured for (a host without a port: 443);
 //   - a hop over plain http whose host and port have a token is refused
-//     (errInsecureToken, PERMANENT_REMOTE), rather than sent without: the
+//     (insecureTokenError, PERMANENT_REMOTE), rather than sent without: the
 //     token must not cross the network in clear text, and a request that
 //     quietly goes without the credentials it was configured with would
 //     fail later, or read or write as nobody, for reasons harder to see;
@@ -57,9 +57,20 @@ func Audience(u *url.URL) string {
 	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), portOf(u))
 }
 
-// errInsecureToken marks a plain http request to a host and port that
+// insecureTokenError is a plain http request to a host and port that
 // have a bearer token: refused, so that the token is never sent in clear.
-var errInsecureToken = errors.New("bearer token over plain http")
+type insecureTokenError struct{ u *url.URL }
+
+func (e *insecureTokenError) Error() string {
+	return fmt.Sprintf("request to %s refused: SLUICE_HTTP_TOKENS has a bearer token for %s, which is sent over https only (use https:// or davs://)",
+		Audience(e.u), net.JoinHostPort(e.u.Hostname(), portOf(e.u)))
+}
+
+// isInsecureToken reports whether err is an insecureTokenError.
+func isInsecureToken(err error) bool {
+	var e *insecureTokenError
+	return errors.As(err, &e)
+}
 
 // clientKey is the context key of the Client whose credentials a request
 // carries.
@@ -100,8 +111,7 @@ func (c *Client) credential(req *http.Request) (string, error) {
 	file, ok := lookupHost(c.tokens, u)
 	switch {
 	case ok && u.Scheme != "https":
-		return "", fmt.Errorf("%w: request to %s refused: SLUICE_HTTP_TOKENS has a bearer token for %s, which is sent over https only (use https:// or davs://)",
-			errInsecureToken, Audience(u), net.JoinHostPort(u.Hostname(), portOf(u)))
+		return "", &insecureTokenError{u: u}
 	case ok:
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -137,7 +137,7 @@ func remoteError(ctx context.Context, op, rawURL string, err error, moved int64)
 		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: re}
 	}
 	err = stripURLError(err)
-	if errors.Is(err, errInsecureToken) {
+	if isInsecureToken(err) {
 		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: err}
 	}
 	if isRedirectRefused(err) {
