@@ -89,9 +89,6 @@ func (c *Client) WithGuard(g *Guard) *Client {
 	return &cp
 }
 
-// Guard returns what c's connections may reach; nil is NewGuard().
-func (c *Client) Guard() *Guard { return c.guard }
-
 // build makes c's HTTP client from base and guard.
 func (c *Client) build() {
 	hc := &http.Client{}
