@@ -28,6 +28,8 @@ import (
 // of the environment, with slots and workers for a busy site.
 func config(slots int) stack.Config {
 	return stack.Config{
+		// The measurements' storage servers are on loopback.
+		AllowNetworks: []string{"127.0.0.0/8"},
 		Config: scheduler.Config{MaxProcessor: slots, MaxDelivery: slots, MaxEmergency: 1, MaxTransferTries: 10,
 			RetryBase: time.Second, Lease: 2 * time.Minute, Tick: 50 * time.Millisecond, AgeAfter: time.Hour, AgeEvery: 5 * time.Minute},
 		Generator: generator.Config{MaxFiles: 100_000},
@@ -41,7 +43,7 @@ func configEnv(slots int) []string {
 	n := strconv.Itoa(slots)
 	return []string{"SLUICE_MAXPROCESSOR=" + n, "SLUICE_MAXDELIVERY=" + n, "SLUICE_PROCESSOR_PRE_WORKERS=" + n,
 		"SLUICE_PROCESSOR_POST_WORKERS=" + n, "SLUICE_DELIVERY_WORKERS=" + strconv.Itoa(slots+1),
-		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s"}
+		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s", "SLUICE_ALLOW_NETWORKS=127.0.0.0/8"}
 }
 
 // ThroughputSlots is the number of slots of each state (and workers of

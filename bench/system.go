@@ -75,7 +75,8 @@ func start(ctx context.Context, dir string, base stack.Config, exe string, env [
 		if exe != "" {
 			for _, role := range p.roles {
 				cmd := exec.CommandContext(ctx, exe, role)
-				cmd.Env = append(append(os.Environ(), env...), "NATS_URL="+ns.ClientURL(), "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error")
+				cmd.Env = append(append(os.Environ(), env...), "NATS_URL="+ns.ClientURL(), "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error",
+					"SLUICE_ALLOW_NETWORKS=127.0.0.0/8") // the storage servers are on loopback
 				cmd.Stderr = os.Stderr
 				if err := cmd.Start(); err != nil {
 					s.stop()

@@ -211,18 +211,21 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 	}
 
 	// The test's own override: the files, the way to the host's HTTP
-	// server, and room for three deliverers' transfers.
+	// server, and room for three deliverers' transfers. The host is
+	// reached at Docker's host-gateway address, a private one (172.17.0.1
+	// on the default bridge), which transfers reach only when allowed.
 	override := filepath.Join(dir, "compose.test.yaml")
 	testService := fmt.Sprintf(`
     volumes:
       - data:/data
       - %s:/data/files/test
     extra_hosts:
-      - "host.docker.internal:host-gateway"`, dir)
+      - "host.docker.internal:host-gateway"
+    environment:
+      SLUICE_ALLOW_NETWORKS: "172.16.0.0/12,192.168.0.0/16,10.0.0.0/8"`, dir)
 	err := os.WriteFile(override, []byte(`services:
   processor:`+testService+`
   delivery:`+testService+`
-    environment:
       SLUICE_DELIVERY_WORKERS: "10"
   scheduler:
     environment:

@@ -233,6 +233,7 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 	port := first.Addr().(*net.TCPAddr).Port
 	c := &cluster{t: t, bin: bin, dir: dir, procs: map[string]*process{}, env: []string{
 		"NATS_URL=" + first.ClientURL(), "SLUICE_LOG_LEVEL=warn", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
+		"SLUICE_ALLOW_NETWORKS=127.0.0.0/8", // the test's storage servers are on loopback
 		"SLUICE_LEASE=4s", "SLUICE_RETRY_BASE=100ms", "SLUICE_MAXTRANSFERTRIES=20",
 		"SLUICE_MAXDELIVERY=20", "SLUICE_MAXPROCESSOR=20", "SLUICE_GENERATOR_MAX_FILES=10000",
 		"SLUICE_DELIVERY_WORKERS=21", "SLUICE_PROCESSOR_PRE_WORKERS=42", "SLUICE_PROCESSOR_POST_WORKERS=21",
@@ -607,6 +608,7 @@ func TestASchedulerStartedWhileNATSIsDownWaitsForIt(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	c := &cluster{t: t, bin: bin, dir: dir, procs: map[string]*process{}, env: []string{
 		"NATS_URL=" + url, "SLUICE_LOG_LEVEL=info", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
+		"SLUICE_ALLOW_NETWORKS=127.0.0.0/8", // the test's storage servers are on loopback
 	}}
 	defer c.stopAll()
 	c.start("scheduler")

@@ -65,6 +65,7 @@ func newGauntlet(t *testing.T, env ...string) *gauntlet {
 	g.port = ns.Addr().(*net.TCPAddr).Port
 	g.cluster = &cluster{t: t, bin: bin, dir: dir, procs: map[string]*process{}, env: append([]string{
 		"NATS_URL=" + ns.ClientURL(), "SLUICE_LOG_LEVEL=info", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
+		"SLUICE_ALLOW_NETWORKS=127.0.0.0/8", // the storage servers are on loopback
 		"SLUICE_LEASE=" + gauntletLease.String(), "SLUICE_RETRY_BASE=100ms", "SLUICE_CHECKPOINT_EVERY=100ms",
 		"SLUICE_S3_CREDENTIALS=", "AWS_ACCESS_KEY_ID=sluice", "AWS_SECRET_ACCESS_KEY=sluice-secret",
 	}, env...)}

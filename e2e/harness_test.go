@@ -33,9 +33,12 @@ import (
 
 // testConfig is the services' configuration for tests: ARC's defaults with
 // short retry delays, and checkpoints soon after every change, so that a
-// state that holds still holds still in the sluice_dtrs bucket too.
+// state that holds still holds still in the sluice_dtrs bucket too. The
+// tests' storage servers are on loopback, which transfers reach only when
+// allowed.
 func testConfig() stack.Config {
 	return stack.Config{
+		AllowNetworks: []string{"127.0.0.0/8"},
 		Config: scheduler.Config{
 			MaxProcessor: 10, MaxDelivery: 10, MaxEmergency: 1, MaxTransferTries: 10,
 			RetryBase: 100 * time.Millisecond, Lease: time.Minute, Tick: 20 * time.Millisecond,

@@ -85,6 +85,11 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 		fmt.Fprintf(stdout, "live web page at http://%s/ (metrics at /metrics)\n", web.Addr())
 	}
 
+	// The demo's HTTP storage listens on 127.0.0.1, which transfers reach
+	// only when allowed (its NATS server and web page, also there, stay
+	// denied: they are Sluice's own).
+	cfg.AllowNetworks = append(cfg.AllowNetworks, "127.0.0.1/32")
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)

@@ -56,7 +56,12 @@ type Config struct {
 	natsToken       string
 	fromContext     map[string]string // setting → where in a nats context it came from
 	// HTTPTokens names bearer token files per host.
-	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent to that host only)"`
+	HTTPTokens string `envconfig:"HTTP_TOKENS" desc:"bearer tokens for HTTP(S) storage: host[:port]=/path/of/token/file,... (read at every request; sent over https only, to that host and port only, a host alone meaning port 443, judged again at every redirect; a plain http request to it is refused)"`
+	// AllowNetworks, DenyAddresses and NATSMonitorPort say what the
+	// roles' connections to storage may reach (guard.go).
+	AllowNetworks   []string `envconfig:"ALLOW_NETWORKS" desc:"comma-separated networks (CIDRs or addresses, e.g. 127.0.0.0/8,10.0.0.0/8) that transfers may reach besides public addresses; loopback, private, link-local (cloud metadata), CGNAT and other internal addresses are refused unless listed here; 0.0.0.0/0,::/0 allows every address"`
+	DenyAddresses   []string `envconfig:"DENY_ADDRESSES" desc:"comma-separated host:port that transfers never reach, whatever SLUICE_ALLOW_NETWORKS says; Sluice's own NATS server, its monitoring port and this process's HTTP server are always denied"`
+	NATSMonitorPort int      `envconfig:"NATS_MONITOR_PORT" default:"8222" desc:"monitoring port of the NATS servers, denied to transfers on every NATS host; 0: none"`
 	// CacheDir is the cache of downloads, shared by every processor and
 	// deliverer; the scheduler routes downloads through it when it is set.
 	CacheDir string `envconfig:"CACHE_DIR" desc:"cache of downloads (ARC's cache), shared by processors and deliverers: a remote file wanted again is linked from it instead of transferred; empty: no cache"`
@@ -232,6 +237,10 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if ln != nil {
 		defer ln.Close()
 	}
+	guard, err := cfg.guard(ln)
+	if err != nil {
+		return err
+	}
 	service := "sluice"
 	if len(roles) == 1 {
 		service += "-" + roles[0]
@@ -292,12 +301,14 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "processor":
 			pc := cfg.Processor
 			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
+			pc.Guard = guard
 			pc.MaxFileSize = cfg.Delivery.MaxFileSize // one limit for every copy of a source
 			pc.Meter = meter
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
 			dc.Tokens, dc.S3Keys, dc.Meter = tokens, s3keys, meter
+			dc.Guard = guard
 			if len(cfg.FileRoots) > 0 {
 				// Deliverers read the staged copies that processors write.
 				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())

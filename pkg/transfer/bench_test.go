@@ -37,7 +37,7 @@ func BenchmarkCopyFileToFile(b *testing.B) {
 	dst := filepath.Join(filepath.Dir(src), "dst")
 	su, _ := url.Parse(benchURL(src))
 	du, _ := url.Parse(benchURL(dst))
-	c := New(nil)
+	c := New(nil).WithGuard(loopback)
 	for _, tc := range []struct {
 		name  string
 		types []string
@@ -119,7 +119,7 @@ func BenchmarkCopyHTTP(b *testing.B) {
 		http.ServeFile(w, r, src)
 	}))
 	defer srv.Close()
-	c := New(nil)
+	c := New(nil).WithGuard(loopback)
 	for _, tc := range []struct{ name, src, dst string }{
 		{"get-to-file", srv.URL + "/src", benchURL(filepath.Join(dir, "dst"))},
 		{"file-to-put", benchURL(src), srv.URL + "/dst"},

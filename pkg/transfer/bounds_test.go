@@ -101,7 +101,7 @@ func TestACloseDelimitedBodyOfAnotherSizeThanQueriedFailsAndLeavesNothing(t *tes
 			src, _ := closeDelimitedServer(t, sized(tt.sends))
 			src += "/f"
 			dst := filepath.Join(t.TempDir(), "f")
-			res, err := transfer.New(nil).Copy(context.Background(), src, fileURL(dst), transfer.CopyOptions{ExpectedSize: queried})
+			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), src, fileURL(dst), transfer.CopyOptions{ExpectedSize: queried})
 			if tt.want == "" {
 				if err != nil || res.Bytes != queried {
 					t.Fatalf("copy: %d bytes, %v; want %d", res.Bytes, err, queried)
@@ -137,7 +137,7 @@ func TestASourceThatSaysItHasAnotherSizeThanQueriedIsRefusedBeforeAnyByte(t *tes
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := filepath.Join(dir, "out-"+tt.name)
-			res, err := transfer.New(nil).Copy(context.Background(), tt.src, fileURL(dst), transfer.CopyOptions{ExpectedSize: 100})
+			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), tt.src, fileURL(dst), transfer.CopyOptions{ExpectedSize: 100})
 			sizeErr(t, err, tt.src, dtr.ErrTemporaryRemote, "size changed: the source had 100 bytes when queried, it has 120 now")
 			if res.Bytes != 0 {
 				t.Errorf("%d bytes moved", res.Bytes)
@@ -175,7 +175,7 @@ func TestALocalFileThatChangesSizeWhileReadFailsAndIsRetried(t *testing.T) {
 			}
 			defer f.Close()
 			changed := false
-			_, err = transfer.New(nil).Copy(context.Background(), fileURL(src), fileURL(dst), transfer.CopyOptions{
+			_, err = transfer.New(nil).WithGuard(loopback).Copy(context.Background(), fileURL(src), fileURL(dst), transfer.CopyOptions{
 				ExpectedSize: tt.expected, BufferSize: 64 << 10, ProgressEvery: time.Nanosecond,
 				Progress: func(int64) {
 					if !changed {
@@ -199,7 +199,7 @@ func TestAnEndlessSourceIsCutOffPastTheMaximumSize(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "f")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := transfer.New(nil).Copy(ctx, src, fileURL(dst), transfer.CopyOptions{MaxSize: max})
+	res, err := transfer.New(nil).WithGuard(loopback).Copy(ctx, src, fileURL(dst), transfer.CopyOptions{MaxSize: max})
 	// Not retried: the next attempt would stream as long.
 	sizeErr(t, err, src, dtr.ErrPermanentRemote, fmt.Sprintf("the source is larger than the maximum file size of %d bytes (the copy stopped at byte %d)", max, max+1))
 	if res.Bytes != max {
@@ -244,7 +244,7 @@ func TestASourceKnownToBeLargerThanTheMaximumIsRefusedBeforeAnyByte(t *testing.T
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := filepath.Join(dir, "out")
-			res, err := transfer.New(nil).Copy(context.Background(), tt.src, fileURL(dst), tt.opt)
+			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), tt.src, fileURL(dst), tt.opt)
 			sizeErr(t, err, tt.src, tt.kind, tt.want)
 			if res.Bytes != 0 {
 				t.Errorf("%d bytes moved", res.Bytes)
@@ -267,7 +267,7 @@ func TestASourceKnownToBeLargerThanTheMaximumIsRefusedBeforeAnyByte(t *testing.T
 		t.Errorf("no limit: %v", err)
 	}
 	// A source at the maximum is copied.
-	if _, err := transfer.New(nil).Copy(context.Background(), srv.URL+"/f", fileURL(filepath.Join(dir, "ok")), transfer.CopyOptions{MaxSize: 2000, ExpectedSize: 2000}); err != nil {
+	if _, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), srv.URL+"/f", fileURL(filepath.Join(dir, "ok")), transfer.CopyOptions{MaxSize: 2000, ExpectedSize: 2000}); err != nil {
 		t.Errorf("a source of the maximum size: %v", err)
 	}
 }

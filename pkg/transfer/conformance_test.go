@@ -81,7 +81,7 @@ func TestEveryProtocolPassesTheSameConformanceSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := checksum.File(src, "adler32")
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	ctx := context.Background()
 	for _, s := range protocolStores(t) {
 		t.Run(s.name, func(t *testing.T) {
@@ -182,7 +182,7 @@ func TestS3UploadsLargeObjectsInPartsAndReadsThemBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := strings.TrimPrefix(srv.URL, "http://")
-	c := transfer.New(nil).WithS3Credentials(map[string]string{host: keys})
+	c := transfer.New(nil).WithGuard(loopback).WithS3Credentials(map[string]string{host: keys})
 	data := make([]byte, 40<<20) // more than two 16 MiB parts
 	for i := range data {
 		data[i] = byte(i * 7 / 3)
@@ -210,7 +210,7 @@ func TestS3UploadsLargeObjectsInPartsAndReadsThemBack(t *testing.T) {
 	}
 	// Wrong keys are refused by the server... gofakes3 accepts any, so a
 	// missing key file stands for them: this site's problem, LOCAL_FILE.
-	bad := transfer.New(nil).WithS3Credentials(map[string]string{host: filepath.Join(dir, "missing")})
+	bad := transfer.New(nil).WithGuard(loopback).WithS3Credentials(map[string]string{host: filepath.Join(dir, "missing")})
 	_, err = bad.Stat(ctx, obj)
 	checkKind(t, err, dtr.ErrLocalFile)
 }
@@ -229,7 +229,7 @@ func TestEveryProtocolThatRenamesReplacesTheFinalNameWithItsTemporaryOne(t *test
 		t.Fatal(err)
 	}
 	want, _ := os.ReadFile(fresh)
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	ctx := context.Background()
 	for _, s := range protocolStores(t) {
 		t.Run(s.name, func(t *testing.T) {
@@ -271,5 +271,73 @@ func TestEveryProtocolThatRenamesReplacesTheFinalNameWithItsTemporaryOne(t *test
 				t.Fatalf("renaming a temporary name that is gone: %v, want a storage error", err)
 			}
 		})
+	}
+}
+
+// TestEveryProtocolReachesOnlyWhatItsGuardAllows runs every operation of
+// every network protocol against its real server on loopback with a Guard
+// that refuses it: loopback not allowed (the default), and loopback
+// allowed but the server's address denied as Sluice's own. Each is refused
+// before anything reaches the server, PERMANENT_REMOTE, naming the
+// address and why.
+func TestEveryProtocolReachesOnlyWhatItsGuardAllows(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, []byte("confined"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, s := range protocolStores(t) {
+		if s.name == "file" {
+			continue
+		}
+		u, _ := url.Parse(s.base)
+		own := mustGuard("127.0.0.0/8", "::1")
+		if err := own.Deny("Sluice's own NATS server", u.Host); err != nil {
+			t.Fatal(err)
+		}
+		guards := []struct {
+			name  string
+			guard *transfer.Guard
+			want  string
+		}{
+			{"loopback not allowed", nil, "connection to " + u.Host + " refused: it is loopback; SLUICE_ALLOW_NETWORKS does not allow it"},
+			{"Sluice's own address with loopback allowed", own, "connection to " + u.Host + " refused: it is Sluice's own NATS server, which no transfer may reach"},
+		}
+		for _, g := range guards {
+			t.Run(s.name+"/"+g.name, func(t *testing.T) {
+				c := transfer.New(nil).WithGuard(g.guard)
+				obj := s.base + "/confined/file"
+				back := filepath.Join(t.TempDir(), "back")
+				ops := map[string]func() error{
+					"stat": func() error { _, err := c.Stat(ctx, obj); return err },
+					"upload": func() error {
+						_, err := c.Copy(ctx, fileURL(src), obj, transfer.CopyOptions{})
+						return err
+					},
+					"download": func() error {
+						_, err := c.Copy(ctx, obj, fileURL(back), transfer.CopyOptions{})
+						return err
+					},
+					"delete": func() error { return c.Delete(ctx, obj) },
+				}
+				if !transfer.AppearsWhole(obj) { // S3 has no directories to make: it connects to nothing
+					ops["make parents"] = func() error { return c.MakeParents(ctx, obj) }
+				}
+				if transfer.Renames(u.Scheme) {
+					ops["rename"] = func() error { return c.Rename(ctx, transfer.TempURL(obj, "g.1"), obj) }
+				}
+				for op, do := range ops {
+					if err := do(); transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), g.want) {
+						t.Errorf("%s: %v (%s), want PERMANENT_REMOTE saying %q", op, err, transfer.KindOf(err), g.want)
+					}
+				}
+				checkAbsent(t, back)
+				if s.local != "" {
+					if _, err := os.Stat(filepath.Join(s.local, "confined")); err == nil {
+						t.Error("the refused server got a directory")
+					}
+				}
+			})
+		}
 	}
 }

@@ -329,12 +329,10 @@ var errEarlyAnswer = errors.New("server answered before receiving the whole body
 func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
 	const op = "copy"
 	pr, pw := io.Pipe()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpURL(dst), pr)
+	// The Client in the context gives each hop its credentials (credentials.go).
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, clientKey{}, c), http.MethodPut, httpURL(dst), pr)
 	if err != nil {
 		return 0, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: stripURLError(err)}
-	}
-	if err := c.authorize(req); err != nil {
-		return 0, remoteError(ctx, op, dst, err, 0)
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = in.size // -1: chunked
@@ -379,6 +377,11 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 	if errors.As(putErr, &se) && se.Code < 500 {
 		// Refused (4xx) or sent elsewhere (3xx): nothing of ours was
 		// stored here, and whatever is there is not ours to delete.
+		return n, failure
+	}
+	if _, refused := isRefused(putErr); refused || isInsecureToken(putErr) || errors.Is(putErr, errCredentials) {
+		// Not sent (the Guard refused the address, or the credentials
+		// were refused or missing): there is nothing to delete.
 		return n, failure
 	}
 	timeout := cleanupTimeout

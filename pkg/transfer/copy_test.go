@@ -76,7 +76,7 @@ func TestCopyFailuresAreClassifiedAndLeaveNoDestination(t *testing.T) {
 		{"unknown checksum type is internal logic", fileSrc, fileURL(filepath.Join(dir, "d13")), []string{"crc32"},
 			dtr.ErrInternalLogic, "crc32", filepath.Join(dir, "d13")},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := c.Copy(context.Background(), tt.src, tt.dst, transfer.CopyOptions{ChecksumTypes: tt.types})
@@ -139,7 +139,7 @@ func TestCopyCancelReturnsPromptlyAndRemovesPartialDestination(t *testing.T) {
 			return fileURL(bigFile), ch
 		}, stallingPut.URL + "/out3", nil},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src, started := tt.src(t)
@@ -186,7 +186,7 @@ func TestCopyWithCancelledContextDoesNothing(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "src"), []byte("data"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := transfer.New(nil).Copy(ctx, fileURL(filepath.Join(dir, "src")), fileURL(filepath.Join(dir, "dst")), transfer.CopyOptions{})
+	_, err := transfer.New(nil).WithGuard(loopback).Copy(ctx, fileURL(filepath.Join(dir, "src")), fileURL(filepath.Join(dir, "dst")), transfer.CopyOptions{})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v does not wrap context.Canceled", err)
 	}
@@ -210,7 +210,7 @@ func TestCopyReportsProgress(t *testing.T) {
 	const size = 3<<20 + 5
 	writeFile(t, filepath.Join(dir, "src"), randomData(size))
 	var calls []int64
-	_, err := transfer.New(nil).Copy(context.Background(), fileURL(filepath.Join(dir, "src")), fileURL(filepath.Join(dir, "dst")),
+	_, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), fileURL(filepath.Join(dir, "src")), fileURL(filepath.Join(dir, "dst")),
 		transfer.CopyOptions{
 			BufferSize:    64 << 10,
 			ProgressEvery: time.Nanosecond,
@@ -245,7 +245,7 @@ func TestCopyChecksumTypes(t *testing.T) {
 		{"duplicates and case are folded", []string{"MD5", "md5", "Adler32"}, sums(t, data, "md5", "adler32")},
 		{"all three", []string{"sha256", "md5", "adler32"}, sums(t, data, "sha256", "md5", "adler32")},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := c.Copy(context.Background(), fileURL(filepath.Join(dir, "src")), fileURL(filepath.Join(dir, "dst")),
@@ -271,7 +271,7 @@ func TestCopyReportsSourceDigest(t *testing.T) {
 	data := randomData(100_000)
 	writeFile(t, filepath.Join(st.dir, "f"), data)
 	dst := filepath.Join(t.TempDir(), "f")
-	res, err := transfer.New(nil).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{})
+	res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestACopyWhoseBytesDisagreeWithTheSourcesDigestFailsAndLeavesNothing(t *tes
 			}))
 			defer srv.Close()
 			dst := filepath.Join(t.TempDir(), "f")
-			res, err := transfer.New(nil).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{ChecksumTypes: tt.types})
+			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{ChecksumTypes: tt.types})
 			_, statErr := os.Stat(dst)
 			if tt.ok {
 				if err != nil || statErr != nil {
@@ -337,7 +337,7 @@ func TestCopyOfUnknownLengthSourceIsSentChunked(t *testing.T) {
 		}
 	}))
 	defer src.Close()
-	res, err := transfer.New(nil).Copy(context.Background(), src.URL+"/f", dstSrv.URL+"/out", transfer.CopyOptions{})
+	res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), src.URL+"/f", dstSrv.URL+"/out", transfer.CopyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestAChecksumOfALocalFileStopsWhenItsContextEnds(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "f")
 	data := randomData(1 << 20)
 	writeFile(t, f, data)
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	want := sums(t, data, "adler32")["adler32"]
 	if got, err := c.Checksum(context.Background(), fileURL(f), "adler32"); err != nil || got != want {
 		t.Fatalf("Checksum = %q, %v; want %q", got, err, want)

@@ -138,7 +138,14 @@ func remoteError(ctx context.Context, op, rawURL string, err error, moved int64)
 	if errors.Is(err, errCredentials) {
 		return &Error{Kind: dtr.ErrLocalFile, Op: op, URL: rawURL, Err: err}
 	}
+	if re, ok := isRefused(err); ok {
+		// The Guard's refusal says all: the address and why.
+		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: re}
+	}
 	err = stripURLError(err)
+	if isInsecureToken(err) {
+		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: err}
+	}
 	if isRedirectRefused(err) {
 		// A loop, too many or another scheme: the same next time.
 		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: err}

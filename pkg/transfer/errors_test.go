@@ -25,7 +25,7 @@ func TestErrorNeverShowsCredentials(t *testing.T) {
 	local := fileURL(filepath.Join(t.TempDir(), "f"))
 	writeFile(t, strings.TrimPrefix(local, "file://"), []byte("data"))
 
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -117,7 +117,7 @@ func TestErrorSaysOpURLAndCauseAndUnwraps(t *testing.T) {
 }
 
 func TestStatusErrorIsReachable(t *testing.T) {
-	_, err := transfer.New(nil).Stat(context.Background(), statusServer(t, 503).URL+"/f")
+	_, err := transfer.New(nil).WithGuard(loopback).Stat(context.Background(), statusServer(t, 503).URL+"/f")
 	var se *transfer.StatusError
 	if !errors.As(err, &se) || se.Code != 503 {
 		t.Fatalf("errors.As(%v, *StatusError) = %v, %+v", err, errors.As(err, &se), se)

@@ -46,7 +46,7 @@ func TestAFencedCopyWritesAndDeletesNothingMore(t *testing.T) {
 		store.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	cases := []struct {
 		name, dst string
 		steps     int64 // let through before the fence refuses

@@ -13,6 +13,16 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
+// loopback lets this package's tests reach their servers, all on
+// loopback, which a Client's default Guard refuses.
+var loopback = func() *Guard {
+	g, err := NewGuard("127.0.0.0/8", "::1")
+	if err != nil {
+		panic(err)
+	}
+	return g
+}()
+
 func TestFileRootsRefuseEveryWayOut(t *testing.T) {
 	dir := t.TempDir()
 	allowed, secret := filepath.Join(dir, "allowed"), filepath.Join(dir, "secret")
@@ -111,7 +121,7 @@ func TestOpenFilesRefusesARelativeRoot(t *testing.T) {
 func TestBearerTokensGoOnlyToTheirHostAndNeverIntoErrors(t *testing.T) {
 	const token = "s3cr3t-t0ken"
 	var got []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Header.Get("Authorization"))
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, "who are you", http.StatusUnauthorized)
@@ -120,7 +130,7 @@ func TestBearerTokensGoOnlyToTheirHostAndNeverIntoErrors(t *testing.T) {
 		w.Write([]byte("data"))
 	}))
 	defer srv.Close()
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, "other:"+r.Header.Get("Authorization"))
 	}))
 	defer other.Close()
@@ -129,12 +139,14 @@ func TestBearerTokensGoOnlyToTheirHostAndNeverIntoErrors(t *testing.T) {
 	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host := strings.TrimPrefix(srv.URL, "https://")
 	tokens, err := ParseTokens(host + "=" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(nil).WithTokens(tokens)
+	// srv.Client() trusts both servers (httptest's one certificate).
+	tls := New(srv.Client()).WithGuard(loopback)
+	c := tls.WithTokens(tokens)
 	ctx := context.Background()
 	if _, err := c.Copy(ctx, srv.URL+"/f", "file://"+filepath.Join(dir, "out"), CopyOptions{}); err != nil {
 		t.Fatalf("with the token: %v", err)
@@ -149,12 +161,12 @@ func TestBearerTokensGoOnlyToTheirHostAndNeverIntoErrors(t *testing.T) {
 		t.Fatalf("another host got %q, want no token", got[len(got)-1])
 	}
 	// Without the token the server refuses, and the error does not quote it.
-	_, err = New(nil).Copy(ctx, srv.URL+"/f", "file://"+filepath.Join(dir, "out2"), CopyOptions{})
+	_, err = tls.Copy(ctx, srv.URL+"/f", "file://"+filepath.Join(dir, "out2"), CopyOptions{})
 	if err == nil || strings.Contains(err.Error(), token) {
 		t.Fatalf("without the token: %v", err)
 	}
 	// An unreadable token file is this site's problem: LOCAL_FILE, no retry.
-	bad := New(nil).WithTokens(map[string]string{host: filepath.Join(dir, "missing")})
+	bad := tls.WithTokens(map[string]string{host: filepath.Join(dir, "missing")})
 	_, err = bad.Stat(ctx, srv.URL+"/f")
 	var te *Error
 	if !errors.As(err, &te) || te.Kind != dtr.ErrLocalFile {

@@ -24,8 +24,9 @@ func (e *RedirectError) Error() string { return e.Reason }
 // checkRedirect is the http.Client's CheckRedirect: it refuses, with a
 // *RedirectError, a redirect to a URL already visited (a loop), past
 // maxRedirects, or to another scheme, except from http to https (an
-// upgrade: the same request over TLS). Other checks on redirects (such as
-// dropping credentials) can wrap it.
+// upgrade: the same request over TLS). It drops an Authorization header
+// on a redirect to another scheme, host or port. Which addresses a
+// redirect may reach is the Guard's to say, at the connection.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) == 0 {
 		return nil
@@ -49,6 +50,12 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	from, to := via[len(via)-1].URL.Scheme, req.URL.Scheme
 	if from != to && !(from == "http" && to == "https") {
 		return &RedirectError{Reason: fmt.Sprintf("redirect from %s to %s refused: %s", from, to, chain())}
+	}
+	// Credentials are added at each hop for that hop (credentials.go); an
+	// Authorization header of the first request, which net/http would
+	// copy to another port of its host, goes no further than its origin.
+	if Audience(req.URL) != Audience(via[0].URL) {
+		req.Header.Del("Authorization")
 	}
 	return nil
 }

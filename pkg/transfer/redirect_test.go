@@ -66,7 +66,7 @@ func TestRedirectLoopsAndRedirectsToAnotherSchemeFailForGood(t *testing.T) {
 	}
 	// secure.Client() trusts the TLS server and has no CheckRedirect of
 	// its own: New gives it Sluice's.
-	c := transfer.New(secure.Client())
+	c := transfer.New(secure.Client()).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "f")

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -51,10 +52,18 @@ type s3Clients struct {
 	byHost map[string]*minio.Client
 }
 
-// s3Client returns the client of an endpoint, made on first use.
-func (c *Client) s3Client(u *url.URL) (*minio.Client, error) {
-	if c.s3 == nil {
-		c.s3 = &s3Clients{byHost: map[string]*minio.Client{}}
+// s3Client returns the client of an endpoint, made on first use, once
+// the Guard allows one of the endpoint's addresses. minio-go follows no
+// redirect (its http.Client answers ErrUseLastResponse), so its signed
+// requests go to this endpoint only; the Guard checks its every
+// connection as well. Keys configured for "host" are those of the
+// scheme's default port (80 for s3, 443 for s3s).
+func (c *Client) s3Client(ctx context.Context, u *url.URL) (*minio.Client, error) {
+	// Checked before minio-go is asked: it would retry a refused
+	// connection ten times before giving up.
+	port, _ := strconv.ParseUint(portOf(u), 10, 16)
+	if _, err := c.guard.resolve(ctx, u.Hostname(), uint16(port), false); err != nil {
+		return nil, err
 	}
 	c.s3.mu.Lock()
 	defer c.s3.mu.Unlock()
@@ -63,7 +72,7 @@ func (c *Client) s3Client(u *url.URL) (*minio.Client, error) {
 		return mc, nil
 	}
 	creds := credentials.NewEnvAWS()
-	if file, ok := c.s3Creds[u.Host]; ok {
+	if file, ok := lookupHost(c.s3Creds, u); ok {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("%w: S3 keys for %s: %v", errCredentials, u.Host, err)
@@ -74,12 +83,8 @@ func (c *Client) s3Client(u *url.URL) (*minio.Client, error) {
 		}
 		creds = credentials.NewStaticV4(f[0], f[1], "")
 	}
-	tr, _ := c.http.Transport.(*http.Transport)
-	if tr == nil {
-		tr = newTransport()
-	}
 	mc, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "s3s",
-		BucketLookup: minio.BucketLookupPath, Transport: tr})
+		BucketLookup: minio.BucketLookupPath, Transport: c.roundTrip})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +113,7 @@ func isS3Missing(err error) bool {
 // the md5 only of objects stored in one part without SSE-KMS.
 func (c *Client) s3Stat(ctx context.Context, op, rawURL string, u *url.URL) (Info, error) {
 	missing := Info{Size: -1}
-	mc, err := c.s3Client(u)
+	mc, err := c.s3Client(ctx, u)
 	if err != nil {
 		return missing, s3Error(ctx, op, rawURL, err, 0)
 	}
@@ -128,7 +133,7 @@ func (c *Client) s3Stat(ctx context.Context, op, rawURL string, u *url.URL) (Inf
 
 // s3Delete removes an object; a missing one is not an error.
 func (c *Client) s3Delete(ctx context.Context, op, rawURL string, u *url.URL) error {
-	mc, err := c.s3Client(u)
+	mc, err := c.s3Client(ctx, u)
 	if err != nil {
 		return s3Error(ctx, op, rawURL, err, 0)
 	}
@@ -152,7 +157,10 @@ func (c *Client) s3Open(ctx context.Context, rawURL string, u *url.URL) (*source
 	if !info.Exists {
 		return nil, sourceNotFound(ctx, rawURL, "404 NoSuchKey")
 	}
-	mc, _ := c.s3Client(u)
+	mc, err := c.s3Client(ctx, u)
+	if err != nil {
+		return nil, s3Error(ctx, op, rawURL, err, 0)
+	}
 	bucket, key, _ := s3Object(u)
 	obj, err := mc.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
@@ -164,7 +172,7 @@ func (c *Client) s3Open(ctx context.Context, rawURL string, u *url.URL) (*source
 // copyToS3 streams the source into an object, in parts if it is large.
 func (c *Client) copyToS3(ctx context.Context, in *source, p *pump, src, dst string, u *url.URL) (int64, *Error) {
 	const op = "copy"
-	mc, err := c.s3Client(u)
+	mc, err := c.s3Client(ctx, u)
 	if err != nil {
 		return 0, s3Error(ctx, op, dst, err, 0)
 	}

@@ -16,7 +16,20 @@ import (
 	"testing"
 
 	"github.com/sluice-dtr/sluice/pkg/checksum"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
+
+// loopback lets the tests reach their servers, all on loopback, which a
+// Client's default Guard refuses.
+var loopback = mustGuard("127.0.0.0/8", "::1")
+
+func mustGuard(allow ...string) *transfer.Guard {
+	g, err := transfer.NewGuard(allow...)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
 
 // store is a small HTTP storage server over a directory: GET and HEAD
 // serve files, PUT writes them (straight to the final name, as a naive

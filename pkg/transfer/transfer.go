@@ -12,14 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -27,11 +27,23 @@ import (
 // Client performs operations on URLs. The zero value is not usable; use
 // New. A Client is safe for concurrent use.
 type Client struct {
-	http  *http.Client
+	// base is the http.Client given to New, nil for the default one.
+	base *http.Client
+	// http sends Sluice's HTTP requests: base's settings, with a transport
+	// that dials through guard and adds credentials at every hop.
+	http *http.Client
+	// roundTrip is that transport without the credentials, for S3
+	// (minio-go signs its own requests).
+	roundTrip http.RoundTripper
+	// guard decides which addresses connections may reach; nil is
+	// NewGuard(), public addresses only.
+	guard *Guard
 	files *Files
 	// tokens maps a host ("host" or "host:port", as in URLs) to the file
-	// that holds its bearer token.
-	tokens map[string]string
+	// that holds its bearer token; tokenSource, if set, gives tokens for
+	// other https hosts.
+	tokens      map[string]string
+	tokenSource TokenSource
 	// s3Creds maps an S3 endpoint to the file of its keys; s3 holds the
 	// endpoints' clients.
 	s3Creds map[string]string
@@ -49,16 +61,67 @@ type Client struct {
 // another scheme (https to http, http to file; http to https is allowed)
 // fail at once as PERMANENT_REMOTE (checkRedirect); a given httpClient
 // without a CheckRedirect of its own gets that one, on a copy.
+//
+// Connections reach public addresses only until WithGuard says otherwise.
+// The transport of a given httpClient, if it is an *http.Transport, is
+// used on a copy that dials through the Guard (see WithGuard).
 func New(httpClient *http.Client) *Client {
-	if httpClient == nil {
-		httpClient = &http.Client{Transport: newTransport()}
+	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}}
+	c.build()
+	return c
+}
+
+// WithGuard returns a copy of c whose connections, on every protocol and
+// every redirect hop, reach only what g allows (nil: public addresses
+// only). With a default or *http.Transport transport the check is made
+// on the address dialled (net.Dialer.ControlContext); a request sent
+// through a proxy has its host resolved and checked first as well (the
+// proxy resolves it again: a name that changes its answer in between can
+// get past, so the proxy should refuse internal addresses too), and the
+// proxy's own address must be allowed. Any other http.RoundTripper given
+// to New dials on its own: its requests are checked, by resolving their
+// host, before they are sent.
+func (c *Client) WithGuard(g *Guard) *Client {
+	cp := *c
+	cp.guard = g
+	cp.s3 = &s3Clients{byHost: map[string]*minio.Client{}}
+	cp.build()
+	return &cp
+}
+
+// build makes c's HTTP client from base and guard.
+func (c *Client) build() {
+	hc := &http.Client{}
+	if c.base != nil {
+		copied := *c.base
+		hc = &copied
 	}
-	if httpClient.CheckRedirect == nil {
-		hc := *httpClient
+	if hc.CheckRedirect == nil {
 		hc.CheckRedirect = checkRedirect
-		httpClient = &hc
 	}
-	return &Client{http: httpClient}
+	var rt http.RoundTripper
+	var proxy func(*http.Request) (*url.URL, error)
+	everyRequest := false
+	switch tr := hc.Transport.(type) {
+	case nil:
+		t := newTransport()
+		t.DialContext = c.guard.dialer().DialContext
+		rt, proxy = t, t.Proxy
+	case *http.Transport:
+		if tr.DialTLSContext != nil || tr.DialTLS != nil { //nolint:staticcheck // DialTLS bypasses DialContext too
+			rt, everyRequest = tr, true
+			break
+		}
+		t := tr.Clone()
+		t.Dial = nil //nolint:staticcheck // DialContext replaces it
+		t.DialContext = c.guard.dialer().DialContext
+		rt, proxy = t, t.Proxy
+	default:
+		rt, everyRequest = tr, true
+	}
+	c.roundTrip = &guardedTransport{base: rt, guard: c.guard, proxy: proxy, everyRequest: everyRequest}
+	hc.Transport = &credentialTransport{base: c.roundTrip}
+	c.http = hc
 }
 
 // WithFiles returns a copy of c that reaches local paths only through f.
@@ -73,7 +136,10 @@ func (c *Client) WithFiles(f *Files) *Client {
 var errCredentials = errors.New("credentials")
 
 // WithTokens returns a copy of c that sends a bearer token to each host in
-// tokens (host or host:port → file holding the token).
+// tokens (host or host:port → file holding the token): over https only,
+// and only to the scheme, host and port it is configured for (a host
+// without a port is the scheme's default port, 443), at every redirect hop
+// anew (credentials.go).
 func (c *Client) WithTokens(tokens map[string]string) *Client {
 	cp := *c
 	cp.tokens = tokens
@@ -100,11 +166,10 @@ func ParseTokens(s string) (map[string]string, error) {
 // Files returns how c reaches local paths.
 func (c *Client) Files() *Files { return c.files }
 
+// newTransport is the default transport, before its dialer is guarded.
 func newTransport() *http.Transport {
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 2 * time.Minute,
 		ExpectContinueTimeout: time.Second,
@@ -353,7 +418,7 @@ func (c *Client) do(ctx context.Context, method, rawURL string, body io.Reader) 
 
 // send is do with extra request headers.
 func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, httpURL(rawURL), body)
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, clientKey{}, c), method, httpURL(rawURL), body)
 	if err != nil {
 		return nil, err
 	}
@@ -361,9 +426,8 @@ func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader
 		req.Header[k] = v
 	}
 	req.Header.Set("Accept-Encoding", "identity")
-	if err := c.authorize(req); err != nil {
-		return nil, err
-	}
+	// Credentials are added by the transport, at every hop (credentials.go).
+	req.Header.Del("Authorization")
 	if method == http.MethodGet || method == http.MethodHead {
 		req.Header.Set("Want-Digest", wantDigest)
 	}
@@ -451,20 +515,4 @@ func (c *Client) collectionExists(ctx context.Context, rawURL string, u *url.URL
 		return true, nil // no WebDAV here: PUT creates what it needs, or fails
 	}
 	return false, remoteError(ctx, "mkdir", rawURL, &StatusError{Code: resp.StatusCode, Status: resp.Status}, 0)
-}
-
-// authorize adds the bearer token of the request's host, if one is
-// configured. It is read at every request, so that a renewed token is used
-// at once; net/http does not pass it on to another host on a redirect.
-func (c *Client) authorize(req *http.Request) error {
-	file, ok := c.tokens[req.URL.Host]
-	if !ok {
-		return nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Errorf("%w: bearer token for %s: %v", errCredentials, req.URL.Host, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
-	return nil
 }

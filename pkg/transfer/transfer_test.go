@@ -89,7 +89,7 @@ func TestStatFile(t *testing.T) {
 		{"missing parent is not an error", "no/such/dir", transfer.Info{Size: -1}, ""},
 		{"directory is a local file error", ".", transfer.Info{Size: -1}, dtr.ErrLocalFile},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := c.Stat(context.Background(), fileURL(filepath.Join(dir, tt.path)))
@@ -120,7 +120,7 @@ func TestStatHTTPStatuses(t *testing.T) {
 		{"403 is permanent", statusServer(t, 403).URL + "/f", transfer.Info{Size: -1}, dtr.ErrPermanentRemote},
 		{"refused connection is temporary", refusedURL(t) + "/f", transfer.Info{Size: -1}, dtr.ErrTemporaryRemote},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := c.Stat(context.Background(), tt.url)
@@ -167,7 +167,7 @@ func TestStatHTTPParsesDigestHeader(t *testing.T) {
 		w.Header().Set("Content-Length", "3")
 	}))
 	defer srv.Close()
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mu.Lock()
@@ -202,7 +202,7 @@ func TestDeleteFile(t *testing.T) {
 		{"symlink is removed, not its target", "link", "", true},
 		{"directory is refused", "d", dtr.ErrLocalFile, false},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join(dir, tt.path)
@@ -229,7 +229,7 @@ func TestDeleteHTTP(t *testing.T) {
 		{"403 is permanent", statusServer(t, 403).URL + "/f", dtr.ErrPermanentRemote},
 		{"302 is not taken for success", redirectingServer(t, 302).URL + "/f", dtr.ErrPermanentRemote},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkKind(t, c.Delete(context.Background(), tt.url), tt.wantKind)
@@ -251,7 +251,7 @@ func TestRename(t *testing.T) {
 		{"http source is internal logic", "http://example.org/a", fileURL(filepath.Join(dir, "y")), dtr.ErrInternalLogic},
 		{"http destination is internal logic", fileURL(filepath.Join(dir, "to")), "https://example.org/b", dtr.ErrInternalLogic},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkKind(t, c.Rename(context.Background(), tt.from, tt.to), tt.wantKind)
@@ -277,7 +277,7 @@ func TestMakeParents(t *testing.T) {
 		{"http at the server root needs nothing", "http://example.org/name", "", ""},
 		{"unsupported scheme is internal logic", "gsiftp://example.org/a", "", dtr.ErrInternalLogic},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkKind(t, c.MakeParents(context.Background(), tt.url), tt.wantKind)
@@ -326,7 +326,7 @@ func TestCopyBetweenSchemes(t *testing.T) {
 			return srv.URL + "/" + name, func() ([]byte, error) { return os.ReadFile(p) }
 		},
 	}
-	c := transfer.New(nil)
+	c := transfer.New(nil).WithGuard(loopback)
 	for _, from := range []string{"file", "http"} {
 		for _, to := range []string{"file", "http"} {
 			for _, size := range sizes {

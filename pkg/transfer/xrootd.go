@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"go-hep.org/x/hep/xrootd"
@@ -27,12 +28,25 @@ func xrdPath(u *url.URL) string { return path.Clean("/" + u.Path) }
 // Connections are not kept: go-hep's client panics in a goroutine of its
 // own when a server closes a connection it holds, so a connection lives
 // only as long as the operation that needs it.
-func xrdConnect(ctx context.Context, u *url.URL) (*xrootd.Client, error) {
-	host := u.Host
-	if u.Port() == "" {
-		host += ":1094"
+//
+// go-hep's client dials with a net.Dialer of its own, which takes no
+// Control function. So the host is resolved here, its addresses checked
+// by the Guard, and the client given the address chosen, not the name:
+// the name is not resolved again (no DNS rebinding), and the client's
+// further connections (its sub-sessions) go to that address too. A
+// redirect that the server answers with (kXR_redirect) is followed by
+// go-hep to wherever it points, unchecked: the one way past the Guard
+// (see README, "Outbound connections").
+func (c *Client) xrdConnect(ctx context.Context, u *url.URL) (*xrootd.Client, error) {
+	port, err := strconv.ParseUint(portOf(u), 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", u.Port(), err)
 	}
-	return xrootd.NewClient(ctx, host, "sluice")
+	addr, err := c.guard.resolve(ctx, u.Hostname(), uint16(port), false)
+	if err != nil {
+		return nil, err
+	}
+	return xrootd.NewClient(ctx, addr.String(), "sluice")
 }
 
 // xrdError classifies an xrootd failure: "not found" and "not authorized"
@@ -62,7 +76,7 @@ func isXrdMissing(err error) bool {
 
 func (c *Client) xrdStat(ctx context.Context, op, rawURL string, u *url.URL) (Info, error) {
 	missing := Info{Size: -1}
-	cli, err := xrdConnect(ctx, u)
+	cli, err := c.xrdConnect(ctx, u)
 	if err != nil {
 		return missing, xrdError(ctx, op, rawURL, u, err, 0)
 	}
@@ -81,7 +95,7 @@ func (c *Client) xrdStat(ctx context.Context, op, rawURL string, u *url.URL) (In
 }
 
 func (c *Client) xrdDelete(ctx context.Context, op, rawURL string, u *url.URL) error {
-	cli, err := xrdConnect(ctx, u)
+	cli, err := c.xrdConnect(ctx, u)
 	if err != nil {
 		return xrdError(ctx, op, rawURL, u, err, 0)
 	}
@@ -93,7 +107,7 @@ func (c *Client) xrdDelete(ctx context.Context, op, rawURL string, u *url.URL) e
 }
 
 func (c *Client) xrdMakeParents(ctx context.Context, op, rawURL string, u *url.URL) error {
-	cli, err := xrdConnect(ctx, u)
+	cli, err := c.xrdConnect(ctx, u)
 	if err != nil {
 		return xrdError(ctx, op, rawURL, u, err, 0)
 	}
@@ -145,7 +159,7 @@ func (c *Client) xrdOpen(ctx context.Context, rawURL string, u *url.URL) (*sourc
 	if !info.Exists {
 		return nil, sourceNotFound(ctx, rawURL, "xrootd: not found")
 	}
-	cli, err := xrdConnect(ctx, u)
+	cli, err := c.xrdConnect(ctx, u)
 	if err != nil {
 		return nil, xrdError(ctx, op, rawURL, u, err, 0)
 	}
@@ -176,7 +190,7 @@ func (w *xrdWriter) Write(p []byte) (int, error) {
 // and removes it again on failure.
 func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst string, u *url.URL) (int64, *Error) {
 	const op = "copy"
-	cli, err := xrdConnect(ctx, u)
+	cli, err := c.xrdConnect(ctx, u)
 	if err != nil {
 		return 0, xrdError(ctx, op, dst, u, err, 0)
 	}
@@ -211,7 +225,7 @@ func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst
 
 // xrdRename moves from to to on one xrootd server (mv), replacing to.
 func (c *Client) xrdRename(ctx context.Context, op, rawURL string, from, to *url.URL) error {
-	cli, err := xrdConnect(ctx, from)
+	cli, err := c.xrdConnect(ctx, from)
 	if err != nil {
 		return xrdError(ctx, op, rawURL, from, err, 0)
 	}

@@ -45,6 +45,10 @@ type Config struct {
 	Tokens map[string]string `ignored:"true"`
 	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
 	S3Keys map[string]string `ignored:"true"`
+	// Guard is what connections to storage may reach
+	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
+	// public addresses only.
+	Guard *transfer.Guard `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 }
@@ -62,7 +66,7 @@ type Service struct {
 
 // New prepares a delivery service on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
-	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil), log: log.With("service", "delivery")}
+	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil).WithGuard(cfg.Guard), log: log.With("service", "delivery")}
 }
 
 // Run serves transfer grants until ctx ends.

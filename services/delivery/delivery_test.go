@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,7 +85,7 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			dir := t.TempDir()
 			d := dtr.DTR{ID: uuid.New(), Source: closeDelimited(t, tt.body), Destination: "file://" + filepath.Join(dir, "f"),
 				Size: tt.queried, TransferGrant: uuid.NewString() + ".1"}
-			s := New(Config{MaxFileSize: tt.max}, nil, slog.New(slog.DiscardHandler))
+			s := New(Config{MaxFileSize: tt.max, Guard: loopback(t)}, nil, slog.New(slog.DiscardHandler))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			res := s.Handle(ctx, bus.Grant{DTR: d}, func(int64, int64) {})
@@ -112,4 +113,49 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			}
 		})
 	}
+}
+
+func TestADTRWhoseSourceIsALoopbackPortFailsForGoodWithoutReachingIt(t *testing.T) {
+	// A NATS monitoring port, as far as delivery can tell; loopback is not
+	// allowed (no SLUICE_ALLOW_NETWORKS).
+	var hits atomic.Int32
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, `{"connections":[]}`)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	src := "http://" + l.Addr().String() + "/connz"
+	d := dtr.DTR{ID: uuid.New(), Source: src, Destination: "file://" + filepath.Join(t.TempDir(), "connz"),
+		TransferGrant: uuid.NewString() + ".1"}
+	res := New(Config{}, nil, slog.New(slog.DiscardHandler)).Handle(context.Background(), bus.Grant{DTR: d}, func(int64, int64) {})
+	want := "copy " + src + ": connection to " + l.Addr().String() + " refused: it is loopback; SLUICE_ALLOW_NETWORKS does not allow it"
+	if res.Error == nil || res.Error.Kind != dtr.ErrPermanentRemote || res.Error.Text != want || res.Error.Location != dtr.LocationSource {
+		t.Fatalf("error %+v, want PERMANENT_REMOTE at the source saying %q", res.Error, want)
+	}
+	if res.Error.Kind.Retryable() {
+		t.Fatal("a refused address is retried")
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the loopback server got %d requests", n)
+	}
+	tmp, _ := transfer.LocalPath(transfer.TempURLOf(&d))
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("a temporary file is left: %v", err)
+	}
+}
+
+// loopback lets a test's servers, on loopback, be reached: the default
+// Guard refuses loopback addresses.
+func loopback(t *testing.T) *transfer.Guard {
+	t.Helper()
+	g, err := transfer.NewGuard("127.0.0.0/8", "::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

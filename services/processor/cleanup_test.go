@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 // An S3 object appears whole or not at all: the cleanup of a failed
@@ -27,7 +28,7 @@ func TestTheCleanupOfAnS3UploadKeepsTheObjectOnlyWithOverwrite(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice-secret")
-	s := New(Config{}, nil, slog.New(slog.DiscardHandler))
+	s := New(Config{Guard: loopback(t)}, nil, slog.New(slog.DiscardHandler))
 	for _, overwrite := range []bool{true, false} {
 		if _, err := backend.PutObject("out", "f", nil, strings.NewReader("there before"), 12, nil); err != nil {
 			t.Fatal(err)
@@ -43,4 +44,15 @@ func TestTheCleanupOfAnS3UploadKeepsTheObjectOnlyWithOverwrite(t *testing.T) {
 			t.Errorf("overwrite %v: the object kept: %v (%v)", overwrite, kept, err)
 		}
 	}
+}
+
+// loopback lets a test's servers, on loopback, be reached: the default
+// Guard refuses loopback addresses.
+func loopback(t *testing.T) *transfer.Guard {
+	t.Helper()
+	g, err := transfer.NewGuard("127.0.0.0/8", "::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

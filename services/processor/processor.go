@@ -45,6 +45,10 @@ type Config struct {
 	Tokens map[string]string `ignored:"true"`
 	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
 	S3Keys map[string]string `ignored:"true"`
+	// Guard is what connections to storage may reach
+	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
+	// public addresses only.
+	Guard *transfer.Guard `ignored:"true"`
 	// CacheDir is the cache of downloads (SLUICE_CACHE_DIR, shared with
 	// the scheduler's setting); empty: no cache.
 	CacheDir      string `ignored:"true"`
@@ -88,7 +92,7 @@ type Service struct {
 
 // New prepares a processor on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
-	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil), log: log.With("service", "processor")}
+	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil).WithGuard(cfg.Guard), log: log.With("service", "processor")}
 }
 
 // Run serves pre- and post-processing grants until ctx ends.

@@ -1,0 +1,223 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Credentials are added to each HTTP request at every hop, by the
+// transport (credentialTransport), not to the first request only: net/http
+// hands an Authorization header on to a redirect to the same host name on
+// another port, or to a subdomain, since it compares host names only. Here
+// each hop is judged on its own scheme, host and port:
+//
+//   - a bearer token of SLUICE_HTTP_TOKENS goes to the https hop whose
+//     host and port it is configured for (a host without a port: 443);
+//   - a hop over plain http whose host and port have a token is refused
+//     (insecureTokenError, PERMANENT_REMOTE), rather than sent without: the
+//     token must not cross the network in clear text, and a request that
+//     quietly goes without the credentials it was configured with would
+//     fail later, or read or write as nobody, for reasons harder to see;
+//   - otherwise a TokenSource, if set, is asked for the token of the
+//     https hop; plain http hops get none.
+//
+// Redirects from https to http are refused anyway (checkRedirect). S3
+// requests are signed by minio-go, which follows no redirect: a signature
+// goes to the endpoint of the URL only.
+
+// TokenSource gives the bearer token of one request hop, "" for none. u is
+// the URL that hop goes to, always https: its audience is
+// scheme://host:port (Audience) and its scope the path, storage.read:/path
+// or, when write is set, storage.modify:/path. write is set for every
+// method but GET, HEAD, PROPFIND and OPTIONS. A TokenSource is asked at
+// every https hop to a host and port that SLUICE_HTTP_TOKENS has no token
+// for, so a redirect to another host or port gets that one's token or
+// none, never the first one's. An error fails the request as LOCAL_FILE
+// (this site's credentials, not retried), like an unreadable token file.
+type TokenSource func(ctx context.Context, u *url.URL, write bool) (string, error)
+
+// WithTokenSource returns a copy of c that asks ts for the bearer tokens
+// of https requests (see TokenSource).
+func (c *Client) WithTokenSource(ts TokenSource) *Client {
+	cp := *c
+	cp.tokenSource = ts
+	return &cp
+}
+
+// Audience is the scheme://host:port of a URL, with the scheme's default
+// port written out: the audience of a token for it.
+func Audience(u *url.URL) string {
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), portOf(u))
+}
+
+// insecureTokenError is a plain http request to a host and port that
+// have a bearer token: refused, so that the token is never sent in clear.
+type insecureTokenError struct{ u *url.URL }
+
+func (e *insecureTokenError) Error() string {
+	return fmt.Sprintf("request to %s refused: SLUICE_HTTP_TOKENS has a bearer token for %s, which is sent over https only (use https:// or davs://)",
+		Audience(e.u), net.JoinHostPort(e.u.Hostname(), portOf(e.u)))
+}
+
+// isInsecureToken reports whether err is an insecureTokenError.
+func isInsecureToken(err error) bool {
+	var e *insecureTokenError
+	return errors.As(err, &e)
+}
+
+// clientKey is the context key of the Client whose credentials a request
+// carries.
+type clientKey struct{}
+
+// credentialTransport adds the credentials of each hop of a request
+// (those of the Client in its context) on a copy of the request, so that
+// net/http, which builds the redirected request from the first one, never
+// sees them.
+type credentialTransport struct{ base http.RoundTripper }
+
+func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var auth string
+	if c, ok := req.Context().Value(clientKey{}).(*Client); ok {
+		var err error
+		if auth, err = c.credential(req); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	if auth != "" || req.Header.Get("Authorization") != "" {
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+	}
+	return t.base.RoundTrip(req)
+}
+
+func (t *credentialTransport) CloseIdleConnections() { closeIdle(t.base) }
+
+// credential is the Authorization header of one hop, "" for none.
+func (c *Client) credential(req *http.Request) (string, error) {
+	u := req.URL
+	file, ok := lookupHost(c.tokens, u)
+	switch {
+	case ok && u.Scheme != "https":
+		return "", &insecureTokenError{u: u}
+	case ok:
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%w: bearer token for %s: %v", errCredentials, u.Host, err)
+		}
+		return "Bearer " + strings.TrimSpace(string(b)), nil
+	case c.tokenSource != nil && u.Scheme == "https":
+		hop := *u
+		tok, err := c.tokenSource(req.Context(), &hop, writes(req.Method))
+		if err != nil {
+			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
+		}
+		if tok != "" {
+			return "Bearer " + tok, nil
+		}
+	}
+	return "", nil
+}
+
+// writes reports whether a request of method changes what is stored.
+func writes(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, "PROPFIND":
+		return false
+	}
+	return true
+}
+
+// defaultPort is the port of a URL scheme when its URL names none.
+func defaultPort(scheme string) string {
+	switch scheme {
+	case "https", "davs", "s3s":
+		return "443"
+	case "root":
+		return "1094"
+	}
+	return "80"
+}
+
+// portOf is the port a URL reaches.
+func portOf(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	return defaultPort(u.Scheme)
+}
+
+// lookupHost finds the entry of u's host and port among "host" and
+// "host:port" keys (SLUICE_HTTP_TOKENS, SLUICE_S3_CREDENTIALS): host:port
+// if there is one, else host when u's port is its scheme's default.
+func lookupHost(m map[string]string, u *url.URL) (string, bool) {
+	host, port := u.Hostname(), portOf(u)
+	var hostOnly string
+	found := false
+	for key, v := range m {
+		h, p, err := net.SplitHostPort(key)
+		if err != nil {
+			h, p = strings.Trim(key, "[]"), ""
+		}
+		if !strings.EqualFold(h, host) {
+			continue
+		}
+		if p == port {
+			return v, true
+		}
+		if p == "" && port == defaultPort(u.Scheme) {
+			hostOnly, found = v, true
+		}
+	}
+	return hostOnly, found
+}
+
+// guardedTransport checks the requests that its transport's dialer cannot:
+// those sent through a proxy (the dialer sees the proxy's address) and,
+// with everyRequest, all of them (a transport of the caller's whose
+// dialing is its own).
+type guardedTransport struct {
+	base         http.RoundTripper
+	guard        *Guard
+	proxy        func(*http.Request) (*url.URL, error)
+	everyRequest bool
+}
+
+func (t *guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	check := t.everyRequest
+	if !check && t.proxy != nil {
+		if pu, err := t.proxy(req); err == nil && pu != nil {
+			check = true
+		}
+	}
+	if check {
+		port, _ := strconv.ParseUint(portOf(req.URL), 10, 16)
+		if _, err := t.guard.resolve(req.Context(), req.URL.Hostname(), uint16(port), true); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	return t.base.RoundTrip(req)
+}
+
+func (t *guardedTransport) CloseIdleConnections() { closeIdle(t.base) }
+
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
