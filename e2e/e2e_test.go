@@ -985,11 +985,23 @@ func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
 	}
+	// A path outside the roots is refused when the job is submitted.
+	for _, f := range []job.File{
+		{Source: fileURL(filepath.Join(outside, "secret")), Destination: fileURL(filepath.Join(root, "out", "secret"))},
+		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(outside, "planted"))},
+	} {
+		b, _ := json.Marshal(&job.Job{Inputs: []job.File{f}})
+		var reply generator.SubmitReply
+		err := s.request(bus.SubjectAPIJobSubmit, b, nil, &reply)
+		if err == nil || !strings.Contains(err.Error(), "is not under SLUICE_FILE_ROOTS") {
+			t.Fatalf("a job copying %s to %s: %v, want a refusal naming SLUICE_FILE_ROOTS", f.Source, f.Destination, err)
+		}
+	}
+	// A symbolic link inside a root that leads out of it is refused by the
+	// worker that opens it.
 	j := &job.Job{Inputs: []job.File{
 		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(root, "out", "in"))},
-		{Source: fileURL(filepath.Join(outside, "secret")), Destination: fileURL(filepath.Join(root, "out", "secret")), FailureAllowed: true},
 		{Source: fileURL(filepath.Join(root, "link")), Destination: fileURL(filepath.Join(root, "out", "link")), FailureAllowed: true},
-		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(outside, "planted")), FailureAllowed: true},
 	}}
 	ev := s.wait(s.submit(j).JobID, time.Minute)
 	byDst := map[string]generator.FileStat{}
@@ -999,13 +1011,11 @@ func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
 	if f := byDst[fileURL(filepath.Join(root, "out", "in"))]; f.State != dtr.Done {
 		t.Fatalf("the file within the root: %s %+v", f.State, f.Error)
 	}
-	for _, dst := range []string{filepath.Join(root, "out", "secret"), filepath.Join(root, "out", "link"), filepath.Join(outside, "planted")} {
-		f := byDst[fileURL(dst)]
-		if f.State != dtr.Error || f.Error == nil || f.Error.Kind != dtr.ErrLocalFile || f.Attempts != 1 {
-			t.Fatalf("%s: %s after %d attempts, %+v; want ERROR, LOCAL_FILE, no retry", dst, f.State, f.Attempts, f.Error)
-		}
-		mustContain(t, "error", f.Error.Text, "outside the allowed file roots")
+	f := byDst[fileURL(filepath.Join(root, "out", "link"))]
+	if f.State != dtr.Error || f.Error == nil || f.Error.Kind != dtr.ErrLocalFile || f.Attempts != 1 {
+		t.Fatalf("the link out of the root: %s after %d attempts, %+v; want ERROR, LOCAL_FILE, no retry", f.State, f.Attempts, f.Error)
 	}
+	mustContain(t, "error", f.Error.Text, "outside the allowed file roots")
 	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
 		t.Fatal("a file was written outside the roots")
 	}
