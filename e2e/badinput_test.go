@@ -435,19 +435,19 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 		want                string // the error; "" for a reply
 		reply               string // what the reply holds
 	}{
-		{"the priority of an unknown DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, unknown), "404 unknown DTR, or it has finished: " + unknown.String(), ""},
-		{"the priority of a finished DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, finished), "404 unknown DTR, or it has finished: " + finished.String(), ""},
+		{"the priority of an unknown DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
+		{"the priority of a finished DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
 		{"priority 0", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":0}`, finished), "400 priority 0 is outside 1–100", ""},
 		{"priority 101", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":101}`, unknown), "400 priority 101 is outside 1–100", ""},
-		{"cancel of an unknown DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, unknown), "404 unknown DTR, or it has finished: " + unknown.String(), ""},
-		{"cancel of a finished DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, finished), "404 unknown DTR, or it has finished: " + finished.String(), ""},
+		{"cancel of an unknown DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
+		{"cancel of a finished DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
 		{"cancel of a DTR and a job at once", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q,"job":"x"}`, unknown), "400 name either a dtr or a job to cancel", ""},
-		{"cancel of a finished job", bus.SubjectAPICancel, fmt.Sprintf(`{"job":%q}`, done.JobID), "", `{"cancelled":0}`},
+		{"cancel of a finished job", bus.SubjectAPICancel, fmt.Sprintf(`{"job":%q}`, done.JobID), fmt.Sprintf(`404 unknown job %q (or every DTR of it has finished)`, done.JobID), ""},
 		{"a share priority of 0", bus.SubjectAPIReconfigure, `{"sharepriority":{"atlas":0}}`, `400 share "atlas": priority 0 is outside 1–100`, ""},
 		{"an empty share name", bus.SubjectAPIReconfigure, `{"sharepriority":{"":50}}`, "400 a share name is empty", ""},
 		{"the why of a DTR id that is not a UUID", bus.SubjectAPIDTR, `twelve`, `400 DTR id "twelve" is not a UUID`, ""},
 		{"the why of an unknown DTR", bus.SubjectAPIDTR, unknown.String(), "404 unknown DTR " + unknown.String(), ""},
-		{"the status of an unknown job", bus.SubjectAPIJobStatus, "no-such-job", `404 job "no-such-job": nats: key not found`, ""},
+		{"the status of an unknown job", bus.SubjectAPIJobStatus, "no-such-job", `404 unknown job "no-such-job"`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

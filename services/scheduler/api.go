@@ -146,7 +146,7 @@ func (s *Service) handlePriority(r micro.Request) {
 		return
 	}
 	if errors.Is(err, errNotYours) || errors.Is(err, core.ErrUnknownDTR) {
-		unknown(r, c, "DTR "+req.DTR.String())
+		unknown(r, c, "DTR "+req.DTR.String()+" (or it has finished)")
 		return
 	}
 	if err != nil {
@@ -217,7 +217,7 @@ func (s *Service) handleCancel(r micro.Request) {
 		return
 	}
 	if errors.Is(err, errNotYours) || errors.Is(err, core.ErrUnknownDTR) || errors.Is(err, core.ErrUnknownJob) {
-		what := "DTR " + req.DTR.String()
+		what := "DTR " + req.DTR.String() + " (or it has finished)"
 		if req.Job != "" {
 			what = fmt.Sprintf("job %q (or every DTR of it has finished)", req.Job)
 		}
