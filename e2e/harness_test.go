@@ -52,9 +52,9 @@ func testConfig() stack.Config {
 
 // system is a running Sluice for one test.
 type system struct {
-	t    testing.TB
-	ns   *server.Server
-	nc   *nats.Conn
+	t  testing.TB
+	ns *server.Server
+	nc *nats.Conn
 	// user, if set, is the NATS user whose own subjects requests go to.
 	user string
 	js   jetstream.JetStream

@@ -414,7 +414,6 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 	})
 }
 
-
 // jobJSON is j as a job description.
 func jobJSON(t *testing.T, j *job.Job) []byte {
 	t.Helper()
@@ -509,7 +508,9 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 	cfg.NATSURL, cfg.NATSCreds, cfg.UsersFile, cfg.FileRoots = url, roles, users, []string{dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- stack.Run(ctx, cfg, stack.Roles, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))) }()
+	go func() {
+		done <- stack.Run(ctx, cfg, stack.Roles, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && ctx.Err() == nil {
