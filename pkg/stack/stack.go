@@ -4,6 +4,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -74,10 +75,12 @@ type Config struct {
 	// SLUICE_ADMINS.
 	AuthConfig
 	// Tokens says which bearer tokens are taken (pkg/token).
-	Tokens    token.Config     `envconfig:"TOKEN"`
-	Generator generator.Config `envconfig:"GENERATOR"`
-	Processor processor.Config `envconfig:"PROCESSOR"`
-	Delivery  delivery.Config  `envconfig:"DELIVERY"`
+	Tokens token.Config `envconfig:"TOKEN"`
+	// StorageTokens says where per-storage tokens come from (pkg/token).
+	StorageTokens token.StorageConfig `envconfig:"STORAGE_TOKEN"`
+	Generator     generator.Config    `envconfig:"GENERATOR"`
+	Processor     processor.Config    `envconfig:"PROCESSOR"`
+	Delivery      delivery.Config     `envconfig:"DELIVERY"`
 	// HTTPAddr is where the process serves /healthz, /metrics and, with
 	// the scheduler, its web page; HTTP, if set, is a listener to use
 	// instead.
@@ -198,6 +201,26 @@ func (cfg Config) callers(ctx context.Context, roles []string, log *slog.Logger)
 	return r, nil
 }
 
+// storageTokens returns what asks the storage token issuer for a token
+// per storage and path (WLCG: aud is the storage, the scope
+// storage.read:<path> or storage.modify:<path>); nil if none is set.
+func (cfg Config) storageTokens() (transfer.TokenSource, error) {
+	if cfg.StorageTokens.Issuer == "" {
+		return nil, nil
+	}
+	src, err := token.NewStorageSource(cfg.StorageTokens)
+	if err != nil {
+		return nil, fmt.Errorf("storage tokens (SLUICE_STORAGE_TOKEN_*): %w", err)
+	}
+	return func(ctx context.Context, u *url.URL, write bool) (string, error) {
+		scope := "storage.read:"
+		if write {
+			scope = "storage.modify:"
+		}
+		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.Path, "/"))
+	}, nil
+}
+
 // tokenVerifier gives auth what a verified token says.
 type tokenVerifier struct{ v *token.Verifier }
 
@@ -269,6 +292,10 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	storageTokens, err := cfg.storageTokens()
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	for _, role := range roles {
 		nc, err := cfg.connect("sluice-"+role, log)
@@ -301,14 +328,14 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "processor":
 			pc := cfg.Processor
 			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
-			pc.Guard = guard
+			pc.Guard, pc.StorageTokens = guard, storageTokens
 			pc.MaxFileSize = cfg.Delivery.MaxFileSize // one limit for every copy of a source
 			pc.Meter = meter
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
 			dc.Tokens, dc.S3Keys, dc.Meter = tokens, s3keys, meter
-			dc.Guard = guard
+			dc.Guard, dc.StorageTokens = guard, storageTokens
 			if len(cfg.FileRoots) > 0 {
 				// Deliverers read the staged copies that processors write.
 				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())

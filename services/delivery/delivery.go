@@ -49,6 +49,9 @@ type Config struct {
 	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
 	// public addresses only.
 	Guard *transfer.Guard `ignored:"true"`
+	// StorageTokens, if set, gives per-storage tokens to https requests
+	// that SLUICE_HTTP_TOKENS has none for (SLUICE_STORAGE_TOKEN_*).
+	StorageTokens transfer.TokenSource `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 }
@@ -71,7 +74,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys)
+	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys).WithTokenSource(s.cfg.StorageTokens)
 	if len(s.cfg.FileRoots) > 0 {
 		files, err := transfer.OpenFiles(s.cfg.FileRoots...)
 		if err != nil {

@@ -49,6 +49,9 @@ type Config struct {
 	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
 	// public addresses only.
 	Guard *transfer.Guard `ignored:"true"`
+	// StorageTokens, if set, gives per-storage tokens to https requests
+	// that SLUICE_HTTP_TOKENS has none for (SLUICE_STORAGE_TOKEN_*).
+	StorageTokens transfer.TokenSource `ignored:"true"`
 	// CacheDir is the cache of downloads (SLUICE_CACHE_DIR, shared with
 	// the scheduler's setting); empty: no cache.
 	CacheDir      string `ignored:"true"`
@@ -100,7 +103,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.CacheDir != "" {
 		go s.keepCacheClean(ctx, cmp.Or(s.cfg.CacheCleanEvery, 30*time.Second))
 	}
-	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys)
+	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys).WithTokenSource(s.cfg.StorageTokens)
 	if len(s.cfg.FileRoots) > 0 {
 		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir(), s.cfg.CacheDir)...)
 		if err != nil {
