@@ -528,6 +528,8 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	aliceView := &system{t: t, nc: nc, user: "alice"}
+	aliceView.shares() // the scheduler answers: its streams are there to take a plain publish
 	if cli, err := exec.LookPath("nats"); err == nil {
 		out, err := exec.Command(cli, "--server", url, "--creds", alice, "pub", bus.UserSubject(bus.SubjectSubmit, "alice"), body).CombinedOutput()
 		if err != nil {
@@ -540,7 +542,6 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	aliceView := &system{t: t, nc: nc, user: "alice"}
 	var d scheduler.DTRReply
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		err := aliceView.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d)
