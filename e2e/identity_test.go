@@ -575,3 +575,55 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 		}
 	}
 }
+
+// TestADTRIdAnotherOwnerTookIsRefusedNotShared: a DTR id is no one's to
+// squat. Bob publishes first, under an id alice will use, the very DTR she
+// will submit; hers is refused as taken (it is not taken as a resubmission
+// of bob's), and bob's stays bob's. A job's DTR ids are random, so no one
+// can take them before the job comes: submitted again, the job keeps them.
+func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
+	ns, passwords := identityServer(t)
+	rolesAs(t, ns, passwords, nil)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in")
+	writeFile(t, src, 100, 9)
+	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(bus.SubjectRejected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.New()
+	body := fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out")))
+	bob, alice := as(t, ns, "bob", passwords["bob"]), as(t, ns, "alice", passwords["alice"])
+	bob.shares() // the scheduler is up
+	if err := bob.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "bob"), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	var d scheduler.DTRReply
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := bob.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("bob's DTR: %v", err)
+		}
+	}
+	if err := alice.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "alice"), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := rejected.NextMsg(30 * time.Second)
+	if err != nil || !strings.Contains(string(m.Data), "this DTR id is taken by another DTR") || !strings.Contains(string(m.Data), "dtr.submit.alice") {
+		t.Fatalf("alice's DTR under bob's id: %v %s; want it refused as taken", err, m.Data)
+	}
+	if err := alice.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+		t.Fatalf("alice sees the DTR under the id bob took: %+v", d.DTR.Owner)
+	}
+	// A job submitted twice keeps its random DTR ids.
+	j := &job.Job{ID: "twice", Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(dir, "job-out"))}}}
+	first := alice.submit(j)
+	again := alice.submit(&job.Job{ID: first.JobID, Inputs: j.Inputs})
+	if first.JobID != again.JobID || !slices.Equal(first.DTRs, again.DTRs) {
+		t.Fatalf("submitted again: %s %v, first %s %v", again.JobID, again.DTRs, first.JobID, first.DTRs)
+	}
+	if ev := alice.wait(first.JobID, time.Minute); ev.Done != 1 || ev.Total != 1 {
+		t.Fatalf("the job submitted twice ended with %d of %d DONE", ev.Done, ev.Total)
+	}
+}

@@ -422,7 +422,10 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	refs := make([]FileRef, len(ds))
 	reply := SubmitReply{JobID: j.ID}
 	for i, d := range ds {
-		d.ID = dtrID(j.ID, i)
+		// A random id, which no one can take before the job comes: one
+		// made from the job id could be (membership.go). Submitted again,
+		// the job's DTRs keep the ids stored in its file list.
+		d.ID = uuid.New()
 		refs[i] = FileRef{DTR: d.ID, Direction: d.Direction, Source: d.Source, Destination: d.Destination,
 			FailureAllowed: d.Options.FailureAllowed}
 		reply.DTRs = append(reply.DTRs, d.ID)
@@ -444,10 +447,21 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	// Refused for want of space before the DTRs, what this call created is
 	// removed again: nothing of the job is left.
 	var created []string
-	if isNew, err := s.create(ctx, j.ID+".files", files, func(b []byte) bool { return bytes.Equal(b, files) }); err != nil {
+	var before []FileRef // the file list of this job submitted before
+	sameFiles := func(stored []byte) bool {
+		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)
+	}
+	if isNew, err := s.create(ctx, j.ID+".files", files, sameFiles); err != nil {
 		return reply, s.refuseFull(ctx, j.ID, created, err)
 	} else if isNew {
 		created = append(created, j.ID+".files")
+	} else {
+		for i := range ds {
+			ds[i].ID, refs[i].DTR, reply.DTRs[i] = before[i].DTR, before[i].DTR, before[i].DTR
+		}
+		if msgs, err = s.submits(ds); err != nil {
+			return reply, err
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -492,6 +506,15 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	s.dtrs.Add(ctx, int64(len(ds)))
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// sameRefs says whether two file lists name the same files, whatever
+// their DTR ids.
+func sameRefs(a, b []FileRef) bool {
+	return slices.EqualFunc(a, b, func(x, y FileRef) bool {
+		x.DTR, y.DTR = uuid.Nil, uuid.Nil
+		return x == y
+	})
 }
 
 // submitsPerMessage bounds the DTRs of one Submits event.

@@ -6,21 +6,15 @@ package generator
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/uuid"
 )
 
-// dtrID is the id of a job's i-th DTR (inputs, then outputs).
-func dtrID(jobID string, i int) uuid.UUID {
-	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "sluice:job:%s/%d", jobID, i))
-}
-
 // maxMembers bounds the jobs whose DTR ids are cached.
 const maxMembers = 1000
 
-// memberIDs returns the ids of a job's DTRs, made from its record's total
-// the first time and kept until the job is announced or the cache
+// memberIDs returns the ids of a job's DTRs, read from its file list the
+// first time and kept until the job is announced or the cache
 // is full. An unknown job has none (jetstream.ErrKeyNotFound).
 func (s *Service) memberIDs(ctx context.Context, jobID string) (map[uuid.UUID]struct{}, error) {
 	s.mu.Lock()
@@ -29,13 +23,13 @@ func (s *Service) memberIDs(ctx context.Context, jobID string) (map[uuid.UUID]st
 	if ok {
 		return ids, nil
 	}
-	var r Record
-	if _, err := s.get(ctx, jobID, &r); err != nil {
+	var refs []FileRef
+	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return nil, err
 	}
-	ids = make(map[uuid.UUID]struct{}, r.Total)
-	for i := range r.Total {
-		ids[dtrID(jobID, i)] = struct{}{}
+	ids = make(map[uuid.UUID]struct{}, len(refs))
+	for _, r := range refs {
+		ids[r.DTR] = struct{}{}
 	}
 	s.mu.Lock()
 	if len(s.members) >= maxMembers {

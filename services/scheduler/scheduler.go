@@ -688,6 +688,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		for i, e := range sub.dtrs {
 			err := e.Err
 			if err == nil {
+				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
 					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
 				}

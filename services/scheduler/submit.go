@@ -63,11 +63,13 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 var ErrIDTaken = errors.New("this DTR id is taken by another DTR, with another source or destination; a new DTR needs a new id")
 
 // sameTransfer says whether a submitted DTR is the earlier one under its id
-// again: the same destination, and every source the earlier DTR kept among
-// the submitted ones (the core orders the sources, and drops those that
-// SLUICE_PREFERREDPATTERN excludes, but never adds one).
+// again: the same owner and destination, and every source the earlier DTR
+// kept among the submitted ones (the core orders the sources, and drops
+// those that SLUICE_PREFERREDPATTERN excludes, but never adds one). Another
+// owner's DTR under the same id is not the same: no one can take the id of
+// a DTR another will submit, and have theirs taken for it.
 func sameTransfer(earlier, d *dtr.DTR) bool {
-	if earlier.Destination != d.Destination {
+	if earlier.Destination != d.Destination || earlier.Owner.DN != d.Owner.DN {
 		return false
 	}
 	submitted := sourcesOf(d)
