@@ -56,6 +56,11 @@ status, shares, why, priority, cancel, reconfigure) also connect with a nats con
 named by --context or NATS_CONTEXT, else the one selected with "nats context select"; flags
 and SLUICE_* settings win over it.
 
+Who is asking: the client commands speak on the operator's subjects unless SLUICE_AS_USER names
+a user, whose own subjects (dtr.submit.<user>, sluice.api.*.<user>) the NATS server lets only
+that user publish to; a bearer token in BEARER_TOKEN or BEARER_TOKEN_FILE is sent with every
+request. A user sees and changes only their own jobs and DTRs (docs/security.md).
+
 Run "sluice COMMAND -h" for a command's flags.
 
 Traces (one per DTR) go over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
