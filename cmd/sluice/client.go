@@ -109,9 +109,9 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 	fs := clientFlags("submit", cfg)
 	wait := fs.Bool("wait", false, "wait until every DTR of the job is final and print the statistics")
 	session := fs.String("session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
-	dn := fs.String("dn", "", "owner DN of an xRSL job")
+	dn := fs.String("dn", "", "owner DN of an xRSL job (taken from the operator and trusted users only; a user's job is their own)")
 	var fqans multiFlag
-	fs.Var(&fqans, "fqan", "owner VOMS FQAN of an xRSL job, e.g. /atlas/Role=production (repeatable)")
+	fs.Var(&fqans, "fqan", "owner VOMS FQAN of an xRSL job, e.g. /atlas/Role=production (repeatable; as -dn)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
