@@ -21,6 +21,8 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,6 +252,32 @@ func (r *Resolver) admin(id dtr.Identity) bool {
 
 // Trusted says whether the users file marks name trusted.
 func (r *Resolver) Trusted(name string) bool { return r.users[name].Trusted }
+
+// Namespace is the prefix of the job ids that an owner who is not trusted
+// chooses: "u" and ten hex digits of the SHA-256 of the owner's DN.
+func Namespace(dn string) string {
+	sum := sha256.Sum256([]byte(dn))
+	return "u" + hex.EncodeToString(sum[:5])
+}
+
+// JobID returns the job id that work c submits for owner under the chosen
+// id gets: the id itself from a trusted caller (and "" stays ""), else the
+// id in the owner's namespace, "<namespace>-<id>", so that no one can take
+// the id of a job another owner will submit, or put work under it. An id
+// already in the owner's namespace is kept.
+func (c Caller) JobID(owner dtr.Identity, id string) (string, error) {
+	if c.Trusted || id == "" {
+		return id, nil
+	}
+	ns := Namespace(owner.DN)
+	if strings.HasPrefix(id, ns+"-") {
+		return id, nil
+	}
+	if len(ns)+1+len(id) > 64 {
+		return "", fmt.Errorf("job id %q: a job id chosen by %s is given the owner's prefix %s-, and must then fit in 64 characters: use at most %d", id, c, ns, 63-len(ns))
+	}
+	return ns + "-" + id, nil
+}
 
 // Confinement says which local paths (file:// URLs) submitted work may
 // name: only those under Roots; with no roots, any path, but only for

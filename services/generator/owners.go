@@ -5,12 +5,9 @@ package generator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,28 +35,12 @@ func (s *Service) caller(ctx context.Context, base string, subject string, h nat
 
 // ownJob makes j its caller's: the owner (a trusted caller may state
 // another), and, for a caller who is not trusted, a job id in the owner's
-// own namespace, so that no one can take an id another owner will use.
+// own namespace (auth.Caller.JobID).
 func ownJob(c auth.Caller, j *job.Job) error {
 	j.Owner = c.Owner(j.Owner)
-	if c.Trusted || j.ID == "" {
-		return nil // a new id is a random UUID, which no one can take
-	}
-	ns := Namespace(j.Owner.DN)
-	if strings.HasPrefix(j.ID, ns+"-") {
-		return nil // the id this owner was given before
-	}
-	if len(ns)+1+len(j.ID) > 64 {
-		return fmt.Errorf("id %q: a job id chosen by %s is given the owner's prefix %s-, and must then fit in 64 characters: use at most %d", j.ID, c, ns, 63-len(ns))
-	}
-	j.ID = ns + "-" + j.ID
-	return nil
-}
-
-// Namespace is the prefix of the job ids an owner chooses: "u" and ten hex
-// digits of the SHA-256 of the owner's DN.
-func Namespace(dn string) string {
-	sum := sha256.Sum256([]byte(dn))
-	return "u" + hex.EncodeToString(sum[:5])
+	id, err := c.JobID(j.Owner, j.ID)
+	j.ID = id
+	return err
 }
 
 // ownerUse is what one owner's running jobs hold.

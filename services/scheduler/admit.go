@@ -51,6 +51,11 @@ func (s *Service) admit(c auth.Caller, d *dtr.DTR) error {
 		return err
 	}
 	d.Owner = c.Owner(d.Owner)
+	id, err := c.JobID(d.Owner, d.JobID)
+	if err != nil {
+		return err
+	}
+	d.JobID = id
 	urls := append([]string{d.Source, d.Destination}, d.Replicas...)
 	if err := (auth.Confinement{Roots: s.cfg.FileRoots}).Check(c, urls...); err != nil {
 		return err

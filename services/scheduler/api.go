@@ -195,11 +195,7 @@ func (s *Service) handleCancel(r micro.Request) {
 	cerr := s.change(func() {
 		now := time.Now()
 		if req.Job != "" {
-			if owner, ok := s.core.JobOwner(req.Job); ok && !c.Owns(owner) {
-				err = errNotYours
-				return
-			}
-			n, err = s.core.CancelJob(now, req.Job)
+			n, err = s.core.CancelJob(now, req.Job, c.Owns) // only the caller's DTRs of the job
 			return
 		}
 		cur, ok := s.core.Get(req.DTR)

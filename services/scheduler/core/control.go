@@ -14,22 +14,31 @@ import (
 // ErrUnknownJob is returned for a job with no unfinished DTR.
 var ErrUnknownJob = errors.New("unknown job, or every DTR of it has finished")
 
-// CancelJob cancels every unfinished DTR of a job and returns how many it
-// cancelled. DTRs of the job that arrive later (still on their way through
-// the submit stream) are cancelled as they arrive, for cancelledJobKept. A
-// job with no unfinished DTR is ErrUnknownJob, and leaves nothing behind.
-func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
+// CancelJob cancels every unfinished DTR of a job that owns says is the
+// caller's (nil: every one) and returns how many it cancelled. Those DTRs'
+// owners' DTRs of the job that arrive later (still on their way through the
+// submit stream) are cancelled as they arrive, for cancelledJobKept; other
+// owners' are not. A job with no such DTR is ErrUnknownJob, and leaves
+// nothing behind.
+func (c *Core) CancelJob(now time.Time, jobID string, owns func(dtr.Identity) bool) (int, error) {
 	c.forgetCancelledJobs(now)
 	var ids []uuid.UUID
+	owners := map[string]bool{}
 	for id, e := range c.dtrs { // a rare request: a scan keeps no index in memory
-		if jobID != "" && c.jobOf(e) == jobID {
+		if jobID == "" || c.jobOf(e) != jobID {
+			continue
+		}
+		if owner := c.view(e).Owner; owns == nil || owns(owner) {
 			ids = append(ids, id)
+			owners[owner.DN] = true
 		}
 	}
 	if len(ids) == 0 {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownJob, jobID)
 	}
-	c.cancelledJobs[jobID] = now
+	for dn := range owners {
+		c.cancelledJobs[cancelledJob(jobID, dn)] = now
+	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	for _, id := range ids {
 		if err := c.Cancel(now, id); err != nil {
@@ -38,6 +47,9 @@ func (c *Core) CancelJob(now time.Time, jobID string) (int, error) {
 	}
 	return len(ids), nil
 }
+
+// cancelledJob is the key of an owner's DTRs of a cancelled job.
+func cancelledJob(jobID, dn string) string { return jobID + "\n" + dn }
 
 // cancelledJobKept is how long a cancelled job's DTRs still on their way
 // are cancelled as they arrive: a job's DTRs reach the scheduler within
@@ -51,17 +63,6 @@ func (c *Core) forgetCancelledJobs(now time.Time) {
 			delete(c.cancelledJobs, job)
 		}
 	}
-}
-
-// JobOwner returns the owner of a job's unfinished DTRs; false if it has
-// none.
-func (c *Core) JobOwner(jobID string) (dtr.Identity, bool) {
-	for _, e := range c.dtrs { // a rare request, as CancelJob
-		if jobID != "" && c.jobOf(e) == jobID {
-			return c.view(e).Owner, true
-		}
-	}
-	return dtr.Identity{}, false
 }
 
 // SetSharePriorities replaces the configured share priorities. The slot

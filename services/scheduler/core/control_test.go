@@ -39,7 +39,7 @@ func TestCancelJobCancelsEveryUnfinishedDTROfTheJob(t *testing.T) {
 	other.JobID = "job-b"
 	h.submit(other)
 	toTransfer(h)
-	n, err := h.c.CancelJob(h.now, "job-a")
+	n, err := h.c.CancelJob(h.now, "job-a", nil)
 	if err != nil || n != 5 {
 		t.Fatalf("CancelJob = %d, %v; want 5", n, err)
 	}
@@ -53,7 +53,7 @@ func TestCancelJobCancelsEveryUnfinishedDTROfTheJob(t *testing.T) {
 	if got := h.final[other.ID]; got.State != dtr.Done {
 		t.Fatalf("the other job's DTR ended %s", got.State)
 	}
-	if n, err := h.c.CancelJob(h.now, "job-a"); n != 0 || !errors.Is(err, ErrUnknownJob) {
+	if n, err := h.c.CancelJob(h.now, "job-a", nil); n != 0 || !errors.Is(err, ErrUnknownJob) {
 		t.Fatalf("cancelling a finished job: %d, %v; want 0, ErrUnknownJob", n, err)
 	}
 	// A DTR of a cancelled job that arrives later is cancelled on arrival.
@@ -188,7 +188,7 @@ func TestSetPriorityRefusesBadInputAndChangesNothing(t *testing.T) {
 func TestCancellingAnUnknownJobLeavesNothingBehind(t *testing.T) {
 	h := newHarness(t, DefaultConfig())
 	for i := range 1000 {
-		if _, err := h.c.CancelJob(h.now, fmt.Sprintf("made-up-%d", i)); !errors.Is(err, ErrUnknownJob) {
+		if _, err := h.c.CancelJob(h.now, fmt.Sprintf("made-up-%d", i), nil); !errors.Is(err, ErrUnknownJob) {
 			t.Fatalf("cancel of a made-up job: %v, want ErrUnknownJob", err)
 		}
 	}
@@ -200,11 +200,11 @@ func TestCancellingAnUnknownJobLeavesNothingBehind(t *testing.T) {
 	d := newDTR(1, "x", "")
 	d.JobID = "real"
 	h.submit(d)
-	if _, err := h.c.CancelJob(h.now, "real"); err != nil {
+	if _, err := h.c.CancelJob(h.now, "real", nil); err != nil {
 		t.Fatal(err)
 	}
 	h.now = h.now.Add(cancelledJobKept + time.Minute)
-	_, _ = h.c.CancelJob(h.now, "other")
+	_, _ = h.c.CancelJob(h.now, "other", nil)
 	if n := len(h.c.cancelledJobs); n != 0 {
 		t.Fatalf("%d cancelled jobs remembered past cancelledJobKept, want 0", n)
 	}
@@ -234,5 +234,39 @@ func TestOwnerUseCountsUnfinishedDTRsOfEachOwner(t *testing.T) {
 	h.drain()
 	if u := h.c.Owner("/CN=alice"); u.DTRs != 0 || u.Bytes != 0 {
 		t.Fatalf("alice's use after all ended: %+v, want none", u)
+	}
+}
+
+func TestCancellingAJobCancelsOnlyTheCallersDTRsOfIt(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	var alices, bobs []*dtr.DTR
+	for i := range 3 {
+		a, b := newDTR(i, "/CN=alice", ""), newDTR(i, "/CN=bob", "")
+		a.JobID, b.JobID = "shared-id", "shared-id"
+		alices, bobs = append(alices, a), append(bobs, b)
+		h.submit(a, b)
+	}
+	bob := func(id dtr.Identity) bool { return id.DN == "/CN=bob" }
+	if n, err := h.c.CancelJob(h.now, "shared-id", bob); err != nil || n != 3 {
+		t.Fatalf("bob's cancel of the job: %d, %v; want his 3", n, err)
+	}
+	h.take()
+	for _, a := range alices {
+		if d, ok := h.c.Get(a.ID); !ok || d.Cancel || d.State.Final() {
+			t.Fatalf("alice's DTR %s was cancelled by bob's cancel", a.ID)
+		}
+	}
+	// Bob's later DTRs of the job are cancelled as they come; alice's not.
+	lateA, lateB := newDTR(7, "/CN=alice", ""), newDTR(7, "/CN=bob", "")
+	lateA.JobID, lateB.JobID = "shared-id", "shared-id"
+	h.submit(lateA, lateB)
+	if d, _ := h.c.Get(lateA.ID); d.Cancel {
+		t.Fatal("alice's later DTR of the job was cancelled")
+	}
+	if d, ok := h.c.Get(lateB.ID); ok && !d.Cancel && !d.State.Final() {
+		t.Fatal("bob's later DTR of the job was not cancelled")
+	}
+	if _, err := h.c.CancelJob(h.now, "shared-id", func(dtr.Identity) bool { return false }); !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("a cancel by someone owning none of the job: %v, want ErrUnknownJob", err)
 	}
 }

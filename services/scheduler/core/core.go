@@ -252,8 +252,9 @@ type Core struct {
 	// epoch is the first time the core was told; entry times count from it
 	// (so they keep the monotonic clock and stay small).
 	epoch time.Time
-	// cancelledJobs remembers the jobs cancelled as a whole, so that their
-	// DTRs still on the way are cancelled when they arrive.
+	// cancelledJobs remembers the jobs cancelled as a whole, by job and
+	// owner, so that the owner's DTRs of the job still on the way are
+	// cancelled when they arrive.
 	cancelledJobs map[string]time.Time
 	// owners holds what each owner's unfinished DTRs hold, by DN.
 	owners map[string]OwnerUse
@@ -404,7 +405,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	d.Priority = c.policy.Priority(d.Share, d)
 	d.MaxAttempts = c.cfg.MaxTransferTries
 	d.Attempts = 0
-	if _, ok := c.cancelledJobs[d.JobID]; ok && d.JobID != "" {
+	if _, ok := c.cancelledJobs[cancelledJob(d.JobID, d.Owner.DN)]; ok && d.JobID != "" {
 		d.Cancel = true // its job was cancelled before it arrived
 	}
 	d.Error = nil
