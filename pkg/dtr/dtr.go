@@ -365,3 +365,19 @@ func (s Submission) DTR() *DTR {
 	}
 	return d
 }
+
+// recordOverhead is about what a DTR record takes besides its strings.
+const recordOverhead = 512
+
+// Footprint is about how many bytes d's record takes, in memory and in the
+// store: what the per-owner limit SLUICE_OWNER_MAX_BYTES counts.
+func Footprint(d *DTR) int64 {
+	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum)
+	for _, r := range d.Replicas {
+		n += len(r)
+	}
+	for _, f := range d.Owner.FQANs {
+		n += len(f)
+	}
+	return int64(n)
+}

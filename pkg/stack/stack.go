@@ -217,7 +217,8 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 		if write {
 			scope = "storage.modify:"
 		}
-		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.Path, "/"))
+		// The path as escaped in the URL: a space in it cannot add a scope.
+		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.EscapedPath(), "/"))
 	}, nil
 }
 
@@ -319,7 +320,8 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "generator":
 			gc := cfg.Generator
 			gc.Meter, gc.Retention = meter, cfg.Retention
-			gc.Callers, gc.FileRoots, gc.OwnerMaxDTRs = callers, cfg.FileRoots, cfg.OwnerMaxDTRs
+			gc.Callers, gc.FileRoots = callers, cfg.FileRoots
+			gc.OwnerMaxDTRs, gc.OwnerMaxBytes = cfg.OwnerMaxDTRs, cfg.OwnerMaxBytes
 			s, err := generator.New(gc, nc, log)
 			if err != nil {
 				return err

@@ -357,7 +357,7 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		return nil
 	})
 	if err == nil && wasRunning {
-		s.counted(ev.Job.Owner.DN, ev.Total, -1)
+		s.counted(ev.Job.Owner.DN, ev.Total, ev.Footprint, -1)
 	}
 	s.mu.Lock()
 	delete(s.lastFinal, jobID)

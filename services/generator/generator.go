@@ -48,9 +48,11 @@ type Config struct {
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 	OwnerLimits
-	// OwnerMaxDTRs is the scheduler's SLUICE_OWNER_MAX_DTRS: a job whose
-	// files would take its owner past it is refused here.
-	OwnerMaxDTRs int `ignored:"true"`
+	// OwnerMaxDTRs and OwnerMaxBytes are the scheduler's
+	// SLUICE_OWNER_MAX_DTRS and _BYTES: a job whose DTRs would take its
+	// owner past them is refused here.
+	OwnerMaxDTRs  int   `ignored:"true"`
+	OwnerMaxBytes int64 `ignored:"true"`
 	// Callers establishes who sent each request (owners.go); nil: everyone
 	// is the operator.
 	Callers *auth.Resolver `ignored:"true"`
@@ -68,9 +70,12 @@ const (
 
 // Record is a job's state.
 type Record struct {
-	Job       job.Job   `json:"job"`
-	State     string    `json:"state"`
-	Total     int       `json:"total"`
+	Job   job.Job `json:"job"`
+	State string  `json:"state"`
+	Total int     `json:"total"`
+	// Footprint is about how many bytes the records of the job's DTRs
+	// take (dtr.Footprint), counted for its owner while it runs.
+	Footprint int64     `json:"footprint,omitempty"`
 	Done      int       `json:"done"`
 	Failed    int       `json:"failed"`
 	Cancelled int       `json:"cancelled"`
@@ -408,17 +413,21 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	if n > s.cfg.MaxFiles {
 		return SubmitReply{}, fmt.Errorf("job has %d files; at most %d are allowed", n, s.cfg.MaxFiles)
 	}
-	confined := auth.Confinement{Roots: s.cfg.FileRoots}
-	for _, f := range slices.Concat(j.Inputs, j.Outputs) {
-		if err := confined.Check(c, f.Source, f.Destination); err != nil {
-			return SubmitReply{}, err
-		}
-	}
-	if err := s.admitJob(c, j, n); err != nil {
-		return SubmitReply{}, err
-	}
 	now := time.Now().UTC()
 	ds := j.DTRs(now)
+	// Every URL of every DTR, replicas too: the generator submits them as
+	// the operator, whom the scheduler lets name any local path.
+	confined := auth.Confinement{Roots: s.cfg.FileRoots}
+	var footprint int64
+	for _, d := range ds {
+		if err := confined.Check(c, slices.Concat([]string{d.Source, d.Destination}, d.Replicas)...); err != nil {
+			return SubmitReply{}, err
+		}
+		footprint += dtr.Footprint(d)
+	}
+	if err := s.admitJob(c, j, n, footprint); err != nil {
+		return SubmitReply{}, err
+	}
 	refs := make([]FileRef, len(ds))
 	reply := SubmitReply{JobID: j.ID}
 	for i, d := range ds {
@@ -437,7 +446,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	if err != nil {
 		return SubmitReply{}, err
 	}
-	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Created: now}
+	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Footprint: footprint, Created: now}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
 	files, err := bus.EncodeJSON(refs)
 	if err != nil {
@@ -475,7 +484,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 		return reply, s.refuseFull(ctx, j.ID, created, err)
 	} else if isNew {
 		created = append(created, j.ID)
-		s.counted(j.Owner.DN, len(ds), +1)
+		s.counted(j.Owner.DN, len(ds), footprint, +1)
 	}
 	out := bus.NewBatch(ctx, s.js)
 	var full error // the first refusal for want of space
@@ -641,8 +650,12 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 		return
 	}
 	jobID := strings.TrimSpace(string(r.Data()))
+	if !dtr.ValidJobID(jobID) {
+		_ = r.Error("400", fmt.Sprintf("job id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", jobID), nil)
+		return
+	}
 	ev, err := s.Status(ctx, jobID)
-	if err == nil && !c.Owns(ev.Job.Owner) || errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err == nil && !c.Owns(ev.Job.Owner) || errors.Is(err, jetstream.ErrKeyNotFound) || err != nil && !c.Admin {
 		// Another owner's job is answered as an unknown one.
 		text := fmt.Sprintf("unknown job %q", jobID)
 		if !c.Admin {

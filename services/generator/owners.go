@@ -46,32 +46,38 @@ func ownJob(c auth.Caller, j *job.Job) error {
 // ownerUse is what one owner's running jobs hold.
 type ownerUse struct {
 	jobs, files int
+	bytes       int64
 }
 
-// admitJob refuses a job of n files that would take its owner past a
-// limit, and otherwise counts it.
-func (s *Service) admitJob(c auth.Caller, j *job.Job, files int) error {
+// admitJob refuses a job of files DTRs whose records take bytes that would
+// take its owner past a limit.
+func (s *Service) admitJob(c auth.Caller, j *job.Job, files int, bytes int64) error {
+	if c.Trusted {
+		return nil // the operator or a front end answers for its users
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u := s.owners[j.Owner.DN]
-	if !c.Trusted {
-		if max := s.cfg.OwnerMaxJobs; max > 0 && u.jobs+1 > max {
-			return fmt.Errorf("%w: %s has %d running jobs, the most SLUICE_GENERATOR_OWNER_MAX_JOBS allows", ErrOwnerLimit, c, u.jobs)
-		}
-		if max := s.cfg.OwnerMaxDTRs; max > 0 && u.files+files > max {
-			return fmt.Errorf("%w: %s has %d files in running jobs; %d more would pass SLUICE_OWNER_MAX_DTRS (%d)", ErrOwnerLimit, c, u.files, files, max)
-		}
+	if max := s.cfg.OwnerMaxJobs; max > 0 && u.jobs+1 > max {
+		return fmt.Errorf("%w: %s has %d running jobs, the most SLUICE_GENERATOR_OWNER_MAX_JOBS allows", ErrOwnerLimit, c, u.jobs)
+	}
+	if max := s.cfg.OwnerMaxDTRs; max > 0 && u.files+files > max {
+		return fmt.Errorf("%w: %s has %d files in running jobs; %d more would pass SLUICE_OWNER_MAX_DTRS (%d)", ErrOwnerLimit, c, u.files, files, max)
+	}
+	if max := s.cfg.OwnerMaxBytes; max > 0 && u.bytes+bytes > max {
+		return fmt.Errorf("%w: the DTRs of %s's running jobs take %d bytes; this job's %d more would pass SLUICE_OWNER_MAX_BYTES (%d)", ErrOwnerLimit, c, u.bytes, bytes, max)
 	}
 	return nil
 }
 
 // counted adds (or, with sign -1, removes) a running job for its owner.
-func (s *Service) counted(owner string, files, sign int) {
+func (s *Service) counted(owner string, files int, bytes int64, sign int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u := s.owners[owner]
 	u.jobs += sign
 	u.files += sign * files
+	u.bytes += int64(sign) * bytes
 	if u.jobs <= 0 {
 		delete(s.owners, owner)
 		return
@@ -111,6 +117,7 @@ func (s *Service) countOwners(ctx context.Context) error {
 			u := owners[r.Job.Owner.DN]
 			u.jobs++
 			u.files += r.Total
+			u.bytes += r.Footprint
 			owners[r.Job.Owner.DN] = u
 		}
 	}

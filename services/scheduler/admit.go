@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
-	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // OwnerLimits bound what one owner may have queued, so that no submitter
@@ -67,7 +66,7 @@ func (s *Service) admit(c auth.Caller, d *dtr.DTR) error {
 	if max := s.cfg.OwnerMaxDTRs; max > 0 && use.DTRs+1 > max {
 		return fmt.Errorf("%w: %s has %d unfinished DTRs, the most SLUICE_OWNER_MAX_DTRS allows", ErrOwnerLimit, c, use.DTRs)
 	}
-	if max := s.cfg.OwnerMaxBytes; max > 0 && use.Bytes+core.Footprint(d) > max {
+	if max := s.cfg.OwnerMaxBytes; max > 0 && use.Bytes+dtr.Footprint(d) > max {
 		return fmt.Errorf("%w: %s's unfinished DTRs take %d bytes; this one would take them past SLUICE_OWNER_MAX_BYTES (%d)", ErrOwnerLimit, c, use.Bytes, max)
 	}
 	return nil

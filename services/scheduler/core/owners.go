@@ -10,27 +10,12 @@ type OwnerUse struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// recordOverhead is about what a DTR record takes besides its strings.
-const recordOverhead = 512
-
-// Footprint is about how many bytes d's record takes.
-func Footprint(d *dtr.DTR) int64 {
-	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum)
-	for _, r := range d.Replicas {
-		n += len(r)
-	}
-	for _, f := range d.Owner.FQANs {
-		n += len(f)
-	}
-	return int64(n)
-}
-
 // Owner returns what the unfinished DTRs of the owner with DN dn hold.
 func (c *Core) Owner(dn string) OwnerUse { return c.owners[dn] }
 
 // own counts e for its owner; disown stops counting it.
 func (c *Core) own(e *entry) {
-	e.footprint = Footprint(e.d)
+	e.footprint = dtr.Footprint(e.d)
 	u := c.owners[e.d.Owner.DN]
 	u.DTRs++
 	u.Bytes += e.footprint
