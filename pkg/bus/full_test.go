@@ -272,7 +272,7 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 		Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	l := Limits{Submit: 8 << 20, Grants: 9 << 20, Results: 10 << 20, Events: 11 << 20, Journal: 12 << 20, DTRs: 13 << 20, Jobs: 14 << 20}
+	l := Limits{Submit: 8 << 20, Grants: 9 << 20, Results: 10 << 20, Events: 11 << 20, Journal: 12 << 20, DTRs: 13 << 20, Jobs: 14 << 20, Rejections: 15 << 20}
 	if err := Ensure(ctx, js, Setup{Limits: l}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,6 +282,7 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	}{
 		StreamSubmit: {l.Submit, jetstream.DiscardNew}, StreamGrants: {l.Grants, jetstream.DiscardNew},
 		StreamResults: {l.Results, jetstream.DiscardNew}, StreamEvents: {l.Events, jetstream.DiscardOld},
+		StreamRejections:   {l.Rejections, jetstream.DiscardOld},
 		StreamJournal:      {l.Journal, jetstream.DiscardNew},
 		"KV_" + BucketDTRs: {l.DTRs, jetstream.DiscardNew}, "KV_" + BucketJobs: {l.Jobs, jetstream.DiscardNew},
 	}
@@ -301,7 +302,7 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	check(1)
 	// Other limits at the next start: the streams and buckets follow.
 	l2 := Limits{Submit: 2 * l.Submit, Grants: 2 * l.Grants, Results: 2 * l.Results, Events: 2 * l.Events,
-		Journal: 2 * l.Journal, DTRs: 2 * l.DTRs, Jobs: 2 * l.Jobs}
+		Journal: 2 * l.Journal, DTRs: 2 * l.DTRs, Jobs: 2 * l.Jobs, Rejections: 2 * l.Rejections}
 	if err := Ensure(ctx, js, Setup{Limits: l2}); err != nil {
 		t.Fatal(err)
 	}

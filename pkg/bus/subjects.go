@@ -46,7 +46,8 @@ const (
 	SubjectJobFinished = "sluice.event.job.finished"
 	SubjectJobFailed   = "sluice.event.job.failed"
 	// SubjectRejected carries the reason a message was refused (stream
-	// SLUICE_EVENTS).
+	// SLUICE_REJECTIONS, of its own: a flood of refused messages drops old
+	// rejections, never another owner's final DTRs).
 	SubjectRejected = "sluice.event.rejected"
 	// SubjectJournal is where the scheduler appends changed DTR records
 	// (stream SLUICE_JOURNAL; not CloudEvents but lines of DTR JSON, read
@@ -94,6 +95,8 @@ const (
 	StreamGrants  = "SLUICE_GRANTS"
 	StreamResults = "SLUICE_RESULTS"
 	StreamEvents  = "SLUICE_EVENTS"
+	// StreamRejections keeps the rejection events (SubjectRejected).
+	StreamRejections = "SLUICE_REJECTIONS"
 	// StreamJournal is the scheduler's journal of changed DTR records
 	// (services/scheduler/journal.go); only the scheduler uses it.
 	StreamJournal   = "SLUICE_JOURNAL"
@@ -159,7 +162,7 @@ type Setup struct {
 // each limit in its store (max_file_store): together they must fit in it.
 type Limits struct {
 	Submit, Grants, Results, Events, Journal int64
-	DTRs, Jobs                               int64
+	Rejections, DTRs, Jobs                   int64
 }
 
 // ensureMu keeps the schedulers of one process from setting up at once.
@@ -192,9 +195,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		{Name: StreamResults, Subjects: []string{SubjectResultPrefix + ">", SubjectProgressPrefix + ">"},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Results, Discard: jetstream.DiscardNew},
-		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>", SubjectRejected},
+		// Rejections were in SLUICE_EVENTS once: it is updated before
+		// SLUICE_REJECTIONS takes their subject.
+		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>"},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Events, Discard: jetstream.DiscardOld},
+		{Name: StreamRejections, Subjects: []string{SubjectRejected},
+			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
+			MaxBytes: l.Rejections, Discard: jetstream.DiscardOld},
 		// The scheduler purges what it has checkpointed; full, it
 		// refuses new records and keeps the ones not yet checkpointed.
 		{Name: StreamJournal, Subjects: []string{SubjectJournal},
@@ -298,7 +306,7 @@ func (l Limits) Check() error {
 		name  string
 		bytes int64
 	}{{"SLUICE_SUBMIT_MAX_BYTES", l.Submit}, {"SLUICE_GRANTS_MAX_BYTES", l.Grants}, {"SLUICE_RESULTS_MAX_BYTES", l.Results},
-		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
+		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_REJECTIONS_MAX_BYTES", l.Rejections}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
 		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}} {
 		if v.bytes != 0 && v.bytes < MinLimit {
 			return fmt.Errorf("%s is %d bytes: 0 (no limit) or at least %d (8 MiB), so that any message fits", v.name, v.bytes, MinLimit)
