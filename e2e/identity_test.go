@@ -23,7 +23,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -625,5 +627,233 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 	}
 	if ev := alice.wait(first.JobID, time.Minute); ev.Done != 1 || ev.Total != 1 {
 		t.Fatalf("the job submitted twice ended with %d of %d DONE", ev.Done, ev.Total)
+	}
+}
+
+// publishDTR publishes a plain DTR on the user's own dtr.submit.<user>.
+func publishDTR(t *testing.T, s *system, body string) {
+	t.Helper()
+	if err := s.nc.Publish(bus.UserSubject(bus.SubjectSubmit, s.user), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seenDTR waits until s sees its own DTR id, and returns it.
+func seenDTR(t *testing.T, s *system, id uuid.UUID) dtr.DTR {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var d scheduler.DTRReply
+		if err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+			return d.DTR
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s cannot see its DTR %s: %v", s.user, id, err)
+		}
+	}
+}
+
+// TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID: alice's job id
+// can be guessed (her chosen id in her namespace, made from her DN). Bob
+// publishes DTRs of his own with that job_id, then cancels the job: his
+// DTRs are under his own namespace, the cancel reaches nothing of alice's,
+// and to bob her job is unknown.
+func TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) {
+		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
+	})
+	hold := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(hold) }) })
+	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte("data"))
+	}))
+	out := t.TempDir()
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	j := &job.Job{ID: "reco-42"}
+	for i := range 3 {
+		j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("%s/a%d", src, i), Destination: fileURL(filepath.Join(out, fmt.Sprint("a", i)))})
+	}
+	r := alice.submit(j)
+	guessed := auth.Namespace("/DC=org/CN=Alice") + "-reco-42"
+	if r.JobID != guessed {
+		t.Fatalf("alice's job id %s; bob guessed %s", r.JobID, guessed)
+	}
+	seenDTR(t, alice, r.DTRs[2])
+	var last uuid.UUID
+	for i := range 5 {
+		last = uuid.New()
+		publishDTR(t, bob, fmt.Sprintf(`{"id":%q,"job_id":%q,"source":"%s/b%d","destination":%q}`,
+			last, guessed, src, i, fileURL(filepath.Join(out, fmt.Sprint("b", i)))))
+	}
+	if d := seenDTR(t, bob, last); d.JobID == guessed || !strings.HasPrefix(d.JobID, auth.Namespace("user:bob")+"-") {
+		t.Fatalf("bob's DTR naming alice's job is in job %q, want it in bob's namespace", d.JobID)
+	}
+	var c scheduler.CancelReply
+	if err := bob.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, guessed)), nil, &c); err == nil || !strings.Contains(err.Error(), "not yours") {
+		t.Fatalf("bob cancels alice's job: %+v, %v; want unknown, or not yours", c, err)
+	}
+	for _, id := range r.DTRs {
+		if d := seenDTR(t, alice, id); d.Cancel || d.State.Final() {
+			t.Fatalf("alice's DTR %s is %s (cancel %v) after bob's cancel", id, d.State, d.Cancel)
+		}
+	}
+}
+
+// TestACancelledJobIDCancelsNoOtherOwnersLaterDTRs: bob cancels a job of
+// his, whose DTRs he put under the id alice's next job will get; alice's
+// job, submitted after, runs to the end.
+func TestACancelledJobIDCancelsNoOtherOwnersLaterDTRs(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) { c.UsersFile = users })
+	held := t.TempDir()
+	writeFile(t, filepath.Join(held, "x"), 100, 5)
+	base, _ := heldStore(t, held) // bob's DTR stays unfinished
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	writeFile(t, in, 100, 3)
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	squat := auth.Namespace("/DC=org/CN=Alice") + "-reco-43"
+	bob.shares() // the scheduler is up
+	id := uuid.New()
+	publishDTR(t, bob, fmt.Sprintf(`{"id":%q,"job_id":%q,"source":"%s/x","destination":%q}`, id, squat, base, fileURL(filepath.Join(dir, "bob"))))
+	d := seenDTR(t, bob, id)
+	var c scheduler.CancelReply
+	if err := bob.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, d.JobID)), nil, &c); err != nil || c.Cancelled != 1 {
+		t.Fatalf("bob cancels his own DTR's job %s: %+v, %v", d.JobID, c, err)
+	}
+	r := alice.submit(&job.Job{ID: "reco-43", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "alice"))}}})
+	if ev := alice.wait(r.JobID, time.Minute); ev.Done != 1 {
+		t.Fatalf("alice's job %s after bob cancelled %s: %d DONE, %d cancelled; want DONE", r.JobID, d.JobID, ev.Done, ev.Cancelled)
+	}
+}
+
+// TestAJobsReplicasAreConfinedLikeItsSources: with no file roots a user may
+// name no local path, as a replica neither: the job is refused.
+func TestAJobsReplicasAreConfinedLikeItsSources(t *testing.T) {
+	ns, passwords := identityServer(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = nil })
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("the worker's private key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bob := as(t, ns, "bob", passwords["bob"])
+	j := &job.Job{Outputs: []job.File{{Source: "https://data.example.org/missing", Replicas: []string{fileURL(secret)}, Destination: "https://data.example.org/loot"}}}
+	var reply generator.SubmitReply
+	if err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "file:// URL not allowed") {
+		t.Fatalf("bob's job naming %s as a replica: %v, want it refused", fileURL(secret), err)
+	}
+}
+
+// TestJobsAreHeldToTheOwnersByteLimit: one job whose DTRs' records would
+// take its owner past SLUICE_OWNER_MAX_BYTES is refused, naming the limit.
+func TestJobsAreHeldToTheOwnersByteLimit(t *testing.T) {
+	ns, passwords := identityServer(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) { c.OwnerMaxBytes = 16 << 10 })
+	out := t.TempDir()
+	bob := as(t, ns, "bob", passwords["bob"])
+	long := strings.Repeat("p", 2000)
+	j := &job.Job{}
+	for i := range 100 {
+		j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("https://data.example.org/%d?pad=%s", i, long), Destination: fileURL(filepath.Join(out, fmt.Sprint(i)))})
+	}
+	var reply generator.SubmitReply
+	if err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "SLUICE_OWNER_MAX_BYTES") {
+		t.Fatalf("bob's job of 100 DTRs of 2.6 KB each with a 16 KiB limit: %v, want a refusal naming SLUICE_OWNER_MAX_BYTES", err)
+	}
+}
+
+// TestAJobStatusSaysNothingOfAnotherOwnersJob: asking for a key of alice's
+// job that is no job id is answered as any malformed id, not with what
+// her records hold.
+func TestAJobStatusSaysNothingOfAnotherOwnersJob(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	rolesAs(t, ns, passwords, func(c *stack.Config) { c.UsersFile = users })
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	writeFile(t, in, 100, 4)
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	r := alice.submit(&job.Job{ID: "reco-44", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "out"))}}})
+	for _, id := range []string{r.JobID + ".files", r.JobID + "x.files"} {
+		err := bob.request(bus.SubjectAPIJobStatus, []byte(id), nil, new(json.RawMessage))
+		if err == nil || !strings.Contains(err.Error(), "is not 1–64 characters") {
+			t.Fatalf("bob asks for %s: %v, want the answer of a malformed id", id, err)
+		}
+	}
+	if err := bob.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, new(json.RawMessage)); err == nil || !strings.Contains(err.Error(), "not yours") {
+		t.Fatalf("bob asks for alice's job: %v", err)
+	}
+}
+
+// TestAFloodOfRefusedMessagesDropsNoOtherOwnersFinalDTRs: while the
+// generator is away, a user floods its own subject with bad messages; the
+// rejections go to SLUICE_REJECTIONS, and alice's final DTR waits in
+// SLUICE_EVENTS until the generator is back and ends her job.
+func TestAFloodOfRefusedMessagesDropsNoOtherOwnersFinalDTRs(t *testing.T) {
+	ns, passwords := identityServer(t)
+	users := usersFile(t)
+	start, stops := rolesAs(t, ns, passwords, func(c *stack.Config) {
+		c.UsersFile, c.EventsMaxBytes, c.RejectionsMaxBytes = users, 8<<20, 8<<20
+	})
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	writeFile(t, in, 100, 6)
+	alice := as(t, ns, "alice", passwords["alice"])
+	bob := as(t, ns, "bob", passwords["bob"])
+	r := alice.submit(&job.Job{ID: "reco-45", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "out"))}}})
+	stops["generator"]()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var d scheduler.DTRReply
+		if err := alice.request(bus.SubjectAPIDTR, []byte(r.DTRs[0].String()), nil, &d); err == nil && d.DTR.State.Final() {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("alice's DTR did not end: %+v %v", d.DTR.State, err)
+		}
+	}
+	observer := connectAs(t, ns, "observer", passwords["observer"])
+	stream := func(name string) jetstream.StreamState {
+		st, err := observer.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State
+	}
+	finalSeq := stream(bus.StreamEvents).LastSeq
+	// 12,000 rejections of about 1.4 KB: twice what SLUICE_EVENTS holds.
+	bad := []byte(`{"pad":"` + strings.Repeat("p", 900) + `"}`)
+	for range 6 {
+		for range 2000 {
+			if err := bob.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "bob"), bad); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = bob.nc.Flush()
+		time.Sleep(100 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(time.Minute); stream(bus.StreamRejections).FirstSeq == 1; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SLUICE_REJECTIONS never dropped a rejection: %+v", stream(bus.StreamRejections))
+		}
+	}
+	if first := stream(bus.StreamEvents).FirstSeq; first > finalSeq {
+		t.Fatalf("SLUICE_EVENTS dropped alice's final DTR (seq %d; first now %d)", finalSeq, first)
+	}
+	start("generator")
+	if ev := alice.wait(r.JobID, time.Minute); ev.Done != 1 {
+		t.Fatalf("alice's job after bob's flood: %d of 1 DONE", ev.Done)
 	}
 }

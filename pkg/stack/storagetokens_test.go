@@ -29,6 +29,9 @@ func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 	}{
 		{"https://storage.example.org/data/f1", false, "https://storage.example.org:443", "storage.read:/data/f1"},
 		{"https://storage.example.org:8443/data/dir/f2", true, "https://storage.example.org:8443", "storage.modify:/data/dir/f2"},
+		// A space in the path cannot add a scope (the issuer splits scopes
+		// on white space).
+		{"https://storage.example.org/pub/a%20storage.modify:/", false, "https://storage.example.org:443", "storage.read:/pub/a%20storage.modify:/"},
 	}
 	for _, tt := range tests {
 		u, _ := url.Parse(tt.url)
