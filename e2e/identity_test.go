@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -193,14 +192,11 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	rolesAs(t, ns, passwords, func(c *stack.Config) {
 		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
 	})
-	hold := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
-	t.Cleanup(release)
-	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-hold
-		_, _ = w.Write([]byte("data"))
-	}))
+	in := t.TempDir()
+	for i := range 3 {
+		writeFile(t, filepath.Join(in, fmt.Sprint(i)), 100, i)
+	}
+	src, release := heldStore(t, in)
 	out := t.TempDir()
 	alice := as(t, ns, "alice", passwords["alice"])
 	bob := as(t, ns, "bob", passwords["bob"])
@@ -662,17 +658,11 @@ func TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID(t *testing.T) {
 	rolesAs(t, ns, passwords, func(c *stack.Config) {
 		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
 	})
-	hold := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(hold) }) })
-	src := httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-hold:
-		case <-r.Context().Done():
-			return
-		}
-		_, _ = w.Write([]byte("data"))
-	}))
+	in := t.TempDir()
+	for _, name := range []string{"a0", "a1", "a2", "b0", "b1", "b2", "b3", "b4"} {
+		writeFile(t, filepath.Join(in, name), 100, len(name))
+	}
+	src, _ := heldStore(t, in)
 	out := t.TempDir()
 	alice := as(t, ns, "alice", passwords["alice"])
 	bob := as(t, ns, "bob", passwords["bob"])

@@ -18,10 +18,11 @@ import (
 )
 
 // hand gives a step's commit to the committer, waiting while it is busy
-// with earlier ones; false if ctx ended first. While it waits (a full
-// store holds the committer back) the loop still answers queries that
-// change nothing; one that would change something is refused with
-// errStoreFull, before it changes anything.
+// with earlier ones; false if ctx ended first. While it waits the loop
+// still answers queries that change nothing; one that would change
+// something is parked, to be answered once the commit is handed over, or,
+// while the store is full (which holds the committer back), refused with
+// errStoreFull before it changes anything.
 func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) bool {
 	if c.empty() {
 		if c.done != nil {
@@ -34,10 +35,14 @@ func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) b
 		case commits <- c:
 			return true
 		case q := <-s.queries:
-			if q.change {
-				q.err = errStoreFull
-			} else {
+			switch full, _, _ := bus.SpaceOf(s.nc).Full(); {
+			case !q.change:
 				q.f()
+			case full:
+				q.err = errStoreFull
+			default:
+				s.parked = append(s.parked, q)
+				continue
 			}
 			close(q.done)
 		case <-ctx.Done():

@@ -229,6 +229,9 @@ type Service struct {
 	// leases stops the core's lease clock while the scheduler cannot hear
 	// the workers (leases.go).
 	leases *leaseClock
+	// parked holds the changes asked while the committer was busy with
+	// the store not full (hand); the loop answers them next.
+	parked []*query
 }
 
 // New checks the configuration and prepares a scheduler on nc.
@@ -355,6 +358,14 @@ func (s *Service) Run(ctx context.Context) error {
 	for {
 		batch = batch[:0]
 		s.looped.Store(time.Now().UnixNano())
+		if len(s.parked) > 0 { // changes asked while the committer was busy
+			q := s.parked[0]
+			s.parked = s.parked[1:]
+			if stop, err := s.answer(ctx, kv, commits, q); stop || err != nil {
+				return err
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -366,25 +377,8 @@ func (s *Service) Run(ctx context.Context) error {
 			s.sample(now)
 			continue
 		case q := <-s.queries:
-			q.f()
-			if !q.change {
-				close(q.done)
-				continue
-			}
-			// A change is stored and its effects published before the
-			// caller hears it is done.
-			c, err := s.step(ctx, kv, nil)
-			if err != nil {
-				q.err = err
-				close(q.done)
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("scheduler: %w", err)
-			}
-			c.done = func(err error) { q.err = err; close(q.done) }
-			if !s.hand(ctx, commits, c) {
-				return nil
+			if stop, err := s.answer(ctx, kv, commits, q); stop || err != nil {
+				return err
 			}
 			continue
 		case <-dump:
@@ -407,6 +401,27 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// answer runs a query in the loop. A change is stored and its effects
+// published before the caller hears it is done. stop says the loop ends.
+func (s *Service) answer(ctx context.Context, kv jetstream.KeyValue, commits chan<- *commit, q *query) (stop bool, err error) {
+	q.f()
+	if !q.change {
+		close(q.done)
+		return false, nil
+	}
+	c, err := s.step(ctx, kv, nil)
+	if err != nil {
+		q.err = err
+		close(q.done)
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		return true, fmt.Errorf("scheduler: %w", err)
+	}
+	c.done = func(err error) { q.err = err; close(q.done) }
+	return !s.hand(ctx, commits, c), nil
 }
 
 // The most a step takes in: messages, and bytes of their data.
