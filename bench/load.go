@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // LoadResult is what a load of DTRs on dtr.submit showed.
@@ -56,8 +56,8 @@ func Load(ctx context.Context, dir string, n, bad int, exe, cli string, cliCount
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// The scheduler has set up the streams once it answers.
-	var sh scheduler.SharesReply
-	if err := s.request(ctx, bus.SubjectAPIShares, nil, &sh); err != nil {
+	var sh api.SharesReply
+	if err := s.request(ctx, api.SubjectShares, nil, &sh); err != nil {
 		return res, err
 	}
 	pid := 0
@@ -136,7 +136,7 @@ func Load(ctx context.Context, dir string, n, bad int, exe, cli string, cliCount
 		}
 	}
 	res.IntakeRate = float64(res.Published) / time.Since(begin).Seconds()
-	if err := s.request(ctx, bus.SubjectAPIShares, nil, &sh); err != nil {
+	if err := s.request(ctx, api.SubjectShares, nil, &sh); err != nil {
 		return res, err
 	}
 	for _, st := range sh.Shares {

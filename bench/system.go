@@ -22,11 +22,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
@@ -220,20 +220,20 @@ func (s *system) request(ctx context.Context, subject string, data []byte, v any
 
 // run submits a job and waits for the event of its end (polling the job's
 // status would load the generator with reading every file's record).
-func (s *system) run(ctx context.Context, j *job.Job) (generator.JobEvent, error) {
+func (s *system) run(ctx context.Context, j *job.Job) (api.JobEvent, error) {
 	b, err := json.Marshal(j)
 	if err != nil {
-		return generator.JobEvent{}, err
+		return api.JobEvent{}, err
 	}
 	ends := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe("sluice.event.job.>", ends)
 	if err != nil {
-		return generator.JobEvent{}, fmt.Errorf("bench: %w", err)
+		return api.JobEvent{}, fmt.Errorf("bench: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	var r generator.SubmitReply
-	if err := s.request(ctx, bus.SubjectAPIJobSubmit, b, &r); err != nil {
-		return generator.JobEvent{}, err
+	var r api.SubmitReply
+	if err := s.request(ctx, api.SubjectJobSubmit, b, &r); err != nil {
+		return api.JobEvent{}, err
 	}
 	for {
 		select {
@@ -244,14 +244,14 @@ func (s *system) run(ctx context.Context, j *job.Job) (generator.JobEvent, error
 				continue
 			}
 			s.ended = arrived
-			var ev generator.JobEvent
+			var ev api.JobEvent
 			// Its per-file statistics run to megabytes: read fast.
 			if err := bus.DecodeJSON(ce.Data(), &ev); err != nil {
 				return ev, fmt.Errorf("job %s end: %w", r.JobID, err)
 			}
 			return ev, nil
 		case <-ctx.Done():
-			return generator.JobEvent{}, fmt.Errorf("job %s: %w", r.JobID, ctx.Err())
+			return api.JobEvent{}, fmt.Errorf("job %s: %w", r.JobID, ctx.Err())
 		}
 	}
 }

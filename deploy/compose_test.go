@@ -25,11 +25,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
@@ -275,8 +275,8 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 
 // submit submits the job as a submitter.
 func (d *deployment) submit() {
-	var reply generator.SubmitReply
-	if err := request(d.nc, bus.UserSubject(bus.SubjectAPIJobSubmit, "submitter"), mustJSON(d.t, d.job), &reply); err != nil {
+	var reply api.SubmitReply
+	if err := request(d.nc, bus.UserSubject(api.SubjectJobSubmit, "submitter"), mustJSON(d.t, d.job), &reply); err != nil {
 		d.t.Fatalf("submit: %v", err)
 	}
 	d.jobID, d.started = reply.JobID, time.Now()
@@ -284,11 +284,11 @@ func (d *deployment) submit() {
 
 // status asks the generator how the job goes, again while NATS fails over
 // (a status read may time out then).
-func (d *deployment) status() generator.JobEvent {
+func (d *deployment) status() api.JobEvent {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var ev generator.JobEvent
-		err := request(d.nc, bus.UserSubject(bus.SubjectAPIJobStatus, "submitter"), []byte(d.jobID), &ev)
+		var ev api.JobEvent
+		err := request(d.nc, bus.UserSubject(api.SubjectJobStatus, "submitter"), []byte(d.jobID), &ev)
 		if err == nil {
 			return ev
 		}
@@ -301,7 +301,7 @@ func (d *deployment) status() generator.JobEvent {
 }
 
 // waitFinal waits until n of the job's files are final.
-func (d *deployment) waitFinal(n int) generator.JobEvent {
+func (d *deployment) waitFinal(n int) api.JobEvent {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ev := d.status()
@@ -325,7 +325,7 @@ func (d *deployment) finish() (took time.Duration, ov scheduler.Overview) {
 		ev = d.status()
 	}
 	took = time.Since(d.started)
-	if ev.State != generator.JobFinished || ev.Done != len(d.sums) {
+	if ev.State != api.JobFinished || ev.Done != len(d.sums) {
 		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d", ev.State, ev.Done, ev.Failed, ev.Cancelled, len(d.sums))
 	}
 	for name, want := range d.sums {

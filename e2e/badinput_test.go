@@ -24,13 +24,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
-	"github.com/sluice-dtr/sluice/services/generator"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // watch collects what arrives on a subject (core NATS: it sees every
@@ -166,8 +165,8 @@ func event(t *testing.T, subject, typ string, data any) *nats.Msg {
 // when the scheduler never stored it.
 func (s *system) dtrRecord(id uuid.UUID) (d dtr.DTR, version string, ok bool) {
 	s.t.Helper()
-	var r scheduler.DTRReply
-	err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &r)
+	var r api.DTRReply
+	err := s.request(api.SubjectDTR, []byte(id.String()), nil, &r)
 	if err != nil && strings.Contains(err.Error(), "unknown DTR") {
 		return d, "", false
 	}
@@ -186,8 +185,8 @@ func (s *system) awaitDTR(id uuid.UUID, within time.Duration, ok func(dtr.DTR) b
 	s.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		var r scheduler.DTRReply
-		err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &r)
+		var r api.DTRReply
+		err := s.request(api.SubjectDTR, []byte(id.String()), nil, &r)
 		if err == nil && ok(r.DTR) {
 			return r.DTR
 		}
@@ -383,9 +382,9 @@ func TestADTRInAShareWithNoConfiguredPriorityGetsTheDefaultOne(t *testing.T) {
 	}
 	reconfigure := func(prios map[string]int) {
 		t.Helper()
-		var r scheduler.SharesReply
-		b, _ := json.Marshal(scheduler.ReconfigureRequest{SharePriority: prios})
-		if err := s.request(bus.SubjectAPIReconfigure, b, nil, &r); err != nil {
+		var r api.SharesReply
+		b, _ := json.Marshal(api.ReconfigureRequest{SharePriority: prios})
+		if err := s.request(api.SubjectReconfigure, b, nil, &r); err != nil {
 			t.Fatalf("reconfigure %v: %v", prios, err)
 		}
 	}
@@ -435,19 +434,19 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 		want                string // the error; "" for a reply
 		reply               string // what the reply holds
 	}{
-		{"the priority of an unknown DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
-		{"the priority of a finished DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
-		{"priority 0", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":0}`, finished), "400 priority 0 is outside 1–100", ""},
-		{"priority 101", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":101}`, unknown), "400 priority 101 is outside 1–100", ""},
-		{"cancel of an unknown DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
-		{"cancel of a finished DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
-		{"cancel of a DTR and a job at once", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q,"job":"x"}`, unknown), "400 name either a dtr or a job to cancel", ""},
-		{"cancel of a finished job", bus.SubjectAPICancel, fmt.Sprintf(`{"job":%q}`, done.JobID), fmt.Sprintf(`404 unknown job %q (or every DTR of it has finished)`, done.JobID), ""},
-		{"a share priority of 0", bus.SubjectAPIReconfigure, `{"sharepriority":{"atlas":0}}`, `400 share "atlas": priority 0 is outside 1–100`, ""},
-		{"an empty share name", bus.SubjectAPIReconfigure, `{"sharepriority":{"":50}}`, "400 a share name is empty", ""},
-		{"the why of a DTR id that is not a UUID", bus.SubjectAPIDTR, `twelve`, `400 DTR id "twelve" is not a UUID`, ""},
-		{"the why of an unknown DTR", bus.SubjectAPIDTR, unknown.String(), "404 unknown DTR " + unknown.String(), ""},
-		{"the status of an unknown job", bus.SubjectAPIJobStatus, "no-such-job", `404 unknown job "no-such-job"`, ""},
+		{"the priority of an unknown DTR", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
+		{"the priority of a finished DTR", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
+		{"priority 0", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":0}`, finished), "400 priority 0 is outside 1–100", ""},
+		{"priority 101", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":101}`, unknown), "400 priority 101 is outside 1–100", ""},
+		{"cancel of an unknown DTR", api.SubjectCancel, fmt.Sprintf(`{"dtr":%q}`, unknown), "404 unknown DTR " + unknown.String() + " (or it has finished)", ""},
+		{"cancel of a finished DTR", api.SubjectCancel, fmt.Sprintf(`{"dtr":%q}`, finished), "404 unknown DTR " + finished.String() + " (or it has finished)", ""},
+		{"cancel of a DTR and a job at once", api.SubjectCancel, fmt.Sprintf(`{"dtr":%q,"job":"x"}`, unknown), "400 name either a dtr or a job to cancel", ""},
+		{"cancel of a finished job", api.SubjectCancel, fmt.Sprintf(`{"job":%q}`, done.JobID), fmt.Sprintf(`404 unknown job %q (or every DTR of it has finished)`, done.JobID), ""},
+		{"a share priority of 0", api.SubjectReconfigure, `{"sharepriority":{"atlas":0}}`, `400 share "atlas": priority 0 is outside 1–100`, ""},
+		{"an empty share name", api.SubjectReconfigure, `{"sharepriority":{"":50}}`, "400 a share name is empty", ""},
+		{"the why of a DTR id that is not a UUID", api.SubjectDTR, `twelve`, `400 DTR id "twelve" is not a UUID`, ""},
+		{"the why of an unknown DTR", api.SubjectDTR, unknown.String(), "404 unknown DTR " + unknown.String(), ""},
+		{"the status of an unknown job", api.SubjectJobStatus, "no-such-job", `404 unknown job "no-such-job"`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -477,14 +476,14 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 	}
 
 	// A share that has no DTR may be given a priority.
-	var shares scheduler.SharesReply
-	if err := s.request(bus.SubjectAPIReconfigure, []byte(`{"sharepriority":{"no-such-share":70}}`), nil, &shares); err != nil {
+	var shares api.SharesReply
+	if err := s.request(api.SubjectReconfigure, []byte(`{"sharepriority":{"no-such-share":70}}`), nil, &shares); err != nil {
 		t.Fatalf("reconfigure naming a share with no DTR: %v", err)
 	}
 	// A job id that no DTR has is unknown, and is not remembered: made-up
 	// ids grow nothing, and a DTR of that job that comes later runs.
-	var c scheduler.CancelReply
-	if err := s.request(bus.SubjectAPICancel, []byte(`{"job":"not-yet-submitted"}`), nil, &c); err == nil || !strings.Contains(err.Error(), `unknown job "not-yet-submitted"`) {
+	var c api.CancelReply
+	if err := s.request(api.SubjectCancel, []byte(`{"job":"not-yet-submitted"}`), nil, &c); err == nil || !strings.Contains(err.Error(), `unknown job "not-yet-submitted"`) {
 		t.Fatalf("cancel of an unknown job: %v, %+v; want unknown job", err, c)
 	}
 	late := s.submitDTR(fmt.Sprintf(`"job_id":"not-yet-submitted","source":%q,"destination":%q`, fileURL(src), fileURL(filepath.Join(s.dir, "out", "late"))))
@@ -705,9 +704,9 @@ func TestURLsWithPasswordsAreRefusedWithoutRepeatingThePassword(t *testing.T) {
 		{"an xRSL job", fmt.Sprintf(`&(inputfiles=("f" %q))`, url)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var reply generator.SubmitReply
-			h := nats.Header{generator.HeaderSessionDir: []string{filepath.Join(s.dir, "session")}}
-			err := s.request(bus.SubjectAPIJobSubmit, []byte(tt.description), h, &reply)
+			var reply api.SubmitReply
+			h := nats.Header{api.HeaderSessionDir: []string{filepath.Join(s.dir, "session")}}
+			err := s.request(api.SubjectJobSubmit, []byte(tt.description), h, &reply)
 			if err == nil {
 				t.Fatalf("accepted as job %s", reply.JobID)
 			}
@@ -1052,8 +1051,8 @@ func TestOversizedMessagesAreRefusedBeforeTheyReachTheScheduler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := durableState(t, s.js)
 			b, _ := json.Marshal(tt.job)
-			var reply generator.SubmitReply
-			err := s.request(bus.SubjectAPIJobSubmit, b, nil, &reply)
+			var reply api.SubmitReply
+			err := s.request(api.SubjectJobSubmit, b, nil, &reply)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Fatalf("error %v, want %q", err, tt.want)
 			}
@@ -1106,8 +1105,8 @@ func TestOnANATSServerWithASmallMaxPayloadATooLargeDTRIsRefused(t *testing.T) {
 		j := &job.Job{Owner: dtr.Identity{DN: "/CN=" + strings.Repeat("x", limit)},
 			Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", "job"))}}}
 		b, _ := json.Marshal(j)
-		var reply generator.SubmitReply
-		err := s.request(bus.SubjectAPIJobSubmit, b, nil, &reply)
+		var reply api.SubmitReply
+		err := s.request(api.SubjectJobSubmit, b, nil, &reply)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than the %d that a DTR may have", limit)) {
 			t.Fatalf("error %v", err)
 		}
@@ -1227,8 +1226,8 @@ func TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines(t *testing.
 	s := startWithMaxPayload(t, cfg, 128<<10)
 	s.shares()
 	const files = 400
-	ends := watch(t, s.nc, bus.SubjectJobFinished, func(m *nats.Msg) (generator.JobEvent, bool) {
-		var ev generator.JobEvent
+	ends := watch(t, s.nc, bus.SubjectJobFinished, func(m *nats.Msg) (api.JobEvent, bool) {
+		var ev api.JobEvent
 		return ev, json.Unmarshal(m.Data, &ev) == nil
 	})
 	j := &job.Job{}
@@ -1238,12 +1237,12 @@ func TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines(t *testing.
 		j.Inputs = append(j.Inputs, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", strconv.Itoa(i)))})
 	}
 	reply := s.submit(j)
-	ev := next(t, ends, 60*time.Second, "job end event", func(ev generator.JobEvent) bool { return ev.Job.ID == reply.JobID })
+	ev := next(t, ends, 60*time.Second, "job end event", func(ev api.JobEvent) bool { return ev.Job.ID == reply.JobID })
 	if ev.Done != files || ev.FilesOmitted != files || len(ev.Files) != 0 {
 		t.Fatalf("end event: %d done, %d file lines, %d left out; want %d done, every line left out", ev.Done, len(ev.Files), ev.FilesOmitted, files)
 	}
 	st := s.wait(reply.JobID, 10*time.Second)
-	if st.Done != files || st.FilesOmitted != files || st.State != generator.JobFinished {
+	if st.Done != files || st.FilesOmitted != files || st.State != api.JobFinished {
 		t.Fatalf("status: %s, %d done, %d left out", st.State, st.Done, st.FilesOmitted)
 	}
 }

@@ -24,13 +24,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // process is one Sluice role running as its own process.
@@ -317,7 +316,7 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kills := map[string]int{}
 	var final atomic.Int64 // DTRs final so far, as the job record counts them
-	done := make(chan generator.JobEvent, 1)
+	done := make(chan api.JobEvent, 1)
 	go func() {
 		// The job record is read straight from its bucket: asking the
 		// generator for the whole status of a job of 10,000 files five
@@ -327,9 +326,9 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		if d, ok := t.Deadline(); ok && d.Add(-time.Minute).Before(deadline) {
 			deadline = d.Add(-time.Minute) // time to say what is missing
 		}
-		var ev generator.JobEvent
+		var ev api.JobEvent
 		for time.Now().Before(deadline) && ctx.Err() == nil {
-			var rec generator.Record
+			var rec api.JobRecord
 			if kv, err := s.js.KeyValue(ctx, bus.BucketJobs); err == nil {
 				if _, err := kvJSON(ctx, kv, r.JobID, &rec); err == nil {
 					final.Store(int64(rec.Final()))
@@ -342,14 +341,14 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		}
 		// The whole status, once (the last try's if the job never ended).
 		for try := 0; try < 30; try++ {
-			if err := s.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err == nil {
+			if err := s.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err == nil {
 				break
 			}
 			time.Sleep(time.Second)
 		}
 		done <- ev
 	}()
-	var ev generator.JobEvent
+	var ev api.JobEvent
 	var restartedAt, restartedFor time.Duration
 	restartedAtFinal := int64(-1)
 	restart := func() {
@@ -447,14 +446,14 @@ chaos:
 		t.Errorf("NATS was not restarted: the job ended after %.1fs", took.Seconds())
 	}
 
-	if ev.State != generator.JobFinished || ev.Done != files || len(ev.Files) != files {
+	if ev.State != api.JobFinished || ev.Done != files || len(ev.Files) != files {
 		// Say where the unfinished DTRs are, as the scheduler sees them.
 		for i, ref := range ev.Pending {
 			if i == 5 {
 				break
 			}
-			var reply scheduler.DTRReply
-			err := s.request(bus.SubjectAPIDTR, []byte(ref.DTR.String()), nil, &reply)
+			var reply api.DTRReply
+			err := s.request(api.SubjectDTR, []byte(ref.DTR.String()), nil, &reply)
 			why := ""
 			if reply.Why != nil {
 				why = reply.Why.Reason
@@ -625,8 +624,8 @@ func TestASchedulerStartedWhileNATSIsDownWaitsForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.nc.Close()
-	var sh scheduler.SharesReply
-	err = s.request(bus.SubjectAPIShares, nil, nil, &sh)
+	var sh api.SharesReply
+	err = s.request(api.SubjectShares, nil, nil, &sh)
 	c.mu.Lock()
 	exits := c.exits
 	c.mu.Unlock()

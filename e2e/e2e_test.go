@@ -26,12 +26,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/services/generator"
 )
 
 func TestJobOfManyFilesAcrossTwoSharesEndsDoneByteExact(t *testing.T) {
@@ -97,13 +97,13 @@ func TestJobOfManyFilesAcrossTwoSharesEndsDoneByteExact(t *testing.T) {
 			}
 		}
 	}()
-	evs := []generator.JobEvent{s.wait(ra.JobID, 2*time.Minute), s.wait(rc.JobID, 2*time.Minute)}
+	evs := []api.JobEvent{s.wait(ra.JobID, 2*time.Minute), s.wait(rc.JobID, 2*time.Minute)}
 	close(stop)
 	wg.Wait()
 
 	n := 0
 	for _, ev := range evs {
-		if ev.State != generator.JobFinished {
+		if ev.State != api.JobFinished {
 			t.Fatalf("job %s %s: %v", ev.Job.Name, ev.State, ev.Failures)
 		}
 		for _, f := range ev.Files {
@@ -159,7 +159,7 @@ func TestMissingSourceEndsInErrorWithAClearReasonAndNoRetry(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			j := &job.Job{Inputs: []job.File{{Source: tt.source, Destination: fileURL(filepath.Join(s.dir, "out", tt.name))}}}
 			ev := s.wait(s.submit(j).JobID, time.Minute)
-			if ev.State != generator.JobFailed || len(ev.Files) != 1 {
+			if ev.State != api.JobFailed || len(ev.Files) != 1 {
 				t.Fatalf("job %s with %d files, want failed with 1", ev.State, len(ev.Files))
 			}
 			f := ev.Files[0]
@@ -190,7 +190,7 @@ func TestHTTP503ThatClearsSucceedsOnRetry(t *testing.T) {
 	}))
 	dst := filepath.Join(s.dir, "out", "busy")
 	ev := s.wait(s.submit(&job.Job{Inputs: []job.File{{Source: base + "/busy", Destination: fileURL(dst)}}}).JobID, time.Minute)
-	if ev.State != generator.JobFinished {
+	if ev.State != api.JobFinished {
 		t.Fatalf("job %s: %v", ev.State, ev.Failures)
 	}
 	if f := ev.Files[0]; f.State != dtr.Done || f.Attempts != 3 {
@@ -301,8 +301,8 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	}
 
 	// A bad job description gets an error reply naming the problem.
-	var reply generator.SubmitReply
-	err = s.request(bus.SubjectAPIJobSubmit, []byte(`{"inputs":[{"source":"ftp://x/y","destination":"file:///z"}]}`), nil, &reply)
+	var reply api.SubmitReply
+	err = s.request(api.SubjectJobSubmit, []byte(`{"inputs":[{"source":"ftp://x/y","destination":"file:///z"}]}`), nil, &reply)
 	if err == nil {
 		t.Fatal("a job with an ftp source was accepted")
 	}
@@ -333,7 +333,7 @@ func TestDownloadFailureCancelsOtherDownloadsWhileUploadsGoOn(t *testing.T) {
 		j.Outputs = append(j.Outputs, job.File{Source: fileURL(src), Destination: fmt.Sprintf("%s/out/%d", base, i)})
 	}
 	ev := s.wait(s.submit(j).JobID, time.Minute)
-	if ev.State != generator.JobFailed || !ev.DownloadFailed {
+	if ev.State != api.JobFailed || !ev.DownloadFailed {
 		t.Fatalf("job %s (download failed %v), want failed", ev.State, ev.DownloadFailed)
 	}
 	count := map[string]int{}
@@ -371,7 +371,7 @@ func TestEachDTRHasOneTraceAcrossEveryService(t *testing.T) {
 		files = append(files, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", fmt.Sprint(i)))})
 	}
 	ev := s.wait(s.submit(&job.Job{Inputs: files}).JobID, time.Minute)
-	if ev.State != generator.JobFinished {
+	if ev.State != api.JobFinished {
 		t.Fatalf("job %s", ev.State)
 	}
 	time.Sleep(200 * time.Millisecond) // the last spans end after the result is stored
@@ -432,7 +432,7 @@ func TestRestartedSchedulerFinishesEveryDTR(t *testing.T) {
 		s.startRole("scheduler")
 	}
 	ev := s.wait(r.JobID, 2*time.Minute)
-	if ev.State != generator.JobFinished || ev.Done != 80 || len(ev.Files) != 80 {
+	if ev.State != api.JobFinished || ev.Done != 80 || len(ev.Files) != 80 {
 		t.Fatalf("job %s with %d done of %d: %v", ev.State, ev.Done, len(ev.Files), ev.Failures)
 	}
 	for _, f := range ev.Files {
@@ -557,7 +557,7 @@ func TestStateFileIsWrittenAndItsPrioFileChangesPriorities(t *testing.T) {
 	}
 	for {
 		var got struct{ DTR dtr.DTR }
-		if err := s.request(bus.SubjectAPIDTR, []byte(last.String()), nil, &got); err != nil {
+		if err := s.request(api.SubjectDTR, []byte(last.String()), nil, &got); err != nil {
 			t.Fatal(err)
 		}
 		if got.DTR.Priority == 99 {
@@ -572,7 +572,7 @@ func TestStateFileIsWrittenAndItsPrioFileChangesPriorities(t *testing.T) {
 		t.Fatal("the .prio file was not renamed to .prio.read")
 	}
 	release()
-	if ev := s.wait(r.JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(r.JobID, time.Minute); ev.State != api.JobFinished {
 		t.Fatalf("job %s", ev.State)
 	}
 }
@@ -600,7 +600,7 @@ func TestResubmittingAFinishedJobRunsNothingAgain(t *testing.T) {
 	dst := filepath.Join(s.dir, "out")
 	j := &job.Job{ID: "resubmitted-job", Inputs: []job.File{{Source: fileURL(src), Destination: fileURL(dst)}}}
 	first := s.submit(j)
-	if ev := s.wait(first.JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(first.JobID, time.Minute); ev.State != api.JobFinished {
 		t.Fatalf("job %s", ev.State)
 	}
 	before, _ := os.Stat(dst)
@@ -629,7 +629,7 @@ func TestResubmittingAFinishedJobRunsNothingAgain(t *testing.T) {
 	case <-time.After(1500 * time.Millisecond):
 	}
 	var got struct{ DTR dtr.DTR }
-	if err := s.request(bus.SubjectAPIDTR, []byte(first.DTRs[0].String()), nil, &got); err != nil {
+	if err := s.request(api.SubjectDTR, []byte(first.DTRs[0].String()), nil, &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.DTR.State != dtr.Done || got.DTR.Attempts != 1 {
@@ -660,7 +660,7 @@ func TestJobEndsEvenIfAnEarlierTryRecordedItsLastFileButNotTheCount(t *testing.T
 		t.Fatal(err)
 	}
 	release()
-	if ev := s.wait(r.JobID, 30*time.Second); ev.State != generator.JobFinished || ev.Done != 1 {
+	if ev := s.wait(r.JobID, 30*time.Second); ev.State != api.JobFinished || ev.Done != 1 {
 		t.Fatalf("job %s with %d done", ev.State, ev.Done)
 	}
 }
@@ -714,8 +714,8 @@ func TestFinalDTRsAnnouncedAgainInOtherGroupingsAreCountedOnce(t *testing.T) {
 		}
 	}
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		var ev generator.JobEvent
-		if err := s.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err != nil {
+		var ev api.JobEvent
+		if err := s.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err != nil {
 			t.Fatal(err)
 		}
 		if ev.Announced {
@@ -724,7 +724,7 @@ func TestFinalDTRsAnnouncedAgainInOtherGroupingsAreCountedOnce(t *testing.T) {
 	}
 	close(release)
 	ev := s.wait(r.JobID, 30*time.Second)
-	if ev.State != generator.JobFinished || ev.Done != 3 || len(ev.Files) != 3 || len(ev.Pending) != 0 {
+	if ev.State != api.JobFinished || ev.Done != 3 || len(ev.Files) != 3 || len(ev.Pending) != 0 {
 		t.Fatalf("job %s with %d done, %d files, %d pending; want finished with 3 done", ev.State, ev.Done, len(ev.Files), len(ev.Pending))
 	}
 }
@@ -760,7 +760,7 @@ func TestAStalledTransferFailsAsTooSlowAndFreesItsSlot(t *testing.T) {
 	}
 	mustContain(t, "error", f.Error.Text, "no data moved", "max inactivity")
 	// The single slot was freed: the other job got through.
-	if ev := s.wait(rk.JobID, 30*time.Second); ev.State != generator.JobFinished {
+	if ev := s.wait(rk.JobID, 30*time.Second); ev.State != api.JobFinished {
 		t.Fatalf("the job behind the stalled transfer %s", ev.State)
 	}
 }
@@ -790,7 +790,7 @@ func TestControlRequestsChangeWhatTheySayAndRefuseBadInput(t *testing.T) {
 find:
 	for {
 		for _, id := range r.DTRs {
-			if err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &why); err != nil {
+			if err := s.request(api.SubjectDTR, []byte(id.String()), nil, &why); err != nil {
 				continue // not yet taken from the submit stream
 			}
 			if why.DTR.State == dtr.Transfer && why.Why != nil && why.Why.Queued == 5 {
@@ -810,14 +810,14 @@ find:
 	bad := []struct {
 		name, subject, body, want string
 	}{
-		{"priority above 100", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":101}`, waiting), "outside 1–100"},
-		{"priority of an unknown DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, uuid.New()), "unknown DTR"},
-		{"malformed priority request", bus.SubjectAPIPriority, `{"dtr":`, "malformed request"},
-		{"unknown field", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"prio":5}`, waiting), `unknown field "prio"`},
-		{"cancel naming nothing", bus.SubjectAPICancel, `{}`, "either a dtr or a job"},
-		{"cancel of an empty job id", bus.SubjectAPICancel, `{"job":""}`, "either a dtr or a job"},
-		{"share priority out of range", bus.SubjectAPIReconfigure, `{"sharepriority":{"_default":200}}`, "outside 1–100"},
-		{"reconfigure without priorities", bus.SubjectAPIReconfigure, `{}`, "sharepriority is missing"},
+		{"priority above 100", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":101}`, waiting), "outside 1–100"},
+		{"priority of an unknown DTR", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":50}`, uuid.New()), "unknown DTR"},
+		{"malformed priority request", api.SubjectPriority, `{"dtr":`, "malformed request"},
+		{"unknown field", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"prio":5}`, waiting), `unknown field "prio"`},
+		{"cancel naming nothing", api.SubjectCancel, `{}`, "either a dtr or a job"},
+		{"cancel of an empty job id", api.SubjectCancel, `{"job":""}`, "either a dtr or a job"},
+		{"share priority out of range", api.SubjectReconfigure, `{"sharepriority":{"_default":200}}`, "outside 1–100"},
+		{"reconfigure without priorities", api.SubjectReconfigure, `{}`, "sharepriority is missing"},
 	}
 	for _, tt := range bad {
 		var out any
@@ -827,26 +827,26 @@ find:
 		}
 	}
 	// None of that changed anything.
-	if err := s.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, &why); err != nil || why.DTR.Priority != 25 {
+	if err := s.request(api.SubjectDTR, []byte(waiting.String()), nil, &why); err != nil || why.DTR.Priority != 25 {
 		t.Fatalf("after bad requests the DTR has priority %d (%v), want 25", why.DTR.Priority, err)
 	}
 
 	var pr struct{ DTR dtr.DTR }
-	if err := s.request(bus.SubjectAPIPriority, []byte(fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting)), nil, &pr); err != nil || pr.DTR.Priority != 99 {
+	if err := s.request(api.SubjectPriority, []byte(fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting)), nil, &pr); err != nil || pr.DTR.Priority != 99 {
 		t.Fatalf("priority change: %v, priority %d", err, pr.DTR.Priority)
 	}
-	if err := s.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, &why); err != nil || why.Why.Position != 0 {
+	if err := s.request(api.SubjectDTR, []byte(waiting.String()), nil, &why); err != nil || why.Why.Position != 0 {
 		t.Fatalf("after the change the DTR is at position %d, want 0 (%v)", why.Why.Position, err)
 	}
 	var shares struct{ Shares []struct{ Share string } }
-	if err := s.request(bus.SubjectAPIReconfigure, []byte(`{"sharepriority":{"_default":70}}`), nil, &shares); err != nil {
+	if err := s.request(api.SubjectReconfigure, []byte(`{"sharepriority":{"_default":70}}`), nil, &shares); err != nil {
 		t.Fatal(err)
 	}
 	var c struct{ Cancelled int }
-	if err := s.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"dtr":%q}`, r.DTRs[4])), nil, &c); err != nil || c.Cancelled != 1 {
+	if err := s.request(api.SubjectCancel, []byte(fmt.Sprintf(`{"dtr":%q}`, r.DTRs[4])), nil, &c); err != nil || c.Cancelled != 1 {
 		t.Fatalf("cancel DTR: %v, %d", err, c.Cancelled)
 	}
-	if err := s.request(bus.SubjectAPICancel, []byte(`{"job":"controlled"}`), nil, &c); err != nil || c.Cancelled < 1 {
+	if err := s.request(api.SubjectCancel, []byte(`{"job":"controlled"}`), nil, &c); err != nil || c.Cancelled < 1 {
 		t.Fatalf("cancel job: %v, %d", err, c.Cancelled)
 	}
 	release()
@@ -902,7 +902,7 @@ func TestStagedSourcesAreCopiedPinnedWithinMaxPreparedAndReleased(t *testing.T) 
 	}()
 	ev := s.wait(s.submit(j).JobID, 2*time.Minute)
 	close(done)
-	if ev.State != generator.JobFinished {
+	if ev.State != api.JobFinished {
 		t.Fatalf("job %s: %v", ev.State, ev.Failures)
 	}
 	for i := 0; i < n; i++ {
@@ -961,7 +961,7 @@ func TestDIRACPolicyGivesEachUserOfAGroupAShareAndFinishesTheJobs(t *testing.T) 
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, id := range ids {
-		if ev := s.wait(id, time.Minute); ev.State != generator.JobFinished {
+		if ev := s.wait(id, time.Minute); ev.State != api.JobFinished {
 			t.Fatalf("job %s: %s %v", id, ev.State, ev.Failures)
 		}
 	}
@@ -991,8 +991,8 @@ func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
 		{Source: fileURL(filepath.Join(root, "in")), Destination: fileURL(filepath.Join(outside, "planted"))},
 	} {
 		b, _ := json.Marshal(&job.Job{Inputs: []job.File{f}})
-		var reply generator.SubmitReply
-		err := s.request(bus.SubjectAPIJobSubmit, b, nil, &reply)
+		var reply api.SubmitReply
+		err := s.request(api.SubjectJobSubmit, b, nil, &reply)
 		if err == nil || !strings.Contains(err.Error(), "is not under SLUICE_FILE_ROOTS") {
 			t.Fatalf("a job copying %s to %s: %v, want a refusal naming SLUICE_FILE_ROOTS", f.Source, f.Destination, err)
 		}
@@ -1004,7 +1004,7 @@ func TestFileRootsConfineLocalFilesAndSayWhy(t *testing.T) {
 		{Source: fileURL(filepath.Join(root, "link")), Destination: fileURL(filepath.Join(root, "out", "link")), FailureAllowed: true},
 	}}
 	ev := s.wait(s.submit(j).JobID, time.Minute)
-	byDst := map[string]generator.FileStat{}
+	byDst := map[string]api.FileStat{}
 	for _, f := range ev.Files {
 		byDst[f.Destination] = f
 	}
@@ -1094,7 +1094,7 @@ func TestCancelStopsARunningTransferDeletesThePartialFileAndFreesTheSlot(t *test
 	time.Sleep(300 * time.Millisecond) // some bytes are on disk
 	asked := time.Now()
 	var c struct{ Cancelled int }
-	if err := s.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"dtr":%q}`, r.DTRs[0])), nil, &c); err != nil || c.Cancelled != 1 {
+	if err := s.request(api.SubjectCancel, []byte(fmt.Sprintf(`{"dtr":%q}`, r.DTRs[0])), nil, &c); err != nil || c.Cancelled != 1 {
 		t.Fatalf("cancel: %v, %d", err, c.Cancelled)
 	}
 	select {
@@ -1138,7 +1138,7 @@ func TestJobMovesFilesToAndFromS3(t *testing.T) {
 		writeFile(t, src, 10000+i*997, i)
 		up.Outputs = append(up.Outputs, job.File{Source: fileURL(src), Destination: fmt.Sprintf("s3://%s/results/run-1/out-%02d", host, i)})
 	}
-	if ev := s.wait(s.submit(&up).JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(s.submit(&up).JobID, time.Minute); ev.State != api.JobFinished {
 		t.Fatalf("upload job %s: %v", ev.State, ev.Failures)
 	}
 	var down job.Job
@@ -1150,7 +1150,7 @@ func TestJobMovesFilesToAndFromS3(t *testing.T) {
 	down.Inputs = append(down.Inputs, job.File{Source: "s3://" + host + "/results/no-such-object",
 		Destination: fileURL(filepath.Join(s.dir, "back", "missing")), FailureAllowed: true})
 	ev := s.wait(s.submit(&down).JobID, time.Minute)
-	if ev.State != generator.JobFinished || ev.Done != 20 {
+	if ev.State != api.JobFinished || ev.Done != 20 {
 		t.Fatalf("download job %s with %d done: %v", ev.State, ev.Done, ev.Failures)
 	}
 	for _, f := range ev.Files {
@@ -1246,13 +1246,13 @@ func TestTheCacheServesAFileWantedAgainWithoutTransferringIt(t *testing.T) {
 	if err := os.Chtimes(stale, hourAgo, hourAgo); err != nil {
 		t.Fatal(err)
 	}
-	if ev := s.wait(s.submit(job1).JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(s.submit(job1).JobID, time.Minute); ev.State != api.JobFinished {
 		for _, f := range ev.Files {
 			t.Logf("%s: %s attempts %d error %+v", f.Destination, f.State, f.Attempts, f.Error)
 		}
 		t.Fatalf("job 1 %s: %v", ev.State, ev.Failures)
 	}
-	if ev := s.wait(s.submit(job2).JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(s.submit(job2).JobID, time.Minute); ev.State != api.JobFinished {
 		t.Fatalf("job 2 %s: %v", ev.State, ev.Failures)
 	}
 	for i := 0; i < 5; i++ {

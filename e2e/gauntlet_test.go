@@ -30,11 +30,11 @@ import (
 	"go-hep.org/x/hep/xrootd"
 	"golang.org/x/net/webdav"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
 )
 
 // gauntletLease is the lease of the gauntlet's roles: short, so that a
@@ -265,7 +265,7 @@ func (d *destinations) leftovers() []string {
 
 // checkFinished checks that the job finished with every file DONE once
 // and that every destination holds its source's bytes.
-func checkFinished(t *testing.T, ev generator.JobEvent, want map[string][]byte, d *destinations) {
+func checkFinished(t *testing.T, ev api.JobEvent, want map[string][]byte, d *destinations) {
 	t.Helper()
 	if ev.State != "finished" || ev.Done != len(want) {
 		t.Errorf("job %s with %d of %d DONE: %+v", ev.State, ev.Done, len(want), ev.Files)

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -170,26 +171,26 @@ func (s *system) request(subject string, data []byte, h nats.Header, v any) erro
 }
 
 // submit sends a job to the generator.
-func (s *system) submit(j *job.Job) generator.SubmitReply {
+func (s *system) submit(j *job.Job) api.SubmitReply {
 	s.t.Helper()
 	b, err := json.Marshal(j)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var r generator.SubmitReply
-	if err := s.request(bus.SubjectAPIJobSubmit, b, nil, &r); err != nil {
+	var r api.SubmitReply
+	if err := s.request(api.SubjectJobSubmit, b, nil, &r); err != nil {
 		s.t.Fatalf("submit: %v", err)
 	}
 	return r
 }
 
 // wait polls a job until it has ended.
-func (s *system) wait(jobID string, timeout time.Duration) generator.JobEvent {
+func (s *system) wait(jobID string, timeout time.Duration) api.JobEvent {
 	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		var ev generator.JobEvent
-		if err := s.request(bus.SubjectAPIJobStatus, []byte(jobID), nil, &ev); err != nil {
+		var ev api.JobEvent
+		if err := s.request(api.SubjectJobStatus, []byte(jobID), nil, &ev); err != nil {
 			s.t.Fatalf("status of %s: %v", jobID, err)
 		}
 		if ev.Announced {
@@ -203,10 +204,10 @@ func (s *system) wait(jobID string, timeout time.Duration) generator.JobEvent {
 }
 
 // shares asks the scheduler for its share table.
-func (s *system) shares() scheduler.SharesReply {
+func (s *system) shares() api.SharesReply {
 	s.t.Helper()
-	var r scheduler.SharesReply
-	if err := s.request(bus.SubjectAPIShares, nil, nil, &r); err != nil {
+	var r api.SharesReply
+	if err := s.request(api.SubjectShares, nil, nil, &r); err != nil {
 		s.t.Fatal(err)
 	}
 	return r

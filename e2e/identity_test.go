@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -32,8 +33,6 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
-	"github.com/sluice-dtr/sluice/services/generator"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // addUserLike gives ns's options a user with the permissions of another
@@ -210,7 +209,7 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	waiting := r.DTRs[2]
 	// The DTR is known to the scheduler once alice can see it.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if err := alice.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, new(scheduler.DTRReply)); err == nil {
+		if err := alice.request(api.SubjectDTR, []byte(waiting.String()), nil, new(api.DTRReply)); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("alice cannot see her own DTR: %v", err)
@@ -219,14 +218,14 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	refused := []struct {
 		name, subject, body, want string
 	}{
-		{"status of her job", bus.SubjectAPIJobStatus, r.JobID, "not yours"},
-		{"her DTR", bus.SubjectAPIDTR, waiting.String(), "not yours"},
-		{"cancel her job", bus.SubjectAPICancel, fmt.Sprintf(`{"job":%q}`, r.JobID), "not yours"},
-		{"cancel her DTR", bus.SubjectAPICancel, fmt.Sprintf(`{"dtr":%q}`, waiting), "not yours"},
-		{"reprioritise her DTR", bus.SubjectAPIPriority, fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting), "not yours"},
-		{"reconfigure shares", bus.SubjectAPIReconfigure, `{"sharepriority":{"_default":90}}`, "only administrators"},
+		{"status of her job", api.SubjectJobStatus, r.JobID, "not yours"},
+		{"her DTR", api.SubjectDTR, waiting.String(), "not yours"},
+		{"cancel her job", api.SubjectCancel, fmt.Sprintf(`{"job":%q}`, r.JobID), "not yours"},
+		{"cancel her DTR", api.SubjectCancel, fmt.Sprintf(`{"dtr":%q}`, waiting), "not yours"},
+		{"reprioritise her DTR", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting), "not yours"},
+		{"reconfigure shares", api.SubjectReconfigure, `{"sharepriority":{"_default":90}}`, "only administrators"},
 		// An unknown id gets the answer another owner's gets.
-		{"status of a job nobody has", bus.SubjectAPIJobStatus, "no-such-job", "not yours"},
+		{"status of a job nobody has", api.SubjectJobStatus, "no-such-job", "not yours"},
 	}
 	for _, tt := range refused {
 		t.Run("bob may not "+tt.name, func(t *testing.T) {
@@ -236,33 +235,33 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 			}
 		})
 	}
-	var retrying scheduler.RetryingReply
-	if err := bob.request(bus.SubjectAPIRetrying, []byte(r.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
+	var retrying api.RetryingReply
+	if err := bob.request(api.SubjectRetrying, []byte(r.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("bob asked which of alice's DTRs retry: %+v, %v", retrying, err)
 	}
 	// Nothing of alice's changed; she and the administrator see it.
-	var d scheduler.DTRReply
-	if err := boss.request(bus.SubjectAPIDTR, []byte(waiting.String()), nil, &d); err != nil || d.DTR.State.Final() || d.DTR.Priority == 99 {
+	var d api.DTRReply
+	if err := boss.request(api.SubjectDTR, []byte(waiting.String()), nil, &d); err != nil || d.DTR.State.Final() || d.DTR.Priority == 99 {
 		t.Fatalf("the administrator sees alice's DTR as %+v, %v; want it unfinished, at its own priority", d.DTR, err)
 	}
-	var ev generator.JobEvent
-	if err := alice.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err != nil || ev.Job.Owner.DN != "/DC=org/CN=Alice" {
+	var ev api.JobEvent
+	if err := alice.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err != nil || ev.Job.Owner.DN != "/DC=org/CN=Alice" {
 		t.Fatalf("alice's own job status: %+v, %v", ev.Job.Owner, err)
 	}
-	if err := boss.request(bus.SubjectAPIPriority, []byte(fmt.Sprintf(`{"dtr":%q,"priority":80}`, waiting)), nil, &d); err != nil || d.DTR.Priority != 80 {
+	if err := boss.request(api.SubjectPriority, []byte(fmt.Sprintf(`{"dtr":%q,"priority":80}`, waiting)), nil, &d); err != nil || d.DTR.Priority != 80 {
 		t.Fatalf("the administrator reprioritises: %+v, %v", d.DTR.Priority, err)
 	}
 	// Alice cancels her own job with her own credentials.
-	var c scheduler.CancelReply
-	if err := alice.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, r.JobID)), nil, &c); err != nil || c.Cancelled != 3 {
+	var c api.CancelReply
+	if err := alice.request(api.SubjectCancel, []byte(fmt.Sprintf(`{"job":%q}`, r.JobID)), nil, &c); err != nil || c.Cancelled != 3 {
 		t.Fatalf("alice cancels her job: %+v, %v; want 3 cancelled", c, err)
 	}
 	release()
 	if ev := alice.wait(r.JobID, time.Minute); ev.Cancelled != 3 {
 		t.Fatalf("alice's job ended with %d of 3 cancelled", ev.Cancelled)
 	}
-	var shares scheduler.SharesReply
-	if err := boss.request(bus.SubjectAPIReconfigure, []byte(`{"sharepriority":{"_default":90}}`), nil, &shares); err != nil {
+	var shares api.SharesReply
+	if err := boss.request(api.SubjectReconfigure, []byte(`{"sharepriority":{"_default":90}}`), nil, &shares); err != nil {
 		t.Fatalf("the administrator reconfigures shares: %v", err)
 	}
 }
@@ -332,8 +331,8 @@ func TestOneOwnerCannotQueueMoreThanItsLimits(t *testing.T) {
 	}
 	bob.submit(mk(1))
 	bob.submit(mk(1))
-	var reply generator.SubmitReply
-	err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, mk(1)), nil, &reply)
+	var reply api.SubmitReply
+	err := bob.request(api.SubjectJobSubmit, jobJSON(t, mk(1)), nil, &reply)
 	if err == nil || !strings.Contains(err.Error(), "owner limit reached") || !strings.Contains(err.Error(), "OWNER_MAX_JOBS") {
 		t.Fatalf("bob's third running job: %v, want a refusal naming SLUICE_GENERATOR_OWNER_MAX_JOBS", err)
 	}
@@ -376,8 +375,8 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 		ns, passwords := identityServer(t)
 		rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = nil })
 		bob := as(t, ns, "bob", passwords["bob"])
-		var reply generator.SubmitReply
-		err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, fileJob(src, filepath.Join(dir, "bob-out"))), nil, &reply)
+		var reply api.SubmitReply
+		err := bob.request(api.SubjectJobSubmit, jobJSON(t, fileJob(src, filepath.Join(dir, "bob-out"))), nil, &reply)
 		if err == nil || !strings.Contains(err.Error(), "SLUICE_FILE_ROOTS is empty") {
 			t.Fatalf("bob's file:// job with no roots: %v, want a refusal naming SLUICE_FILE_ROOTS", err)
 		}
@@ -399,8 +398,8 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 			{"a path that climbs out", dir + "/../../etc/passwd", filepath.Join(dir, "passwd")},
 			{"a destination outside", src, filepath.Join(os.TempDir(), "sluice-outside-"+uuid.NewString())},
 		} {
-			var reply generator.SubmitReply
-			err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, fileJob(tt.from, tt.to)), nil, &reply)
+			var reply api.SubmitReply
+			err := bob.request(api.SubjectJobSubmit, jobJSON(t, fileJob(tt.from, tt.to)), nil, &reply)
 			if err == nil || !strings.Contains(err.Error(), "file:// URL not allowed") {
 				t.Fatalf("%s: %v, want file:// URL not allowed", tt.name, err)
 			}
@@ -452,35 +451,35 @@ func TestAJobSubmittedWithATokenIsItsHoldersInTheShareItsGroupsName(t *testing.T
 		{"not a JWT", "not-a-token", "not a JWT"},
 	}
 	for _, tt := range refused {
-		var reply generator.SubmitReply
-		err := s.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), bearer(tt.token), &reply)
+		var reply api.SubmitReply
+		err := s.request(api.SubjectJobSubmit, jobJSON(t, j), bearer(tt.token), &reply)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Fatalf("a job with a token %s: %v, want a refusal saying %q", tt.name, err, tt.want)
 		}
 	}
-	var reply generator.SubmitReply
-	if err := s.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), bearer(good), &reply); err != nil {
+	var reply api.SubmitReply
+	if err := s.request(api.SubjectJobSubmit, jobJSON(t, j), bearer(good), &reply); err != nil {
 		t.Fatalf("a job with a good token: %v", err)
 	}
-	var ev generator.JobEvent
+	var ev api.JobEvent
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), bearer(good), &ev); err != nil {
+		if err := s.request(api.SubjectJobStatus, []byte(reply.JobID), bearer(good), &ev); err != nil {
 			t.Fatalf("the holder asks for the job's status: %v", err)
 		}
-		if ev.State != generator.JobRunning || time.Now().After(deadline) {
+		if ev.State != api.JobRunning || time.Now().After(deadline) {
 			break
 		}
 	}
 	if ev.Job.Owner.DN != "carol@"+is.URL || !slices.Equal(ev.Job.Owner.FQANs, []string{"/cms", "/cms/production"}) {
 		t.Fatalf("the job's owner is %+v, want the token's carol@%s in /cms", ev.Job.Owner, is.URL)
 	}
-	var d scheduler.DTRReply
-	if err := s.request(bus.SubjectAPIDTR, []byte(reply.DTRs[0].String()), bearer(good), &d); err != nil || d.DTR.Share != "cms-download" {
+	var d api.DTRReply
+	if err := s.request(api.SubjectDTR, []byte(reply.DTRs[0].String()), bearer(good), &d); err != nil || d.DTR.Share != "cms-download" {
 		t.Fatalf("the job's DTR is in share %q (%v), want cms-download", d.DTR.Share, err)
 	}
 	// Another holder of a token from the same issuer does not see it.
 	other := is.Mint(t, tokentest.Mint{Subject: "dave", Audience: []string{"https://sluice.test"}, Groups: []string{"/cms"}, Scopes: []string{"compute.read"}})
-	if err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), bearer(other), &ev); err == nil || !strings.Contains(err.Error(), "not yours") {
+	if err := s.request(api.SubjectJobStatus, []byte(reply.JobID), bearer(other), &ev); err == nil || !strings.Contains(err.Error(), "not yours") {
 		t.Fatalf("another token holder asks for carol's job: %v, want not yours", err)
 	}
 }
@@ -540,9 +539,9 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var d scheduler.DTRReply
+	var d api.DTRReply
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		err := aliceView.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d)
+		err := aliceView.request(api.SubjectDTR, []byte(id.String()), nil, &d)
 		if err == nil && d.DTR.State.Final() {
 			break
 		}
@@ -596,9 +595,9 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 	if err := bob.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "bob"), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	var d scheduler.DTRReply
+	var d api.DTRReply
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if err := bob.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+		if err := bob.request(api.SubjectDTR, []byte(id.String()), nil, &d); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("bob's DTR: %v", err)
@@ -611,7 +610,7 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 	if err != nil || !strings.Contains(string(m.Data), "this DTR id is taken by another DTR") || !strings.Contains(string(m.Data), "dtr.submit.alice") {
 		t.Fatalf("alice's DTR under bob's id: %v %s; want it refused as taken", err, m.Data)
 	}
-	if err := alice.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+	if err := alice.request(api.SubjectDTR, []byte(id.String()), nil, &d); err == nil {
 		t.Fatalf("alice sees the DTR under the id bob took: %+v", d.DTR.Owner)
 	}
 	// A job submitted twice keeps its random DTR ids.
@@ -638,8 +637,8 @@ func publishDTR(t *testing.T, s *system, body string) {
 func seenDTR(t *testing.T, s *system, id uuid.UUID) dtr.DTR {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var d scheduler.DTRReply
-		if err := s.request(bus.SubjectAPIDTR, []byte(id.String()), nil, &d); err == nil {
+		var d api.DTRReply
+		if err := s.request(api.SubjectDTR, []byte(id.String()), nil, &d); err == nil {
 			return d.DTR
 		} else if time.Now().After(deadline) {
 			t.Fatalf("%s cannot see its DTR %s: %v", s.user, id, err)
@@ -685,8 +684,8 @@ func TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID(t *testing.T) {
 	if d := seenDTR(t, bob, last); d.JobID == guessed || !strings.HasPrefix(d.JobID, auth.Namespace("user:bob")+"-") {
 		t.Fatalf("bob's DTR naming alice's job is in job %q, want it in bob's namespace", d.JobID)
 	}
-	var c scheduler.CancelReply
-	if err := bob.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, guessed)), nil, &c); err == nil || !strings.Contains(err.Error(), "not yours") {
+	var c api.CancelReply
+	if err := bob.request(api.SubjectCancel, []byte(fmt.Sprintf(`{"job":%q}`, guessed)), nil, &c); err == nil || !strings.Contains(err.Error(), "not yours") {
 		t.Fatalf("bob cancels alice's job: %+v, %v; want unknown, or not yours", c, err)
 	}
 	for _, id := range r.DTRs {
@@ -716,8 +715,8 @@ func TestACancelledJobIDCancelsNoOtherOwnersLaterDTRs(t *testing.T) {
 	id := uuid.New()
 	publishDTR(t, bob, fmt.Sprintf(`{"id":%q,"job_id":%q,"source":"%s/x","destination":%q}`, id, squat, base, fileURL(filepath.Join(dir, "bob"))))
 	d := seenDTR(t, bob, id)
-	var c scheduler.CancelReply
-	if err := bob.request(bus.SubjectAPICancel, []byte(fmt.Sprintf(`{"job":%q}`, d.JobID)), nil, &c); err != nil || c.Cancelled != 1 {
+	var c api.CancelReply
+	if err := bob.request(api.SubjectCancel, []byte(fmt.Sprintf(`{"job":%q}`, d.JobID)), nil, &c); err != nil || c.Cancelled != 1 {
 		t.Fatalf("bob cancels his own DTR's job %s: %+v, %v", d.JobID, c, err)
 	}
 	r := alice.submit(&job.Job{ID: "reco-43", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "alice"))}}})
@@ -737,8 +736,8 @@ func TestAJobsReplicasAreConfinedLikeItsSources(t *testing.T) {
 	}
 	bob := as(t, ns, "bob", passwords["bob"])
 	j := &job.Job{Outputs: []job.File{{Source: "https://data.example.org/missing", Replicas: []string{fileURL(secret)}, Destination: "https://data.example.org/loot"}}}
-	var reply generator.SubmitReply
-	if err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "file:// URL not allowed") {
+	var reply api.SubmitReply
+	if err := bob.request(api.SubjectJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "file:// URL not allowed") {
 		t.Fatalf("bob's job naming %s as a replica: %v, want it refused", fileURL(secret), err)
 	}
 }
@@ -755,8 +754,8 @@ func TestJobsAreHeldToTheOwnersByteLimit(t *testing.T) {
 	for i := range 100 {
 		j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("https://data.example.org/%d?pad=%s", i, long), Destination: fileURL(filepath.Join(out, fmt.Sprint(i)))})
 	}
-	var reply generator.SubmitReply
-	if err := bob.request(bus.SubjectAPIJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "SLUICE_OWNER_MAX_BYTES") {
+	var reply api.SubmitReply
+	if err := bob.request(api.SubjectJobSubmit, jobJSON(t, j), nil, &reply); err == nil || !strings.Contains(err.Error(), "SLUICE_OWNER_MAX_BYTES") {
 		t.Fatalf("bob's job of 100 DTRs of 2.6 KB each with a 16 KiB limit: %v, want a refusal naming SLUICE_OWNER_MAX_BYTES", err)
 	}
 }
@@ -775,12 +774,12 @@ func TestAJobStatusSaysNothingOfAnotherOwnersJob(t *testing.T) {
 	bob := as(t, ns, "bob", passwords["bob"])
 	r := alice.submit(&job.Job{ID: "reco-44", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "out"))}}})
 	for _, id := range []string{r.JobID + ".files", r.JobID + "x.files"} {
-		err := bob.request(bus.SubjectAPIJobStatus, []byte(id), nil, new(json.RawMessage))
+		err := bob.request(api.SubjectJobStatus, []byte(id), nil, new(json.RawMessage))
 		if err == nil || !strings.Contains(err.Error(), "is not 1–64 characters") {
 			t.Fatalf("bob asks for %s: %v, want the answer of a malformed id", id, err)
 		}
 	}
-	if err := bob.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, new(json.RawMessage)); err == nil || !strings.Contains(err.Error(), "not yours") {
+	if err := bob.request(api.SubjectJobStatus, []byte(r.JobID), nil, new(json.RawMessage)); err == nil || !strings.Contains(err.Error(), "not yours") {
 		t.Fatalf("bob asks for alice's job: %v", err)
 	}
 }
@@ -803,8 +802,8 @@ func TestAFloodOfRefusedMessagesDropsNoOtherOwnersFinalDTRs(t *testing.T) {
 	r := alice.submit(&job.Job{ID: "reco-45", Inputs: []job.File{{Source: fileURL(in), Destination: fileURL(filepath.Join(dir, "out"))}}})
 	stops["generator"]()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var d scheduler.DTRReply
-		if err := alice.request(bus.SubjectAPIDTR, []byte(r.DTRs[0].String()), nil, &d); err == nil && d.DTR.State.Final() {
+		var d api.DTRReply
+		if err := alice.request(api.SubjectDTR, []byte(r.DTRs[0].String()), nil, &d); err == nil && d.DTR.State.Final() {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("alice's DTR did not end: %+v %v", d.DTR.State, err)

@@ -13,10 +13,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/services/generator"
 )
 
 // TestADTRPublishedWithAJobsIdDoesNotCountInThatJob: anyone may group the
@@ -52,8 +52,8 @@ func TestADTRPublishedWithAJobsIdDoesNotCountInThatJob(t *testing.T) {
 		s.awaitDTR(id, 10*time.Second, final)
 	}
 	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		var ev generator.JobEvent
-		if err := s.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, &ev); err != nil {
+		var ev api.JobEvent
+		if err := s.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err != nil {
 			t.Fatal(err)
 		}
 		if ev.Announced {
@@ -78,13 +78,13 @@ func TestAJobWhoseFailuresAreLongStillEnds(t *testing.T) {
 	}
 	b.WriteString(")")
 	h := nats.Header{}
-	h.Set(generator.HeaderSessionDir, filepath.Join(s.dir, "session"))
-	var r generator.SubmitReply
-	if err := s.request(bus.SubjectAPIJobSubmit, []byte(b.String()), h, &r); err != nil {
+	h.Set(api.HeaderSessionDir, filepath.Join(s.dir, "session"))
+	var r api.SubmitReply
+	if err := s.request(api.SubjectJobSubmit, []byte(b.String()), h, &r); err != nil {
 		t.Fatalf("submit (%d bytes): %v", b.Len(), err)
 	}
 	ev := s.wait(r.JobID, 30*time.Second)
-	if ev.State != generator.JobFailed || len(ev.Failures) != 24 {
+	if ev.State != api.JobFailed || len(ev.Failures) != 24 {
 		t.Fatalf("job %s with %d failure lines, want FAILED with 24", ev.State, len(ev.Failures))
 	}
 	for _, f := range ev.Failures {

@@ -18,10 +18,10 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
 )
 
 // exportedSpan is a span as an OTLP receiver got it.
@@ -189,7 +189,7 @@ func TestEachDTRsTraceArrivesAtAnOTLPReceiver(t *testing.T) {
 		writeFile(t, src, 2000, i)
 		files = append(files, job.File{Source: fileURL(src), Destination: fileURL(filepath.Join(s.dir, "out", fmt.Sprint(i)))})
 	}
-	if ev := s.wait(s.submit(&job.Job{Inputs: files}).JobID, time.Minute); ev.State != generator.JobFinished {
+	if ev := s.wait(s.submit(&job.Job{Inputs: files}).JobID, time.Minute); ev.State != api.JobFinished {
 		t.Fatalf("job %s: %v", ev.State, ev.Failures)
 	}
 	want := map[trace.TraceID]bool{}

@@ -18,11 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // natsUsers are the users of deploy/nats/sluice.conf.
@@ -256,7 +256,7 @@ func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
 		t.Fatalf("job %s with %d of 1 DONE", ev.State, ev.Done)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		err := sub.request(bus.SubjectAPIJobStatus, []byte(r.JobID), nil, new(any))
+		err := sub.request(api.SubjectJobStatus, []byte(r.JobID), nil, new(any))
 		if err != nil && strings.Contains(err.Error(), "unknown job") {
 			break
 		}
@@ -303,8 +303,8 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		t.Fatalf("job with a missing source %s", ev.State)
 	}
 	// It may ask which DTRs of a job wait for a retry, as submit --wait does.
-	var retrying scheduler.RetryingReply
-	if err := sub.request(bus.SubjectAPIRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
+	var retrying api.RetryingReply
+	if err := sub.request(api.SubjectRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
 	}
 	rejected, err := observer.nc.SubscribeSync(bus.SubjectRejected)
@@ -317,8 +317,8 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if _, err := rejected.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("no rejection: %v", err)
 	}
-	var shares scheduler.SharesReply
-	if err := (&system{t: t, nc: client.nc}).request(bus.SubjectAPIShares, nil, nil, &shares); err != nil {
+	var shares api.SharesReply
+	if err := (&system{t: t, nc: client.nc}).request(api.SubjectShares, nil, nil, &shares); err != nil {
 		t.Fatalf("the client asks for the shares: %v", err)
 	}
 	if v := serverLog.violations(); len(v) > 0 {
@@ -368,7 +368,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		{"a submitter deletes a stream", submitter, msg("$JS.API.STREAM.DELETE."+bus.StreamSubmit, ""), ""},
 		{"a client publishes a DTR", client, msg(bus.SubjectSubmit, `{}`), ""},
 		{"a deliverer reads the processor's replies", delivery, nil, "_INBOX_processor.>"},
-		{"a submitter serves the job API", submitter, nil, bus.SubjectAPIJobSubmit},
+		{"a submitter serves the job API", submitter, nil, api.SubjectJobSubmit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,8 +413,8 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		t.Fatalf("job %s", ev.State)
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
-		var r scheduler.DTRReply
-		err := (&system{t: t, nc: client.nc}).request(bus.SubjectAPIDTR, []byte(id.String()), nil, &r)
+		var r api.DTRReply
+		err := (&system{t: t, nc: client.nc}).request(api.SubjectDTR, []byte(id.String()), nil, &r)
 		if err == nil && r.DTR.State == dtr.Done {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -54,7 +55,7 @@ func TestWithARetentionAnEndedJobAndItsDTRsAreForgotten(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := s.request(bus.SubjectAPIJobStatus, []byte(reply.JobID), nil, new(any))
+		err := s.request(api.SubjectJobStatus, []byte(reply.JobID), nil, new(any))
 		_, _, dtrKnown := s.dtrRecord(reply.DTRs[0])
 		if err != nil && strings.Contains(err.Error(), "unknown job") && !dtrKnown {
 			break

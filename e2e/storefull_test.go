@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
@@ -128,11 +129,11 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 		t.Fatal(err)
 	}
 	var reply any
-	err = s.request(bus.SubjectAPIJobSubmit, b, nil, &reply)
+	err = s.request(api.SubjectJobSubmit, b, nil, &reply)
 	if err == nil || !strings.Contains(err.Error(), "store full: JetStream has no space for new work (insufficient resources); try again later") {
 		t.Fatalf("a job submitted to a full store: %v", err)
 	}
-	if err := s.request(bus.SubjectAPIJobStatus, []byte(refused.ID), nil, &reply); err == nil || !strings.Contains(err.Error(), "unknown job") {
+	if err := s.request(api.SubjectJobStatus, []byte(refused.ID), nil, &reply); err == nil || !strings.Contains(err.Error(), "unknown job") {
 		t.Fatalf("the refused job left something behind: status %v", err)
 	}
 	// A plain publisher gets JetStream's own refusal.

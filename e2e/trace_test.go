@@ -19,10 +19,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/services/generator"
 )
 
 // recordSpans makes the global tracer provider record every span for the
@@ -75,7 +75,7 @@ func TestEveryDTRIsOneUnbrokenTraceThroughEveryStageAndRetry(t *testing.T) {
 		{Source: fileURL(filepath.Join(s.dir, "in", "local")), Destination: fileURL(filepath.Join(s.dir, "out", "local"))},
 		{Source: base + "/busy", Destination: fileURL(filepath.Join(s.dir, "out", "busy"))},
 	}}).JobID, time.Minute)
-	if ev.State != generator.JobFinished || len(ev.Files) != 2 {
+	if ev.State != api.JobFinished || len(ev.Files) != 2 {
 		t.Fatalf("job %s with %d files: %v", ev.State, len(ev.Files), ev.Failures)
 	}
 

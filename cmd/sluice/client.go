@@ -17,12 +17,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // as is who the client commands speak as (clientConn sets it): the user
@@ -127,22 +126,22 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return err
 	}
 	defer nc.Close()
-	m := nats.NewMsg(bus.SubjectAPIJobSubmit)
+	m := nats.NewMsg(api.SubjectJobSubmit)
 	m.Data = data
 	if *session != "" {
 		abs, err := filepath.Abs(*session)
 		if err != nil {
 			return err
 		}
-		m.Header.Set(generator.HeaderSessionDir, abs)
+		m.Header.Set(api.HeaderSessionDir, abs)
 	}
 	if *dn != "" {
-		m.Header.Set(generator.HeaderDN, *dn)
+		m.Header.Set(api.HeaderDN, *dn)
 	}
 	for _, f := range fqans {
-		m.Header.Add(generator.HeaderFQAN, f)
+		m.Header.Add(api.HeaderFQAN, f)
 	}
-	var reply generator.SubmitReply
+	var reply api.SubmitReply
 	if err := request(ctx, nc, m, &reply); err != nil {
 		return err
 	}
@@ -156,7 +155,7 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return err
 	}
 	printJob(stdout, ev, nil)
-	if ev.State != generator.JobFinished {
+	if ev.State != api.JobFinished {
 		return fmt.Errorf("job %s %s", ev.Job.ID, ev.State)
 	}
 	return nil
@@ -164,7 +163,7 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 
 // waitJob polls a job's status until it has ended; each poll is passed to
 // tick, if set.
-func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func()) (generator.JobEvent, error) {
+func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func()) (api.JobEvent, error) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -204,8 +203,8 @@ func (w *retryWatch) show(ctx context.Context, nc *nats.Conn, out io.Writer) {
 	}
 	ask, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var r scheduler.RetryingReply
-	m := nats.NewMsg(bus.SubjectAPIRetrying)
+	var r api.RetryingReply
+	m := nats.NewMsg(api.SubjectRetrying)
 	m.Data = []byte(w.job)
 	if err := request(ask, nc, m, &r); err != nil {
 		if ctx.Err() != nil {
@@ -241,16 +240,16 @@ func oneLine(s string, n int) string {
 	return string(r[:head]) + "…" + string(r[len(r)-(n-head-1):])
 }
 
-func jobStatus(ctx context.Context, nc *nats.Conn, jobID string) (generator.JobEvent, error) {
-	var ev generator.JobEvent
-	m := nats.NewMsg(bus.SubjectAPIJobStatus)
+func jobStatus(ctx context.Context, nc *nats.Conn, jobID string) (api.JobEvent, error) {
+	var ev api.JobEvent
+	m := nats.NewMsg(api.SubjectJobStatus)
 	m.Data = []byte(jobID)
 	return ev, request(ctx, nc, m, &ev)
 }
 
 func dtrStatus(ctx context.Context, nc *nats.Conn, id uuid.UUID) (dtr.DTR, error) {
-	var r scheduler.DTRReply
-	m := nats.NewMsg(bus.SubjectAPIDTR)
+	var r api.DTRReply
+	m := nats.NewMsg(api.SubjectDTR)
 	m.Data = []byte(id.String())
 	return r.DTR, request(ctx, nc, m, &r)
 }
@@ -277,8 +276,8 @@ func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		if perr != nil {
 			return fmt.Errorf("no job %q, and it is not a DTR id", id)
 		}
-		var r scheduler.DTRReply
-		m := nats.NewMsg(bus.SubjectAPIDTR)
+		var r api.DTRReply
+		m := nats.NewMsg(api.SubjectDTR)
 		m.Data = []byte(u.String())
 		if err := request(ctx, nc, m, &r); err != nil {
 			return err
@@ -331,7 +330,7 @@ func printDTR(w io.Writer, d dtr.DTR) {
 	fmt.Fprintf(tw, "updated\t%s\n", d.Updated.Format(time.RFC3339Nano))
 }
 
-func printJob(w io.Writer, ev generator.JobEvent, current map[uuid.UUID]dtr.DTR) {
+func printJob(w io.Writer, ev api.JobEvent, current map[uuid.UUID]dtr.DTR) {
 	fmt.Fprintf(w, "job %s (%s) %s: %d files, %d done, %d failed, %d cancelled, %d pending\n",
 		ev.Job.ID, ev.Job.Name, ev.State, ev.Total, ev.Done, ev.Failed, ev.Cancelled, ev.Total-ev.Final())
 	for _, f := range ev.Failures {
@@ -370,8 +369,8 @@ func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return err
 	}
 	defer nc.Close()
-	var r scheduler.SharesReply
-	if err := request(ctx, nc, nats.NewMsg(bus.SubjectAPIShares), &r); err != nil {
+	var r api.SharesReply
+	if err := request(ctx, nc, nats.NewMsg(api.SubjectShares), &r); err != nil {
 		return err
 	}
 	printShares(stdout, r)
@@ -381,7 +380,7 @@ func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 // printShares prints ARC's gm-jobs -s table (running = transferring, pending
 // = any other state; -download shares under Preparing, the rest under
 // Finishing), then the slots of each share in each state.
-func printShares(w io.Writer, r scheduler.SharesReply) {
+func printShares(w io.Writer, r api.SharesReply) {
 	type rp struct{ running, pending int }
 	per := map[string]*rp{}
 	var names []string

@@ -12,9 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/services/scheduler"
-	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/pkg/api"
 )
 
 // control sends a control request to the scheduler.
@@ -48,8 +46,8 @@ func priority(ctx context.Context, cfg *Config, args []string, stdout io.Writer)
 	if err != nil {
 		return fmt.Errorf("priority %q is not a number", fs.Arg(1))
 	}
-	var r scheduler.DTRReply
-	if err := control(ctx, cfg, bus.SubjectAPIPriority, scheduler.PriorityRequest{DTR: id, Priority: p}, &r); err != nil {
+	var r api.DTRReply
+	if err := control(ctx, cfg, api.SubjectPriority, api.PriorityRequest{DTR: id, Priority: p}, &r); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "DTR %s (%s, share %s) now has priority %d\n", r.DTR.ID, r.DTR.State, r.DTR.Share, r.DTR.Priority)
@@ -66,10 +64,10 @@ func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return errors.New("cancel needs a DTR or job id")
 	}
 	id := fs.Arg(0)
-	var r scheduler.CancelReply
+	var r api.CancelReply
 	var err error
 	if u, perr := uuid.Parse(id); perr == nil {
-		err = control(ctx, cfg, bus.SubjectAPICancel, scheduler.CancelRequest{DTR: u}, &r)
+		err = control(ctx, cfg, api.SubjectCancel, api.CancelRequest{DTR: u}, &r)
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.code != "404" {
 			if err == nil {
@@ -78,7 +76,7 @@ func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 			return err
 		}
 	}
-	if err = control(ctx, cfg, bus.SubjectAPICancel, scheduler.CancelRequest{Job: id}, &r); err != nil {
+	if err = control(ctx, cfg, api.SubjectCancel, api.CancelRequest{Job: id}, &r); err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.code == "404" {
 			// Neither a DTR the scheduler holds nor a job with one
@@ -100,12 +98,12 @@ func reconfigure(ctx context.Context, cfg *Config, args []string, stdout io.Writ
 	if fs.NArg() != 1 {
 		return errors.New("reconfigure needs share priorities, e.g. atlas=80,cms=20")
 	}
-	prios, err := scheduler.ParseSharePriorities(fs.Arg(0))
+	prios, err := api.ParseSharePriorities(fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	var r scheduler.SharesReply
-	if err := control(ctx, cfg, bus.SubjectAPIReconfigure, scheduler.ReconfigureRequest{SharePriority: prios}, &r); err != nil {
+	var r api.SharesReply
+	if err := control(ctx, cfg, api.SubjectReconfigure, api.ReconfigureRequest{SharePriority: prios}, &r); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "share priorities set; the split now:")
@@ -131,8 +129,8 @@ func why(ctx context.Context, cfg *Config, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	var r scheduler.DTRReply
-	m := nats.NewMsg(bus.SubjectAPIDTR)
+	var r api.DTRReply
+	m := nats.NewMsg(api.SubjectDTR)
 	m.Data = []byte(id.String())
 	if err := request(ctx, nc, m, &r); err != nil {
 		return err
@@ -145,7 +143,7 @@ func why(ctx context.Context, cfg *Config, args []string, stdout io.Writer) erro
 	return nil
 }
 
-func printWhy(w io.Writer, y core.Why) {
+func printWhy(w io.Writer, y api.Why) {
 	fmt.Fprintf(w, "DTR %s is %s in share %s at priority %d\n  %s\n", y.DTR, y.State, y.Share, y.Priority, y.Reason)
 	if y.State.IsQueue() {
 		fmt.Fprintf(w, "  %d of its share's DTRs are ahead of it; the share has %d queued and %d running on %d slots; the state has %d of %d slots busy\n",

@@ -17,14 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/services/generator"
-	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 // demo runs every service on the embedded server, makes real files, moves
@@ -129,9 +128,9 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 	var ids []string
 	for _, j := range jobs {
 		b, _ := json.Marshal(j)
-		m := nats.NewMsg(bus.SubjectAPIJobSubmit)
+		m := nats.NewMsg(api.SubjectJobSubmit)
 		m.Data = b
-		var reply generator.SubmitReply
+		var reply api.SubmitReply
 		if err := waitForServices(ctx, func() error { return request(ctx, nc, m, &reply) }); err != nil {
 			return err
 		}
@@ -144,13 +143,13 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 			return
 		}
 		last = time.Now()
-		var r scheduler.SharesReply
-		if err := request(ctx, nc, nats.NewMsg(bus.SubjectAPIShares), &r); err == nil && len(r.Shares) > 0 {
+		var r api.SharesReply
+		if err := request(ctx, nc, nats.NewMsg(api.SubjectShares), &r); err == nil && len(r.Shares) > 0 {
 			fmt.Fprintf(stdout, "\n--- shares after %.1fs ---\n", time.Since(start).Seconds())
 			printShares(stdout, r)
 		}
 	}
-	var ended []generator.JobEvent
+	var ended []api.JobEvent
 	for _, id := range ids {
 		ev, err := waitJob(ctx, nc, id, showShares)
 		if err != nil {
@@ -269,7 +268,7 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
-func printJobSummary(w io.Writer, ev generator.JobEvent) {
+func printJobSummary(w io.Writer, ev api.JobEvent) {
 	var size int64
 	var first, lastEnd time.Time
 	for _, f := range ev.Files {

@@ -53,17 +53,7 @@ const (
 	// (stream SLUICE_JOURNAL; not CloudEvents but lines of DTR JSON, read
 	// only by the scheduler).
 	SubjectJournal = "sluice.journal"
-	// API subjects (request/reply, nats.go/micro services).
-	SubjectAPIJobSubmit = "sluice.api.job.submit"
-	SubjectAPIJobStatus = "sluice.api.job.status"
-	SubjectAPIShares    = "sluice.api.shares"
-	SubjectAPIDTR       = "sluice.api.dtr"
-	// SubjectAPIRetrying answers a job's DTRs that wait for a retry.
-	SubjectAPIRetrying = "sluice.api.retrying"
-	// Control endpoints of the scheduler.
-	SubjectAPIPriority    = "sluice.api.priority"
-	SubjectAPICancel      = "sluice.api.cancel"
-	SubjectAPIReconfigure = "sluice.api.reconfigure"
+	// The request/reply subjects are in pkg/api.
 )
 
 // Subjects of a user. Every subject that takes work or requests from

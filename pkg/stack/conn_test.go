@@ -21,6 +21,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
 )
@@ -135,7 +136,7 @@ func askShares(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	reply, err := nc.Request(bus.SubjectAPIShares, nil, 10*time.Second)
+	reply, err := nc.Request(api.SubjectShares, nil, 10*time.Second)
 	if err != nil {
 		t.Fatalf("sluice.api.shares: %v", err)
 	}

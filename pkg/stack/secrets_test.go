@@ -24,6 +24,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -208,7 +209,7 @@ func waitFinal(t *testing.T, nc *nats.Conn, id uuid.UUID) dtr.DTR {
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		reply, err := nc.Request(bus.SubjectAPIDTR, []byte(id.String()), 5*time.Second)
+		reply, err := nc.Request(api.SubjectDTR, []byte(id.String()), 5*time.Second)
 		if err == nil {
 			var r struct {
 				DTR dtr.DTR `json:"dtr"`

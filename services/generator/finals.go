@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -285,7 +286,7 @@ func recountFrom(r *Record, finals map[uuid.UUID]*dtr.DTR) {
 // cancelDownloads cancels every download of a job but the failed one; the
 // scheduler ignores cancels for DTRs that are already final.
 func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid.UUID) error {
-	var refs []FileRef
+	var refs []api.FileRef
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return err
 	}
@@ -318,15 +319,15 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 	if err != nil {
 		return err
 	}
-	ev.State = JobFinished
+	ev.State = api.JobFinished
 	for _, f := range ev.Files {
 		if f.State != dtr.Done && !f.FailureAllowed {
-			ev.State = JobFailed
+			ev.State = api.JobFailed
 		}
 	}
 	ev.Ended = time.Now().UTC()
 	subject, typ := bus.SubjectJobFinished, bus.TypeJobFinished
-	if ev.State == JobFailed {
+	if ev.State == api.JobFailed {
 		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
 	}
 	ev.Announced = true
@@ -350,14 +351,14 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		return fmt.Errorf("announce job %s: %w", jobID, err)
 	}
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", ev.State)))
-	wasRunning := false
+	wasRunning, footprint := false, int64(0)
 	_, err = s.update(ctx, jobID, func(r *Record) error {
-		wasRunning = r.State == JobRunning
+		wasRunning, footprint = r.State == api.JobRunning, r.Footprint
 		r.State, r.Ended, r.Announced = ev.State, ev.Ended, true
 		return nil
 	})
 	if err == nil && wasRunning {
-		s.counted(ev.Job.Owner.DN, ev.Total, ev.Footprint, -1)
+		s.counted(ev.Job.Owner.DN, ev.Total, footprint, -1)
 	}
 	s.mu.Lock()
 	delete(s.lastFinal, jobID)

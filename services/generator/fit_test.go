@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // event is a job event with done DONE files, failed FAILED ones (each
 // with a failure line) and pending files not yet final.
-func event(done, failed, pending int) JobEvent {
-	ev := JobEvent{Record: Record{Total: done + failed + pending, Done: done, Failed: failed}}
+func event(done, failed, pending int) api.JobEvent {
+	ev := api.JobEvent{JobRecord: api.JobRecord{Total: done + failed + pending, Done: done, Failed: failed}}
 	ev.Job.ID = "job-1"
 	for i := range done + failed {
-		f := FileStat{FileRef: FileRef{Source: fmt.Sprintf("file:///in/%06d", i), Destination: fmt.Sprintf("file:///out/%06d", i)},
+		f := api.FileStat{FileRef: api.FileRef{Source: fmt.Sprintf("file:///in/%06d", i), Destination: fmt.Sprintf("file:///out/%06d", i)},
 			State: dtr.Done, Size: 1024, Checksum: "adler32:00000001", Attempts: 1}
 		if i >= done {
 			f.State = dtr.Error
@@ -23,7 +24,7 @@ func event(done, failed, pending int) JobEvent {
 		ev.Files = append(ev.Files, f)
 	}
 	for i := range pending {
-		ev.Pending = append(ev.Pending, FileRef{Source: fmt.Sprintf("file:///in/p%06d", i)})
+		ev.Pending = append(ev.Pending, api.FileRef{Source: fmt.Sprintf("file:///in/p%06d", i)})
 	}
 	return ev
 }
@@ -31,7 +32,7 @@ func event(done, failed, pending int) JobEvent {
 func TestAJobEventTooLargeForAMessageLeavesOutLinesButNoCounts(t *testing.T) {
 	for _, tt := range []struct {
 		name                              string
-		ev                                JobEvent
+		ev                                api.JobEvent
 		limit                             int
 		files, omitted, pending, failures int
 		failuresOmitted, pendingOmitted   int
@@ -52,7 +53,7 @@ func TestAJobEventTooLargeForAMessageLeavesOutLinesButNoCounts(t *testing.T) {
 			if len(b) > tt.limit {
 				t.Fatalf("%d bytes, more than %d", len(b), tt.limit)
 			}
-			var got JobEvent
+			var got api.JobEvent
 			if err := json.Unmarshal(b, &got); err != nil {
 				t.Fatal(err)
 			}

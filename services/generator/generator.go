@@ -33,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -61,83 +62,24 @@ type Config struct {
 	FileRoots []string `ignored:"true"`
 }
 
-// Job states.
-const (
-	JobRunning  = "running"
-	JobFinished = "finished"
-	JobFailed   = "failed"
-)
-
-// Record is a job's state.
-type Record struct {
-	Job   job.Job `json:"job"`
-	State string  `json:"state"`
-	Total int     `json:"total"`
-	// Footprint is about how many bytes the records of the job's DTRs
-	// take (dtr.Footprint), counted for its owner while it runs.
-	Footprint int64     `json:"footprint,omitempty"`
-	Done      int       `json:"done"`
-	Failed    int       `json:"failed"`
-	Cancelled int       `json:"cancelled"`
-	Created   time.Time `json:"created"`
-	Ended     time.Time `json:"ended,omitzero"`
-	// DownloadFailed is set by the first mandatory download that failed; the
-	// job's other downloads were then cancelled.
-	DownloadFailed bool `json:"download_failed,omitempty"`
-	// Failures are "Failed in data staging: ..." lines, as ARC writes them.
-	Failures  []string `json:"failures,omitempty"`
-	Announced bool     `json:"announced,omitempty"`
-}
-
-// Final reports how many of the job's DTRs are final.
-func (r *Record) Final() int { return r.Done + r.Failed + r.Cancelled }
-
-// FileRef is one of a job's DTRs.
-type FileRef struct {
-	DTR            uuid.UUID     `json:"dtr"`
-	Direction      dtr.Direction `json:"direction"`
-	Source         string        `json:"source"`
-	Destination    string        `json:"destination"`
-	FailureAllowed bool          `json:"failure_allowed,omitempty"`
-}
-
-// FileStat is the per-file statistics line of a finished job (ARC's
-// job.ID.statistics).
-type FileStat struct {
-	FileRef
-	State    dtr.State    `json:"state"`
-	Size     int64        `json:"size"`
-	Started  time.Time    `json:"started,omitzero"`
-	Ended    time.Time    `json:"ended,omitzero"`
-	Checksum string       `json:"checksum,omitempty"`
-	Attempts int          `json:"attempts"`
-	Error    *dtr.Failure `json:"error,omitempty"`
-}
-
-// JobEvent is the data of job-finished and job-failed events, and the
-// answer of sluice.api.job.status (where Files has a line only for final
-// DTRs and Pending lists the others).
-type JobEvent struct {
-	Record
-	Files   []FileStat `json:"files"`
-	Pending []FileRef  `json:"pending,omitempty"`
-	// FilesOmitted, PendingOmitted and FailuresOmitted count the lines of
-	// Files, Pending and Failures left out so that the event or answer
-	// fits in one NATS message (a job of many files on a server with a
-	// small max_payload); the counts of the record stay whole.
-	FilesOmitted    int `json:"files_omitted,omitempty"`
-	PendingOmitted  int `json:"pending_omitted,omitempty"`
-	FailuresOmitted int `json:"failures_omitted,omitempty"`
-}
-
 // keptFailures is how many failure lines an event trimmed to fit keeps.
 const keptFailures = 100
+
+// Record is a job's record as the generator stores it under <job>: its
+// state (what sluice.api.job.status answers) and what its DTRs take of its
+// owner's limits.
+type Record struct {
+	api.JobRecord
+	// Footprint is about how many bytes the records of the job's DTRs
+	// take (dtr.Footprint), counted for its owner while it runs.
+	Footprint int64 `json:"footprint,omitempty"`
+}
 
 // encodeToFit returns ev's JSON in at most limit bytes, leaving out what it
 // must: first the lines of files that ended DONE (the others say what went
 // wrong), then every file line and the pending list, then the failure lines
 // past the first keptFailures.
-func encodeToFit(ev *JobEvent, limit int) ([]byte, error) {
+func encodeToFit(ev *api.JobEvent, limit int) ([]byte, error) {
 	for step := 0; ; step++ {
 		b, err := bus.EncodeJSON(ev)
 		if err != nil || len(b) <= limit {
@@ -145,7 +87,7 @@ func encodeToFit(ev *JobEvent, limit int) ([]byte, error) {
 		}
 		switch step {
 		case 0:
-			kept := []FileStat{}
+			kept := []api.FileStat{}
 			for _, f := range ev.Files {
 				if f.State == dtr.Done {
 					ev.FilesOmitted++
@@ -157,7 +99,7 @@ func encodeToFit(ev *JobEvent, limit int) ([]byte, error) {
 		case 1:
 			ev.FilesOmitted += len(ev.Files)
 			ev.PendingOmitted += len(ev.Pending)
-			ev.Files, ev.Pending = []FileStat{}, nil
+			ev.Files, ev.Pending = []api.FileStat{}, nil
 		case 2:
 			if n := len(ev.Failures); n > keptFailures {
 				ev.FailuresOmitted = n - keptFailures
@@ -174,20 +116,6 @@ func encodeToFit(ev *JobEvent, limit int) ([]byte, error) {
 func (s *Service) eventLimit() int {
 	return max(int(s.nc.MaxPayload())-8<<10, 4<<10)
 }
-
-// SubmitReply is the answer of sluice.api.job.submit.
-type SubmitReply struct {
-	JobID string      `json:"job_id"`
-	DTRs  []uuid.UUID `json:"dtrs"`
-}
-
-// Headers of a job submit request that carry what an xRSL description
-// lacks.
-const (
-	HeaderSessionDir = "Sluice-Session-Dir"
-	HeaderDN         = "Sluice-Owner-DN"
-	HeaderFQAN       = "Sluice-Owner-FQAN"
-)
 
 // Service is a running generator.
 type Service struct {
@@ -345,7 +273,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, e := range []struct {
 		name, base string
 		h          func(context.Context, micro.Request)
-	}{{"submit", bus.SubjectAPIJobSubmit, s.handleSubmit}, {"status", bus.SubjectAPIJobStatus, s.handleStatus}} {
+	}{{"submit", api.SubjectJobSubmit, s.handleSubmit}, {"status", api.SubjectJobStatus, s.handleStatus}} {
 		if err := svc.AddEndpoint(e.name, micro.ContextHandler(ctx, e.h), micro.WithEndpointSubject(e.base)); err != nil {
 			return err
 		}
@@ -398,20 +326,20 @@ func (s *Service) Run(ctx context.Context) error {
 // Submit makes and submits the DTRs of a job for caller c. Submitting the
 // same job id again submits the same DTR ids, which the scheduler takes
 // only once.
-func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (SubmitReply, error) {
+func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.SubmitReply, error) {
 	if err := c.Allow(auth.ScopeCreate); err != nil {
-		return SubmitReply{}, err
+		return api.SubmitReply{}, err
 	}
 	if err := ownJob(c, j); err != nil {
-		return SubmitReply{}, err
+		return api.SubmitReply{}, err
 	}
 	j.Normalize()
 	if err := j.Validate(); err != nil {
-		return SubmitReply{}, err
+		return api.SubmitReply{}, err
 	}
 	n := len(j.Inputs) + len(j.Outputs)
 	if n > s.cfg.MaxFiles {
-		return SubmitReply{}, fmt.Errorf("job has %d files; at most %d are allowed", n, s.cfg.MaxFiles)
+		return api.SubmitReply{}, fmt.Errorf("job has %d files; at most %d are allowed", n, s.cfg.MaxFiles)
 	}
 	now := time.Now().UTC()
 	ds := j.DTRs(now)
@@ -421,21 +349,21 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	var footprint int64
 	for _, d := range ds {
 		if err := confined.Check(c, slices.Concat([]string{d.Source, d.Destination}, d.Replicas)...); err != nil {
-			return SubmitReply{}, err
+			return api.SubmitReply{}, err
 		}
 		footprint += dtr.Footprint(d)
 	}
 	if err := s.admitJob(c, j, n, footprint); err != nil {
-		return SubmitReply{}, err
+		return api.SubmitReply{}, err
 	}
-	refs := make([]FileRef, len(ds))
-	reply := SubmitReply{JobID: j.ID}
+	refs := make([]api.FileRef, len(ds))
+	reply := api.SubmitReply{JobID: j.ID}
 	for i, d := range ds {
 		// A random id, which no one can take before the job comes: one
 		// made from the job id could be (membership.go). Submitted again,
 		// the job's DTRs keep the ids stored in its file list.
 		d.ID = uuid.New()
-		refs[i] = FileRef{DTR: d.ID, Direction: d.Direction, Source: d.Source, Destination: d.Destination,
+		refs[i] = api.FileRef{DTR: d.ID, Direction: d.Direction, Source: d.Source, Destination: d.Destination,
 			FailureAllowed: d.Options.FailureAllowed}
 		reply.DTRs = append(reply.DTRs, d.ID)
 	}
@@ -444,9 +372,9 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	// whole.
 	msgs, err := s.submits(ds)
 	if err != nil {
-		return SubmitReply{}, err
+		return api.SubmitReply{}, err
 	}
-	rec := Record{Job: *j, State: JobRunning, Total: len(ds), Footprint: footprint, Created: now}
+	rec := Record{JobRecord: api.JobRecord{Job: *j, State: api.JobRunning, Total: len(ds), Created: now}, Footprint: footprint}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
 	files, err := bus.EncodeJSON(refs)
 	if err != nil {
@@ -456,7 +384,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 	// Refused for want of space before the DTRs, what this call created is
 	// removed again: nothing of the job is left.
 	var created []string
-	var before []FileRef // the file list of this job submitted before
+	var before []api.FileRef // the file list of this job submitted before
 	sameFiles := func(stored []byte) bool {
 		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)
 	}
@@ -519,8 +447,8 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (Submit
 
 // sameRefs says whether two file lists name the same files, whatever
 // their DTR ids.
-func sameRefs(a, b []FileRef) bool {
-	return slices.EqualFunc(a, b, func(x, y FileRef) bool {
+func sameRefs(a, b []api.FileRef) bool {
+	return slices.EqualFunc(a, b, func(x, y api.FileRef) bool {
 		x.DTR, y.DTR = uuid.Nil, uuid.Nil
 		return x == y
 	})
@@ -608,14 +536,14 @@ func (s *Service) create(ctx context.Context, key string, b []byte, same func(st
 }
 
 func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
-	c, err := s.caller(ctx, bus.SubjectAPIJobSubmit, r.Subject(), nats.Header(r.Headers()))
+	c, err := s.caller(ctx, api.SubjectJobSubmit, r.Subject(), nats.Header(r.Headers()))
 	if err != nil {
 		_ = r.Error("403", err.Error(), nil)
 		return
 	}
 	h := r.Headers()
-	opt := job.XRSLOptions{SessionDir: h.Get(HeaderSessionDir),
-		Owner: dtr.Identity{DN: h.Get(HeaderDN), FQANs: h.Values(HeaderFQAN)}}
+	opt := job.XRSLOptions{SessionDir: h.Get(api.HeaderSessionDir),
+		Owner: dtr.Identity{DN: h.Get(api.HeaderDN), FQANs: h.Values(api.HeaderFQAN)}}
 	j, err := job.Parse(r.Data(), opt)
 	if err != nil {
 		_ = r.Error("400", "bad job description: "+oneLine(err), nil)
@@ -641,7 +569,7 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
-	c, err := s.caller(ctx, bus.SubjectAPIJobStatus, r.Subject(), nats.Header(r.Headers()))
+	c, err := s.caller(ctx, api.SubjectJobStatus, r.Subject(), nats.Header(r.Headers()))
 	if err == nil {
 		err = c.Allow(auth.ScopeRead)
 	}
@@ -682,17 +610,17 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 
 // Status returns a job's record, the statistics of its final DTRs and the
 // list of the others.
-func (s *Service) Status(ctx context.Context, jobID string) (JobEvent, error) {
+func (s *Service) Status(ctx context.Context, jobID string) (api.JobEvent, error) {
 	return s.status(ctx, jobID, nil)
 }
 
 // status is Status with the job's final DTRs, if they have been read.
-func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID]*dtr.DTR) (JobEvent, error) {
-	var ev JobEvent
-	if _, err := s.get(ctx, jobID, &ev.Record); err != nil {
+func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID]*dtr.DTR) (api.JobEvent, error) {
+	var ev api.JobEvent
+	if _, err := s.get(ctx, jobID, &ev.JobRecord); err != nil {
 		return ev, fmt.Errorf("job %q: %w", jobID, err)
 	}
-	var refs []FileRef
+	var refs []api.FileRef
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return ev, fmt.Errorf("job %q files: %w", jobID, err)
 	}
@@ -708,7 +636,7 @@ func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID
 			ev.Pending = append(ev.Pending, ref)
 			continue
 		}
-		ev.Files = append(ev.Files, FileStat{FileRef: ref, State: d.State, Size: d.Size, Started: d.Started,
+		ev.Files = append(ev.Files, api.FileStat{FileRef: ref, State: d.State, Size: d.Size, Started: d.Started,
 			Ended: d.Ended, Checksum: d.Checksum, Attempts: d.Attempts, Error: d.Error})
 	}
 	return ev, nil

@@ -8,6 +8,8 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
 )
 
 // maxMembers bounds the jobs whose DTR ids are cached.
@@ -23,7 +25,7 @@ func (s *Service) memberIDs(ctx context.Context, jobID string) (map[uuid.UUID]st
 	if ok {
 		return ids, nil
 	}
-	var refs []FileRef
+	var refs []api.FileRef
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return nil, err
 	}

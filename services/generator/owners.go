@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -113,7 +114,7 @@ func (s *Service) countOwners(ctx context.Context) error {
 			break // every job record seen
 		}
 		var r Record
-		if json.Unmarshal(e.Value(), &r) == nil && r.State == JobRunning {
+		if json.Unmarshal(e.Value(), &r) == nil && r.State == api.JobRunning {
 			u := owners[r.Job.Owner.DN]
 			u.jobs++
 			u.files += r.Total

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -34,12 +35,12 @@ func (s *Service) addAPI() (micro.Service, error) {
 		name, base string
 		h          micro.HandlerFunc
 	}{
-		{"shares", bus.SubjectAPIShares, s.handleShares},
-		{"dtr", bus.SubjectAPIDTR, s.handleDTR},
-		{"retrying", bus.SubjectAPIRetrying, s.handleRetrying},
-		{"priority", bus.SubjectAPIPriority, s.handlePriority},
-		{"cancel", bus.SubjectAPICancel, s.handleCancel},
-		{"reconfigure", bus.SubjectAPIReconfigure, s.handleReconfigure},
+		{"shares", api.SubjectShares, s.handleShares},
+		{"dtr", api.SubjectDTR, s.handleDTR},
+		{"retrying", api.SubjectRetrying, s.handleRetrying},
+		{"priority", api.SubjectPriority, s.handlePriority},
+		{"cancel", api.SubjectCancel, s.handleCancel},
+		{"reconfigure", api.SubjectReconfigure, s.handleReconfigure},
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
@@ -96,16 +97,10 @@ func respondErr(r micro.Request, err error) {
 	_ = r.Error(code, err.Error(), nil)
 }
 
-// PriorityRequest is the body of sluice.api.priority.
-type PriorityRequest struct {
-	DTR      uuid.UUID `json:"dtr"`
-	Priority int       `json:"priority"`
-}
-
 // decodePriorityRequest reads a sluice.api.priority request: a DTR id and
 // a priority 1–100.
-func decodePriorityRequest(data []byte) (PriorityRequest, error) {
-	var req PriorityRequest
+func decodePriorityRequest(data []byte) (api.PriorityRequest, error) {
+	var req api.PriorityRequest
 	if err := decodeRequest(data, &req); err != nil {
 		return req, err
 	}
@@ -123,7 +118,7 @@ func decodePriorityRequest(data []byte) (PriorityRequest, error) {
 var errNotYours = errors.New("not yours")
 
 func (s *Service) handlePriority(r micro.Request) {
-	c, ok := s.requester(r, bus.SubjectAPIPriority, auth.ScopeModify)
+	c, ok := s.requester(r, api.SubjectPriority, auth.ScopeModify)
 	if !ok {
 		return
 	}
@@ -154,24 +149,13 @@ func (s *Service) handlePriority(r micro.Request) {
 		return
 	}
 	s.log.Info("priority changed", "dtr", req.DTR, "priority", req.Priority, "by", c.String())
-	_ = r.RespondJSON(DTRReply{DTR: d})
-}
-
-// CancelRequest is the body of sluice.api.cancel: one DTR or a whole job.
-type CancelRequest struct {
-	DTR uuid.UUID `json:"dtr,omitzero"`
-	Job string    `json:"job,omitempty"`
-}
-
-// CancelReply says how many DTRs a cancel reached.
-type CancelReply struct {
-	Cancelled int `json:"cancelled"`
+	_ = r.RespondJSON(api.DTRReply{DTR: d})
 }
 
 // decodeCancelRequest reads a sluice.api.cancel request: either a DTR id
 // or a job id.
-func decodeCancelRequest(data []byte) (CancelRequest, error) {
-	var req CancelRequest
+func decodeCancelRequest(data []byte) (api.CancelRequest, error) {
+	var req api.CancelRequest
 	if err := decodeRequest(data, &req); err != nil {
 		return req, err
 	}
@@ -182,7 +166,7 @@ func decodeCancelRequest(data []byte) (CancelRequest, error) {
 }
 
 func (s *Service) handleCancel(r micro.Request) {
-	c, ok := s.requester(r, bus.SubjectAPICancel, auth.ScopeCancel)
+	c, ok := s.requester(r, api.SubjectCancel, auth.ScopeCancel)
 	if !ok {
 		return
 	}
@@ -225,19 +209,13 @@ func (s *Service) handleCancel(r micro.Request) {
 		return
 	}
 	s.log.Info("cancelled", "dtr", req.DTR, "job", req.Job, "dtrs", n, "by", c.String())
-	_ = r.RespondJSON(CancelReply{Cancelled: n})
-}
-
-// ReconfigureRequest is the body of sluice.api.reconfigure: the share
-// priorities that replace the configured ones until the scheduler restarts.
-type ReconfigureRequest struct {
-	SharePriority map[string]int `json:"sharepriority"`
+	_ = r.RespondJSON(api.CancelReply{Cancelled: n})
 }
 
 // decodeReconfigureRequest reads a sluice.api.reconfigure request: share
 // names, none empty, with priorities 1–100.
-func decodeReconfigureRequest(data []byte) (ReconfigureRequest, error) {
-	var req ReconfigureRequest
+func decodeReconfigureRequest(data []byte) (api.ReconfigureRequest, error) {
+	var req api.ReconfigureRequest
 	if err := decodeRequest(data, &req); err != nil {
 		return req, err
 	}
@@ -257,7 +235,7 @@ func decodeReconfigureRequest(data []byte) (ReconfigureRequest, error) {
 }
 
 func (s *Service) handleReconfigure(r micro.Request) {
-	c, ok := s.requester(r, bus.SubjectAPIReconfigure, auth.ScopeModify)
+	c, ok := s.requester(r, api.SubjectReconfigure, auth.ScopeModify)
 	if !ok {
 		return
 	}
@@ -282,15 +260,8 @@ func (s *Service) handleReconfigure(r micro.Request) {
 	s.respondShares(r)
 }
 
-// SharesReply is the answer of sluice.api.shares.
-type SharesReply struct {
-	Shares   []core.ShareStats `json:"shares"`
-	Retrying map[string]int    `json:"retrying,omitempty"`
-	Limits   map[string]int    `json:"limits"`
-}
-
 func (s *Service) handleShares(r micro.Request) {
-	if _, ok := s.requester(r, bus.SubjectAPIShares, auth.ScopeRead); !ok {
+	if _, ok := s.requester(r, api.SubjectShares, auth.ScopeRead); !ok {
 		return
 	}
 	s.respondShares(r)
@@ -298,23 +269,20 @@ func (s *Service) handleShares(r micro.Request) {
 
 // respondShares answers with every share's state and the limits.
 func (s *Service) respondShares(r micro.Request) {
-	var reply SharesReply
+	var reply api.SharesReply
 	s.query(func() {
-		reply.Shares, reply.Retrying = s.core.Shares()
+		var stats []core.ShareStats
+		stats, reply.Retrying = s.core.Shares()
+		for _, st := range stats {
+			reply.Shares = append(reply.Shares, api.ShareStats(st))
+		}
 		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})
 	_ = r.RespondJSON(reply)
 }
 
-// DTRReply is the answer of sluice.api.dtr: the DTR and, while it is
-// unfinished, why it is where it is.
-type DTRReply struct {
-	DTR dtr.DTR   `json:"dtr"`
-	Why *core.Why `json:"why,omitempty"`
-}
-
 func (s *Service) handleDTR(r micro.Request) {
-	c, ok := s.requester(r, bus.SubjectAPIDTR, auth.ScopeRead)
+	c, ok := s.requester(r, api.SubjectDTR, auth.ScopeRead)
 	if !ok {
 		return
 	}
@@ -324,11 +292,12 @@ func (s *Service) handleDTR(r micro.Request) {
 		return
 	}
 	var d dtr.DTR
-	var why *core.Why
+	var why *api.Why
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
 			if w, err := s.core.Explain(time.Now(), id); err == nil {
-				why = &w
+				aw := api.Why(w)
+				why = &aw
 			}
 		}
 	})
@@ -349,17 +318,11 @@ func (s *Service) handleDTR(r micro.Request) {
 		unknown(r, c, "DTR "+id.String())
 		return
 	}
-	_ = r.RespondJSON(DTRReply{DTR: d, Why: why})
-}
-
-// RetryingReply is the answer of sluice.api.retrying: a job's DTRs that
-// wait to be tried again, each with its error, attempts and next_process.
-type RetryingReply struct {
-	DTRs []dtr.DTR `json:"dtrs"`
+	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why})
 }
 
 func (s *Service) handleRetrying(r micro.Request) {
-	c, ok := s.requester(r, bus.SubjectAPIRetrying, auth.ScopeRead)
+	c, ok := s.requester(r, api.SubjectRetrying, auth.ScopeRead)
 	if !ok {
 		return
 	}
@@ -368,7 +331,7 @@ func (s *Service) handleRetrying(r micro.Request) {
 		_ = r.Error("400", fmt.Sprintf("job id %q is not 1–64 characters of A–Z, a–z, 0–9, '_', '-'", job), nil)
 		return
 	}
-	reply := RetryingReply{DTRs: []dtr.DTR{}}
+	reply := api.RetryingReply{DTRs: []dtr.DTR{}}
 	s.query(func() {
 		for _, d := range s.core.Retrying(job) {
 			if c.Owns(d.Owner) {

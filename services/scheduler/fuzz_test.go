@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -156,7 +157,7 @@ func checkSubmitted(t *testing.T, d *dtr.DTR) {
 
 // FuzzControlRequestsAreRefusedWithAReasonOrWithinBounds feeds the same
 // bytes to the decoders of sluice.api.priority, sluice.api.cancel and
-// sluice.api.reconfigure, and, as text, to ParseSharePriorities
+// sluice.api.reconfigure, and, as text, to api.ParseSharePriorities
 // (SLUICE_SHAREPRIORITY). Each returns an error with a message, or a
 // request within the documented bounds: a DTR id and a priority 1–100; a
 // DTR id or a job id, not both; share names that are not empty with
@@ -215,7 +216,7 @@ func FuzzControlRequestsAreRefusedWithAReasonOrWithinBounds(f *testing.F) {
 				t.Fatalf("reconfigure request %+v accepted, but the core refuses it: %v", req, err)
 			}
 		}
-		if prios, err := ParseSharePriorities(string(data)); !refused("share priorities", err) {
+		if prios, err := api.ParseSharePriorities(string(data)); !refused("share priorities", err) {
 			checkSharePriorities(t, prios, true)
 		}
 	})

@@ -17,12 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -33,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -111,7 +110,7 @@ func (c Config) CoreConfig() (core.Config, error) {
 		return cc, err
 	}
 	cc.SharePolicy = p
-	cc.SharePriority, err = ParseSharePriorities(c.SharePriority)
+	cc.SharePriority, err = api.ParseSharePriorities(c.SharePriority)
 	if err != nil {
 		return cc, err
 	}
@@ -172,33 +171,6 @@ func (c Config) CoreConfig() (core.Config, error) {
 		cc.Policy = core.ByteFair(cc.Policy, c.ByteFair, c.ByteFairMax)
 	}
 	return cc, nil
-}
-
-// ParseSharePriorities reads "share=prio,share=prio" (a space or a tab may
-// stand for "=", as in ARC's "sharepriority=atlas:validation 80", and spaces
-// may surround the "="). The priority follows the last "=", space or tab,
-// so a share named by a DN keeps the "=" of its attributes.
-func ParseSharePriorities(s string) (map[string]int, error) {
-	out := map[string]int{}
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		i := strings.LastIndexAny(item, "= \t")
-		// "atlas = 80" and "atlas= 80": the "=" before the space is the
-		// separator too, not a part of the name.
-		share := strings.TrimRightFunc(item[:max(i, 0)], func(r rune) bool { return r == '=' || unicode.IsSpace(r) })
-		if i <= 0 || share == "" {
-			return nil, fmt.Errorf("share priority %q is not share=priority", item)
-		}
-		p, err := strconv.Atoi(strings.TrimSpace(item[i+1:]))
-		if err != nil || p < 1 || p > 100 {
-			return nil, fmt.Errorf("share priority %q: priority must be an integer 1–100", item)
-		}
-		out[share] = p
-	}
-	return out, nil
 }
 
 // Service is a running scheduler.
