@@ -50,7 +50,7 @@ func configEnv(slots int) []string {
 // each pool) of a throughput run: as deep as the baseline's pipeline, whose
 // consumers each pull up to 500 messages ahead. More DTRs in flight make
 // larger batches of grants and results; with 50 slots a DTR costs about a
-// third more CPU (README, "Where the end-to-end time goes").
+// third more CPU (BENCHMARKS.md, "Where the end-to-end time goes").
 const ThroughputSlots = 500
 
 // Throughput moves n 1 KiB files file→file as one job, with slots slots in

@@ -1,7 +1,7 @@
 package e2e
 
 // The bad input tour: every kind of bad input tried on a real Sluice, and
-// what Sluice answers to each. README.md's "Bad input" table names the test
+// what Sluice answers to each. docs/bad-input.md's table names the test
 // of each row.
 
 import (

@@ -1100,7 +1100,7 @@ func TestCancelStopsARunningTransferDeletesThePartialFileAndFreesTheSlot(t *test
 	select {
 	case at := <-stopped:
 		// Measured, not asserted to the millisecond (the machine is shared):
-		// the README quotes it.
+		// docs/bad-input.md quotes it.
 		t.Logf("the transfer stopped %s after the cancel request", at.Sub(asked).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the transfer was still running 10 s after the cancel")

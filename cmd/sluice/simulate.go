@@ -15,7 +15,7 @@ import (
 // more policies and prints what each group got; -svg draws the slots.
 func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-example" || a == "--example" }) {
-		// The README's comparison: its settings, unless the environment
+		// The comparison of docs/scheduling.md (Policies): its settings, unless the environment
 		// says otherwise.
 		for k, v := range simulate.ExampleSettings {
 			if _, set := os.LookupEnv(k); !set {
@@ -28,7 +28,7 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 	}
 	fs := serveFlags("scheduler", cfg)
 	policies := fs.String("policies", cfg.Policy, "policies to compare, comma-separated: arc, dirac, sam, enstore (each configured by its SLUICE_* settings)")
-	example := fs.Bool("example", false, "replay the built-in example workload with the README's policy settings (environment wins)")
+	example := fs.Bool("example", false, "replay the built-in example workload with the policy settings of docs/scheduling.md (environment wins)")
 	writeExample := fs.String("write-example", "", "write the example workload to this CSV file and stop")
 	opt := simulate.Options{}
 	fs.IntVar(&opt.Slots, "slots", 10, "transfer slots (maxdelivery)")

@@ -27,7 +27,7 @@ import (
 )
 
 // CloudEvent types, one per message kind. The data of each is JSON; its
-// schema is documented in README.md.
+// schema is documented in docs/usage.md (Messages).
 const (
 	TypeSubmit      = "org.sluice.dtr.submit.v1"
 	TypeSubmits     = "org.sluice.dtr.submits.v1"

@@ -36,7 +36,7 @@ func xrdPath(u *url.URL) string { return path.Clean("/" + u.Path) }
 // further connections (its sub-sessions) go to that address too. A
 // redirect that the server answers with (kXR_redirect) is followed by
 // go-hep to wherever it points, unchecked: the one way past the Guard
-// (see README, "Outbound connections").
+// (see docs/operations.md, "Outbound connections").
 func (c *Client) xrdConnect(ctx context.Context, u *url.URL) (*xrootd.Client, error) {
 	port, err := strconv.ParseUint(portOf(u), 10, 16)
 	if err != nil {

@@ -33,7 +33,7 @@ func Example() []Arrival {
 	return out
 }
 
-// ExampleSettings are the policy settings the README's comparison uses
+// ExampleSettings are the policy settings the comparison in docs/scheduling.md (Policies) uses
 // with Example, as SLUICE_* variables.
 var ExampleSettings = map[string]string{
 	"SLUICE_SHAREPOLICY":   "voms:vo",

@@ -137,7 +137,7 @@ func TestSVGDrawsEveryGroupOfEveryPanel(t *testing.T) {
 // minutes while it has work. What a policy lets wait on purpose is left
 // out: SAM's back of the queue while front DTRs keep coming, DIRAC's
 // background shares, Enstore's normal DTRs while admin ones fill every
-// slot (README, Policies).
+// slot (docs/scheduling.md, Policies).
 func TestNoGroupWithWorkWaitsForeverUnderAnyPolicy(t *testing.T) {
 	var work []Arrival
 	for at := time.Duration(0); at < time.Hour; at += 2 * time.Second {
