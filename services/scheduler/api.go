@@ -343,13 +343,13 @@ func (s *Service) handleRetrying(r micro.Request) {
 }
 
 // query runs f in the scheduling loop, which owns the core.
-func (s *Service) query(f func()) { _ = s.run(f, false) }
+func (s *Service) query(f func()) { _ = s.inLoop(f, false) }
 
 // change runs f in the scheduling loop and returns once what f changed is
 // stored, or an error if the scheduler stopped first or could not store it.
-func (s *Service) change(f func()) error { return s.run(f, true) }
+func (s *Service) change(f func()) error { return s.inLoop(f, true) }
 
-type query struct {
+type loopRequest struct {
 	f      func()
 	change bool
 	done   chan struct{}
@@ -359,8 +359,8 @@ type query struct {
 // errStopped answers requests that reach a scheduler on its way out.
 var errStopped = errors.New("the scheduler is stopping; try again")
 
-func (s *Service) run(f func(), change bool) error {
-	q := &query{f: f, change: change, done: make(chan struct{})}
+func (s *Service) inLoop(f func(), change bool) error {
+	q := &loopRequest{f: f, change: change, done: make(chan struct{})}
 	select {
 	case s.queries <- q:
 		<-q.done

@@ -41,8 +41,8 @@ type record struct {
 	final bool   // the DTR is in a final state
 }
 
-// held is a record not yet checkpointed.
-type held struct {
+// pendingRecord is a DTR record journaled and not yet checkpointed.
+type pendingRecord struct {
 	data  []byte
 	final bool
 }
@@ -61,7 +61,7 @@ type journal struct {
 	mu sync.Mutex
 	// dirty holds the latest record of each DTR changed since the last
 	// checkpoint began; flushing, those the running checkpoint stores.
-	dirty, flushing map[uuid.UUID]held
+	dirty, flushing map[uuid.UUID]pendingRecord
 	// last is the journal sequence of the last message appended.
 	last uint64
 	// running is set while a checkpoint runs; checkpointed is when the
@@ -80,7 +80,7 @@ type journal struct {
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
 	return &journal{js: js, kv: kv, log: log, maxBytes: maxBytes, every: every, atMost: atMost,
-		dirty: map[uuid.UUID]held{}, checkpointed: time.Now()}
+		dirty: map[uuid.UUID]pendingRecord{}, checkpointed: time.Now()}
 }
 
 // messages packs records into journal messages of at most maxBytes (a
@@ -127,7 +127,7 @@ func (j *journal) Append(ctx context.Context, recs []record) error {
 	defer j.mu.Unlock()
 	j.last = max(j.last, out.Last)
 	for _, r := range recs {
-		j.dirty[r.id] = held{r.data, r.final}
+		j.dirty[r.id] = pendingRecord{r.data, r.final}
 	}
 	return nil
 }
@@ -159,7 +159,7 @@ func (j *journal) Checkpoint(ctx context.Context) {
 		return
 	}
 	j.running, j.checkpointed = true, time.Now()
-	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID]held, len(j.dirty))
+	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID]pendingRecord, len(j.dirty))
 	upTo, recs := j.last, j.flushing
 	j.wg.Go(func() {
 		err := j.store(ctx, recs, upTo)
@@ -184,7 +184,7 @@ func (j *journal) Wait() { j.wg.Wait() }
 
 // store puts the records in the bucket and then purges the journal up to
 // and including upTo.
-func (j *journal) store(ctx context.Context, recs map[uuid.UUID]held, upTo uint64) error {
+func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64) error {
 	out := bus.NewBatch(ctx, j.js)
 	ttl := ""
 	if j.retention > 0 {
@@ -246,5 +246,5 @@ func (j *journal) Replay(ctx context.Context, apply func(data []byte)) error {
 func (j *journal) Keep(id uuid.UUID, data []byte, final bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.dirty[id] = held{data, final}
+	j.dirty[id] = pendingRecord{data, final}
 }

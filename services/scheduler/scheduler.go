@@ -180,7 +180,7 @@ type Service struct {
 	js      jetstream.JetStream
 	core    *core.Core
 	log     *slog.Logger
-	queries chan *query
+	queries chan *loopRequest
 	// finished remembers recently finished DTRs (finishedSpan) so that a
 	// redelivered submit of one is not run again.
 	finished *recentIDs
@@ -203,7 +203,7 @@ type Service struct {
 	leases *leaseClock
 	// parked holds the changes asked while the committer was busy with
 	// the store not full (hand); the loop answers them next.
-	parked []*query
+	parked []*loopRequest
 }
 
 // New checks the configuration and prepares a scheduler on nc.
@@ -224,7 +224,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
-		queries: make(chan *query), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
+		queries: make(chan *loopRequest), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
 		mon: newMonitor(cmp.Or(cfg.Policy, "arc")),
 	}
 	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
@@ -377,7 +377,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // answer runs a query in the loop. A change is stored and its effects
 // published before the caller hears it is done. stop says the loop ends.
-func (s *Service) answer(ctx context.Context, kv jetstream.KeyValue, commits chan<- *commit, q *query) (stop bool, err error) {
+func (s *Service) answer(ctx context.Context, kv jetstream.KeyValue, commits chan<- *commit, q *loopRequest) (stop bool, err error) {
 	q.f()
 	if !q.change {
 		close(q.done)

@@ -28,7 +28,7 @@ func (c *Core) CancelJob(now time.Time, jobID string, owns func(dtr.Identity) bo
 		if jobID == "" || c.jobOf(e) != jobID {
 			continue
 		}
-		if owner := c.view(e).Owner; owns == nil || owns(owner) {
+		if owner := c.peekEntry(e).Owner; owns == nil || owns(owner) {
 			ids = append(ids, id)
 			owners[owner.DN] = true
 		}
@@ -92,7 +92,7 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 	for _, e := range c.dtrs {
 		share := c.shareOf(e)
 		if p := c.SharePriority(share); p != sharePriorityIn(old, share) {
-			d := c.open(e)
+			d := c.unpackEntry(e)
 			d.Priority = c.policy.Priority(d.Share, d)
 			d.Updated = now
 			c.markDirty(e)
@@ -139,7 +139,7 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	if !ok {
 		return Why{}, fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	d := c.view(e)
+	d := c.peekEntry(e)
 	w := Why{DTR: d.ID, State: d.State, Share: d.Share, Priority: d.Priority}
 	switch {
 	case d.State.IsActive():

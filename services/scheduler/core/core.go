@@ -457,8 +457,8 @@ func endpointOf(u string) string {
 	return p.Host
 }
 
-// at turns a time into nanoseconds since the core's epoch.
-func (c *Core) at(t time.Time) int64 {
+// nanos turns a time into nanoseconds since the core's epoch.
+func (c *Core) nanos(t time.Time) int64 {
 	if c.epoch.IsZero() {
 		c.epoch = t
 	}
@@ -489,7 +489,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	switch {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
-		c.close(e)
+		c.packEntry(e)
 	case d.State.IsActive():
 		q, _ := dtr.QueueOf(d.State)
 		if d.State == dtr.TransferringCancel {
@@ -503,8 +503,8 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		if q == dtr.Transfer {
 			c.busy(e, 1)
 		}
-		e.lease = c.at(now.Add(c.cfg.Lease))
-		e.granted = c.at(now)
+		e.lease = c.nanos(now.Add(c.cfg.Lease))
+		e.granted = c.nanos(now)
 		c.active[d.ID] = e
 	case (d.State == dtr.New || d.State == dtr.CacheProcessed || d.State == dtr.CacheWait) && !d.NextProcess.IsZero():
 		heap.Push(&c.delayed, e)
@@ -523,7 +523,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, r.DTR)
 	}
 	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
-		v := c.view(e) // not running: it may be packed in a queue
+		v := c.peekEntry(e) // not running: it may be packed in a queue
 		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, v.Grant, v.State)
 	}
 	if r.Stage != "" && r.Stage != e.queued.Stage() {
@@ -627,7 +627,7 @@ func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) 
 	if !ok || e.d.Grant != grant {
 		return fmt.Errorf("%w: dtr %s grant %s", ErrStaleResult, id, grant)
 	}
-	e.lease = c.at(now.Add(c.cfg.Lease))
+	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	if bytes > e.d.Bytes {
 		e.d.Bytes = bytes
 	}
@@ -643,10 +643,10 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	if v := c.view(e); v.Cancel || v.State.Final() {
+	if v := c.peekEntry(e); v.Cancel || v.State.Final() {
 		return nil
 	}
-	d := c.open(e)
+	d := c.unpackEntry(e)
 	d.Cancel = true
 	d.Updated = now
 	c.markDirty(e)
@@ -709,7 +709,7 @@ func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
 	}
-	d := c.open(e)
+	d := c.unpackEntry(e)
 	d.Priority = prio
 	d.Updated = now
 	if d.State.IsQueue() && e.index >= 0 {
@@ -757,7 +757,7 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) expireLeases(now time.Time) {
 	var expired []*entry
 	for _, e := range c.active {
-		if c.at(now) > e.lease {
+		if c.nanos(now) > e.lease {
 			expired = append(expired, e)
 		}
 	}
@@ -787,7 +787,7 @@ func (c *Core) expireLeases(now time.Time) {
 // deadline AgeEvery later. A queue whose earliest deadline is still ahead is
 // not scanned.
 func (c *Core) age(now time.Time) {
-	at := c.at(now)
+	at := c.nanos(now)
 	for _, s := range dtr.QueueStates {
 		for _, ss := range c.states[s].order {
 			q := &ss.q
@@ -805,8 +805,8 @@ func (c *Core) age(now time.Time) {
 				due = min(due, e.deadline)
 			}
 			for _, e := range aged {
-				c.open(e).Priority++
-				e.deadline = c.at(now.Add(c.cfg.AgeEvery))
+				c.unpackEntry(e).Priority++
+				e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
 				due = min(due, e.deadline)
 				q.fix(e)
 				c.markDirty(e)
@@ -821,8 +821,8 @@ func (c *Core) Take() Decisions {
 	out := c.out
 	out.Changed = make([]*dtr.DTR, 0, len(c.dirty))
 	for _, e := range c.dirty {
-		out.Changed = append(out.Changed, c.open(e))
-		c.close(e)
+		out.Changed = append(out.Changed, c.unpackEntry(e))
+		c.packEntry(e)
 		e.dirty = false
 	}
 	// The next decisions start with room for as many grants as these had.
@@ -838,7 +838,7 @@ func (c *Core) Get(id uuid.UUID) (dtr.DTR, bool) {
 	if !ok {
 		return dtr.DTR{}, false
 	}
-	return *c.view(e), true
+	return *c.peekEntry(e), true
 }
 
 // Retrying returns copies of a job's DTRs that wait to be tried again after
@@ -900,7 +900,7 @@ func (c *Core) Longest(n int) []uuid.UUID {
 	}
 	ids := make([]uuid.UUID, len(found))
 	for i, e := range found {
-		ids[i] = c.view(e).ID
+		ids[i] = c.peekEntry(e).ID
 	}
 	return ids
 }
@@ -945,7 +945,7 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 func (c *Core) DTRs() []dtr.DTR {
 	out := make([]dtr.DTR, 0, len(c.dtrs))
 	for _, e := range c.dtrs {
-		out = append(out, *c.view(e))
+		out = append(out, *c.peekEntry(e))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Created.Equal(out[j].Created) {
@@ -985,7 +985,7 @@ func (c *Core) pin(e *entry) {
 	if e.pinned {
 		return
 	}
-	d := c.view(e)
+	d := c.peekEntry(e)
 	p := c.pins[d.Share]
 	if p == nil {
 		p = &pins{}
@@ -1001,7 +1001,7 @@ func (c *Core) unpin(e *entry) {
 	if !e.pinned {
 		return
 	}
-	share := c.view(e).Share
+	share := c.peekEntry(e).Share
 	p := c.pins[share]
 	p.n--
 	p.byPrio[e.pinPrio]--
@@ -1042,8 +1042,8 @@ func (c *Core) cacheable(d *dtr.DTR) bool {
 func (c *Core) waitForCache(now time.Time, e, h *entry) {
 	e.d.NextProcess = now.Add(c.cfg.CacheWait)
 	heap.Push(&c.delayed, e)
-	if p := c.view(e).Priority; p > c.view(h).Priority {
-		hd := c.open(h)
+	if p := c.peekEntry(e).Priority; p > c.peekEntry(h).Priority {
+		hd := c.unpackEntry(h)
 		hd.Priority, hd.Updated = p, now
 		if hd.State.IsQueue() && h.index >= 0 {
 			h.share.q.fix(h)

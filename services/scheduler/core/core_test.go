@@ -479,7 +479,7 @@ func TestRestoredCoreCarriesOn(t *testing.T) {
 	h2 := newHarness(t, cfg)
 	h2.now = h.now
 	for _, d := range h.c.dtrs {
-		cp := *h.c.view(d)
+		cp := *h.c.peekEntry(d)
 		if err := h2.c.Restore(h2.now, &cp); err != nil {
 			t.Fatal(err)
 		}

@@ -110,7 +110,7 @@ func TestRestoredCoreCountsTransfersPerHost(t *testing.T) {
 	h.runToTransfer()
 	h2 := newHarness(t, cfg)
 	for _, e := range h.c.dtrs {
-		cp := *h.c.view(e)
+		cp := *h.c.peekEntry(e)
 		if err := h2.c.Restore(h.now, &cp); err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	}
 	for i, ss := range st.order {
 		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
-			e := c.take(s, ss)
+			e := c.dequeue(s, ss)
 			if e == nil {
 				break
 			}
@@ -54,7 +54,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
 			for ss.q.Len() > 0 && st.total < n {
-				e := c.take(s, ss)
+				e := c.dequeue(s, ss)
 				if e == nil {
 					break
 				}
@@ -91,7 +91,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 		if st.total >= n+c.cfg.MaxEmergency {
 			break
 		}
-		if e := c.take(s, ss); e != nil {
+		if e := c.dequeue(s, ss); e != nil {
 			c.grant(now, s, e, true)
 		}
 	}
@@ -101,11 +101,11 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 // whose endpoints have room.
 const maxSkip = 64
 
-// take pops the first DTR of a share's queue that may start now: in
+// dequeue pops the first DTR of a share's queue that may start now: in
 // TRANSFER, one whose endpoints are below MaxPerHost (ARC: a delivery DTR
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
-func (c *Core) take(s dtr.State, ss *shareState) *entry {
+func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	if s != dtr.Transfer || c.cfg.MaxPerHost <= 0 {
 		return ss.q.pop()
 	}
@@ -161,7 +161,7 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
-	return split(c.Limit(st.state), st.demand, st.deficit)
+	return apportion(c.Limit(st.state), st.demand, st.deficit)
 }
 
 // stageOf returns the worker stage of a queue or active state, "" for the
@@ -197,7 +197,7 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 }
 
 func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
-	d := c.open(e)
+	d := c.unpackEntry(e)
 	st := c.states[s]
 	e.share.running++
 	st.total++
@@ -221,8 +221,8 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	}
 	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
 	e.refinalise = false
-	e.lease = c.at(now.Add(c.cfg.Lease))
-	e.granted = c.at(now)
+	e.lease = c.nanos(now.Add(c.cfg.Lease))
+	e.granted = c.nanos(now)
 	g := c.grantOf(e)
 	g.Emergency = emergency
 	c.count.Grants++

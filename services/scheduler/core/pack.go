@@ -43,8 +43,8 @@ func (c *Core) nameID(s string) uint64 {
 // intern returns one shared copy of a string that many DTRs hold.
 func (c *Core) intern(s string) string { return c.names[c.nameID(s)] }
 
-// pack encodes d.
-func (c *Core) pack(d *dtr.DTR) string {
+// packDTR encodes d.
+func (c *Core) packDTR(d *dtr.DTR) string {
 	b := c.scratch[:0]
 	b = append(b, d.ID[:]...)
 	b = appendString(b, d.JobID)
@@ -107,8 +107,8 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// unpack decodes what pack encoded.
-func (c *Core) unpack(p string) *dtr.DTR {
+// unpackDTR decodes what pack encoded.
+func (c *Core) unpackDTR(p string) *dtr.DTR {
 	r := reader{s: p}
 	d := &dtr.DTR{}
 	copy(d.ID[:], r.next(16))
@@ -224,28 +224,28 @@ func (c *Core) shareOf(e *entry) string {
 	return c.names[r.uvarint()]
 }
 
-// open returns an entry's DTR to change it, unpacking it for good.
-func (c *Core) open(e *entry) *dtr.DTR {
+// unpackEntry returns an entry's DTR to change it, unpacking it for good.
+func (c *Core) unpackEntry(e *entry) *dtr.DTR {
 	if e.d == nil {
-		e.d = c.unpack(e.packed)
+		e.d = c.unpackDTR(e.packed)
 		e.packed = ""
 	}
 	return e.d
 }
 
-// view returns an entry's DTR to read it: the DTR itself if it is unpacked,
+// peekEntry returns an entry's DTR to read it: the DTR itself if it is unpacked,
 // else a copy that the caller must not change.
-func (c *Core) view(e *entry) *dtr.DTR {
+func (c *Core) peekEntry(e *entry) *dtr.DTR {
 	if e.d != nil {
 		return e.d
 	}
-	return c.unpack(e.packed)
+	return c.unpackDTR(e.packed)
 }
 
-// close packs the DTR of an entry waiting in a queue.
-func (c *Core) close(e *entry) {
+// packEntry packs the DTR of an entry waiting in a queue.
+func (c *Core) packEntry(e *entry) {
 	if e.d != nil && e.index >= 0 && e.d.State.IsQueue() && e.queued == e.d.State {
-		e.packed = c.pack(e.d)
+		e.packed = c.packDTR(e.d)
 		e.d = nil
 	}
 }

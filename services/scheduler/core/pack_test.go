@@ -39,7 +39,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := New(DefaultConfig())
-			got := c.unpack(c.pack(&tt.d))
+			got := c.unpackDTR(c.packDTR(&tt.d))
 			want := tt.d
 			// Times keep their instant, not their location.
 			for _, p := range [][2]*time.Time{{&got.Created, &want.Created}, {&got.Updated, &want.Updated},
@@ -52,10 +52,10 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 			if !reflect.DeepEqual(*got, want) {
 				t.Errorf("unpacked\n%+v\nwant\n%+v", *got, want)
 			}
-			if tt.d.JobID != "" && c.jobOf(&entry{packed: c.pack(&tt.d)}) != tt.d.JobID {
+			if tt.d.JobID != "" && c.jobOf(&entry{packed: c.packDTR(&tt.d)}) != tt.d.JobID {
 				t.Error("jobOf reads the wrong job")
 			}
-			if c.shareOf(&entry{packed: c.pack(&tt.d)}) != tt.d.Share {
+			if c.shareOf(&entry{packed: c.packDTR(&tt.d)}) != tt.d.Share {
 				t.Error("shareOf reads the wrong share")
 			}
 		})

@@ -21,7 +21,7 @@ func (c *Core) enqueue(now time.Time, e *entry) {
 	c.seq++
 	e.seq = c.seq
 	e.queued = s
-	e.deadline = c.at(now.Add(c.cfg.AgeAfter))
+	e.deadline = c.nanos(now.Add(c.cfg.AgeAfter))
 	q.add(e)
 	q.due = min(q.due, e.deadline)
 }

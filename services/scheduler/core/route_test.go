@@ -81,7 +81,7 @@ func restarted(t *testing.T, h *harness) *harness {
 	h2 := newHarness(t, h.c.Config())
 	h2.now = h.now
 	for _, e := range h.c.dtrs {
-		b, err := json.Marshal(h.c.view(e))
+		b, err := json.Marshal(h.c.peekEntry(e))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ type ShareDemand struct {
 // priority get one slot each and the rest none: they wait for a slot or an
 // emergency slot.
 func Split(n int, shares []ShareDemand) map[string]int {
-	alloc, _ := split(n, shares, nil)
+	alloc, _ := apportion(n, shares, nil)
 	out := make(map[string]int, len(shares))
 	for i, a := range alloc {
 		if a > 0 {
@@ -48,13 +48,13 @@ func Split(n int, shares []ShareDemand) map[string]int {
 	return out
 }
 
-// split is Split that also returns each share's exact, fractional quota,
+// apportion is Split that also returns each share's exact, fractional quota,
 // and hands the leftover slots to the shares owed the most slot-time
 // (deficit, in slot-seconds) before it looks at the remainders. Over a long
 // run that makes each share's slot-time follow its exact quota, which fixed
 // integer slots cannot: 10 slots at 15/85 would otherwise give 2/8 for ever.
 // Both results are indexed like shares.
-func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
+func apportion(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 	alloc := make([]int, len(shares))
 	exact := make([]float64, len(shares))
 	tiers := map[int][]int{}
@@ -72,14 +72,14 @@ func split(n int, shares []ShareDemand, deficit []float64) ([]int, []float64) {
 		if n <= 0 {
 			break
 		}
-		n -= splitTier(n, shares, tiers[t], deficit, alloc, exact)
+		n -= apportionTier(n, shares, tiers[t], deficit, alloc, exact)
 	}
 	return alloc, exact
 }
 
-// splitTier shares n slots between the shares active (all with demand, of
+// apportionTier shares n slots between the shares active (all with demand, of
 // one tier), writing alloc and exact, and returns the slots it gave.
-func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64) int {
+func apportionTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64) int {
 	// Weights may be large (DIRAC's are scaled by a million, byte-fair's
 	// by more): they are scaled down to a sum below 2^24, so that no
 	// product below comes near int64's limit.
@@ -104,7 +104,7 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 		if oa, ob := shares[active[a]].Min > 0, shares[active[b]].Min > 0; oa != ob {
 			return oa
 		}
-		if da, db := at(deficit, active[a]), at(deficit, active[b]); da != db {
+		if da, db := valueAt(deficit, active[a]), valueAt(deficit, active[b]); da != db {
 			return da > db
 		}
 		if pa, pb := prio(active[a]), prio(active[b]); pa != pb {
@@ -207,7 +207,7 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 		rems = append(rems, i)
 	}
 	sort.SliceStable(rems, func(a, b int) bool {
-		if da, db := at(deficit, rems[a]), at(deficit, rems[b]); da != db {
+		if da, db := valueAt(deficit, rems[a]), valueAt(deficit, rems[b]); da != db {
 			return da > db
 		}
 		return rem[rems[a]] > rem[rems[b]]
@@ -224,8 +224,8 @@ func splitTier(n int, shares []ShareDemand, active []int, deficit []float64, all
 	return int(used)
 }
 
-// at returns xs[i], or 0 if xs is nil.
-func at(xs []float64, i int) float64 {
+// valueAt returns xs[i], or 0 if xs is nil.
+func valueAt(xs []float64, i int) float64 {
 	if xs == nil {
 		return 0
 	}
