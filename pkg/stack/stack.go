@@ -222,6 +222,43 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	}, nil
 }
 
+// transferClient builds the one transfer client of the process's
+// processors and deliverers: the file roots (with the staging area, which
+// processors write and deliverers read, and the cache), the credentials
+// of SLUICE_HTTP_TOKENS, SLUICE_S3_CREDENTIALS and SLUICE_STORAGE_TOKEN_*,
+// and the outbound guard, which knows ln, the process's own HTTP server.
+func (cfg Config) transferClient(ln net.Listener) (*transfer.Client, error) {
+	tokens, err := transfer.ParseTokens(cfg.HTTPTokens)
+	if err != nil {
+		return nil, err
+	}
+	s3keys, err := transfer.ParseTokens(cfg.S3Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("S3 credentials: %w", err)
+	}
+	guard, err := cfg.guard(ln)
+	if err != nil {
+		return nil, err
+	}
+	storageTokens, err := cfg.storageTokens()
+	if err != nil {
+		return nil, err
+	}
+	client := transfer.New(nil).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
+	if len(cfg.FileRoots) > 0 {
+		roots := append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
+		if cfg.CacheDir != "" {
+			roots = append(roots, cfg.CacheDir)
+		}
+		files, err := transfer.OpenFiles(roots...)
+		if err != nil {
+			return nil, err
+		}
+		client = client.WithFiles(files)
+	}
+	return client, nil
+}
+
 // tokenVerifier gives auth what a verified token says.
 type tokenVerifier struct{ v *token.Verifier }
 
@@ -235,17 +272,10 @@ func (t tokenVerifier) Verify(ctx context.Context, raw string) (auth.Token, erro
 
 // Run runs the given roles until ctx ends or one of them fails.
 func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) error {
-	tokens, err := transfer.ParseTokens(cfg.HTTPTokens)
-	if err != nil {
-		return err
-	}
-	s3keys, err := transfer.ParseTokens(cfg.S3Credentials)
-	if err != nil {
-		return fmt.Errorf("S3 credentials: %w", err)
-	}
 	if _, err := cfg.NATSOptions(); err != nil {
 		return err
 	}
+	var err error
 	var cert *tls.Certificate
 	if cfg.HTTPTLSCert != "" || cfg.HTTPTLSKey != "" {
 		if cert, err = httpCert(cfg.HTTPTLSCert, cfg.HTTPTLSKey); err != nil {
@@ -261,9 +291,11 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if ln != nil {
 		defer ln.Close()
 	}
-	guard, err := cfg.guard(ln)
-	if err != nil {
-		return err
+	var client *transfer.Client
+	if slices.Contains(roles, "processor") || slices.Contains(roles, "delivery") {
+		if client, err = cfg.transferClient(ln); err != nil {
+			return err
+		}
 	}
 	service := "sluice"
 	if len(roles) == 1 {
@@ -290,10 +322,6 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	site := index([]string{"/healthz", "/metrics", "/debug/pprof/"})
 
 	callers, err := cfg.callers(ctx, roles, log)
-	if err != nil {
-		return err
-	}
-	storageTokens, err := cfg.storageTokens()
 	if err != nil {
 		return err
 	}
@@ -329,22 +357,12 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = s.Run
 		case "processor":
 			pc := cfg.Processor
-			pc.FileRoots, pc.Tokens, pc.S3Keys, pc.CacheDir = cfg.FileRoots, tokens, s3keys, cfg.CacheDir
-			pc.Guard, pc.StorageTokens = guard, storageTokens
+			pc.Client, pc.CacheDir, pc.Meter = client, cfg.CacheDir, meter
 			pc.MaxFileSize = cfg.Delivery.MaxFileSize // one limit for every copy of a source
-			pc.Meter = meter
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Tokens, dc.S3Keys, dc.Meter = tokens, s3keys, meter
-			dc.Guard, dc.StorageTokens = guard, storageTokens
-			if len(cfg.FileRoots) > 0 {
-				// Deliverers read the staged copies that processors write.
-				dc.FileRoots = append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
-				if cfg.CacheDir != "" {
-					dc.FileRoots = append(dc.FileRoots, cfg.CacheDir)
-				}
-			}
+			dc.Client, dc.Meter = client, meter
 			run = delivery.New(dc, nc, log).Run
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)

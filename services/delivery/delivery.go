@@ -5,6 +5,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,20 +39,10 @@ type Config struct {
 	// GB), yet stops an endless source (a server that streams for ever)
 	// before it fills most file systems.
 	MaxFileSize int64 `envconfig:"MAX_FILE_SIZE" default:"1099511627776" desc:"largest file, in bytes, that is transferred or staged: a source known to be larger fails at QUERY_REPLICA, one of unknown size is cut off past it (PERMANENT_REMOTE, or LOCAL_FILE for a local source; not retried); also read by processors; 0: no limit"`
-	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); none
-	// means no limit.
-	FileRoots []string `ignored:"true"`
-	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
-	Tokens map[string]string `ignored:"true"`
-	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
-	S3Keys map[string]string `ignored:"true"`
-	// Guard is what connections to storage may reach
-	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
-	// public addresses only.
-	Guard *transfer.Guard `ignored:"true"`
-	// StorageTokens, if set, gives per-storage tokens to https requests
-	// that SLUICE_HTTP_TOKENS has none for (SLUICE_STORAGE_TOKEN_*).
-	StorageTokens transfer.TokenSource `ignored:"true"`
+	// Client reaches storage: the one transfer client of the process,
+	// with its file roots, credentials and outbound guard (the stack
+	// builds it); nil: public addresses only, no credentials, any path.
+	Client *transfer.Client `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 }
@@ -69,19 +60,11 @@ type Service struct {
 
 // New prepares a delivery service on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
-	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil).WithGuard(cfg.Guard), log: log.With("service", "delivery")}
+	return &Service{cfg: cfg, nc: nc, client: cmp.Or(cfg.Client, transfer.New(nil)), log: log.With("service", "delivery")}
 }
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys).WithTokenSource(s.cfg.StorageTokens)
-	if len(s.cfg.FileRoots) > 0 {
-		files, err := transfer.OpenFiles(s.cfg.FileRoots...)
-		if err != nil {
-			return fmt.Errorf("delivery: %w", err)
-		}
-		s.client = s.client.WithFiles(files)
-	}
 	p, err := worker.NewPool(s.nc, dtr.StageDelivery, s.cfg.Workers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {
 		return err

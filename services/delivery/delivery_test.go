@@ -85,7 +85,7 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			dir := t.TempDir()
 			d := dtr.DTR{ID: uuid.New(), Source: closeDelimited(t, tt.body), Destination: "file://" + filepath.Join(dir, "f"),
 				Size: tt.queried, TransferGrant: uuid.NewString() + ".1"}
-			s := New(Config{MaxFileSize: tt.max, Guard: loopback(t)}, nil, slog.New(slog.DiscardHandler))
+			s := New(Config{MaxFileSize: tt.max, Client: transfer.New(nil).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			res := s.Handle(ctx, bus.Grant{DTR: d}, func(int64, int64) {})

@@ -28,7 +28,7 @@ func TestTheCleanupOfAnS3UploadKeepsTheObjectOnlyWithOverwrite(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice-secret")
-	s := New(Config{Guard: loopback(t)}, nil, slog.New(slog.DiscardHandler))
+	s := New(Config{Client: transfer.New(nil).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
 	for _, overwrite := range []bool{true, false} {
 		if _, err := backend.PutObject("out", "f", nil, strings.NewReader("there before"), 12, nil); err != nil {
 			t.Fatal(err)

@@ -38,20 +38,10 @@ import (
 type Config struct {
 	PreWorkers  int `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
 	PostWorkers int `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
-	// FileRoots limits file:// reads and writes (SLUICE_FILE_ROOTS); the
-	// staging area is added to them.
-	FileRoots []string `ignored:"true"`
-	// Tokens are bearer token files per host (SLUICE_HTTP_TOKENS).
-	Tokens map[string]string `ignored:"true"`
-	// S3Keys are key files per S3 endpoint (SLUICE_S3_CREDENTIALS).
-	S3Keys map[string]string `ignored:"true"`
-	// Guard is what connections to storage may reach
-	// (SLUICE_ALLOW_NETWORKS, and never Sluice's own ports); nil:
-	// public addresses only.
-	Guard *transfer.Guard `ignored:"true"`
-	// StorageTokens, if set, gives per-storage tokens to https requests
-	// that SLUICE_HTTP_TOKENS has none for (SLUICE_STORAGE_TOKEN_*).
-	StorageTokens transfer.TokenSource `ignored:"true"`
+	// Client reaches storage: the one transfer client of the process,
+	// with its file roots, credentials and outbound guard (the stack
+	// builds it); nil: public addresses only, no credentials, any path.
+	Client *transfer.Client `ignored:"true"`
 	// CacheDir is the cache of downloads (SLUICE_CACHE_DIR, shared with
 	// the scheduler's setting); empty: no cache.
 	CacheDir      string `ignored:"true"`
@@ -95,21 +85,13 @@ type Service struct {
 
 // New prepares a processor on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
-	return &Service{cfg: cfg, nc: nc, client: transfer.New(nil).WithGuard(cfg.Guard), log: log.With("service", "processor")}
+	return &Service{cfg: cfg, nc: nc, client: cmp.Or(cfg.Client, transfer.New(nil)), log: log.With("service", "processor")}
 }
 
 // Run serves pre- and post-processing grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.CacheDir != "" {
 		go s.keepCacheClean(ctx, cmp.Or(s.cfg.CacheCleanEvery, 30*time.Second))
-	}
-	s.client = s.client.WithTokens(s.cfg.Tokens).WithS3Credentials(s.cfg.S3Keys).WithTokenSource(s.cfg.StorageTokens)
-	if len(s.cfg.FileRoots) > 0 {
-		files, err := transfer.OpenFiles(append(s.cfg.FileRoots, s.cfg.stageDir(), s.cfg.CacheDir)...)
-		if err != nil {
-			return fmt.Errorf("processor: %w", err)
-		}
-		s.client = s.client.WithFiles(files)
 	}
 	pre, err := worker.NewPool(s.nc, dtr.StagePre, s.cfg.PreWorkers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {

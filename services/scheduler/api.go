@@ -349,6 +349,8 @@ func (s *Service) query(f func()) { _ = s.inLoop(f, false) }
 // stored, or an error if the scheduler stopped first or could not store it.
 func (s *Service) change(f func()) error { return s.inLoop(f, true) }
 
+// loopRequest is a query or change that the scheduling loop runs for an
+// API request.
 type loopRequest struct {
 	f      func()
 	change bool
