@@ -14,10 +14,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/processor"
@@ -26,8 +26,8 @@ import (
 
 // config is the services' configuration in the measurements: the defaults
 // of the environment, with slots and workers for a busy site.
-func config(slots int) stack.Config {
-	return stack.Config{
+func config(slots int) app.Config {
+	return app.Config{
 		// The measurements' storage servers are on loopback.
 		AllowNetworks: []string{"127.0.0.0/8"},
 		Config: scheduler.Config{MaxProcessor: slots, MaxDelivery: slots, MaxEmergency: 1, MaxTransferTries: 10,
@@ -65,7 +65,7 @@ func Throughput(ctx context.Context, dir string, n, slots int, exe string) (floa
 // throughput is Throughput that also returns, for separate processes, the
 // CPU time each role used during the job.
 func throughput(ctx context.Context, dir string, n, slots int, exe string) (float64, map[string]time.Duration, error) {
-	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: stack.Roles})
+	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: app.Roles})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -96,7 +96,7 @@ func throughput(ctx context.Context, dir string, n, slots int, exe string) (floa
 // dtr.submit, as any publisher would) and returns each one's time from
 // the publish to the start of its transfer, sorted.
 func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
-	s, err := start(ctx, dir, config(10), "", nil, process{roles: stack.Roles})
+	s, err := start(ctx, dir, config(10), "", nil, process{roles: app.Roles})
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	cfg.MaxProcessor = 50
 	cfg.Processor.PreWorkers, cfg.Processor.PostWorkers = 50, 50
 	cfg.SharePolicy, cfg.SharePriority = "voms:vo", "atlas=60,cms=40"
-	s, err := start(ctx, dir, cfg, "", nil, process{roles: stack.Roles})
+	s, err := start(ctx, dir, cfg, "", nil, process{roles: app.Roles})
 	if err != nil {
 		return sat, err
 	}

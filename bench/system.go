@@ -22,11 +22,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
@@ -46,18 +46,18 @@ type system struct {
 	ended time.Time
 }
 
-// process is one set of roles run together, in this process (a stack.Run)
+// process is one set of roles run together, in this process (a app.Run)
 // or as a child process of the sluice binary.
 type process struct {
 	roles []string
 	// change adjusts the configuration of these roles.
-	change func(*stack.Config)
+	change func(*app.Config)
 }
 
 // start runs an embedded server and the processes. With exe set, each
-// process is a child running that binary with env; otherwise a stack.Run
+// process is a child running that binary with env; otherwise a app.Run
 // in this process with base.
-func start(ctx context.Context, dir string, base stack.Config, exe string, env []string, procs ...process) (*system, error) {
+func start(ctx context.Context, dir string, base app.Config, exe string, env []string, procs ...process) (*system, error) {
 	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func start(ctx context.Context, dir string, base stack.Config, exe string, env [
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = stack.Run(rctx, cfg, p.roles, log)
+			_ = app.Run(rctx, cfg, p.roles, log)
 		}()
 		s.stops = append(s.stops, func() { cancel(); <-done })
 	}

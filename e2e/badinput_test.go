@@ -24,11 +24,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
@@ -939,7 +939,7 @@ func TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs(t *testing.T) {
 
 // startWithMaxPayload is start on a NATS server whose max_payload is n
 // bytes (NATS's default is 1MB; the embedded server's 8MB).
-func startWithMaxPayload(t *testing.T, cfg stack.Config, n int32, roles ...string) *system {
+func startWithMaxPayload(t *testing.T, cfg app.Config, n int32, roles ...string) *system {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := server.NewServer(&server.Options{ServerName: "small-payload", Host: "127.0.0.1", Port: -1,

@@ -24,12 +24,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // process is one Sluice role running as its own process.
@@ -242,7 +242,7 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		c.start(r)
 	}
 	s := &system{t: t, ns: first, dir: dir}
-	s.nc, err = stack.Connect(first.ClientURL(), "chaos-test")
+	s.nc, err = app.Connect(first.ClientURL(), "chaos-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +620,7 @@ func TestASchedulerStartedWhileNATSIsDownWaitsForIt(t *testing.T) {
 	}
 	defer ns.Shutdown()
 	s := &system{t: t, ns: ns, dir: dir}
-	if s.nc, err = stack.Connect(url, "test"); err != nil {
+	if s.nc, err = app.Connect(url, "test"); err != nil {
 		t.Fatal(err)
 	}
 	defer s.nc.Close()

@@ -30,11 +30,11 @@ import (
 	"go-hep.org/x/hep/xrootd"
 	"golang.org/x/net/webdav"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // gauntletLease is the lease of the gauntlet's roles: short, so that a
@@ -71,7 +71,7 @@ func newGauntlet(t *testing.T, env ...string) *gauntlet {
 	}, env...)}
 	t.Cleanup(g.stopAll)
 	g.sys = &system{t: t, ns: ns, dir: dir}
-	if g.sys.nc, err = stack.Connect(ns.ClientURL(), "gauntlet"); err != nil {
+	if g.sys.nc, err = app.Connect(ns.ClientURL(), "gauntlet"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.sys.nc.Close() })

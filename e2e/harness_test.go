@@ -21,11 +21,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
 	"github.com/sluice-dtr/sluice/services/processor"
@@ -37,8 +37,8 @@ import (
 // state that holds still holds still in the sluice_dtrs bucket too. The
 // tests' storage servers are on loopback, which transfers reach only when
 // allowed.
-func testConfig() stack.Config {
-	return stack.Config{
+func testConfig() app.Config {
+	return app.Config{
 		AllowNetworks: []string{"127.0.0.0/8"},
 		Config: scheduler.Config{
 			MaxProcessor: 10, MaxDelivery: 10, MaxEmergency: 1, MaxTransferTries: 10,
@@ -59,7 +59,7 @@ type system struct {
 	// user, if set, is the NATS user whose own subjects requests go to.
 	user string
 	js   jetstream.JetStream
-	cfg  stack.Config
+	cfg  app.Config
 	dir  string
 	stop map[string]func() // stops a role and waits until it has
 	wg   sync.WaitGroup
@@ -69,13 +69,13 @@ type system struct {
 
 // start runs an embedded NATS server and the given roles (all of them if
 // none is named).
-func start(t testing.TB, cfg stack.Config, roles ...string) *system {
+func start(t testing.TB, cfg app.Config, roles ...string) *system {
 	t.Helper()
 	return startMode(t, cfg, false, roles...)
 }
 
 // startMode is start with the services connected in process or not.
-func startMode(t testing.TB, cfg stack.Config, inProcess bool, roles ...string) *system {
+func startMode(t testing.TB, cfg app.Config, inProcess bool, roles ...string) *system {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
@@ -90,18 +90,18 @@ func startMode(t testing.TB, cfg stack.Config, inProcess bool, roles ...string) 
 
 // startOn runs the given roles (all of them if none is named) on a running
 // NATS server, which it shuts down when the test ends.
-func startOn(t testing.TB, ns *server.Server, dir string, cfg stack.Config, roles ...string) *system {
+func startOn(t testing.TB, ns *server.Server, dir string, cfg app.Config, roles ...string) *system {
 	t.Helper()
 	cfg.NATSURL = ns.ClientURL()
 	s := &system{t: t, ns: ns, cfg: cfg, dir: dir, stop: map[string]func(){}}
 	var err error
-	s.nc, err = stack.Connect(cfg.NATSURL, "e2e-test")
+	s.nc, err = app.Connect(cfg.NATSURL, "e2e-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.js, _ = jetstream.New(s.nc)
 	if len(roles) == 0 {
-		roles = stack.Roles
+		roles = app.Roles
 	}
 	for _, r := range roles {
 		s.startRole(r)
@@ -132,7 +132,7 @@ func (s *system) startRole(role string) {
 	go func() {
 		defer s.wg.Done()
 		defer close(stopped)
-		if err := stack.Run(ctx, s.cfg, []string{role}, log); err != nil && ctx.Err() == nil {
+		if err := app.Run(ctx, s.cfg, []string{role}, log); err != nil && ctx.Err() == nil {
 			s.mu.Lock()
 			s.errs = append(s.errs, err)
 			s.mu.Unlock()

@@ -24,13 +24,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/internal/app"
+	"github.com/sluice-dtr/sluice/internal/app/securetest"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 )
@@ -118,7 +118,7 @@ func pausingSource(t *testing.T, hold time.Duration) string {
 func TestASubmitterWhoInventsOwnersGetsOneShare(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) {
+	rolesAs(t, ns, passwords, func(c *app.Config) {
 		c.SharePolicy, c.MaxDelivery, c.MaxEmergency = "dn", 10, 1
 		c.UsersFile = users
 		c.Delivery.Workers = 11
@@ -188,7 +188,7 @@ func TestASubmitterWhoInventsOwnersGetsOneShare(t *testing.T) {
 func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) {
+	rolesAs(t, ns, passwords, func(c *app.Config) {
 		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
 	})
 	in := t.TempDir()
@@ -308,7 +308,7 @@ func TestJobIDsChosenByDifferentOwnersNeverCollide(t *testing.T) {
 // users go on.
 func TestOneOwnerCannotQueueMoreThanItsLimits(t *testing.T) {
 	ns, passwords := identityServer(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) {
+	rolesAs(t, ns, passwords, func(c *app.Config) {
 		c.Generator.OwnerMaxJobs = 2
 		c.OwnerMaxDTRs, c.MaxDelivery, c.MaxEmergency = 5, 1, 0
 	})
@@ -373,7 +373,7 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 	}
 	t.Run("no roots", func(t *testing.T) {
 		ns, passwords := identityServer(t)
-		rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = nil })
+		rolesAs(t, ns, passwords, func(c *app.Config) { c.FileRoots = nil })
 		bob := as(t, ns, "bob", passwords["bob"])
 		var reply api.SubmitReply
 		err := bob.request(api.SubjectJobSubmit, jobJSON(t, fileJob(src, filepath.Join(dir, "bob-out"))), nil, &reply)
@@ -391,7 +391,7 @@ func TestUntrustedCallersNameOnlyLocalPathsUnderTheRoots(t *testing.T) {
 	})
 	t.Run("roots", func(t *testing.T) {
 		ns, passwords := identityServer(t)
-		rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = []string{dir} })
+		rolesAs(t, ns, passwords, func(c *app.Config) { c.FileRoots = []string{dir} })
 		bob := as(t, ns, "bob", passwords["bob"])
 		for _, tt := range []struct{ name, from, to string }{
 			{"a password file", "/etc/shadow", filepath.Join(dir, "shadow")},
@@ -506,7 +506,7 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Run(ctx, cfg, stack.Roles, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		done <- app.Run(ctx, cfg, app.Roles, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -654,7 +654,7 @@ func seenDTR(t *testing.T, s *system, id uuid.UUID) dtr.DTR {
 func TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) {
+	rolesAs(t, ns, passwords, func(c *app.Config) {
 		c.UsersFile, c.MaxDelivery, c.MaxEmergency = users, 1, 0
 	})
 	in := t.TempDir()
@@ -701,7 +701,7 @@ func TestNoOneCancelsAnotherOwnersJobByPuttingDTRsUnderItsID(t *testing.T) {
 func TestACancelledJobIDCancelsNoOtherOwnersLaterDTRs(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) { c.UsersFile = users })
+	rolesAs(t, ns, passwords, func(c *app.Config) { c.UsersFile = users })
 	held := t.TempDir()
 	writeFile(t, filepath.Join(held, "x"), 100, 5)
 	base, _ := heldStore(t, held) // bob's DTR stays unfinished
@@ -729,7 +729,7 @@ func TestACancelledJobIDCancelsNoOtherOwnersLaterDTRs(t *testing.T) {
 // name no local path, as a replica neither: the job is refused.
 func TestAJobsReplicasAreConfinedLikeItsSources(t *testing.T) {
 	ns, passwords := identityServer(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) { c.FileRoots = nil })
+	rolesAs(t, ns, passwords, func(c *app.Config) { c.FileRoots = nil })
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte("the worker's private key"), 0o600); err != nil {
 		t.Fatal(err)
@@ -746,7 +746,7 @@ func TestAJobsReplicasAreConfinedLikeItsSources(t *testing.T) {
 // take its owner past SLUICE_OWNER_MAX_BYTES is refused, naming the limit.
 func TestJobsAreHeldToTheOwnersByteLimit(t *testing.T) {
 	ns, passwords := identityServer(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) { c.OwnerMaxBytes = 16 << 10 })
+	rolesAs(t, ns, passwords, func(c *app.Config) { c.OwnerMaxBytes = 16 << 10 })
 	out := t.TempDir()
 	bob := as(t, ns, "bob", passwords["bob"])
 	long := strings.Repeat("p", 2000)
@@ -766,7 +766,7 @@ func TestJobsAreHeldToTheOwnersByteLimit(t *testing.T) {
 func TestAJobStatusSaysNothingOfAnotherOwnersJob(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	rolesAs(t, ns, passwords, func(c *stack.Config) { c.UsersFile = users })
+	rolesAs(t, ns, passwords, func(c *app.Config) { c.UsersFile = users })
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in")
 	writeFile(t, in, 100, 4)
@@ -791,7 +791,7 @@ func TestAJobStatusSaysNothingOfAnotherOwnersJob(t *testing.T) {
 func TestAFloodOfRefusedMessagesDropsNoOtherOwnersFinalDTRs(t *testing.T) {
 	ns, passwords := identityServer(t)
 	users := usersFile(t)
-	start, stops := rolesAs(t, ns, passwords, func(c *stack.Config) {
+	start, stops := rolesAs(t, ns, passwords, func(c *app.Config) {
 		c.UsersFile, c.EventsMaxBytes, c.RejectionsMaxBytes = users, 8<<20, 8<<20
 	})
 	dir := t.TempDir()

@@ -22,9 +22,9 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // syncBuffer is a log sink the services write from many goroutines.
@@ -63,7 +63,7 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Run(ctx, all, []string{"scheduler", "processor", "delivery"}, slog.New(slog.NewJSONHandler(&logs, nil)))
+		done <- app.Run(ctx, all, []string{"scheduler", "processor", "delivery"}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -74,7 +74,7 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 
 	// Healthy once every role runs and the scheduler has recovered.
-	var health stack.Health
+	var health app.Health
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		code := getJSON(t, base+"/healthz", &health)
 		if code == http.StatusOK && health.OK {

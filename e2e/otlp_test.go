@@ -18,10 +18,10 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // exportedSpan is a span as an OTLP receiver got it.
@@ -99,11 +99,11 @@ func (c *collector) received() []exportedSpan {
 	return append([]exportedSpan(nil), c.spans...)
 }
 
-// tracing runs stack.Tracing for role for the rest of the test, and
+// tracing runs app.Tracing for role for the rest of the test, and
 // returns its shutdown.
 func tracing(t *testing.T, role string) func(context.Context) error {
 	old := otel.GetTracerProvider()
-	shutdown, err := stack.Tracing(context.Background(), role)
+	shutdown, err := app.Tracing(context.Background(), role)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // natsUsers are the users of deploy/nats/sluice.conf.
@@ -115,8 +115,8 @@ type userConn struct {
 func connectAs(t *testing.T, ns *server.Server, user, password string) *userConn {
 	t.Helper()
 	c := &userConn{errs: make(chan error, 16)}
-	cfg := stack.Config{NATSURL: ns.ClientURL(), NATSUser: user, NATSPassword: password}
-	nc, err := stack.Connect(cfg.NATSURL, "test-"+user, append(cfg.Options(),
+	cfg := app.Config{NATSURL: ns.ClientURL(), NATSUser: user, NATSPassword: password}
+	nc, err := app.Connect(cfg.NATSURL, "test-"+user, append(cfg.Options(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.errs <- err }))...)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func settled(t *testing.T, js jetstream.JetStream) state {
 // rolesAs runs every role, each logged in as its own user of ns, with the
 // test configuration that change adjusts. It returns what starts a role
 // again, and what stops each (and waits until it has).
-func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, change func(*stack.Config)) (start func(role string), stops map[string]func()) {
+func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, change func(*app.Config)) (start func(role string), stops map[string]func()) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	stops = map[string]func(){}
 	errs := make(chan error, 10)
@@ -219,7 +219,7 @@ func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, chang
 		stops[role] = func() { cancel(); <-done }
 		go func() {
 			defer close(done)
-			if err := stack.Run(ctx, cfg, []string{role}, log); err != nil && ctx.Err() == nil {
+			if err := app.Run(ctx, cfg, []string{role}, log); err != nil && ctx.Err() == nil {
 				errs <- fmt.Errorf("%s: %w", role, err)
 			}
 		}()
@@ -246,7 +246,7 @@ func rolesAs(t *testing.T, ns *server.Server, passwords map[string]string, chang
 func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
 	ns, passwords, serverLog := permissionsServer(t)
 	dir := t.TempDir()
-	rolesAs(t, ns, passwords, func(c *stack.Config) { c.Retention = time.Second })
+	rolesAs(t, ns, passwords, func(c *app.Config) { c.Retention = time.Second })
 	submitter := connectAs(t, ns, "submitter", passwords["submitter"])
 	sub := &system{t: t, nc: submitter.nc, user: "submitter"}
 	src := filepath.Join(dir, "in")

@@ -16,15 +16,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // serveRoles runs roles in one process, as `sluice all` does, with its
 // HTTP server on a free port; stop ends them and returns their error.
-func serveRoles(t *testing.T, cfg stack.Config, roles ...string) (base string, exited <-chan error, stop func() error) {
+func serveRoles(t *testing.T, cfg app.Config, roles ...string) (base string, exited <-chan error, stop func() error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,7 +34,7 @@ func serveRoles(t *testing.T, cfg stack.Config, roles ...string) (base string, e
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() { done <- stack.Run(ctx, cfg, roles, log) }()
+	go func() { done <- app.Run(ctx, cfg, roles, log) }()
 	var once bool
 	var last error
 	stop = func() error {
@@ -50,12 +50,12 @@ func serveRoles(t *testing.T, cfg stack.Config, roles ...string) (base string, e
 }
 
 // healthOf reads /healthz until cond holds, for up to timeout.
-func healthOf(t *testing.T, base string, timeout time.Duration, cond func(int, stack.Health) bool) stack.Health {
+func healthOf(t *testing.T, base string, timeout time.Duration, cond func(int, app.Health) bool) app.Health {
 	t.Helper()
-	var h stack.Health
+	var h app.Health
 	var code int
 	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
-		h = stack.Health{}
+		h = app.Health{}
 		code = getJSON(t, base+"/healthz", &h)
 		if cond(code, h) {
 			return h
@@ -89,7 +89,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 
 	// The scheduler sets the streams up, then is down while a job comes.
 	base, _, stop := serveRoles(t, cfg, "scheduler")
-	healthOf(t, base, 10*time.Second, func(code int, h stack.Health) bool { return code == http.StatusOK && h.OK })
+	healthOf(t, base, 10*time.Second, func(code int, h app.Health) bool { return code == http.StatusOK && h.OK })
 	if err := stop(); err != nil {
 		t.Fatalf("roles stopped with %v", err)
 	}
@@ -144,7 +144,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 	// The scheduler starts on the full store: it stays up and says why
 	// it is not healthy.
 	base, exited, _ := serveRoles(t, cfg, "scheduler", "processor", "delivery")
-	h := healthOf(t, base, 20*time.Second, func(code int, h stack.Health) bool {
+	h := healthOf(t, base, 20*time.Second, func(code int, h app.Health) bool {
 		return code == http.StatusServiceUnavailable && strings.Contains(h.Roles["scheduler"].Detail, "store full")
 	})
 	if d := h.Roles["scheduler"].Detail; !strings.Contains(d, "insufficient resources") {
@@ -179,7 +179,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 			t.Fatalf("file %d: %v, %d bytes of %d", i, err, len(got), len(want))
 		}
 	}
-	healthOf(t, base, 20*time.Second, func(code int, h stack.Health) bool { return code == http.StatusOK && h.OK })
+	healthOf(t, base, 20*time.Second, func(code int, h app.Health) bool { return code == http.StatusOK && h.OK })
 	healthy := time.Since(freed)
 	// Each DTR ended once: the scheduler counted 30 finals, no more.
 	time.Sleep(1100 * time.Millisecond) // its figures are sampled every second

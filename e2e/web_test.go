@@ -18,9 +18,9 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
@@ -53,7 +53,7 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Run(ctx, scfg, []string{"scheduler"}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		done <- app.Run(ctx, scfg, []string{"scheduler"}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}()
 	t.Cleanup(func() {
 		cancel()

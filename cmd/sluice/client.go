@@ -17,11 +17,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // as is who the client commands speak as (clientConn sets it): the user
@@ -93,7 +93,7 @@ func clientConn(cfg *Config) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(cfg.NATSURL, append(opts, nats.Name("sluice-cli"))...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", stack.Redact(cfg.NATSURL), stack.ExplainConnectError(err))
+		return nil, fmt.Errorf("connect to NATS at %s: %w", app.Redact(cfg.NATSURL), app.ExplainConnectError(err))
 	}
 	return nc, nil
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dtr/sluice/pkg/stack"
-	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
+	"github.com/sluice-dtr/sluice/internal/app"
+	"github.com/sluice-dtr/sluice/internal/app/securetest"
 )
 
 // TestMain keeps the client commands of the tests from the nats contexts
@@ -73,7 +73,7 @@ func TestClientCommandsConnectWithTheUsersNATSContext(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- stack.Run(ctx, cfg, []string{"scheduler"}, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- app.Run(ctx, cfg, []string{"scheduler"}, slog.New(slog.DiscardHandler)) }()
 	defer func() { stop(); <-done }()
 	for _, v := range []string{"SLUICE_NATS_URL", "SLUICE_NATS_USER", "SLUICE_NATS_PASSWORD", "SLUICE_NATS_TLS_CA", "SLUICE_NATS_TLS_CERT", "SLUICE_NATS_TLS_KEY"} {
 		os.Unsetenv(v) // t.Setenv restores them at the end

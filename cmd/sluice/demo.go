@@ -17,13 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // demo runs every service on the embedded server, makes real files, moves
@@ -92,7 +92,7 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- stack.Run(ctx, *cfg, stack.Roles, log) }()
+	go func() { errc <- app.Run(ctx, *cfg, app.Roles, log) }()
 
 	remote := filepath.Join(*dir, "remote")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -119,7 +119,7 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 	}
 	fmt.Fprintf(stdout, "made %d files (%.1f MiB) under %s\n\n", len(srcOf), float64(totalBytes)/(1<<20), *dir)
 
-	nc, err := stack.Connect(cfg.NATSURL, "sluice-demo")
+	nc, err := app.Connect(cfg.NATSURL, "sluice-demo")
 	if err != nil {
 		return err
 	}

@@ -19,11 +19,11 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
-	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/internal/app"
 )
 
-// Config is the services' configuration; see stack.Config.
-type Config = stack.Config
+// Config is the services' configuration; see app.Config.
+type Config = app.Config
 
 const usage = `sluice moves files for jobs, sharing transfer slots fairly between groups of users.
 
@@ -127,7 +127,7 @@ func run(args []string, stdout io.Writer) error {
 // traced runs f with tracing set up for role, and exports the spans still
 // buffered before it returns.
 func traced(ctx context.Context, role string, f func() error) error {
-	shutdown, err := stack.Tracing(ctx, role)
+	shutdown, err := app.Tracing(ctx, role)
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
@@ -227,7 +227,7 @@ func TestCancelSaysWhetherItCancelledAnything(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- stack.Run(ctx, cfg, []string{"scheduler"}, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- app.Run(ctx, cfg, []string{"scheduler"}, slog.New(slog.DiscardHandler)) }()
 	defer func() { stop(); <-done }()
 	// A DTR that stays queued: no workers run.
 	id := uuid.New()
@@ -295,7 +295,7 @@ func TestSubmitWaitShowsARetryingDTRThenAChecksumMismatchTwiceFailsNamingBothVal
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Run(ctx, cfg, []string{"scheduler", "generator", "processor", "delivery"}, slog.New(slog.DiscardHandler))
+		done <- app.Run(ctx, cfg, []string{"scheduler", "generator", "processor", "delivery"}, slog.New(slog.DiscardHandler))
 	}()
 	defer func() { stop(); <-done }()
 	dir := t.TempDir()

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"os"
 
-	"github.com/sluice-dtr/sluice/pkg/stack"
+	"github.com/sluice-dtr/sluice/internal/app"
 )
 
 // clientFlagSet is the flag set of a client command (submit, status,
@@ -42,11 +42,11 @@ func (fs clientFlagSet) Parse(args []string) error {
 	}
 	if name == "" {
 		var err error
-		if name, err = stack.SelectedNATSContext(); err != nil || name == "" {
+		if name, err = app.SelectedNATSContext(); err != nil || name == "" {
 			return err
 		}
 	}
-	c, err := stack.LoadNATSContext(name)
+	c, err := app.LoadNATSContext(name)
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/pkg/stack"
 )
 
 // serve runs one role, or all of them on an embedded NATS server.
@@ -20,7 +20,7 @@ func serve(ctx context.Context, role string, cfg *Config, args []string) error {
 	go collectLess(ctx)
 	roles := []string{role}
 	if role == "all" {
-		roles = stack.Roles
+		roles = app.Roles
 		if cfg.Store == "" {
 			cfg.Store = defaultStore()
 		}
@@ -38,7 +38,7 @@ func serve(ctx context.Context, role string, cfg *Config, args []string) error {
 		cfg.NATSURL = ns.ClientURL()
 		log.Info("embedded NATS server with JetStream", "url", cfg.NATSURL, "store", cfg.Store)
 	}
-	return stack.Run(ctx, *cfg, roles, log)
+	return app.Run(ctx, *cfg, roles, log)
 }
 
 // serveFlags returns the flags of a role; each defaults to what the

@@ -182,7 +182,7 @@ func (s *Space) Detail() string {
 }
 
 // spaces holds the Space of each connection: every role has its own
-// connection (pkg/stack), so this is the role's.
+// connection (internal/app), so this is the role's.
 var spaces sync.Map // *nats.Conn → *Space
 
 // SpaceOf returns the Space of the role on nc (a new one, followed by

@@ -40,7 +40,7 @@ type Config struct {
 	// before it fills most file systems.
 	MaxFileSize int64 `envconfig:"MAX_FILE_SIZE" default:"1099511627776" desc:"largest file, in bytes, that is transferred or staged: a source known to be larger fails at QUERY_REPLICA, one of unknown size is cut off past it (PERMANENT_REMOTE, or LOCAL_FILE for a local source; not retried); also read by processors; 0: no limit"`
 	// Client reaches storage: the one transfer client of the process,
-	// with its file roots, credentials and outbound guard (the stack
+	// with its file roots, credentials and outbound guard (internal/app
 	// builds it); nil: public addresses only, no credentials, any path.
 	Client *transfer.Client `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).

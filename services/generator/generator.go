@@ -58,7 +58,7 @@ type Config struct {
 	// is the operator.
 	Callers *auth.Resolver `ignored:"true"`
 	// FileRoots are the directories file:// URLs must lie under
-	// (SLUICE_FILE_ROOTS); stack sets them.
+	// (SLUICE_FILE_ROOTS); internal/app sets them.
 	FileRoots []string `ignored:"true"`
 }
 

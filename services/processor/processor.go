@@ -39,7 +39,7 @@ type Config struct {
 	PreWorkers  int `envconfig:"PRE_WORKERS" default:"22" desc:"concurrent pre-processing grants; at least the slots of its two states (2 × (maxprocessor + maxemergency))"`
 	PostWorkers int `envconfig:"POST_WORKERS" default:"11" desc:"concurrent post-processing grants; at least maxprocessor + maxemergency"`
 	// Client reaches storage: the one transfer client of the process,
-	// with its file roots, credentials and outbound guard (the stack
+	// with its file roots, credentials and outbound guard (internal/app
 	// builds it); nil: public addresses only, no credentials, any path.
 	Client *transfer.Client `ignored:"true"`
 	// CacheDir is the cache of downloads (SLUICE_CACHE_DIR, shared with

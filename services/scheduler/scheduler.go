@@ -74,7 +74,7 @@ type Config struct {
 	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
 	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
 	// Cache says processors keep a cache of downloads (SLUICE_CACHE_DIR is
-	// set); stack sets it.
+	// set); internal/app sets it.
 	Cache bool `ignored:"true"`
 	// StateFile, if set, is rewritten every second in ARC's dtr.state
 	// format, and StateFile.prio is read for priority changes.
@@ -97,7 +97,7 @@ type Config struct {
 	// is the operator.
 	Callers *auth.Resolver `ignored:"true"`
 	// FileRoots are the directories file:// URLs must lie under
-	// (SLUICE_FILE_ROOTS); stack sets them.
+	// (SLUICE_FILE_ROOTS); internal/app sets them.
 	FileRoots []string `ignored:"true"`
 	OwnerLimits
 }

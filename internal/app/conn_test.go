@@ -1,4 +1,4 @@
-package stack
+package app
 
 import (
 	"bytes"
@@ -21,9 +21,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/internal/app/securetest"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/pkg/stack/securetest"
 )
 
 // defaults is the configuration with its built-in defaults only.

@@ -1,7 +1,9 @@
-// Package stack wires Sluice's services together: one process can run any
-// set of roles, each on its own NATS connection, with an embedded NATS
-// server when asked. The command and the end-to-end tests both use it.
-package stack
+// Package app is the composition root: it wires Sluice's services
+// together. One process can run any set of roles, each on its own NATS
+// connection, with an embedded NATS server when asked; the processors and
+// deliverers of a process share one transfer client. The command and the
+// end-to-end tests both use it.
+package app
 
 import (
 	"cmp"
