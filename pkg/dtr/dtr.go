@@ -178,9 +178,6 @@ func (d *DTR) Transition(to State, now time.Time) error {
 	return nil
 }
 
-// Schemes that Sluice moves data between.
-var Schemes = map[string]bool{"file": true, "http": true, "https": true, "dav": true, "davs": true, "s3": true, "s3s": true, "root": true}
-
 // Validate checks what a DTR must have before it is scheduled: an id, two
 // distinct URLs of known schemes, a priority in range, and, if it belongs
 // to a job, a job id the generator can use.
@@ -249,8 +246,8 @@ func ValidateURL(u string) error {
 		}
 	}
 	u = redact(p)
-	if !Schemes[p.Scheme] {
-		return fmt.Errorf("URL %q: scheme %q is not one of file, http, https, dav, davs, s3, s3s, root", u, p.Scheme)
+	if _, ok := SchemeOf(p.Scheme); !ok {
+		return fmt.Errorf("URL %q: scheme %q is not one of %s", u, p.Scheme, schemeNames())
 	}
 	switch p.Scheme {
 	case "file":

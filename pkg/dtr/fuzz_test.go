@@ -133,7 +133,7 @@ func checkURL(t *testing.T, raw string) {
 			t.Fatalf("%q accepted with a password", raw)
 		}
 	}
-	if !Schemes[p.Scheme] {
+	if _, ok := SchemeOf(p.Scheme); !ok {
 		t.Fatalf("%q accepted with scheme %q", raw, p.Scheme)
 	}
 	switch p.Scheme {

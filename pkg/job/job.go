@@ -160,8 +160,11 @@ func (j *Job) Validate() error {
 	return errors.Join(errs...)
 }
 
-// defaultPorts are the ports a URL of each scheme means when it names none.
-var defaultPorts = map[string]string{"http": "80", "dav": "80", "s3": "80", "https": "443", "davs": "443", "s3s": "443", "root": "1094"}
+// defaultPort is the port a URL of scheme reaches when it names none.
+func defaultPort(scheme string) string {
+	s, _ := dtr.SchemeOf(scheme)
+	return s.DefaultPort
+}
 
 // canonicalURL reduces a URL to a form in which two spellings of the same
 // location compare equal: lower-case scheme and host, the scheme's default
@@ -175,7 +178,7 @@ func canonicalURL(s string) string {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	u.Host = strings.ToLower(u.Host)
-	if port := u.Port(); port != "" && port == defaultPorts[u.Scheme] {
+	if port, scheme := u.Port(), u.Scheme; port != "" && port == defaultPort(scheme) {
 		u.Host = strings.TrimSuffix(u.Host, ":"+port)
 	}
 	if u.Scheme == "file" {

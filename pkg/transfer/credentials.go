@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // Credentials are added to each HTTP request at every hop, by the
@@ -142,13 +145,8 @@ func writes(method string) bool {
 
 // defaultPort is the port of a URL scheme when its URL names none.
 func defaultPort(scheme string) string {
-	switch scheme {
-	case "https", "davs", "s3s":
-		return "443"
-	case "root":
-		return "1094"
-	}
-	return "80"
+	s, _ := dtr.SchemeOf(scheme)
+	return cmp.Or(s.DefaultPort, "80")
 }
 
 // portOf is the port a URL reaches.

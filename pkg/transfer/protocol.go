@@ -28,17 +28,26 @@ type protocol interface {
 	write(ctx context.Context, in *source, p *pump, src string, dst endpoint, opt CopyOptions) (int64, *Error)
 }
 
+// protocols holds the protocol of every scheme of dtr.SchemeTable: adding
+// a protocol is a file that implements it, an entry here, a row of the
+// scheme table and a row of the conformance suite.
+var protocols = map[string]func(*Client) protocol{
+	"file":  func(c *Client) protocol { return fileProtocol{c} },
+	"http":  func(c *Client) protocol { return httpProtocol{c} },
+	"https": func(c *Client) protocol { return httpProtocol{c} },
+	"dav":   func(c *Client) protocol { return httpProtocol{c} },
+	"davs":  func(c *Client) protocol { return httpProtocol{c} },
+	"s3":    func(c *Client) protocol { return s3Protocol{c} },
+	"s3s":   func(c *Client) protocol { return s3Protocol{c} },
+	"root":  func(c *Client) protocol { return xrootdProtocol{c} },
+}
+
 // protocol returns the protocol of a URL that parseURL accepted.
 func (c *Client) protocol(u *url.URL) protocol {
-	switch {
-	case u.Scheme == "file":
-		return fileProtocol{c}
-	case isS3(u.Scheme):
-		return s3Protocol{c}
-	case isXrootd(u.Scheme):
-		return xrootdProtocol{c}
+	if p, ok := protocols[u.Scheme]; ok {
+		return p(c)
 	}
-	return httpProtocol{c}
+	return httpProtocol{c} // parseURL refused every other scheme
 }
 
 // fileProtocol reaches local files, through the Client's Files.

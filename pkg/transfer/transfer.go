@@ -280,11 +280,8 @@ func (c *Client) davMove(ctx context.Context, op, from, to string) error {
 // http(s) destinations are written in place with PUT, and S3 objects
 // appear whole when their upload completes.
 func Renames(scheme string) bool {
-	switch scheme {
-	case "file", "dav", "davs", "root":
-		return true
-	}
-	return false
+	s, _ := dtr.SchemeOf(scheme)
+	return s.Renames
 }
 
 // AppearsWhole reports whether an object at rawURL, written in place,
@@ -292,7 +289,11 @@ func Renames(scheme string) bool {
 // nothing behind (S3).
 func AppearsWhole(rawURL string) bool {
 	u, err := url.Parse(rawURL)
-	return err == nil && isS3(u.Scheme)
+	if err != nil {
+		return false
+	}
+	s, _ := dtr.SchemeOf(u.Scheme)
+	return s.AppearsWhole
 }
 
 // httpURL turns a WebDAV URL (dav://, davs://, as ARC writes them) into
