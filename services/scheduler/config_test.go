@@ -63,3 +63,17 @@ func TestAStreamLimitSmallerThanAMessageStopsTheSchedulerAtStart(t *testing.T) {
 		t.Fatalf("New with a 1 MiB journal: %v", err)
 	}
 }
+
+func TestEveryPolicyIsNamedInTheRegistryAndItsErrorText(t *testing.T) {
+	if len(policyOrder) != len(Policies) {
+		t.Fatalf("policyOrder %v, Policies has %d", policyOrder, len(Policies))
+	}
+	for _, name := range policyOrder {
+		if _, ok := Policies[name]; !ok {
+			t.Fatalf("%s is listed but not registered", name)
+		}
+	}
+	if got := policyNames(); got != "arc, dirac, sam or enstore" {
+		t.Fatalf("policyNames() = %q", got)
+	}
+}

@@ -122,47 +122,12 @@ func (c Config) CoreConfig() (core.Config, error) {
 	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
-	switch strings.ToLower(c.Policy) {
-	case "", "arc":
-	case "dirac":
-		dc := core.DIRACConfig{MaxGlobalCorrection: c.DIRACMaxCorrection}
-		if dc.Groups, err = core.ParseDIRACGroups(c.DIRACGroups); err != nil {
-			return cc, err
-		}
-		if dc.Slices, err = core.ParseDIRACSlices(c.DIRACSlices); err != nil {
-			return cc, err
-		}
-		if dc.Unit, err = core.ParseUnit(c.DIRACUnit); err != nil {
-			return cc, fmt.Errorf("DIRAC: %w", err)
-		}
-		cc.Policy = core.NewDIRAC(dc)
-	case "sam":
-		sc, err := core.ParseSAMGroups(c.SAMGroups)
-		if err != nil {
-			return cc, err
-		}
-		if sc.Unit, err = core.ParseUnit(c.SAMUnit); err != nil {
-			return cc, fmt.Errorf("SAM: %w", err)
-		}
-		cc.Policy = core.NewSAM(sc)
-	case "enstore":
-		var ec core.EnstoreConfig
-		if ec.Admin, err = core.ParseEnstoreAdmin(c.EnstoreAdmin); err != nil {
-			return cc, err
-		}
-		if ec.Owned, err = core.ParseOwned(c.EnstoreOwned); err != nil {
-			return cc, err
-		}
-		owned := 0
-		for _, n := range ec.Owned {
-			owned += n
-		}
-		if owned > min(c.MaxDelivery, c.MaxProcessor) && c.MaxDelivery > 0 && c.MaxProcessor > 0 {
-			return cc, fmt.Errorf("Enstore owned slots add up to %d, more than the %d slots of the smallest state", owned, min(c.MaxDelivery, c.MaxProcessor))
-		}
-		cc.Policy = core.NewEnstore(ec)
-	default:
-		return cc, fmt.Errorf("policy %q is not arc, dirac, sam or enstore", c.Policy)
+	factory, ok := Policies[cmp.Or(strings.ToLower(c.Policy), "arc")]
+	if !ok {
+		return cc, fmt.Errorf("policy %q is not %s", c.Policy, policyNames())
+	}
+	if cc.Policy, err = factory(c); err != nil {
+		return cc, err
 	}
 	if c.ByteFair < 0 {
 		return cc, fmt.Errorf("byte-fair span %s is negative", c.ByteFair)

@@ -15,11 +15,11 @@ import (
 // that the bytes each moves follow the policy's weights. A flood of small
 // files then cannot crowd out large ones, nor the other way round. Other
 // states are weighed as the policy weighs them.
-func ByteFair(inner func(*Core) Policy, span time.Duration, maxCorrection float64) func(*Core) Policy {
-	return func(c *Core) Policy {
-		var p Policy = ARC{c}
+func ByteFair(inner PolicyMaker, span time.Duration, maxCorrection float64) PolicyMaker {
+	return func(env PolicyEnv) Policy {
+		var p Policy = ARC{env}
 		if inner != nil {
-			p = inner(c)
+			p = inner(env)
 		}
 		return &byteFair{Policy: p, span: span, max: max(maxCorrection, 1),
 			moved: map[string]*window{}, held: map[string]*window{}}

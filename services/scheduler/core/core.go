@@ -27,7 +27,7 @@ import (
 // options).
 type Config struct {
 	// Policy makes the fair-share scheme; nil means ARC's.
-	Policy func(*Core) Policy
+	Policy PolicyMaker
 	// SharePolicy names shares for ARC's policy (and others that ask).
 	SharePolicy SharePolicy
 	// SharePriority gives configured share priorities (1–100) by share name
@@ -359,9 +359,11 @@ func New(cfg Config) *Core {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
 	c.rand = rand.New(rand.NewPCG(1, 2))
-	c.policy = ARC{c}
+	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
+		SharePriority: c.SharePriority}
+	c.policy = ARC{env}
 	if cfg.Policy != nil {
-		c.policy = cfg.Policy(c)
+		c.policy = cfg.Policy(env)
 	}
 	return c
 }

@@ -95,7 +95,7 @@ type DIRACConfig struct {
 // share has one queue per state, so that factor is 1 and user priority
 // orders the DTRs inside the queue instead.
 type DIRAC struct {
-	c   *Core
+	env PolicyEnv
 	cfg DIRACConfig
 	// shares maps a share name (without direction) to its group and user.
 	shares map[string]diracEntity
@@ -106,15 +106,15 @@ type DIRAC struct {
 type diracEntity struct{ group, user string }
 
 // NewDIRAC returns a maker of DIRAC's policy for Config.Policy.
-func NewDIRAC(cfg DIRACConfig) func(*Core) Policy {
+func NewDIRAC(cfg DIRACConfig) PolicyMaker {
 	if cfg.MaxGlobalCorrection <= 0 {
 		cfg.MaxGlobalCorrection = 5
 	}
 	if cfg.Unit == "" {
 		cfg.Unit = UnitSlotSeconds
 	}
-	return func(c *Core) Policy {
-		return &DIRAC{c: c, cfg: cfg, shares: map[string]diracEntity{}, history: map[dtr.State]map[string][]*window{}}
+	return func(env PolicyEnv) Policy {
+		return &DIRAC{env: env, cfg: cfg, shares: map[string]diracEntity{}, history: map[dtr.State]map[string][]*window{}}
 	}
 }
 
@@ -133,7 +133,7 @@ func (p *DIRAC) group(name string) DIRACGroup {
 
 // Share implements Policy.
 func (p *DIRAC) Share(d *dtr.DTR) string {
-	g := p.c.cfg.SharePolicy.ShareName(d.Owner)
+	g := p.env.ShareName(d.Owner)
 	name, user := g, ""
 	if !p.group(g).JobSharing {
 		user = d.Owner.DN

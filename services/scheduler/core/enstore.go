@@ -49,7 +49,7 @@ type EnstoreConfig struct {
 // Enstore stops serving normal requests on a volume that an admin request
 // waits for; Sluice has no volumes, so the admin share simply goes first.
 type Enstore struct {
-	c      *Core
+	env    PolicyEnv
 	cfg    EnstoreConfig
 	groups map[string]enstoreShare // by share name without direction
 }
@@ -60,8 +60,8 @@ type enstoreShare struct {
 }
 
 // NewEnstore returns a maker of Enstore's policy for Config.Policy.
-func NewEnstore(cfg EnstoreConfig) func(*Core) Policy {
-	return func(c *Core) Policy { return &Enstore{c: c, cfg: cfg, groups: map[string]enstoreShare{}} }
+func NewEnstore(cfg EnstoreConfig) PolicyMaker {
+	return func(env PolicyEnv) Policy { return &Enstore{env: env, cfg: cfg, groups: map[string]enstoreShare{}} }
 }
 
 // Name implements Policy.
@@ -94,7 +94,7 @@ func hostOf(u string) string {
 
 // Share implements Policy.
 func (p *Enstore) Share(d *dtr.DTR) string {
-	group := p.c.cfg.SharePolicy.ShareName(d.Owner)
+	group := p.env.ShareName(d.Owner)
 	name, admin := group, p.Admin(d, group)
 	if admin {
 		name = "admin:" + group

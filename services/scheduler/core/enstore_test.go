@@ -16,7 +16,7 @@ func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
 		{User: "/CN=george"},
 		{Host: "myspecialnode"},
 		{Group: "daq"},
-	}})(New(DefaultConfig())).(*Enstore)
+	}})(PolicyEnv{ShareName: PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }}).(*Enstore)
 	tests := []struct {
 		name      string
 		dn, group string
@@ -136,7 +136,7 @@ func (s *sim) running(share string) int {
 }
 
 func TestEnstorePrefersGroupsWithNothingInProgress(t *testing.T) {
-	p := NewEnstore(EnstoreConfig{})(New(DefaultConfig()))
+	p := NewEnstore(EnstoreConfig{})(PolicyEnv{ShareName: PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }})
 	shares := []ShareDemand{{Name: "a", Demand: 5, Running: 1}, {Name: "b", Demand: 5, Running: 1}, {Name: "c", Demand: 5}}
 	p.Weigh(t0, dtr.Transfer, shares)
 	got := Split(2, shares)

@@ -39,20 +39,31 @@ type lottery interface{ PickWeight(prio int) float64 }
 // scheme assumes the queue does not age).
 type ageless interface{ Ageless() bool }
 
+// PolicyEnv is what a policy may read of the core: how a DTR's share is
+// named (the share policy), and the shares' configured priorities, which a
+// reconfigure may change while the policy runs.
+type PolicyEnv struct {
+	ShareName     func(dtr.Identity) string
+	SharePriority func(share string) int
+}
+
+// PolicyMaker makes a policy for a core (Config.Policy).
+type PolicyMaker func(PolicyEnv) Policy
+
 // ARC is ARC's policy: shares named by the share policy (dn, voms:vo, …),
 // each weighted by its configured priority, a DTR's priority the share's
 // priority times its user priority over 100.
-type ARC struct{ c *Core }
+type ARC struct{ env PolicyEnv }
 
 // Name implements Policy.
 func (ARC) Name() string { return "arc" }
 
 // Share implements Policy.
-func (p ARC) Share(d *dtr.DTR) string { return p.c.cfg.SharePolicy.ShareName(d.Owner) }
+func (p ARC) Share(d *dtr.DTR) string { return p.env.ShareName(d.Owner) }
 
 // Priority implements Policy.
 func (p ARC) Priority(share string, d *dtr.DTR) int {
-	return DTRPriority(p.c.SharePriority(share), d.UserPriority)
+	return DTRPriority(p.env.SharePriority(share), d.UserPriority)
 }
 
 // Weigh implements Policy: the configured priorities are the weights.

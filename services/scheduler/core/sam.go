@@ -40,7 +40,7 @@ type SAMConfig struct {
 // arrives: a burst from one group is placed against the benefit received
 // so far.
 type SAM struct {
-	c   *Core
+	env PolicyEnv
 	cfg SAMConfig
 	// B is the cumulative benefit per group, n the transfers charged.
 	B     map[string]float64
@@ -50,7 +50,7 @@ type SAM struct {
 }
 
 // NewSAM returns a maker of SAM's policy for Config.Policy.
-func NewSAM(cfg SAMConfig) func(*Core) Policy {
+func NewSAM(cfg SAMConfig) PolicyMaker {
 	if cfg.Unit == "" {
 		cfg.Unit = UnitFiles
 	}
@@ -67,8 +67,8 @@ func NewSAM(cfg SAMConfig) func(*Core) Policy {
 	for i, g := range cfg.Priority {
 		rank[g] = min(100, 3+len(cfg.Priority)-1-i)
 	}
-	return func(c *Core) Policy {
-		return &SAM{c: c, cfg: cfg, B: map[string]float64{}, n: map[string]int{}, rank: rank}
+	return func(env PolicyEnv) Policy {
+		return &SAM{env: env, cfg: cfg, B: map[string]float64{}, n: map[string]int{}, rank: rank}
 	}
 }
 
@@ -81,7 +81,7 @@ func (*SAM) Ageless() bool { return true }
 // Share implements Policy: one queue (per direction).
 func (*SAM) Share(*dtr.DTR) string { return "sam" }
 
-func (p *SAM) group(d *dtr.DTR) string { return p.c.cfg.SharePolicy.ShareName(d.Owner) }
+func (p *SAM) group(d *dtr.DTR) string { return p.env.ShareName(d.Owner) }
 
 func (p *SAM) fraction(g string) float64 {
 	if f, ok := p.cfg.Fractions[g]; ok {

@@ -147,7 +147,7 @@ func TestNoGroupWithWorkWaitsForeverUnderAnyPolicy(t *testing.T) {
 	}
 	base := core.DefaultConfig()
 	base.SharePolicy = core.PolicyVOMSVO
-	policies := map[string]func(*core.Core) core.Policy{
+	policies := map[string]core.PolicyMaker{
 		"arc":     nil,
 		"dirac":   core.NewDIRAC(core.DIRACConfig{Groups: map[string]core.DIRACGroup{"atlas": {Priority: 98, JobSharing: true}, "cms": {Priority: 1, JobSharing: true}, "lhcb": {Priority: 1, JobSharing: true}}, Slices: []core.DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}}),
 		"sam":     core.NewSAM(core.SAMConfig{Fractions: map[string]float64{"atlas": 0.98, "cms": 0.01, "lhcb": 0.01}}),
