@@ -77,7 +77,7 @@ func DefaultConfig() Config {
 		MaxPrepared:      200,
 		MaxTransferTries: 10,
 		RetryBase:        10 * time.Second,
-		Lease:            5 * time.Minute,
+		Lease:            2 * time.Minute,
 		AgeAfter:         time.Hour,
 		AgeEvery:         5 * time.Minute,
 	}
