@@ -57,6 +57,7 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 			slog.Warn("OpenTelemetry", "err", dtr.RedactText(err.Error()))
 		}))
 	}
+	otel.SetTextMapPropagator(bus.Propagator())
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	// The default sampler, and every "parentbased_*" one, drops what an

@@ -19,7 +19,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	fastjson "github.com/segmentio/encoding/json"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -377,7 +376,10 @@ func (c headerCarrier) Keys() []string {
 
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
-func init() { otel.SetTextMapPropagator(propagator) }
+// Propagator is how Sluice carries a trace in message headers (W3C trace
+// context and baggage); the composition root makes it OpenTelemetry's
+// global one too.
+func Propagator() propagation.TextMapPropagator { return propagator }
 
 // Inject writes ctx's span context into h as a W3C traceparent header.
 func Inject(ctx context.Context, h nats.Header) { propagator.Inject(ctx, headerCarrier(h)) }
