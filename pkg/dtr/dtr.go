@@ -246,31 +246,12 @@ func ValidateURL(u string) error {
 		}
 	}
 	u = redact(p)
-	if _, ok := SchemeOf(p.Scheme); !ok {
+	scheme, ok := SchemeOf(p.Scheme)
+	if !ok {
 		return fmt.Errorf("URL %q: scheme %q is not one of %s", u, p.Scheme, schemeNames())
 	}
-	switch p.Scheme {
-	case "file":
-		if p.Path == "" || !strings.HasPrefix(p.Path, "/") {
-			return fmt.Errorf("URL %q: a file URL needs an absolute path (file:///path)", u)
-		}
-		if p.Host != "" && p.Host != "localhost" {
-			return fmt.Errorf("URL %q: file URLs must be local (file:///path)", u)
-		}
-	default:
-		if p.Host == "" {
-			return fmt.Errorf("URL %q: no host", u)
-		}
-	}
-	switch p.Scheme {
-	case "s3", "s3s":
-		if bucket, key, _ := strings.Cut(strings.TrimPrefix(p.Path, "/"), "/"); bucket == "" || key == "" {
-			return fmt.Errorf("URL %q: an S3 URL is s3://host[:port]/bucket/key", u)
-		}
-	case "root":
-		if !strings.HasPrefix(p.Path, "//") {
-			return fmt.Errorf("URL %q: an xrootd URL is root://host[:port]//absolute/path", u)
-		}
+	if err := scheme.Check(p); err != nil {
+		return fmt.Errorf("URL %q: %w", u, err)
 	}
 	return nil
 }

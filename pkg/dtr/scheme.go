@@ -1,6 +1,8 @@
 package dtr
 
 import (
+	"errors"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -21,6 +23,49 @@ type Scheme struct {
 	// renamed into place; AppearsWhole that one written in place appears
 	// only once its upload completes.
 	Renames, AppearsWhole bool
+	// Local says a URL names a local path (file:///path) and no host.
+	Local bool
+	// Path checks what the scheme asks of a URL's path (nil: nothing).
+	Path func(path string) error
+}
+
+// Check says what is wrong with u as a URL of the scheme: a local URL
+// needs an absolute path and no other host; any other, a host and a path
+// its Path accepts.
+func (s Scheme) Check(u *url.URL) error {
+	if s.Local {
+		if u.Path == "" || !strings.HasPrefix(u.Path, "/") {
+			return errors.New("a file URL needs an absolute path (file:///path)")
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return errors.New("file URLs must be local (file:///path)")
+		}
+		return nil
+	}
+	if u.Host == "" {
+		return errors.New("no host")
+	}
+	if s.Path != nil {
+		return s.Path(u.Path)
+	}
+	return nil
+}
+
+// s3Path checks an S3 URL's path is /bucket/key.
+func s3Path(p string) error {
+	if bucket, key, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/"); bucket == "" || key == "" {
+		return errors.New("an S3 URL is s3://host[:port]/bucket/key")
+	}
+	return nil
+}
+
+// xrootdPath checks an xrootd URL's path is absolute after the host's
+// slash (root://host//path).
+func xrootdPath(p string) error {
+	if !strings.HasPrefix(p, "//") {
+		return errors.New("an xrootd URL is root://host[:port]//absolute/path")
+	}
+	return nil
 }
 
 // Kinds of credentials.
@@ -32,14 +77,14 @@ const (
 
 // SchemeTable lists the schemes Sluice moves data between.
 var SchemeTable = []Scheme{
-	{Name: "file", Renames: true},
+	{Name: "file", Renames: true, Local: true},
 	{Name: "http", DefaultPort: "80", Credentials: CredentialsBearer},
 	{Name: "https", DefaultPort: "443", Credentials: CredentialsBearer},
 	{Name: "dav", DefaultPort: "80", Credentials: CredentialsBearer, Renames: true},
 	{Name: "davs", DefaultPort: "443", Credentials: CredentialsBearer, Renames: true},
-	{Name: "s3", DefaultPort: "80", Credentials: CredentialsS3, AppearsWhole: true},
-	{Name: "s3s", DefaultPort: "443", Credentials: CredentialsS3, AppearsWhole: true},
-	{Name: "root", DefaultPort: "1094", Renames: true},
+	{Name: "s3", DefaultPort: "80", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
+	{Name: "s3s", DefaultPort: "443", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
+	{Name: "root", DefaultPort: "1094", Renames: true, Path: xrootdPath},
 }
 
 // SchemeOf returns the row of SchemeTable for a scheme.

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // protocol is what Sluice needs of a storage protocol; each URL scheme has
@@ -26,6 +28,10 @@ type protocol interface {
 	// write streams a source into an object through the pump and, on
 	// failure, leaves nothing of its own behind.
 	write(ctx context.Context, in *source, p *pump, src string, dst endpoint, opt CopyOptions) (int64, *Error)
+	// rename puts the object from (parsed: fu) in place at to (tu),
+	// replacing what is there; only schemes that dtr.SchemeTable says
+	// rename are asked.
+	rename(ctx context.Context, op, from, to string, fu, tu *url.URL) error
 }
 
 // protocols holds the protocol of every scheme of dtr.SchemeTable: adding
@@ -185,4 +191,25 @@ func (x xrootdProtocol) open(ctx context.Context, e endpoint) (*source, error) {
 }
 func (x xrootdProtocol) write(ctx context.Context, in *source, p *pump, src string, dst endpoint, _ CopyOptions) (int64, *Error) {
 	return x.c.copyToXrootd(ctx, in, p, src, dst.raw, dst.url)
+}
+
+func (f fileProtocol) rename(ctx context.Context, op, from, _ string, fu, tu *url.URL) error {
+	if err := f.c.files.Rename(fu.Path, tu.Path); err != nil {
+		return localError(ctx, op, from, err)
+	}
+	return nil
+}
+
+// rename is WebDAV's MOVE (dav, davs).
+func (h httpProtocol) rename(ctx context.Context, op, from, to string, _, _ *url.URL) error {
+	return h.c.davMove(ctx, op, from, to)
+}
+
+// rename is never asked: S3 objects appear whole, in place.
+func (s3Protocol) rename(_ context.Context, op, from, _ string, _, _ *url.URL) error {
+	return &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: from, Err: errors.New("S3 objects are not renamed")}
+}
+
+func (x xrootdProtocol) rename(ctx context.Context, op, from, _ string, fu, tu *url.URL) error {
+	return x.c.xrdRename(ctx, op, from, fu, tu)
 }

@@ -27,7 +27,6 @@ import (
 // s3PartSize is the part size of multipart uploads.
 const s3PartSize = 16 << 20
 
-func isS3(scheme string) bool { return scheme == "s3" || scheme == "s3s" }
 
 // s3Object splits an S3 URL into its bucket and key.
 func s3Object(u *url.URL) (bucket, key string, err error) {

@@ -247,16 +247,7 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	if e := fenced(ctx, op, from); e != nil {
 		return e
 	}
-	switch {
-	case fu.Scheme == "file":
-		if err := c.files.Rename(fu.Path, tu.Path); err != nil {
-			return localError(ctx, op, from, err)
-		}
-		return nil
-	case isXrootd(fu.Scheme):
-		return c.xrdRename(ctx, op, from, fu, tu)
-	}
-	return c.davMove(ctx, op, from, to)
+	return c.protocol(fu).rename(ctx, op, from, to, fu, tu)
 }
 
 // davMove sends a WebDAV MOVE of from to to, replacing to.
@@ -366,9 +357,9 @@ func LocalPath(rawURL string) (string, error) {
 	return u.Path, nil
 }
 
-// parseURL parses rawURL and checks it is a file:// URL with an absolute
-// local path or an http(s):// URL with a host. Anything else is an
-// INTERNAL_LOGIC error: the DTR should have been validated earlier.
+// parseURL parses rawURL and checks it against its scheme's row of
+// dtr.SchemeTable. Anything else is an INTERNAL_LOGIC error: the DTR
+// should have been validated earlier.
 func parseURL(op, rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -379,31 +370,10 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 		}
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
 	}
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			err = fmt.Errorf("file URL on host %q: only local files are supported", u.Host)
-		} else if !path.IsAbs(u.Path) {
-			err = errors.New("file URL needs an absolute path (file:///path)")
-		}
-	case "http", "https", "dav", "davs":
-		if u.Host == "" {
-			err = errors.New("URL has no host")
-		}
-	case "root":
-		if u.Host == "" {
-			err = errors.New("URL has no host")
-		} else if !strings.HasPrefix(u.Path, "//") {
-			err = errors.New("an xrootd URL is root://host[:port]//absolute/path")
-		}
-	case "s3", "s3s":
-		if u.Host == "" {
-			err = errors.New("URL has no host")
-		} else {
-			_, _, err = s3Object(u)
-		}
-	default:
-		err = fmt.Errorf("unsupported scheme %q (want file, http, https, dav, davs, s3, s3s or root)", u.Scheme)
+	if scheme, ok := dtr.SchemeOf(u.Scheme); !ok {
+		err = fmt.Errorf("unsupported scheme %q", u.Scheme)
+	} else {
+		err = scheme.Check(u)
 	}
 	if err != nil {
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
