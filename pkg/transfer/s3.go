@@ -27,7 +27,6 @@ import (
 // s3PartSize is the part size of multipart uploads.
 const s3PartSize = 16 << 20
 
-
 // s3Object splits an S3 URL into its bucket and key.
 func s3Object(u *url.URL) (bucket, key string, err error) {
 	bucket, key, _ = strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")

@@ -19,7 +19,6 @@ import (
 // xrootd URLs are root://host[:port]//absolute/path, read and written
 // with go-hep's client. The user name sent at login is "sluice".
 
-
 // xrdPath returns the server path of a root:// URL.
 func xrdPath(u *url.URL) string { return path.Clean("/" + u.Path) }
 
