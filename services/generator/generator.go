@@ -583,7 +583,7 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 		return
 	}
 	ev, err := s.Status(ctx, jobID)
-	if err == nil && !c.Owns(ev.Job.Owner) || errors.Is(err, jetstream.ErrKeyNotFound) || err != nil && !c.Admin {
+	if err == nil && !c.Owns(ev.Job.Owner) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Another owner's job is answered as an unknown one.
 		text := fmt.Sprintf("unknown job %q", jobID)
 		if !c.Admin {
@@ -593,11 +593,14 @@ func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
 		return
 	}
 	if err != nil {
-		code := "500"
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			code = "404"
+		// The job's records cannot be read now (NATS failing over, say):
+		// the reason goes to administrators only, since it may say
+		// whether the job exists.
+		text := "the job's records cannot be read now; try again"
+		if c.Admin {
+			text = err.Error()
 		}
-		_ = r.Error(code, err.Error(), nil)
+		_ = r.Error("503", text, nil)
 		return
 	}
 	b, err := encodeToFit(&ev, s.eventLimit())
