@@ -57,7 +57,9 @@ type RetryingReply struct {
 	DTRs []dtr.DTR `json:"dtrs"`
 }
 
-// ShareStats is one share's load in one state.
+// ShareStats is one share's load in one state. It has the fields of the
+// scheduler core's own, which the scheduler converts to it (a struct
+// conversion: the compiler keeps the two alike).
 type ShareStats struct {
 	Share    string    `json:"share"`
 	State    dtr.State `json:"state"`
@@ -71,7 +73,8 @@ type ShareStats struct {
 	Weight int64 `json:"weight"`
 }
 
-// Why explains where a DTR is and what it waits for.
+// Why explains where a DTR is and what it waits for; like ShareStats, the
+// core's own converted.
 type Why struct {
 	DTR      uuid.UUID `json:"dtr"`
 	State    dtr.State `json:"state"`

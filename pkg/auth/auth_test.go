@@ -165,3 +165,17 @@ func same(a, b Caller) bool {
 	return a.Identity.DN == b.Identity.DN && slices.Equal(a.Identity.FQANs, b.Identity.FQANs) && a.Via == b.Via &&
 		a.Name == b.Name && a.Trusted == b.Trusted && a.Admin == b.Admin && slices.Equal(a.Scopes, b.Scopes)
 }
+
+func TestANilResolverKnowsNoUsersAndTakesNoTokens(t *testing.T) {
+	var r *Resolver
+	if c, err := r.Caller(context.Background(), "dtr.submit", "dtr.submit", nil); err != nil || !same(c, Operator) {
+		t.Fatalf("plain subject: %+v, %v; want the operator", c, err)
+	}
+	if c, err := r.Caller(context.Background(), "dtr.submit", "dtr.submit.bob", nil); err != nil || c.Identity.DN != "user:bob" || c.Trusted {
+		t.Fatalf("a user's subject: %+v, %v; want user:bob, not trusted", c, err)
+	}
+	h := nats.Header{"Authorization": []string{"Bearer x"}}
+	if _, err := r.Caller(context.Background(), "dtr.submit", "dtr.submit", h); err == nil || !contains(err.Error(), "takes no bearer tokens") {
+		t.Fatalf("a token: %v, want it refused", err)
+	}
+}

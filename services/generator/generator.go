@@ -54,8 +54,8 @@ type Config struct {
 	// owner past them is refused here.
 	OwnerMaxDTRs  int   `ignored:"true"`
 	OwnerMaxBytes int64 `ignored:"true"`
-	// Callers establishes who sent each request (owners.go); nil: everyone
-	// is the operator.
+	// Callers establishes who sent each request (pkg/auth); nil knows no
+	// users, administrators or token issuers.
 	Callers *auth.Resolver `ignored:"true"`
 	// FileRoots are the directories file:// URLs must lie under
 	// (SLUICE_FILE_ROOTS); internal/app sets them.
@@ -536,7 +536,7 @@ func (s *Service) create(ctx context.Context, key string, b []byte, same func(st
 }
 
 func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
-	c, err := s.caller(ctx, api.SubjectJobSubmit, r.Subject(), nats.Header(r.Headers()))
+	c, err := s.cfg.Callers.Caller(ctx, api.SubjectJobSubmit, r.Subject(), nats.Header(r.Headers()))
 	if err != nil {
 		_ = r.Error("403", err.Error(), nil)
 		return
@@ -569,7 +569,7 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 func (s *Service) handleStatus(ctx context.Context, r micro.Request) {
-	c, err := s.caller(ctx, api.SubjectJobStatus, r.Subject(), nats.Header(r.Headers()))
+	c, err := s.cfg.Callers.Caller(ctx, api.SubjectJobStatus, r.Subject(), nats.Header(r.Headers()))
 	if err == nil {
 		err = c.Allow(auth.ScopeRead)
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
@@ -25,14 +24,6 @@ type OwnerLimits struct {
 
 // ErrOwnerLimit refuses a job that would take its owner past a limit.
 var ErrOwnerLimit = errors.New("owner limit reached")
-
-// caller establishes who sent a request on base or base.<user>.
-func (s *Service) caller(ctx context.Context, base string, subject string, h nats.Header) (auth.Caller, error) {
-	if s.cfg.Callers == nil {
-		return auth.Operator, nil
-	}
-	return s.cfg.Callers.Caller(ctx, base, subject, h)
-}
 
 // ownJob makes j its caller's: the owner (a trusted caller may state
 // another), and, for a caller who is not trusted, a job id in the owner's

@@ -35,9 +35,6 @@ const tokenWait = 250 * time.Millisecond
 // caller establishes who sent a message on base or base.<user>, in the
 // scheduling loop.
 func (s *Service) caller(ctx context.Context, base, subject string, h nats.Header) (auth.Caller, error) {
-	if s.cfg.Callers == nil {
-		return auth.Operator, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, tokenWait)
 	defer cancel()
 	return s.cfg.Callers.Caller(ctx, base, subject, h)
@@ -78,12 +75,9 @@ func (s *Service) admit(c auth.Caller, d *dtr.DTR) error {
 func (s *Service) requester(r micro.Request, base, scope string) (auth.Caller, bool) {
 	// Not in the scheduling loop: a token's check may take its time (the
 	// issuer's keys fetched), up to a request's own timeout.
-	c, err := auth.Operator, error(nil)
-	if s.cfg.Callers != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err = s.cfg.Callers.Caller(ctx, base, r.Subject(), nats.Header(r.Headers()))
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := s.cfg.Callers.Caller(ctx, base, r.Subject(), nats.Header(r.Headers()))
 	if err == nil {
 		err = c.Allow(scope)
 	}

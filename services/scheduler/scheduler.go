@@ -93,8 +93,8 @@ type Config struct {
 	CheckpointRecords int           `envconfig:"CHECKPOINT_RECORDS" default:"20000" desc:"checkpoint sooner once this many DTRs have changed since the last one"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
-	// Callers establishes who sent each message (admit.go); nil: everyone
-	// is the operator.
+	// Callers establishes who sent each message (admit.go); nil knows no
+	// users, administrators or token issuers.
 	Callers *auth.Resolver `ignored:"true"`
 	// FileRoots are the directories file:// URLs must lie under
 	// (SLUICE_FILE_ROOTS); internal/app sets them.
