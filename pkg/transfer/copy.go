@@ -1,16 +1,12 @@
 package transfer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -206,49 +202,6 @@ func (c *Client) openSource(ctx context.Context, src endpoint) (*source, error) 
 	return c.protocol(src.url).open(ctx, src)
 }
 
-// openFile opens a local file.
-func (c *Client) openFile(ctx context.Context, src endpoint) (*source, error) {
-	const op = "copy"
-	u, rawURL := src.url, src.raw
-	if ctx.Err() != nil {
-		return nil, cancelled(ctx, op, rawURL)
-	}
-	f, err := c.files.Open(u.Path) // a regular file, or refused at once
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, localError(ctx, op, rawURL, fmt.Errorf("source not found: %w", err))
-	}
-	if errors.Is(err, ErrNotRegular) {
-		return nil, localError(ctx, op, rawURL, fmt.Errorf("source %w", err))
-	}
-	if err != nil {
-		return nil, localError(ctx, op, rawURL, fmt.Errorf("open source: %w", err))
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, localError(ctx, op, rawURL, err)
-	}
-	return &source{body: f, size: fi.Size(), local: true}, nil
-}
-
-// openHTTP sends GET.
-func (c *Client) openHTTP(ctx context.Context, src endpoint) (*source, error) {
-	const op = "copy"
-	rawURL := src.raw
-	resp, err := c.do(ctx, http.MethodGet, rawURL, nil)
-	if err != nil {
-		return nil, remoteError(ctx, op, rawURL, err, 0)
-	}
-	if err := checkStatus(resp, http.MethodGet); err != nil {
-		discard(resp)
-		if isMissing(err) {
-			err = fmt.Errorf("source not found: %w", err)
-		}
-		return nil, remoteError(ctx, op, rawURL, err, 0)
-	}
-	return &source{body: resp.Body, size: resp.ContentLength, checksum: digestChecksum(resp.Header)}, nil
-}
-
 // sourceError classifies a failure reading the source after moved bytes.
 func sourceError(ctx context.Context, in *source, rawURL string, err error, moved int64) *Error {
 	const op = "copy"
@@ -267,136 +220,6 @@ func sourceError(ctx context.Context, in *source, rawURL string, err error, move
 		err = fmt.Errorf("read source: %w", err)
 	}
 	return remoteError(ctx, op, rawURL, err, moved)
-}
-
-// copyToFile writes the source to path, removing it on failure.
-func copyToFile(ctx context.Context, files *Files, in *source, p *pump, src, dst, path string, sync bool) (int64, *Error) {
-	const op = "copy"
-	// The directory is made only when the file cannot be created without
-	// it: most transfers write where an earlier one made it, and MkdirAll
-	// would look first.
-	f, err := files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := files.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return 0, localError(ctx, op, dst, err)
-		}
-		f, err = files.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	}
-	if errors.Is(err, ErrNotRegular) {
-		err = fmt.Errorf("destination %w", err) // left alone: it is not ours
-	}
-	if err != nil {
-		return 0, localError(ctx, op, dst, err)
-	}
-	n, side, err := p.run(ctx, in.body, f)
-	var failure *Error
-	switch {
-	case side == sideFence:
-		// The grant may be another worker's now: what was written stays
-		// for the cleanup that the scheduler grants.
-		_ = f.Close()
-		return n, fenceError(op, dst, err)
-	case ctx.Err() != nil:
-		failure = cancelled(ctx, op, src)
-	case side == sideSource:
-		failure = sourceError(ctx, in, src, err, n)
-	case side == sideDestination:
-		failure = localError(ctx, op, dst, fmt.Errorf("write: %w", err))
-	}
-	if failure == nil && sync {
-		if err := f.Sync(); err != nil {
-			failure = localError(ctx, op, dst, err)
-		}
-	}
-	if err := f.Close(); err != nil && failure == nil {
-		failure = localError(ctx, op, dst, err)
-	}
-	if failure != nil && mayAct(ctx) {
-		if err := files.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
-		}
-	}
-	return n, failure
-}
-
-// errEarlyAnswer is what the pump sees if the server answers a PUT before
-// taking the whole body.
-var errEarlyAnswer = errors.New("server answered before receiving the whole body")
-
-// copyToHTTP PUTs the source to dst. The request body is a pipe fed by the
-// pump in this goroutine, so hashing, counting and progress stay here and
-// are finished before Copy returns, whatever the transport does.
-func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst string) (int64, *Error) {
-	const op = "copy"
-	pr, pw := io.Pipe()
-	// The Client in the context gives each hop its credentials (credentials.go).
-	req, err := http.NewRequestWithContext(context.WithValue(ctx, clientKey{}, c), http.MethodPut, httpURL(dst), pr)
-	if err != nil {
-		return 0, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: dst, Err: stripURLError(err)}
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.ContentLength = in.size // -1: chunked
-	var w io.Writer = pw
-	if in.size == 0 {
-		// A zero ContentLength with a real body would be sent chunked.
-		req.Body, w = http.NoBody, io.Discard
-	}
-	done := make(chan error, 1)
-	go func() {
-		resp, err := c.http.Do(req)
-		if err == nil {
-			discard(resp)
-			err = checkStatus(resp, http.MethodPut)
-		}
-		pr.CloseWithError(cmp.Or(err, errEarlyAnswer)) // unblock the pump
-		done <- err
-	}()
-
-	n, side, err := p.run(ctx, in.body, w)
-	pw.CloseWithError(err) // nil ends the body; an error aborts the PUT
-	putErr := <-done
-
-	var failure *Error
-	switch {
-	case side == sideFence:
-		// The body was cut short; whatever the server kept is left to the
-		// cleanup that the scheduler grants.
-		return n, fenceError(op, dst, err)
-	case ctx.Err() != nil:
-		failure = cancelled(ctx, op, src)
-	case side == sideSource:
-		failure = sourceError(ctx, in, src, err, n)
-	case putErr != nil:
-		failure = remoteError(ctx, op, dst, putErr, n)
-	case err != nil: // the server said 2xx before reading everything
-		failure = remoteError(ctx, op, dst, err, n)
-	default:
-		return n, nil
-	}
-	var se *StatusError
-	if errors.As(putErr, &se) && se.Code < 500 {
-		// Refused (4xx) or sent elsewhere (3xx): nothing of ours was
-		// stored here, and whatever is there is not ours to delete.
-		return n, failure
-	}
-	if _, refused := isRefused(putErr); refused || isInsecureToken(putErr) || errors.Is(putErr, errCredentials) {
-		// Not sent (the Guard refused the address, or the credentials
-		// were refused or missing): there is nothing to delete.
-		return n, failure
-	}
-	timeout := cleanupTimeout
-	if ctx.Err() != nil {
-		timeout = cleanupTimeoutCancelled
-	}
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer ccancel()
-	// Delete asks the fence again: a worker that lost its grant while the
-	// PUT failed deletes nothing, since the name may hold another
-	// attempt's finished file by now.
-	if err := c.Delete(cctx, dst); err != nil && !IsLeaseLost(err) {
-		failure.Err = fmt.Errorf("%w (cleanup: %v)", failure.Err, err)
-	}
-	return n, failure
 }
 
 // side says which end of a pump failed.

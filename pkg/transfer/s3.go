@@ -215,3 +215,29 @@ func (c *Client) copyToS3(ctx context.Context, in *source, p *pump, src, dst str
 func sourceNotFound(ctx context.Context, rawURL, status string) *Error {
 	return remoteError(ctx, "copy", rawURL, fmt.Errorf("source not found: %w", &StatusError{Code: http.StatusNotFound, Status: status}), 0)
 }
+
+// s3Protocol speaks S3 (s3.go).
+type s3Protocol struct{ c *Client }
+
+func (s s3Protocol) stat(ctx context.Context, op string, e endpoint) (Info, error) {
+	return s.c.s3Stat(ctx, op, e.raw, e.url)
+}
+
+func (s s3Protocol) remove(ctx context.Context, op string, e endpoint) error {
+	return s.c.s3Delete(ctx, op, e.raw, e.url)
+}
+
+func (s3Protocol) makeParents(context.Context, string, endpoint) error { return nil }
+
+func (s s3Protocol) open(ctx context.Context, e endpoint) (*source, error) {
+	return s.c.s3Open(ctx, e.raw, e.url)
+}
+
+func (s s3Protocol) write(ctx context.Context, in *source, p *pump, src string, dst endpoint, _ CopyOptions) (int64, *Error) {
+	return s.c.copyToS3(ctx, in, p, src, dst.raw, dst.url)
+}
+
+// rename is never asked: S3 objects appear whole, in place.
+func (s3Protocol) rename(_ context.Context, op, from, _ string, _, _ *url.URL) error {
+	return &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: from, Err: errors.New("S3 objects are not renamed")}
+}

@@ -1,17 +1,29 @@
-// Package transfer performs the operations Sluice needs on file:// and
-// http(s):// URLs: stat, delete, rename, making parent directories and
-// streaming copies that compute checksums on the way.
+// Package transfer performs the operations Sluice's workers need on a
+// storage URL: stat, delete, rename, make parent directories, and streaming
+// copies that compute checksums on the way and stop at a fenced grant.
 //
-// Every failure is an *Error carrying a dtr.ErrorKind, so that the
-// scheduler can tell a retryable failure (TEMPORARY_REMOTE) from one that is
-// not (PERMANENT_REMOTE, LOCAL_FILE, INTERNAL_LOGIC).
+// Each URL scheme has a protocol (protocol.go), registered in the
+// protocols map: file (file.go), http/https/dav/davs (http.go), s3/s3s
+// (s3.go) and root (xrootd.go). The scheme's syntax, default port and
+// credentials kind are a row of dtr.SchemeTable. One conformance suite
+// (conformance_test.go) runs every operation against every protocol, each
+// on a real server. Adding a protocol is one file, one map entry, one
+// scheme row and one conformance row (docs/architecture.md).
+//
+// Connections dial through a Guard (guard.go), which refuses addresses the
+// site has not allowed, at every redirect hop, and credentials are added
+// per hop only for the host they belong to (credentials.go). Local paths
+// go through Files (files.go), confined to the allowed roots.
+//
+// Every failure is an *Error, as os.PathError is, carrying a dtr.ErrorKind,
+// so that the scheduler can tell a retryable failure (TEMPORARY_REMOTE)
+// from one that is not (PERMANENT_REMOTE, LOCAL_FILE, INTERNAL_LOGIC).
 package transfer
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -250,22 +262,6 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	return c.protocol(fu).rename(ctx, op, from, to, fu, tu)
 }
 
-// davMove sends a WebDAV MOVE of from to to, replacing to.
-func (c *Client) davMove(ctx context.Context, op, from, to string) error {
-	resp, err := c.send(ctx, "MOVE", from, nil, http.Header{"Destination": {httpURL(to)}, "Overwrite": {"T"}})
-	if err != nil {
-		return remoteError(ctx, op, from, err, 0)
-	}
-	discard(resp)
-	if err := checkStatus(resp, "MOVE"); err != nil {
-		if isMissing(err) {
-			err = fmt.Errorf("nothing to move: %w", err)
-		}
-		return remoteError(ctx, op, from, err, 0)
-	}
-	return nil
-}
-
 // Renames reports whether objects of a URL scheme are written under a
 // temporary name and renamed into place (file, dav, davs, root). Plain
 // http(s) destinations are written in place with PUT, and S3 objects
@@ -285,18 +281,6 @@ func AppearsWhole(rawURL string) bool {
 	}
 	s, _ := dtr.SchemeOf(u.Scheme)
 	return s.AppearsWhole
-}
-
-// httpURL turns a WebDAV URL (dav://, davs://, as ARC writes them) into
-// the HTTP URL it is reached at.
-func httpURL(rawURL string) string {
-	switch {
-	case strings.HasPrefix(rawURL, "dav://"):
-		return "http://" + strings.TrimPrefix(rawURL, "dav://")
-	case strings.HasPrefix(rawURL, "davs://"):
-		return "https://" + strings.TrimPrefix(rawURL, "davs://")
-	}
-	return rawURL
 }
 
 // MakeParents creates the directories above a file:// URL (mode 0755),
@@ -344,19 +328,6 @@ func TempURL(dst, tag string) string {
 // post-processing puts it in place: one name per transfer grant.
 func TempURLOf(d *dtr.DTR) string { return TempURL(d.Target(), d.TransferGrant) }
 
-// LocalPath returns the local file path of a file:// URL, decoding any
-// percent-encoding (a name with spaces, or "file://localhost/...").
-func LocalPath(rawURL string) (string, error) {
-	u, err := parseURL("local path", rawURL)
-	if err != nil {
-		return "", err
-	}
-	if u.Scheme != "file" {
-		return "", &Error{Kind: dtr.ErrInternalLogic, Op: "local path", URL: rawURL, Err: errors.New("not a file URL")}
-	}
-	return u.Path, nil
-}
-
 // parseURL parses rawURL and checks it against its scheme's row of
 // dtr.SchemeTable. Anything else is an INTERNAL_LOGIC error: the DTR
 // should have been validated earlier.
@@ -379,111 +350,4 @@ func parseURL(op, rawURL string) (*url.URL, error) {
 		return nil, &Error{Kind: dtr.ErrInternalLogic, Op: op, URL: rawURL, Err: err}
 	}
 	return u, nil
-}
-
-// do sends one request. It asks for the identity encoding, so that sizes
-// and checksums are those of the stored bytes, and for a Digest header.
-func (c *Client) do(ctx context.Context, method, rawURL string, body io.Reader) (*http.Response, error) {
-	return c.send(ctx, method, rawURL, body, nil)
-}
-
-// send is do with extra request headers.
-func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(context.WithValue(ctx, clientKey{}, c), method, httpURL(rawURL), body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Accept-Encoding", "identity")
-	// Credentials are added by the transport, at every hop (credentials.go).
-	req.Header.Del("Authorization")
-	if method == http.MethodGet || method == http.MethodHead {
-		req.Header.Set("Want-Digest", wantDigest)
-	}
-	return c.http.Do(req)
-}
-
-// checkStatus turns a non-2xx response to a method request into a
-// *StatusError. net/http follows a 301, 302 or 303 answer to anything but
-// GET or HEAD with a GET; such a response is not an answer to the request
-// made, so the redirect itself is reported.
-func checkStatus(resp *http.Response, method string) error {
-	if r := resp.Request; r != nil && r.Method != method && r.Response != nil {
-		return &StatusError{Code: r.Response.StatusCode, Status: r.Response.Status}
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
-	}
-	return &StatusError{Code: resp.StatusCode, Status: resp.Status}
-}
-
-// isMissing reports whether err is a 404 or 410 answer.
-func isMissing(err error) bool {
-	var se *StatusError
-	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusGone)
-}
-
-// discard reads a little of the body, so the connection can be reused for
-// a short answer, and closes it.
-func discard(resp *http.Response) {
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-}
-
-// makeCollections makes the WebDAV collections above u, if the server has
-// WebDAV and they are missing.
-func (c *Client) makeCollections(ctx context.Context, rawURL string, u *url.URL) error {
-	const op = "mkdir"
-	parent := path.Dir(strings.TrimSuffix(u.Path, "/"))
-	if parent == "/" || parent == "." {
-		return nil
-	}
-	exists, err := c.collectionExists(ctx, rawURL, u, parent)
-	if err != nil || exists {
-		return err
-	}
-	// Top down: /a/, /a/b/, ... A 405 is a collection that exists already.
-	parts := strings.Split(strings.Trim(parent, "/"), "/")
-	for i := range parts {
-		cu := *u
-		cu.Path = "/" + strings.Join(parts[:i+1], "/") + "/"
-		cu.RawPath, cu.RawQuery, cu.Fragment = "", "", ""
-		resp, err := c.do(ctx, "MKCOL", cu.String(), nil)
-		if err != nil {
-			return remoteError(ctx, op, rawURL, err, 0)
-		}
-		discard(resp)
-		if resp.StatusCode != http.StatusMethodNotAllowed {
-			if err := checkStatus(resp, "MKCOL"); err != nil {
-				return remoteError(ctx, op, rawURL, fmt.Errorf("MKCOL %s: %w", cu.Path, err), 0)
-			}
-		}
-	}
-	return nil
-}
-
-// collectionExists asks with PROPFIND (depth 0) whether dir exists; a
-// server without WebDAV counts as having it.
-func (c *Client) collectionExists(ctx context.Context, rawURL string, u *url.URL, dir string) (bool, error) {
-	cu := *u
-	cu.Path = dir + "/"
-	cu.RawPath, cu.RawQuery, cu.Fragment = "", "", ""
-	resp, err := c.send(ctx, "PROPFIND", cu.String(), strings.NewReader(
-		`<?xml version="1.0" encoding="utf-8"?><propfind xmlns="DAV:"><prop><resourcetype/></prop></propfind>`),
-		http.Header{"Depth": {"0"}, "Content-Type": {"application/xml"}})
-	if err != nil {
-		return false, remoteError(ctx, "mkdir", rawURL, err, 0)
-	}
-	discard(resp)
-	switch {
-	case resp.StatusCode == http.StatusMultiStatus || resp.StatusCode/100 == 2:
-		return true, nil
-	case resp.StatusCode == http.StatusNotFound:
-		return false, nil
-	case resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
-		return true, nil // no WebDAV here: PUT creates what it needs, or fails
-	}
-	return false, remoteError(ctx, "mkdir", rawURL, &StatusError{Code: resp.StatusCode, Status: resp.Status}, 0)
 }

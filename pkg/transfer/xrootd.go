@@ -233,3 +233,31 @@ func (c *Client) xrdRename(ctx context.Context, op, rawURL string, from, to *url
 	}
 	return nil
 }
+
+// no directories
+// xrootdProtocol speaks xrootd (xrootd.go).
+type xrootdProtocol struct{ c *Client }
+
+func (x xrootdProtocol) stat(ctx context.Context, op string, e endpoint) (Info, error) {
+	return x.c.xrdStat(ctx, op, e.raw, e.url)
+}
+
+func (x xrootdProtocol) remove(ctx context.Context, op string, e endpoint) error {
+	return x.c.xrdDelete(ctx, op, e.raw, e.url)
+}
+
+func (x xrootdProtocol) makeParents(ctx context.Context, op string, e endpoint) error {
+	return x.c.xrdMakeParents(ctx, op, e.raw, e.url)
+}
+
+func (x xrootdProtocol) open(ctx context.Context, e endpoint) (*source, error) {
+	return x.c.xrdOpen(ctx, e.raw, e.url)
+}
+
+func (x xrootdProtocol) write(ctx context.Context, in *source, p *pump, src string, dst endpoint, _ CopyOptions) (int64, *Error) {
+	return x.c.copyToXrootd(ctx, in, p, src, dst.raw, dst.url)
+}
+
+func (x xrootdProtocol) rename(ctx context.Context, op, from, _ string, fu, tu *url.URL) error {
+	return x.c.xrdRename(ctx, op, from, fu, tu)
+}
