@@ -36,27 +36,17 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
 )
 
 // Config is the scheduler's configuration, read from SLUICE_* variables.
 // The names follow ARC's [arex/data-staging] options.
 type Config struct {
-	// Policy is the fair-share scheme: arc (default) or dirac.
+	// Policy is the fair-share scheme, a name in fairshare.Factories.
 	Policy string `envconfig:"POLICY" default:"arc" desc:"fair-share policy: arc (proportional split by share priority), dirac (group shares, per-user division, history correction), sam (cumulative benefit, front or back of one queue) or enstore (admin category, idle groups first, owned slots)"`
-	// DIRAC's policy.
-	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing][:background],... e.g. prod=100:sharing,user=50:background; groups are named by SLUICE_SHAREPOLICY"`
-	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
-	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
-	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
-	// Byte-fair shares, for any policy.
-	ByteFair    time.Duration `envconfig:"BYTEFAIR" desc:"make transfer shares fair in bytes under any policy, learning each share's bytes per slot-second over this span (e.g. 10m); empty: off"`
-	ByteFairMax float64       `envconfig:"BYTEFAIR_MAX" default:"20" desc:"byte-fair shares: the most a share's transfer weight is multiplied or divided by"`
-	// SAM's policy.
-	SAMGroups string `envconfig:"SAM_GROUPS" desc:"sam policy: group=fraction or group=priority, e.g. daq=priority,cms=0.6,atlas=0.4; priority groups rank in the order given"`
-	SAMUnit   string `envconfig:"SAM_UNIT" default:"files" desc:"sam policy: benefit counted in files, bytes (byte-fair) or seconds"`
-	// Enstore's policy.
-	EnstoreAdmin string `envconfig:"ENSTORE_ADMIN" desc:"enstore policy: admin/DAQ rules as JSON, e.g. [{\"user\":\"/CN=joe\",\"host\":\"node1\"},{\"group\":\"daq\"}]"`
-	EnstoreOwned string `envconfig:"ENSTORE_OWNED" desc:"enstore policy: slots a group owns in each state, e.g. cms=4,atlas=2"`
+	// The policies' own settings (SLUICE_DIRAC_*, SLUICE_BYTEFAIR*,
+	// SLUICE_SAM_*, SLUICE_ENSTORE_*), each policy's in its struct.
+	fairshare.Settings
 	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one share).
 	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
@@ -122,20 +112,8 @@ func (c Config) CoreConfig() (core.Config, error) {
 	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
-	factory, ok := Policies[cmp.Or(strings.ToLower(c.Policy), "arc")]
-	if !ok {
-		return cc, fmt.Errorf("policy %q is not %s", c.Policy, policyNames())
-	}
-	if cc.Policy, err = factory(c); err != nil {
-		return cc, err
-	}
-	if c.ByteFair < 0 {
-		return cc, fmt.Errorf("byte-fair span %s is negative", c.ByteFair)
-	}
-	if c.ByteFair > 0 {
-		cc.Policy = core.ByteFair(cc.Policy, c.ByteFair, c.ByteFairMax)
-	}
-	return cc, nil
+	cc.Policy, err = fairshare.Make(c.Policy, c.Settings, fairshare.Slots{Processor: c.MaxProcessor, Delivery: c.MaxDelivery})
+	return cc, err
 }
 
 // Service is a running scheduler.

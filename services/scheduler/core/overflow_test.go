@@ -16,14 +16,26 @@ import (
 // JobShare), byte-fair on, and a few hundred thousand queued transfers the
 // products overflow: the split hands one share more slots than exist (the
 // others get none), or never ends; the weights are scaled down first.
-func diracByteFair(t *testing.T, queued map[string]int) (*Core, chan struct{}) {
+//
+// hugeWeights weighs the shares as those policies do (package fairshare
+// checks the figures): 1e9 for DIRAC, times 1000 and the byte-fair
+// correction, 20 for the shares that move 1 byte per slot-second and
+// 334/1000 for /CN=fast, which moves 1000.
+type hugeWeights struct{ ARC }
+
+func (hugeWeights) Weigh(_ time.Time, _ dtr.State, shares []ShareDemand) {
+	for i := range shares {
+		shares[i].Weight = 20_000_000_000_000
+		if shares[i].Name == "/CN=fast" {
+			shares[i].Weight = 334_000_000_000
+		}
+	}
+}
+
+func hugelyWeighted(t *testing.T, queued map[string]int) (*Core, chan struct{}) {
 	cfg := DefaultConfig()
 	cfg.SharePolicy = PolicyDN
-	groups := map[string]DIRACGroup{}
-	for dn := range queued {
-		groups[dn] = DIRACGroup{Priority: 1000, JobSharing: true}
-	}
-	cfg.Policy = ByteFair(NewDIRAC(DIRACConfig{Groups: groups}), time.Hour, 20)
+	cfg.Policy = func(env PolicyEnv) Policy { return hugeWeights{ARC{env}} }
 	c := New(cfg)
 	now := t0
 	mk := func(i int, dn string) *dtr.DTR {
@@ -33,13 +45,6 @@ func diracByteFair(t *testing.T, queued map[string]int) (*Core, chan struct{}) {
 			Created: now, Updated: now}
 	}
 	for dn, n := range queued {
-		// What Result charges after transfers ended: /CN=fast moves 1000
-		// times the bytes per slot-second of the others.
-		bytes := int64(1000)
-		if dn == "/CN=fast" {
-			bytes = 1_000_000
-		}
-		c.policy.Charge(now, dtr.Transfer, mk(-1, dn), 1000*time.Second, bytes)
 		for i := 0; i < n; i++ {
 			if err := c.Restore(now, mk(i, dn)); err != nil {
 				t.Fatal(err)
@@ -52,7 +57,7 @@ func diracByteFair(t *testing.T, queued map[string]int) (*Core, chan struct{}) {
 }
 
 func TestHugeWeightsAndDemandsSplitNoMoreThanTheSlots(t *testing.T) {
-	c, done := diracByteFair(t, map[string]int{"/CN=a": 300_000, "/CN=b": 1000, "/CN=fast": 10})
+	c, done := hugelyWeighted(t, map[string]int{"/CN=a": 300_000, "/CN=b": 1000, "/CN=fast": 10})
 	<-done
 	st := c.states[dtr.Transfer]
 	slots, _ := c.split(st)
@@ -67,7 +72,7 @@ func TestHugeWeightsAndDemandsSplitNoMoreThanTheSlots(t *testing.T) {
 }
 
 func TestHugeWeightsAndDemandsLetATickEnd(t *testing.T) {
-	_, done := diracByteFair(t, map[string]int{"/CN=a": 300_000, "/CN=b": 300_000, "/CN=fast": 10})
+	_, done := hugelyWeighted(t, map[string]int{"/CN=a": 300_000, "/CN=b": 300_000, "/CN=fast": 10})
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):

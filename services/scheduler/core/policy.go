@@ -39,6 +39,19 @@ type lottery interface{ PickWeight(prio int) float64 }
 // scheme assumes the queue does not age).
 type ageless interface{ Ageless() bool }
 
+// innermost returns the policy a wrapper (one with an Unwrap() Policy
+// method, such as the byte-fair wrapper) wraps, for the optional
+// interfaces (lottery, ageless).
+func innermost(p Policy) Policy {
+	for {
+		u, ok := p.(interface{ Unwrap() Policy })
+		if !ok {
+			return p
+		}
+		p = u.Unwrap()
+	}
+}
+
 // PolicyEnv is what a policy may read of the core: how a DTR's share is
 // named (the share policy), and the shares' configured priorities, which a
 // reconfigure may change while the policy runs.
@@ -52,8 +65,13 @@ type PolicyMaker func(PolicyEnv) Policy
 
 // ARC is ARC's policy: shares named by the share policy (dn, voms:vo, …),
 // each weighted by its configured priority, a DTR's priority the share's
-// priority times its user priority over 100.
+// priority times its user priority over 100. The other policies are in
+// package fairshare.
 type ARC struct{ env PolicyEnv }
+
+// NewARC returns ARC's policy for a core, the one the core runs when
+// Config.Policy is nil; a wrapper of the default policy starts from it.
+func NewARC(env PolicyEnv) Policy { return ARC{env} }
 
 // Name implements Policy.
 func (ARC) Name() string { return "arc" }

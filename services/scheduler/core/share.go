@@ -110,22 +110,14 @@ func DTRPriority(sharePriority, userPriority int) int {
 	return max(1, min(100, sharePriority*userPriority/100))
 }
 
-// cutDirection splits a share name into the name a policy gave it and the
-// direction suffix the core added ("-download", "-upload" or "").
-func cutDirection(share string) (base, suffix string) {
+// CutDirection splits a share name into the name a policy gave it and the
+// direction suffix the core added ("-download", "-upload" or ""): the
+// reverse of SubShare.
+func CutDirection(share string) (base, suffix string) {
 	for _, suffix := range []string{"-download", "-upload"} {
 		if base, ok := strings.CutSuffix(share, suffix); ok {
 			return base, suffix
 		}
 	}
 	return share, ""
-}
-
-// userPriority is a DTR's user priority within 1–100 (0 means 50): the
-// priority inside a share under the policies that take it as it is.
-func userPriority(d *dtr.DTR) int {
-	if d.UserPriority == 0 {
-		return 50
-	}
-	return max(1, min(100, d.UserPriority))
 }

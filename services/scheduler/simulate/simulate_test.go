@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
 )
 
 func TestReadWorkloadTakesGoodFilesAndNamesBadLines(t *testing.T) {
@@ -111,7 +112,7 @@ func TestSVGDrawsEveryGroupOfEveryPanel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Policy = core.NewEnstore(core.EnstoreConfig{})
+	cfg.Policy = fairshare.NewEnstore(fairshare.EnstoreConfig{})
 	r2, err := Run(cfg, saturated(), Options{Slots: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +150,9 @@ func TestNoGroupWithWorkWaitsForeverUnderAnyPolicy(t *testing.T) {
 	base.SharePolicy = core.PolicyVOMSVO
 	policies := map[string]core.PolicyMaker{
 		"arc":     nil,
-		"dirac":   core.NewDIRAC(core.DIRACConfig{Groups: map[string]core.DIRACGroup{"atlas": {Priority: 98, JobSharing: true}, "cms": {Priority: 1, JobSharing: true}, "lhcb": {Priority: 1, JobSharing: true}}, Slices: []core.DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}}),
-		"sam":     core.NewSAM(core.SAMConfig{Fractions: map[string]float64{"atlas": 0.98, "cms": 0.01, "lhcb": 0.01}}),
-		"enstore": core.NewEnstore(core.EnstoreConfig{}),
+		"dirac":   fairshare.NewDIRAC(fairshare.DIRACConfig{Groups: map[string]fairshare.DIRACGroup{"atlas": {Priority: 98, JobSharing: true}, "cms": {Priority: 1, JobSharing: true}, "lhcb": {Priority: 1, JobSharing: true}}, Slices: []fairshare.DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}}),
+		"sam":     fairshare.NewSAM(fairshare.SAMConfig{Fractions: map[string]float64{"atlas": 0.98, "cms": 0.01, "lhcb": 0.01}}),
+		"enstore": fairshare.NewEnstore(fairshare.EnstoreConfig{}),
 	}
 	for name, p := range policies {
 		t.Run(name, func(t *testing.T) {

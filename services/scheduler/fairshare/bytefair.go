@@ -1,10 +1,29 @@
-package core
+package fairshare
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
+
+// ByteFairSettings make the transfer shares of any policy fair in bytes.
+type ByteFairSettings struct {
+	ByteFair    time.Duration `envconfig:"BYTEFAIR" desc:"make transfer shares fair in bytes under any policy, learning each share's bytes per slot-second over this span (e.g. 10m); empty: off"`
+	ByteFairMax float64       `envconfig:"BYTEFAIR_MAX" default:"20" desc:"byte-fair shares: the most a share's transfer weight is multiplied or divided by"`
+}
+
+// Wrap returns inner made byte-fair if the span is set, else inner.
+func (s ByteFairSettings) Wrap(inner core.PolicyMaker) (core.PolicyMaker, error) {
+	if s.ByteFair < 0 {
+		return nil, fmt.Errorf("byte-fair span %s is negative", s.ByteFair)
+	}
+	if s.ByteFair == 0 {
+		return inner, nil
+	}
+	return ByteFair(inner, s.ByteFair, s.ByteFairMax), nil
+}
 
 // ByteFair wraps any policy so that its transfer shares are fair in bytes
 // rather than in slots. Over the last span it learns each share's rate,
@@ -14,10 +33,10 @@ import (
 // moves few bytes per slot, gets more slots, one of large files fewer, so
 // that the bytes each moves follow the policy's weights. A flood of small
 // files then cannot crowd out large ones, nor the other way round. Other
-// states are weighed as the policy weighs them.
-func ByteFair(inner PolicyMaker, span time.Duration, maxCorrection float64) PolicyMaker {
-	return func(env PolicyEnv) Policy {
-		var p Policy = ARC{env}
+// states are weighed as the policy weighs them. A nil inner is ARC's.
+func ByteFair(inner core.PolicyMaker, span time.Duration, maxCorrection float64) core.PolicyMaker {
+	return func(env core.PolicyEnv) core.Policy {
+		p := core.NewARC(env)
 		if inner != nil {
 			p = inner(env)
 		}
@@ -27,7 +46,7 @@ func ByteFair(inner PolicyMaker, span time.Duration, maxCorrection float64) Poli
 }
 
 type byteFair struct {
-	Policy
+	core.Policy
 	span time.Duration
 	max  float64
 	// Per share over the span: bytes moved, and seconds of slot held.
@@ -38,10 +57,10 @@ type byteFair struct {
 func (p *byteFair) Name() string { return p.Policy.Name() + "+bytes" }
 
 // Unwrap returns the wrapped policy.
-func (p *byteFair) Unwrap() Policy { return p.Policy }
+func (p *byteFair) Unwrap() core.Policy { return p.Policy }
 
 // Weigh implements Policy.
-func (p *byteFair) Weigh(now time.Time, state dtr.State, shares []ShareDemand) {
+func (p *byteFair) Weigh(now time.Time, state dtr.State, shares []core.ShareDemand) {
 	p.Policy.Weigh(now, state, shares)
 	if state != dtr.Transfer {
 		return
@@ -86,16 +105,4 @@ func (p *byteFair) Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.
 	}
 	add(p.moved, float64(bytes))
 	add(p.held, held.Seconds())
-}
-
-// innermost returns the policy a wrapper such as ByteFair wraps, for the
-// optional interfaces (lottery, ageless).
-func innermost(p Policy) Policy {
-	for {
-		u, ok := p.(interface{ Unwrap() Policy })
-		if !ok {
-			return p
-		}
-		p = u.Unwrap()
-	}
 }

@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"math"
@@ -9,13 +9,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 func samCore(cfg SAMConfig) *SAM {
-	c := DefaultConfig()
-	c.SharePolicy = PolicyDN
+	c := core.DefaultConfig()
+	c.SharePolicy = core.PolicyDN
 	c.Policy = NewSAM(cfg)
-	return New(c).Policy().(*SAM)
+	return core.New(c).Policy().(*SAM)
 }
 
 func TestSAMPutsANewDTRInFrontWhileItsGroupStaysWithinItsFraction(t *testing.T) {
@@ -33,13 +34,13 @@ func TestSAMPutsANewDTRInFrontWhileItsGroupStaysWithinItsFraction(t *testing.T) 
 		{"fractions are normalised", map[string]float64{"cms": 50, "atlas": 50}, map[string]float64{"cms": 3, "atlas": 2}, "cms", 1, 2},
 		{"nothing received yet: a group with a fraction below 1 goes back", map[string]float64{}, map[string]float64{"cms": 0.6, "atlas": 0.4}, "cms", 1, 1},
 		{"a group without a fraction always goes back", map[string]float64{}, map[string]float64{"cms": 0.6}, "lhcb", 1, 1},
-		{"the default fraction stands for unlisted groups", map[string]float64{"cms": 90, DefaultShare: 10}, map[string]float64{"cms": 0.5, DefaultShare: 0.5}, "lhcb", 1, 2},
+		{"the default fraction stands for unlisted groups", map[string]float64{"cms": 90, core.DefaultShare: 10}, map[string]float64{"cms": 0.5, core.DefaultShare: 0.5}, "lhcb", 1, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := samCore(SAMConfig{Fractions: tt.fracs})
 			for g, b := range tt.B {
-				if g == DefaultShare {
+				if g == core.DefaultShare {
 					g = "lhcb"
 				}
 				p.B[g] += b
@@ -61,8 +62,8 @@ func TestSAMPriorityGroupsGoFirstInTheirOrder(t *testing.T) {
 }
 
 func samSim(t *testing.T, cfg SAMConfig) *sim {
-	c := DefaultConfig()
-	c.SharePolicy = PolicyDN
+	c := core.DefaultConfig()
+	c.SharePolicy = core.PolicyDN
 	c.MaxDelivery, c.MaxProcessor, c.MaxEmergency = 2, 100, 0
 	c.Lease = 24 * time.Hour
 	c.Policy = NewSAM(cfg)

@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"fmt"
@@ -8,7 +8,32 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
+
+// DIRACSettings are DIRAC's policy's SLUICE_DIRAC_* variables.
+type DIRACSettings struct {
+	DIRACGroups        string  `envconfig:"DIRAC_GROUPS" desc:"dirac policy: group=priority[:sharing][:background],... e.g. prod=100:sharing,user=50:background; groups are named by SLUICE_SHAREPOLICY"`
+	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
+	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
+	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
+}
+
+// Maker parses the settings into a maker of DIRAC's policy.
+func (s DIRACSettings) Maker() (core.PolicyMaker, error) {
+	var err error
+	dc := DIRACConfig{MaxGlobalCorrection: s.DIRACMaxCorrection}
+	if dc.Groups, err = ParseDIRACGroups(s.DIRACGroups); err != nil {
+		return nil, err
+	}
+	if dc.Slices, err = ParseDIRACSlices(s.DIRACSlices); err != nil {
+		return nil, err
+	}
+	if dc.Unit, err = ParseUnit(s.DIRACUnit); err != nil {
+		return nil, fmt.Errorf("DIRAC: %w", err)
+	}
+	return NewDIRAC(dc), nil
+}
 
 // DIRACGroup is one group's configuration under DIRAC's policy.
 type DIRACGroup struct {
@@ -51,9 +76,9 @@ func ParseUnit(s string) (string, error) {
 
 // DIRACConfig configures DIRAC's policy.
 type DIRACConfig struct {
-	// Groups by group name, as SharePolicy names them (voms:vo gives
+	// Groups by group name, as core.SharePolicy names them (voms:vo gives
 	// "atlas", voms:group "atlas:higgs", ...). An unlisted group has the
-	// entry of DefaultShare, or priority 1 without job sharing.
+	// entry of core.DefaultShare, or priority 1 without job sharing.
 	Groups map[string]DIRACGroup
 	// Slices of usage history for the correction; none turns it off.
 	Slices []DIRACSlice
@@ -95,7 +120,7 @@ type DIRACConfig struct {
 // share has one queue per state, so that factor is 1 and user priority
 // orders the DTRs inside the queue instead.
 type DIRAC struct {
-	env PolicyEnv
+	env core.PolicyEnv
 	cfg DIRACConfig
 	// shares maps a share name (without direction) to its group and user.
 	shares map[string]diracEntity
@@ -105,15 +130,15 @@ type DIRAC struct {
 
 type diracEntity struct{ group, user string }
 
-// NewDIRAC returns a maker of DIRAC's policy for Config.Policy.
-func NewDIRAC(cfg DIRACConfig) PolicyMaker {
+// NewDIRAC returns a maker of DIRAC's policy for core.Config.Policy.
+func NewDIRAC(cfg DIRACConfig) core.PolicyMaker {
 	if cfg.MaxGlobalCorrection <= 0 {
 		cfg.MaxGlobalCorrection = 5
 	}
 	if cfg.Unit == "" {
 		cfg.Unit = UnitSlotSeconds
 	}
-	return func(env PolicyEnv) Policy {
+	return func(env core.PolicyEnv) core.Policy {
 		return &DIRAC{env: env, cfg: cfg, shares: map[string]diracEntity{}, history: map[dtr.State]map[string][]*window{}}
 	}
 }
@@ -125,7 +150,7 @@ func (p *DIRAC) group(name string) DIRACGroup {
 	if g, ok := p.cfg.Groups[name]; ok {
 		return g
 	}
-	if g, ok := p.cfg.Groups[DefaultShare]; ok {
+	if g, ok := p.cfg.Groups[core.DefaultShare]; ok {
 		return g
 	}
 	return DIRACGroup{Priority: 1}
@@ -151,7 +176,7 @@ func (*DIRAC) Priority(_ string, d *dtr.DTR) int { return userPriority(d) }
 // entity returns the group of a share name with its direction suffix, and
 // the suffix.
 func (p *DIRAC) entity(share string) (diracEntity, string) {
-	base, suffix := cutDirection(share)
+	base, suffix := core.CutDirection(share)
 	if e, ok := p.shares[base]; ok {
 		return e, suffix
 	}
@@ -159,7 +184,7 @@ func (p *DIRAC) entity(share string) (diracEntity, string) {
 }
 
 // Weigh implements Policy.
-func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []ShareDemand) {
+func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []core.ShareDemand) {
 	users := map[string]int{} // group+direction → users with work
 	for _, s := range shares {
 		if e, suffix := p.entity(s.Name); s.Demand > 0 && e.user != "" {

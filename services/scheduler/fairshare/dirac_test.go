@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 func TestDIRACCorrectionMatchesHandComputedCases(t *testing.T) {
@@ -79,9 +80,9 @@ func diracDTR(i int, group, user string) *dtr.DTR {
 	return d
 }
 
-func diracConfig() Config {
-	cfg := DefaultConfig()
-	cfg.SharePolicy = PolicyVOMSVO
+func diracConfig() core.Config {
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO
 	cfg.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{
 		"prod": {Priority: 100, JobSharing: true},
 		"user": {Priority: 50},
@@ -90,10 +91,10 @@ func diracConfig() Config {
 }
 
 func TestDIRACSharesAndWeights(t *testing.T) {
-	c := New(diracConfig())
+	c := core.New(diracConfig())
 	share := func(group, user string) string {
 		d := diracDTR(0, group, user)
-		return SubShare(c.policy.Share(d), d.Direction)
+		return core.SubShare(c.Policy().Share(d), d.Direction)
 	}
 	if a, b := share("prod", "alice"), share("prod", "bob"); a != b || a != "prod-download" {
 		t.Fatalf("a job-sharing group's users have shares %q and %q, want one, prod-download", a, b)
@@ -103,26 +104,26 @@ func TestDIRACSharesAndWeights(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		shares []ShareDemand
+		shares []core.ShareDemand
 		want   []int64
 	}{
 		{"a sharing group weighs its priority; the others' is divided among users with work",
-			[]ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 10}},
+			[]core.ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 10}},
 			[]int64{100e6, 25e6, 25e6}},
 		{"a user without work does not divide the group's priority",
-			[]ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 0}},
+			[]core.ShareDemand{{Name: "prod-download", Weight: 0, Demand: 10}, {Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-download", Weight: 0, Demand: 0}},
 			[]int64{100e6, 50e6, 1}},
 		{"users count per direction",
-			[]ShareDemand{{Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-upload", Weight: 0, Demand: 10}},
+			[]core.ShareDemand{{Name: "user|/CN=alice-download", Weight: 0, Demand: 10}, {Name: "user|/CN=bob-upload", Weight: 0, Demand: 10}},
 			[]int64{50e6, 50e6}},
 	}
 	share("user", "bob")
 	bob := diracDTR(0, "user", "bob")
 	bob.Direction = dtr.Upload
-	c.policy.Share(bob)
+	c.Policy().Share(bob)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c.policy.Weigh(t0, dtr.Transfer, tt.shares)
+			c.Policy().Weigh(t0, dtr.Transfer, tt.shares)
 			for i, s := range tt.shares {
 				if s.Weight != tt.want[i] {
 					t.Fatalf("share %s weighs %d, want %d", s.Name, s.Weight, tt.want[i])
@@ -133,11 +134,11 @@ func TestDIRACSharesAndWeights(t *testing.T) {
 }
 
 func TestDIRACPriorityIsTheUserPriority(t *testing.T) {
-	c := New(diracConfig())
+	c := core.New(diracConfig())
 	for _, tt := range []struct{ user, want int }{{0, 50}, {1, 1}, {77, 77}, {100, 100}} {
 		d := diracDTR(0, "user", "alice")
 		d.UserPriority = tt.user
-		if got := c.policy.Priority("x", d); got != tt.want {
+		if got := c.Policy().Priority("x", d); got != tt.want {
 			t.Errorf("user priority %d gives %d, want %d", tt.user, got, tt.want)
 		}
 	}
@@ -145,7 +146,7 @@ func TestDIRACPriorityIsTheUserPriority(t *testing.T) {
 
 // diracSim runs a saturated TRANSFER state under DIRAC's policy and returns
 // each share's part of the slot-time.
-func diracSim(t *testing.T, cfg Config, users map[string][2]string, d time.Duration) (*sim, map[string]float64) {
+func diracSim(t *testing.T, cfg core.Config, users map[string][2]string, d time.Duration) (*sim, map[string]float64) {
 	cfg.MaxDelivery = 10
 	cfg.MaxProcessor = 100
 	cfg.Lease = 24 * time.Hour

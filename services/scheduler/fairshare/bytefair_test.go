@@ -1,9 +1,12 @@
-package core
+package fairshare
 
 import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // TestByteFairSharesMoveEqualBytesWhateverTheirFileSizes runs two shares of
@@ -24,8 +27,8 @@ func TestByteFairSharesMoveEqualBytesWhateverTheirFileSizes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.SharePolicy = PolicyDN
+			cfg := core.DefaultConfig()
+			cfg.SharePolicy = core.PolicyDN
 			cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency, cfg.Lease = 20, 100, 0, 24*time.Hour
 			if tt.byteFair {
 				cfg.Policy = ByteFair(nil, 10*time.Minute, 20)
@@ -51,5 +54,36 @@ func TestByteFairSharesMoveEqualBytesWhateverTheirFileSizes(t *testing.T) {
 				t.Fatalf("policy %q", s.c.Policy().Name())
 			}
 		})
+	}
+}
+
+// TestByteFairOverDIRACWeighsInTheTensOfTrillions gives the figures the
+// core's split must take without overflowing (its hugeWeights): DIRAC
+// groups of priority 1000 weigh 1e9, and byte-fair multiplies by 1000 and
+// by its correction, the most (20) for the shares that move 1 byte per
+// slot-second, 334/1000 for the one that moves 1000.
+func TestByteFairOverDIRACWeighsInTheTensOfTrillions(t *testing.T) {
+	groups := map[string]DIRACGroup{}
+	for _, dn := range []string{"/CN=a", "/CN=b", "/CN=fast"} {
+		groups[dn] = DIRACGroup{Priority: 1000, JobSharing: true}
+	}
+	p := ByteFair(NewDIRAC(DIRACConfig{Groups: groups}), time.Hour, 20)(core.PolicyEnv{
+		ShareName: core.PolicyDN.ShareName, SharePriority: func(string) int { return 50 }})
+	shares := []core.ShareDemand{{Name: "/CN=a", Demand: 300_000}, {Name: "/CN=b", Demand: 1000}, {Name: "/CN=fast", Demand: 10}}
+	for _, s := range shares {
+		bytes := int64(1000)
+		if s.Name == "/CN=fast" {
+			bytes = 1_000_000
+		}
+		d := &dtr.DTR{Owner: dtr.Identity{DN: s.Name}, Share: s.Name}
+		p.Share(d)
+		p.Charge(t0, dtr.Transfer, d, 1000*time.Second, bytes)
+	}
+	p.Weigh(t0, dtr.Transfer, shares)
+	want := []int64{20_000_000_000_000, 20_000_000_000_000, 334_000_000_000}
+	for i, s := range shares {
+		if s.Weight != want[i] {
+			t.Errorf("share %s weighs %d, want %d", s.Name, s.Weight, want[i])
+		}
 	}
 }

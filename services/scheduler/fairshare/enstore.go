@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"encoding/json"
@@ -9,11 +9,40 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
+
+// EnstoreSettings are Enstore's policy's SLUICE_ENSTORE_* variables.
+type EnstoreSettings struct {
+	EnstoreAdmin string `envconfig:"ENSTORE_ADMIN" desc:"enstore policy: admin/DAQ rules as JSON, e.g. [{\"user\":\"/CN=joe\",\"host\":\"node1\"},{\"group\":\"daq\"}]"`
+	EnstoreOwned string `envconfig:"ENSTORE_OWNED" desc:"enstore policy: slots a group owns in each state, e.g. cms=4,atlas=2"`
+}
+
+// Maker parses the settings into a maker of Enstore's policy; the slots
+// groups own must fit in the smallest state (unless its slots are unknown,
+// 0).
+func (s EnstoreSettings) Maker(slots Slots) (core.PolicyMaker, error) {
+	var err error
+	var ec EnstoreConfig
+	if ec.Admin, err = ParseEnstoreAdmin(s.EnstoreAdmin); err != nil {
+		return nil, err
+	}
+	if ec.Owned, err = ParseOwned(s.EnstoreOwned); err != nil {
+		return nil, err
+	}
+	owned := 0
+	for _, n := range ec.Owned {
+		owned += n
+	}
+	if smallest := min(slots.Delivery, slots.Processor); owned > smallest && slots.Delivery > 0 && slots.Processor > 0 {
+		return nil, fmt.Errorf("Enstore owned slots add up to %d, more than the %d slots of the smallest state", owned, smallest)
+	}
+	return NewEnstore(ec), nil
+}
 
 // EnstoreRule is one condition for Enstore's admin/DAQ category: every
 // field that is set must match (the DTR owner's DN, its group as
-// SharePolicy names it, the host of its source or destination URL).
+// core.SharePolicy names it, the host of its source or destination URL).
 type EnstoreRule struct {
 	User  string `json:"user,omitempty"`
 	Group string `json:"group,omitempty"`
@@ -49,7 +78,7 @@ type EnstoreConfig struct {
 // Enstore stops serving normal requests on a volume that an admin request
 // waits for; Sluice has no volumes, so the admin share simply goes first.
 type Enstore struct {
-	env    PolicyEnv
+	env    core.PolicyEnv
 	cfg    EnstoreConfig
 	groups map[string]enstoreShare // by share name without direction
 }
@@ -59,9 +88,11 @@ type enstoreShare struct {
 	admin bool
 }
 
-// NewEnstore returns a maker of Enstore's policy for Config.Policy.
-func NewEnstore(cfg EnstoreConfig) PolicyMaker {
-	return func(env PolicyEnv) Policy { return &Enstore{env: env, cfg: cfg, groups: map[string]enstoreShare{}} }
+// NewEnstore returns a maker of Enstore's policy for core.Config.Policy.
+func NewEnstore(cfg EnstoreConfig) core.PolicyMaker {
+	return func(env core.PolicyEnv) core.Policy {
+		return &Enstore{env: env, cfg: cfg, groups: map[string]enstoreShare{}}
+	}
 }
 
 // Name implements Policy.
@@ -107,7 +138,7 @@ func (p *Enstore) Share(d *dtr.DTR) string {
 func (*Enstore) Priority(_ string, d *dtr.DTR) int { return userPriority(d) }
 
 func (p *Enstore) share(name string) enstoreShare {
-	base, _ := cutDirection(name)
+	base, _ := core.CutDirection(name)
 	if s, ok := p.groups[base]; ok {
 		return s
 	}
@@ -118,7 +149,7 @@ func (p *Enstore) share(name string) enstoreShare {
 }
 
 // Weigh implements Policy.
-func (p *Enstore) Weigh(_ time.Time, _ dtr.State, shares []ShareDemand) {
+func (p *Enstore) Weigh(_ time.Time, _ dtr.State, shares []core.ShareDemand) {
 	for i := range shares {
 		s := p.share(shares[i].Name)
 		shares[i].Weight = 1000

@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
@@ -16,7 +17,7 @@ func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
 		{User: "/CN=george"},
 		{Host: "myspecialnode"},
 		{Group: "daq"},
-	}})(PolicyEnv{ShareName: PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }}).(*Enstore)
+	}})(core.PolicyEnv{ShareName: core.PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }}).(*Enstore)
 	tests := []struct {
 		name      string
 		dn, group string
@@ -41,8 +42,8 @@ func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
 }
 
 func enstoreSim(t *testing.T, ecfg EnstoreConfig) *sim {
-	cfg := DefaultConfig()
-	cfg.SharePolicy = PolicyDN
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyDN
 	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency = 10, 100, 0
 	cfg.Lease = 24 * time.Hour
 	cfg.Policy = NewEnstore(ecfg)
@@ -112,34 +113,11 @@ func TestEnstoreOwnerReclaimsItsSlotsAsTransfersFinish(t *testing.T) {
 	}
 }
 
-// queuedIn counts a share's DTRs waiting in a state.
-func (s *sim) queuedIn(state dtr.State, share string) int {
-	stats, _ := s.c.Shares()
-	n := 0
-	for _, st := range stats {
-		if st.State == state && strings.HasPrefix(st.Share, share) {
-			n += st.Queued
-		}
-	}
-	return n
-}
-
-// running counts a share's transfers in progress.
-func (s *sim) running(share string) int {
-	n := 0
-	for _, g := range s.held {
-		if g.State == dtr.Transferring && strings.HasPrefix(g.DTR.Share, share) {
-			n++
-		}
-	}
-	return n
-}
-
 func TestEnstorePrefersGroupsWithNothingInProgress(t *testing.T) {
-	p := NewEnstore(EnstoreConfig{})(PolicyEnv{ShareName: PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }})
-	shares := []ShareDemand{{Name: "a", Demand: 5, Running: 1}, {Name: "b", Demand: 5, Running: 1}, {Name: "c", Demand: 5}}
+	p := NewEnstore(EnstoreConfig{})(core.PolicyEnv{ShareName: core.PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }})
+	shares := []core.ShareDemand{{Name: "a", Demand: 5, Running: 1}, {Name: "b", Demand: 5, Running: 1}, {Name: "c", Demand: 5}}
 	p.Weigh(t0, dtr.Transfer, shares)
-	got := Split(2, shares)
+	got := core.Split(2, shares)
 	if got["c"] != 1 {
 		t.Fatalf("split of 2 slots between two busy groups and an idle one: %v, want the idle group c to get one", got)
 	}

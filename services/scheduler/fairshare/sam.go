@@ -1,4 +1,4 @@
-package core
+package fairshare
 
 import (
 	"fmt"
@@ -8,7 +8,26 @@ import (
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
+
+// SAMSettings are SAM's policy's SLUICE_SAM_* variables.
+type SAMSettings struct {
+	SAMGroups string `envconfig:"SAM_GROUPS" desc:"sam policy: group=fraction or group=priority, e.g. daq=priority,cms=0.6,atlas=0.4; priority groups rank in the order given"`
+	SAMUnit   string `envconfig:"SAM_UNIT" default:"files" desc:"sam policy: benefit counted in files, bytes (byte-fair) or seconds"`
+}
+
+// Maker parses the settings into a maker of SAM's policy.
+func (s SAMSettings) Maker() (core.PolicyMaker, error) {
+	sc, err := ParseSAMGroups(s.SAMGroups)
+	if err != nil {
+		return nil, err
+	}
+	if sc.Unit, err = ParseUnit(s.SAMUnit); err != nil {
+		return nil, fmt.Errorf("SAM: %w", err)
+	}
+	return NewSAM(sc), nil
+}
 
 // SAMConfig configures SAM's policy.
 type SAMConfig struct {
@@ -17,7 +36,7 @@ type SAMConfig struct {
 	Priority []string
 	// Fractions gives each fair-share group its fraction of the benefit;
 	// they are normalised to sum to 1. A group not listed has the fraction
-	// of DefaultShare, or none: its DTRs always go to the back.
+	// of core.DefaultShare, or none: its DTRs always go to the back.
 	Fractions map[string]float64
 	// Unit is the benefit of a DTR: UnitFiles (default), UnitBytes or
 	// UnitSlotSeconds (the time its transfer held a slot).
@@ -40,7 +59,7 @@ type SAMConfig struct {
 // arrives: a burst from one group is placed against the benefit received
 // so far.
 type SAM struct {
-	env PolicyEnv
+	env core.PolicyEnv
 	cfg SAMConfig
 	// B is the cumulative benefit per group, n the transfers charged.
 	B     map[string]float64
@@ -49,8 +68,8 @@ type SAM struct {
 	rank  map[string]int // priority group → priority
 }
 
-// NewSAM returns a maker of SAM's policy for Config.Policy.
-func NewSAM(cfg SAMConfig) PolicyMaker {
+// NewSAM returns a maker of SAM's policy for core.Config.Policy.
+func NewSAM(cfg SAMConfig) core.PolicyMaker {
 	if cfg.Unit == "" {
 		cfg.Unit = UnitFiles
 	}
@@ -67,7 +86,7 @@ func NewSAM(cfg SAMConfig) PolicyMaker {
 	for i, g := range cfg.Priority {
 		rank[g] = min(100, 3+len(cfg.Priority)-1-i)
 	}
-	return func(env PolicyEnv) Policy {
+	return func(env core.PolicyEnv) core.Policy {
 		return &SAM{env: env, cfg: cfg, B: map[string]float64{}, n: map[string]int{}, rank: rank}
 	}
 }
@@ -87,7 +106,7 @@ func (p *SAM) fraction(g string) float64 {
 	if f, ok := p.cfg.Fractions[g]; ok {
 		return f
 	}
-	return p.cfg.Fractions[DefaultShare]
+	return p.cfg.Fractions[core.DefaultShare]
 }
 
 // expected returns a DTR's expected benefit.
@@ -129,7 +148,7 @@ func (p *SAM) Front(g string, b float64) int {
 }
 
 // Weigh implements Policy: one share per direction, weighed alike.
-func (*SAM) Weigh(time.Time, dtr.State, []ShareDemand) {}
+func (*SAM) Weigh(time.Time, dtr.State, []core.ShareDemand) {}
 
 // Charge implements Policy: a finished transfer adds its benefit.
 func (p *SAM) Charge(_ time.Time, state dtr.State, d *dtr.DTR, held time.Duration, bytes int64) {
