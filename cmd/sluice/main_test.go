@@ -375,3 +375,18 @@ func TestABenchReportKeepsTheSectionsOtherCommandsMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestMain keeps the client commands of the tests from the nats contexts
+// of whoever runs them: an empty XDG_CONFIG_HOME, no NATS_CONTEXT.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-test-config-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	os.Unsetenv("NATS_CONTEXT")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
