@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -323,5 +324,29 @@ func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 	}
 	if none, err := (Config{}).storageTokens(); none != nil || err != nil {
 		t.Fatalf("no issuer set: %v, %v; want no storage tokens", none, err)
+	}
+}
+
+// TestTheWorkersDefaultsFillTheSchedulersDefaultSlots: from an empty
+// environment, each stage has a worker for every slot the scheduler grants
+// in it (its slots and emergency slots, in each of its states).
+func TestTheWorkersDefaultsFillTheSchedulersDefaultSlots(t *testing.T) {
+	var cfg Config
+	if err := envconfig.Process("sluice_defaults_test", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name          string
+		workers, want int
+	}{
+		{"pre-processing (two states)", cfg.Processor.PreWorkers, 2 * (cfg.MaxProcessor + cfg.MaxEmergency)},
+		{"post-processing", cfg.Processor.PostWorkers, cfg.MaxProcessor + cfg.MaxEmergency},
+		{"delivery", cfg.Delivery.Workers, cfg.MaxDelivery + cfg.MaxEmergency},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.workers != tt.want {
+				t.Fatalf("%d workers by default, for %d slots", tt.workers, tt.want)
+			}
+		})
 	}
 }
