@@ -2,6 +2,9 @@ package app
 
 import (
 	"bytes"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,4 +88,46 @@ func TestPrintSettings(t *testing.T) {
 			t.Fatalf("error %v", err)
 		}
 	})
+}
+
+// TestOperationsDocGivesTheDefaults: the tables of docs/operations.md
+// give each setting the default its tag has, so that the defaults live in
+// the tags alone and the guide follows them.
+func TestOperationsDocGivesTheDefaults(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{}
+	for _, ss := range settings {
+		for _, s := range ss {
+			defaults[s.Key] = s.Default
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `(SLUICE_[A-Z_]+)` \\| ([^|]*) \\|")
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 20 {
+		t.Fatalf("%d settings found in the tables of docs/operations.md", len(rows))
+	}
+	for _, m := range rows {
+		key, cell := m[1], strings.Trim(strings.TrimSpace(m[2]), "`")
+		if n, unit, ok := strings.Cut(cell, " "); ok {
+			if shift := map[string]uint{"KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[strings.Fields(unit)[0]]; shift > 0 {
+				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+					cell = strconv.FormatInt(v<<shift, 10) // "64 MiB" as the tag has it
+				}
+			}
+		}
+		def, ok := defaults[key]
+		switch {
+		case !ok:
+			t.Errorf("docs/operations.md lists %s, which is not a setting", key)
+		case def != "" && !strings.HasPrefix(cell, def):
+			t.Errorf("docs/operations.md gives %s the default %q; its tag says %s", key, cell, def)
+		}
+	}
 }
