@@ -111,3 +111,9 @@ func read(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+func TestAConfigBuiltInCodeTakesTheTagsDefaults(t *testing.T) {
+	if defaultCacheLockTimeout <= 0 {
+		t.Fatalf("CacheLockTimeout's default %q", tagDefault("CacheLockTimeout"))
+	}
+}

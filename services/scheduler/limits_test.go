@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAStreamLimitSmallerThanAMessageStopsTheSchedulerAtStart(t *testing.T) {
@@ -11,5 +12,11 @@ func TestAStreamLimitSmallerThanAMessageStopsTheSchedulerAtStart(t *testing.T) {
 	_, err := New(cfg, nil, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "SLUICE_JOURNAL_MAX_BYTES") {
 		t.Fatalf("New with a 1 MiB journal: %v", err)
+	}
+}
+
+func TestAConfigBuiltInCodeTakesTheTagsDefaults(t *testing.T) {
+	if d, err := time.ParseDuration(tagDefault("Tick")); err != nil || d <= 0 {
+		t.Fatalf("Tick's default %q: %v", tagDefault("Tick"), err)
 	}
 }
