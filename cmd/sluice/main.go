@@ -14,10 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
-
-	"github.com/kelseyhightower/envconfig"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 )
@@ -44,7 +41,9 @@ Usage:
   sluice bench [-quick] [-out FILE]  measure throughput, latency, slot use, memory, restart and scale-out
                                      against a bare JetStream pipeline; writes BENCHMARKS.md
   sluice healthcheck [-url URL]      exit 0 if the process at SLUICE_HTTP_ADDR is healthy (its /healthz)
-  sluice help                        show this text and the environment variables
+  sluice help [GROUP]                show this text and the environment variables by role, or
+                                     only GROUP's: common, client, scheduler, policies, generator,
+                                     processor or delivery
 
 Every serving process (all, a role, demo) serves HTTP at SLUICE_HTTP_ADDR: /healthz,
 /metrics (Prometheus) and, where the scheduler runs, a live web page at /.
@@ -81,13 +80,17 @@ func run(args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return errors.New("no command given")
 	}
+	cmd, rest := args[0], args[1:]
+	if cmd == "simulate" && simulateExample(rest) {
+		setExampleSettings()
+	}
+	// The environment is read here, once, for every command.
 	var cfg Config
 	if err := processEnv(&cfg); err != nil {
 		return fmt.Errorf("environment: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "all", "scheduler", "generator", "processor", "delivery":
 		return traced(ctx, cmd, func() error { return serve(ctx, cmd, &cfg, rest) })
@@ -114,11 +117,12 @@ func run(args []string, stdout io.Writer) error {
 	case "bench":
 		return benchCmd(ctx, &cfg, rest, stdout)
 	case "help", "-h", "--help":
+		if len(rest) > 0 {
+			return app.PrintSettings(stdout, rest[0])
+		}
 		fmt.Fprint(stdout, usage)
-		fmt.Fprintln(stdout, "\nEnvironment (flags win over it):")
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		defer tw.Flush()
-		return envconfig.Usagef("sluice", &cfg, tw, "{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+		fmt.Fprint(stdout, "\nEnvironment, by role (flags win over it):\n\n")
+		return app.PrintSettings(stdout, "")
 	}
 	fmt.Fprint(stdout, usage)
 	return fmt.Errorf("unknown command %q", cmd)

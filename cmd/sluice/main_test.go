@@ -53,6 +53,20 @@ func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
 	}
 }
 
+func TestHelpOfOneGroupListsOnlyItsVariables(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"help", "processor"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "Processor [sluice help processor]:") || !strings.Contains(out.String(), "SLUICE_PROCESSOR_PRE_WORKERS") ||
+		strings.Contains(out.String(), "sluice all") || strings.Contains(out.String(), "SLUICE_NATS_URL") {
+		t.Fatalf("sluice help processor printed\n%s", out.String())
+	}
+	if err := run([]string{"help", "nonsense"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("sluice help nonsense succeeded")
+	}
+}
+
 func TestNATSURLComesFromTheUnprefixedVariable(t *testing.T) {
 	t.Setenv("NATS_URL", "nats://elsewhere:4222")
 	var cfg Config
@@ -69,7 +83,7 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err := run([]string{"help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
+	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "Scheduler [sluice help scheduler]:", "Delivery [sluice help delivery]:", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 		"SLUICE_NATS_CREDS", "SLUICE_NATS_NKEY", "SLUICE_NATS_INBOX_PREFIX", "SLUICE_NATS_TLS_CA", "SLUICE_NATS_TLS_CERT", "SLUICE_NATS_TLS_KEY",
 		"NATS_CONTEXT", "--context", "SLUICE_HTTP_TLS_CERT", "SLUICE_HTTP_TLS_KEY"} {
 		if !strings.Contains(out.String(), want) {
@@ -374,4 +388,19 @@ func TestABenchReportKeepsTheSectionsOtherCommandsMeasured(t *testing.T) {
 			t.Errorf("%s: kept %q, want %q", name, got, want)
 		}
 	}
+}
+
+// TestMain keeps the client commands of the tests from the nats contexts
+// of whoever runs them: an empty XDG_CONFIG_HOME, no NATS_CONTEXT.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-test-config-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	os.Unsetenv("NATS_CONTEXT")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }

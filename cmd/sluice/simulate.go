@@ -14,24 +14,12 @@ import (
 // simulateCmd replays a workload through the scheduler core under one or
 // more policies and prints what each group got; -svg draws the slots.
 func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-example" || a == "--example" }) {
-		// The comparison of docs/scheduling.md (Policies): its settings, unless the environment
-		// says otherwise.
-		for k, v := range simulate.ExampleSettings {
-			if _, set := os.LookupEnv(k); !set {
-				os.Setenv(k, v)
-			}
-		}
-		if err := processEnv(cfg); err != nil {
-			return fmt.Errorf("environment: %w", err)
-		}
-	}
 	fs := serveFlags("scheduler", cfg)
 	policies := fs.String("policies", cfg.Policy, "policies to compare, comma-separated: arc, dirac, sam, enstore (each configured by its SLUICE_* settings)")
 	example := fs.Bool("example", false, "replay the built-in example workload with the policy settings of docs/scheduling.md (environment wins)")
 	writeExample := fs.String("write-example", "", "write the example workload to this CSV file and stop")
 	opt := simulate.Options{}
-	fs.IntVar(&opt.Slots, "slots", 10, "transfer slots (maxdelivery)")
+	fs.IntVar(&opt.Slots, "slots", 0, "transfer slots (default: -maxdelivery, SLUICE_MAXDELIVERY)")
 	fs.Float64Var(&opt.SlotRate, "rate", 100e6, "bytes per second one transfer moves")
 	fs.DurationVar(&opt.Overhead, "overhead", time.Second, "time added to every transfer")
 	fs.DurationVar(&opt.Step, "step", 100*time.Millisecond, "virtual tick")
@@ -43,6 +31,9 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if opt.Slots == 0 {
+		opt.Slots = cfg.MaxDelivery
 	}
 	if *writeExample != "" {
 		f, err := os.Create(*writeExample)
@@ -105,4 +96,20 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "wrote %s\n", *svg)
 	}
 	return nil
+}
+
+// simulateExample says whether args ask simulate for the example workload.
+func simulateExample(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-example" || a == "--example" })
+}
+
+// setExampleSettings puts the settings of the comparison of
+// docs/scheduling.md (Policies) in the environment, where it does not say
+// otherwise, before the environment is read.
+func setExampleSettings() {
+	for k, v := range simulate.ExampleSettings {
+		if _, set := os.LookupEnv(k); !set {
+			os.Setenv(k, v)
+		}
+	}
 }

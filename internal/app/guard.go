@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
@@ -34,7 +35,7 @@ func (cfg Config) guard(ln net.Listener) (*transfer.Guard, error) {
 			port = map[string]string{"ws": "80", "wss": "443"}[u.Scheme]
 		}
 		if port == "" {
-			port = "4222"
+			port = strconv.Itoa(nats.DefaultPort)
 		}
 		servers = append(servers, net.JoinHostPort(u.Hostname(), port))
 		if cfg.NATSMonitorPort > 0 {

@@ -3,6 +3,11 @@ package job
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -320,5 +325,163 @@ func TestParsersStopAfterMaxProblems(t *testing.T) {
 		if len(got) != maxProblems+1 || !errors.Is(err, errTooMany) {
 			t.Errorf("%.20s...: %d problems, want %d ending with %q", in, len(got), maxProblems+1, errTooMany)
 		}
+	}
+}
+
+// A description with a byte that is not UTF-8 is refused at that byte, in
+// either format: taken, the URL would become another (with U+FFFD) once
+// the job is stored as JSON.
+func TestDescriptionsThatAreNotUTF8AreRefusedAtTheBadByte(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     string // "" means accepted
+	}{
+		{"xRSL with a bad byte in a URL", "&(inputfiles=(\"a\" \"http://h/\xff\"))",
+			`xrsl line 1, column 29 (byte 28): byte 0xFF is not UTF-8`},
+		{"xRSL with a bad byte in a comment", "(* \xfe *)\n&(inputfiles=(\"a\" \"http://h/a\"))",
+			`xrsl line 1, column 4 (byte 3): byte 0xFE is not UTF-8`},
+		{"JSON with a bad byte in a URL", "{\"inputs\":[{\"source\":\"http://h/\xc3\",\"destination\":\"file:///a\"}]}",
+			`json line 1, column 32 (byte 31): byte 0xC3 is not UTF-8`},
+		{"JSON with a bad byte on the second line", "{\n\"name\":\"\xe2\x82\",\"inputs\":[{\"source\":\"http://h/a\",\"destination\":\"file:///a\"}]}",
+			`json line 2, column 9 (byte 10): byte 0xE2 is not UTF-8`},
+		{"JSON with UTF-8 text and a byte order mark", "\xEF\xBB\xBF{\"name\":\"réco\",\"inputs\":[{\"source\":\"http://h/é\",\"destination\":\"file:///a\"}]}", ""},
+		{"xRSL with UTF-8 text", "&(jobname=\"réco\")(inputfiles=(\"é\" \"http://h/é\"))", ""},
+		{"a percent-encoded byte", "&(inputfiles=(\"a\" \"http://h/%FF\"))", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, err := Parse([]byte(tt.in), XRSLOptions{SessionDir: "/s"})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				j.Normalize()
+				if err := j.Validate(); err != nil {
+					t.Fatalf("invalid: %v", err)
+				}
+				return
+			}
+			var pe *ParseError
+			if err == nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want a *ParseError saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// examples says what each file in testdata is for: nil for a description
+// that must parse and validate, or the substrings the error must contain.
+var examples = map[string][]string{
+	"valid-full.json":    nil,
+	"valid-minimal.json": nil,
+	"valid-arc.xrsl":     nil,
+	"invalid-unknown-field.json": {
+		`unknown field "prioirty" (did you mean "priority"?)`,
+		`inputs[0]: unknown field "sorce" (did you mean "source"?)`,
+		`inputs[0].overwrite: expected true or false, found string "yes"`,
+	},
+	"invalid-trailing.json": {`json line 2, column 1 (byte 91): unexpected '{' after the end of the job object`},
+	"invalid-values.json": {
+		`id "not a valid id!"`,
+		`priority 500 is outside 1–100`,
+		`owner.fqans[0]: FQAN "atlas/Role=production"`,
+		`inputs[0].source: URL "ftp://data.example.org/a": scheme "ftp" is not one of file, http, https`,
+		`inputs[1]: source and destination are the same URL`,
+		`inputs[2].destination: URL "file:///scratch/a" is also the destination of inputs[0]`,
+		`inputs[2].checksum: checksum "crc32:1234": type "crc32" is not one of adler32, md5, sha256`,
+	},
+	"invalid-no-files.json": {`the job has no input or output files`},
+	"invalid-escape.xrsl": {
+		`xrsl line 2, column 17 (byte 41): inputfiles entry 1: file name "../../etc/passwd" has a ".." element`,
+		`xrsl line 3, column 17 (byte 106): inputfiles entry 2: file name "/tmp/abs" is absolute`,
+		`xrsl line 4, column 14 (byte 161): priority: "high" is not an integer`,
+	},
+	"invalid-unclosed.xrsl": {`expected ")" to close the relation "jobname" opened at line 3, column 2, found end of input`},
+}
+
+// load reads, parses, normalizes and validates a testdata file.
+func load(t *testing.T, name string) (*Job, error) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Parse(data, XRSLOptions{SessionDir: "/var/spool/sluice/sessions/j1"})
+	if err != nil {
+		return nil, err
+	}
+	j.Normalize()
+	return j, j.Validate()
+}
+
+func TestEveryTestdataFileHasAnExpectation(t *testing.T) {
+	files, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.IsDir() {
+			continue // testdata/fuzz holds the fuzzer's corpus
+		}
+		if _, ok := examples[f.Name()]; !ok {
+			t.Errorf("testdata/%s is not listed in examples", f.Name())
+		}
+	}
+	for name := range examples {
+		if _, err := os.Stat(filepath.Join("testdata", name)); err != nil {
+			t.Errorf("examples lists %s: %v", name, err)
+		}
+	}
+}
+
+func TestTestdataExamples(t *testing.T) {
+	for _, name := range slices.Sorted(maps.Keys(examples)) {
+		want := examples[name]
+		t.Run(name, func(t *testing.T) {
+			j, err := load(t, name)
+			if want == nil {
+				if err != nil {
+					t.Fatalf("a valid example fails: %v", err)
+				}
+				for i, d := range j.DTRs(time.Now()) {
+					if err := d.Validate(); err != nil {
+						t.Errorf("DTR %d fails dtr.Validate: %v", i, err)
+					}
+				}
+				return
+			}
+			got := problems(err)
+			if len(got) != len(want) {
+				t.Fatalf("problems = %q, want %d matching %q", got, len(want), want)
+			}
+			for i, w := range want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestARCExampleBecomesTheExpectedFiles(t *testing.T) {
+	j, err := load(t, "valid-arc.xrsl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sess = "file:///var/spool/sluice/sessions/j1/"
+	want := Job{
+		ID:       j.ID,
+		Name:     "reco run 42",
+		Priority: 70,
+		Inputs: []File{
+			{Source: "https://data.example.org/raw/run42.root", Destination: sess + "run42.root", Checksum: "adler32:6f2d0a1b"},
+			{Source: "http://conditions.example.org/db/2024.sqlite", Destination: sess + "conditions.sqlite", NoCache: true},
+		},
+		Outputs: []File{
+			{Source: sess + "reco.root", Destination: "https://store.example.org/reco/run42/reco.root", Overwrite: true},
+		},
+	}
+	if !reflect.DeepEqual(*j, want) {
+		t.Errorf("job =\n%+v\nwant\n%+v", *j, want)
 	}
 }

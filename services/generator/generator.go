@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -226,6 +228,13 @@ func (s *Service) reconcileJob(ctx context.Context, jobID string) error {
 	return err
 }
 
+// tagDefault returns the default tag of Config's field: the one place a
+// default is written, read here too for a Config built in code.
+func tagDefault(field string) string {
+	f, _ := reflect.TypeFor[Config]().FieldByName(field)
+	return f.Tag.Get("default")
+}
+
 // New prepares a generator on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	js, err := jetstream.New(nc)
@@ -233,7 +242,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("generator: %w", err)
 	}
 	if cfg.MaxFiles <= 0 {
-		cfg.MaxFiles = 10000
+		cfg.MaxFiles, _ = strconv.Atoi(tagDefault("MaxFiles"))
 	}
 	meter := cfg.Meter
 	if meter == nil {

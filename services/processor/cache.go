@@ -54,7 +54,7 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 	defer s.checking.Unlock()
 	for try := 0; try < 3; try++ {
 		if fi, err := os.Stat(lock); err == nil {
-			if time.Since(lastActivity(entry, fi.ModTime())) < cmp.Or(s.cfg.CacheLockTimeout, 15*time.Minute) {
+			if time.Since(lastActivity(entry, fi.ModTime())) < cmp.Or(s.cfg.CacheLockTimeout, defaultCacheLockTimeout) {
 				res.Cache = dtr.CacheLocked
 				return res, nil
 			}

@@ -14,15 +14,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/metric"
 	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
@@ -59,6 +61,17 @@ type Config struct {
 	// shared with delivery): a larger one fails QUERY_REPLICA, and a
 	// staging copy stops past it. 0: no limit.
 	MaxFileSize int64 `ignored:"true"`
+}
+
+// defaultCacheLockTimeout is CacheLockTimeout's default, for a Config
+// built in code.
+var defaultCacheLockTimeout, _ = time.ParseDuration(tagDefault("CacheLockTimeout"))
+
+// tagDefault returns the default tag of Config's field: the one place a
+// default is written, read here too for a Config built in code.
+func tagDefault(field string) string {
+	f, _ := reflect.TypeFor[Config]().FieldByName(field)
+	return f.Tag.Get("default")
 }
 
 // StageDirOrDefault returns the staging area.

@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/sluice-dtr/sluice/pkg/bus"
+import (
+	"reflect"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+)
 
 // StoreLimits are the most bytes each stream and bucket may hold, read
 // from SLUICE_*_MAX_BYTES; the scheduler sets them up (bus.Ensure). The
@@ -21,4 +25,11 @@ type StoreLimits struct {
 func (l StoreLimits) Limits() bus.Limits {
 	return bus.Limits{Submit: l.SubmitMaxBytes, Grants: l.GrantsMaxBytes, Results: l.ResultsMaxBytes,
 		Events: l.EventsMaxBytes, Rejections: l.RejectionsMaxBytes, Journal: l.JournalMaxBytes, DTRs: l.DTRsMaxBytes, Jobs: l.JobsMaxBytes}
+}
+
+// tagDefault returns the default tag of Config's field: the one place a
+// default is written, read here too for a Config built in code.
+func tagDefault(field string) string {
+	f, _ := reflect.TypeFor[Config]().FieldByName(field)
+	return f.Tag.Get("default")
 }

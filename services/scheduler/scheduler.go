@@ -163,7 +163,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	if cfg.Tick <= 0 {
-		cfg.Tick = 50 * time.Millisecond
+		cfg.Tick, _ = time.ParseDuration(tagDefault("Tick"))
 	}
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),

@@ -3,6 +3,7 @@ package generator
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
@@ -79,4 +80,10 @@ func TestAJobEventTooLargeForAMessageLeavesOutLinesButNoCounts(t *testing.T) {
 			t.Fatal("no error")
 		}
 	})
+}
+
+func TestAConfigBuiltInCodeTakesTheTagsDefaults(t *testing.T) {
+	if n, err := strconv.Atoi(tagDefault("MaxFiles")); err != nil || n <= 0 {
+		t.Fatalf("MaxFiles's default %q: %v", tagDefault("MaxFiles"), err)
+	}
 }

@@ -7,11 +7,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// Found by the URL fuzz targets (FuzzValidateURLRefusesPasswordsWithoutQuotingThem,
-// and pkg/transfer's FuzzURLsAreCheckedAsAtSubmissionAndFilesStayInsideTheirRoots):
-// URLs that ValidateURL took at submission and the transfer client then
-// refused as INTERNAL_LOGIC, failing the DTR after one attempt; and URLs
-// that are not UTF-8, which change on their way through JSON.
+// ValidateURL refuses at submission what the transfer client would refuse
+// later as INTERNAL_LOGIC (failing the DTR after one attempt), and URLs
+// that are not UTF-8, which would change on their way through JSON. The
+// fuzz targets FuzzValidateURLRefusesPasswordsWithoutQuotingThem and
+// pkg/transfer's FuzzURLsAreCheckedAsAtSubmissionAndFilesStayInsideTheirRoots
+// found these rows.
 func TestValidateURLRefusesWhatNoProtocolCanMove(t *testing.T) {
 	tests := []struct {
 		url  string
@@ -59,12 +60,11 @@ func TestValidateURLNeverQuotesAPassword(t *testing.T) {
 	}
 }
 
-// Found by FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason: a DTR
-// submitted on dtr.submit could carry any job_id. The generator keeps a
-// job's final DTRs under "<job id>.f.<dtr id>", so a job_id with a space
-// or a "*" made a key the key-value store refuses, and the final event was
-// redelivered every second for ever; one with a dot reached into the keys
-// of another job.
+// A DTR's job_id must make a key the generator can use: it keeps a job's
+// final DTRs under "<job id>.f.<dtr id>", so a job_id with a space or a
+// "*" would make a key the key-value store refuses (the final event
+// redelivered every second for ever), and one with a dot would reach into
+// the keys of another job.
 func TestValidateRefusesAJobIDTheGeneratorCannotUse(t *testing.T) {
 	tests := []struct {
 		jobID string

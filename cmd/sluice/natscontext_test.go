@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,21 +15,6 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/internal/app/securetest"
 )
-
-// TestMain keeps the client commands of the tests from the nats contexts
-// of whoever runs them: an empty XDG_CONFIG_HOME, no NATS_CONTEXT.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-test-config-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("XDG_CONFIG_HOME", dir)
-	os.Unsetenv("NATS_CONTEXT")
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // shares runs `sluice shares` with args until the scheduler answers.
 func sharesUntilAnswered(t *testing.T, args ...string) (string, error) {
@@ -172,29 +155,4 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-func TestHealthcheckSpeaksHTTPSToTheConfiguredCertificate(t *testing.T) {
-	pki := securetest.NewPKI(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"ok":true}`)
-	})}
-	go srv.ServeTLS(ln, pki.ServerCert, pki.ServerKey)
-	defer srv.Close()
-	t.Setenv("SLUICE_HTTP_ADDR", ln.Addr().String())
-	t.Setenv("SLUICE_HTTP_TLS_CERT", pki.ServerCert)
-	t.Setenv("SLUICE_HTTP_TLS_KEY", pki.ServerKey)
-	var out bytes.Buffer
-	if err := run([]string{"healthcheck"}, &out); err != nil || !strings.Contains(out.String(), `"ok":true`) {
-		t.Fatalf("healthcheck over HTTPS: %v, %q", err, out.String())
-	}
-	// Another certificate is not trusted, even one of the same CA.
-	t.Setenv("SLUICE_HTTP_TLS_CERT", pki.ClientCert)
-	if err := run([]string{"healthcheck"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "not the one in SLUICE_HTTP_TLS_CERT") {
-		t.Fatalf("healthcheck trusting another certificate: %v", err)
-	}
 }

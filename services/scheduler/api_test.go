@@ -1,21 +1,16 @@
 package scheduler
 
 import (
-	"context"
 	"maps"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
-// Found by FuzzControlRequestsAreRefusedWithAReasonOrWithinBounds and
-// FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason: a body of JSON null (or
-// of any value that is not an object) was taken as an empty request, and
-// the checks of bounds came only later, in the core, if at all.
+// A control request whose body is JSON null (or any value that is not an
+// object), or whose values are out of bounds, is refused with a reason at
+// the edge, not taken as an empty request or left to the core.
 func TestControlRequestsAreRefusedWithAReason(t *testing.T) {
 	const id = "c3e12bfa-ba9a-4a45-be73-0b3b2a206e1c"
 	decoders := map[string]func([]byte) error{
@@ -59,64 +54,9 @@ func TestControlRequestsAreRefusedWithAReason(t *testing.T) {
 	}
 }
 
-// Found by FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason: a job_id the
-// generator cannot use as a key was taken (see pkg/dtr), a null body was
-// refused only for what it lacked, and any ce-traceparent was carried as
-// the DTR's trace parent.
-func TestDecodeSubmitRefusesBadJobIDsAndDropsBadTraceParents(t *testing.T) {
-	const (
-		good = `{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","source":"file:///a","destination":"file:///b"`
-		tp   = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	)
-	binary := func(body, traceparent string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
-		m.Header.Set("ce-specversion", "1.0")
-		m.Header.Set("ce-id", "1")
-		m.Header.Set("ce-source", "test")
-		m.Header.Set("ce-type", bus.TypeSubmit)
-		if traceparent != "" {
-			m.Header.Set("ce-traceparent", traceparent)
-		}
-		m.Data = []byte(body)
-		return m
-	}
-	plain := func(body string) *nats.Msg { m := nats.NewMsg(bus.SubjectSubmit); m.Data = []byte(body); return m }
-	tests := []struct {
-		name    string
-		msg     *nats.Msg
-		wantErr string
-		wantTP  string
-	}{
-		{"a job id", plain(good + `,"job_id":"reco-42"}`), "", ""},
-		{"a job id with a space", plain(good + `,"job_id":"reco 42"}`), `job_id "reco 42" is not 1–64 characters`, ""},
-		{"a job id with a dot", plain(good + `,"job_id":"victim.f"}`), `job_id "victim.f"`, ""},
-		{"null", plain(`null`), "DTR JSON: null is not a JSON object", ""},
-		{"a valid traceparent is kept", binary(good+`}`, tp), "", tp},
-		{"a traceparent of zeros is dropped", binary(good+`}`, "00-00000000000000000000000000000000-0000000000000000-00"), "", ""},
-		{"a traceparent that is not one is dropped", binary(good+`}`, "garbage"), "", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d, err := DecodeSubmit(context.Background(), tt.msg)
-			if tt.wantErr != "" {
-				if d != nil || err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %v, %v, want an error saying %q", d, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.TraceParent != tt.wantTP {
-				t.Fatalf("trace parent %q, want %q", d.TraceParent, tt.wantTP)
-			}
-		})
-	}
-}
-
-// Found while writing FuzzControlRequestsAreRefusedWithAReasonOrWithinBounds:
-// "atlas = 80" and "atlas= 80" made a share named "atlas =" or "atlas=",
-// which no DTR is in, without a word.
+// Share priorities (SLUICE_SHAREPRIORITY, sluice reconfigure) take
+// Sluice's share=prio and ARC's "share prio" forms, spaces around "=" too:
+// "atlas = 80" is the share atlas, not a share "atlas =" that no DTR is in.
 func TestParseSharePrioritiesTakesSluicesAndARCsForms(t *testing.T) {
 	tests := []struct {
 		in      string
