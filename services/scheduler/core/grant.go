@@ -15,14 +15,6 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// Limit returns the slot limit of a queue state.
-func (c *Core) Limit(s dtr.State) int {
-	if s == dtr.Transfer {
-		return c.cfg.MaxDelivery
-	}
-	return c.cfg.MaxProcessor
-}
-
 // schedule grants the free slots of one state: each share up to its part of
 // the split, then one emergency slot for each share with work queued and
 // nothing running, up to MaxEmergency above the limit.
@@ -125,29 +117,6 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	return nil
 }
 
-// hostFull returns an endpoint of e that has MaxPerHost transfers running
-// (1 + its number in the names table), or 0 if both have room.
-func (c *Core) hostFull(e *entry) uint32 {
-	for _, h := range e.hosts {
-		if h != 0 && c.hostBusy[h] >= c.cfg.MaxPerHost {
-			return h
-		}
-	}
-	return 0
-}
-
-// busy counts a transfer in or out of its endpoints.
-func (c *Core) busy(e *entry, n int) {
-	for i, h := range e.hosts {
-		if h == 0 || (i == 1 && h == e.hosts[0]) {
-			continue
-		}
-		if c.hostBusy[h] += n; c.hostBusy[h] <= 0 {
-			delete(c.hostBusy, h)
-		}
-	}
-}
-
 // split divides the state's slots between its shares; both results are
 // indexed like st.order.
 func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
@@ -162,21 +131,6 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
 	return apportion(c.Limit(st.state), st.demand, st.deficit)
-}
-
-// stageOf returns the worker stage of a queue or active state, "" for the
-// states the scheduler handles itself.
-func stageOf(s dtr.State) dtr.Stage {
-	if s.IsQueue() {
-		return s.Stage()
-	}
-	if q, ok := dtr.QueueOf(s); ok {
-		return q.Stage()
-	}
-	if s == dtr.TransferringCancel {
-		return dtr.StageDelivery
-	}
-	return ""
 }
 
 // account adds the time since the last tick to each share's deficit: what
@@ -276,4 +230,12 @@ func (c *Core) release(e *entry) {
 	st.total--
 	st.drop(e.share)
 	delete(c.active, e.d.ID)
+}
+
+// charge tells the policy what an active DTR's grant used.
+func (c *Core) charge(now time.Time, e *entry, bytes int64) {
+	if e.queued != dtr.Transfer {
+		bytes = 0
+	}
+	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
 }
