@@ -125,16 +125,13 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		c.enqueue(now, e)
 		c.packEntry(e)
 	case d.State.IsActive():
-		q, _ := dtr.QueueOf(d.State)
-		if d.State == dtr.TransferringCancel {
-			q = dtr.Transfer
-		}
+		q, _ := queueOf(d.State)
 		st := c.states[q]
 		e.share = c.share(st, d.Share)
 		e.share.running++
 		st.total++
 		e.queued = q
-		if q == dtr.Transfer {
+		if classOf(q).perHost {
 			c.busy(e, 1)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
@@ -163,7 +160,8 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if r.Stage != "" && r.Stage != e.queued.Stage() {
 		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
 	}
-	if r.Returned && e.d.State != dtr.TransferringCancel {
+	k := classOf(e.queued)
+	if r.Returned && e.d.State != k.cancelling {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
@@ -196,7 +194,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if r.TURL != "" {
 		d.TURL = r.TURL
 	}
-	if e.queued == dtr.Transfer {
+	if k.transfer {
 		d.Started, d.Ended = r.Started, r.Ended
 	}
 	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Failure == nil {
@@ -220,8 +218,8 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	d.Cleanup = false
 	switch {
-	case d.State == dtr.TransferringCancel:
-		c.must(d.Transition(dtr.Transferred, now))
+	case d.State == k.cancelling:
+		c.must(d.Transition(e.queued.Completed(), now))
 	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Failure == nil && !d.Cancel:
 		// Locked by a download this scheduler does not know of (another
 		// process, or one lost in a crash until its lock goes stale).
@@ -246,7 +244,7 @@ func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	d := e.d
 	c.charge(now, e, bytes)
 	c.release(e)
-	if e.queued == dtr.StagePrepare {
+	if classOf(e.queued).pins {
 		c.unpin(e)
 	}
 	e.refinalise = e.queued == dtr.RegisterReplica && !d.Cleanup // a finalise given back is granted as one again
@@ -291,12 +289,12 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 	case d.State.IsQueue():
 		e.share.q.remove(e)
 		c.states[d.State].drop(e.share)
-		c.must(d.Transition(cancelMapping[d.State], now))
+		c.must(d.Transition(classOf(d.State).cancelTo, now))
 		c.route(now, e)
-	case d.State == dtr.Transferring:
-		c.must(d.Transition(dtr.TransferringCancel, now))
-		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
-	case d.State.IsActive() && stageOf(d.State) != dtr.StagePost:
+	case d.State.IsActive():
+		if k := classOf(e.queued); k.cancelling != 0 {
+			c.must(d.Transition(k.cancelling, now))
+		}
 		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
 	case d.State == dtr.New || d.State == dtr.CacheWait:
 		heap.Remove(&c.delayed, e.index)
@@ -307,31 +305,6 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		// since the file may be in place already.
 	}
 	return nil
-}
-
-// cancelMapping is ARC's: where a cancelled queued DTR goes to clean up.
-var cancelMapping = map[dtr.State]dtr.State{
-	dtr.CheckCache:   dtr.CacheProcessed,
-	dtr.Resolve:      dtr.ReplicaRegistered,
-	dtr.QueryReplica: dtr.RequestReleased,
-	dtr.PreClean:     dtr.RequestReleased,
-	dtr.StagePrepare: dtr.RequestReleased,
-	dtr.Transfer:     dtr.Transferred,
-}
-
-// hungMapping is ARC's: where a DTR goes whose worker stopped answering.
-var hungMapping = map[dtr.State]dtr.State{
-	dtr.CheckingCache:      dtr.ReplicaRegistered,
-	dtr.Resolving:          dtr.RequestReleased,
-	dtr.QueryingReplica:    dtr.RequestReleased,
-	dtr.PreCleaning:        dtr.RequestReleased,
-	dtr.StagingPreparing:   dtr.Transferred,
-	dtr.Transferring:       dtr.Transferred,
-	dtr.TransferringCancel: dtr.Transferred,
-	dtr.ReleasingRequest:   dtr.RequestReleased,
-	dtr.FinalisingReplica:  dtr.ReplicaFinalised,
-	dtr.RegisteringReplica: dtr.ReplicaRegistered,
-	dtr.ProcessingCache:    dtr.CacheProcessed,
 }
 
 // SetPriority changes the priority of a queued or running DTR.

@@ -41,7 +41,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			c.grant(now, s, e, false)
 		}
 	}
-	if st.total < n && s == dtr.Transfer && c.cfg.MaxPerHost > 0 {
+	if st.total < n && classOf(s).perHost && c.cfg.MaxPerHost > 0 {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
@@ -98,7 +98,7 @@ const maxSkip = 64
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
-	if s != dtr.Transfer || c.cfg.MaxPerHost <= 0 {
+	if !classOf(s).perHost || c.cfg.MaxPerHost <= 0 {
 		return ss.q.pop()
 	}
 	var skipped []*entry
@@ -164,13 +164,14 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 		}
 	}
 	d.Grant = grantID(d.ID, n)
-	if s == dtr.Transfer {
+	k := classOf(s)
+	if k.transfer {
 		d.TransferGrant = d.Grant
 	}
-	if s == dtr.StagePrepare {
+	if k.pins {
 		c.pin(e)
 	}
-	if s == dtr.Transfer {
+	if k.perHost {
 		c.busy(e, 1)
 	}
 	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
@@ -223,7 +224,7 @@ func (c *Core) grantOf(e *entry) Grant {
 // release frees the slot of an active DTR.
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
-	if e.queued == dtr.Transfer {
+	if classOf(e.queued).perHost {
 		c.busy(e, -1)
 	}
 	e.share.running--
@@ -234,7 +235,7 @@ func (c *Core) release(e *entry) {
 
 // charge tells the policy what an active DTR's grant used.
 func (c *Core) charge(now time.Time, e *entry, bytes int64) {
-	if e.queued != dtr.Transfer {
+	if !classOf(e.queued).chargesBytes {
 		bytes = 0
 	}
 	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)

@@ -63,7 +63,7 @@ func (c *Core) unpin(e *entry) {
 // as the state's own limits go: in STAGE_PREPARE, the share must hold fewer
 // than MaxPrepared staged copies, or the DTR must outrank all of them.
 func (c *Core) admit(s dtr.State, ss *shareState) bool {
-	if s != dtr.StagePrepare || ss.q.Len() == 0 {
+	if !classOf(s).pins || ss.q.Len() == 0 {
 		return true
 	}
 	p := c.pins[ss.name]
