@@ -311,7 +311,7 @@ func (c *Core) Tick(now time.Time) {
 			// stored DTR alone, so a restarted scheduler does the same.
 			if e.d.Error != nil && e.d.Error.State == dtr.RegisteringReplica {
 				e.d.Error = nil
-				e.refinalise = true
+				e.setPost(postFinaliseAgain)
 			}
 			c.must(e.d.Transition(dtr.RegisterReplica, now))
 		}

@@ -6,6 +6,7 @@ package core
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,32 +28,81 @@ type entry struct {
 	prio     int32   // d.Priority while queued, kept here for fast sorting
 	key      float64 // place in the queue under a policy that draws lots
 	// share is the entry's share in the state it is queued or running in.
-	share  *shareState
+	share *shareState
+	// queued is the queue state whose slot the entry waits for or holds.
 	queued dtr.State
-	// finalised is set by a result that put the file in place, for the
-	// decision that follows at once.
-	finalised bool
-	// refinalise marks a DTR whose post-processing is tried again: it
-	// finalises even if it was cancelled meanwhile.
-	refinalise bool
+	// post is what its post-processing does beyond what the DTR records
+	// (postPhase).
+	post postPhase
 	// cacheKey is the source under which the DTR downloads into the cache
 	// (caching): it stays when the DTR moves on to another replica.
 	cacheKey string
 	// footprint is about how many bytes the DTR's record takes, counted
 	// for its owner (owners.go).
 	footprint int64
-	// recleanup marks a DTR whose cleanup grant was lost (its lease
-	// expired), for the decision that follows at once: the cleanup is
-	// done again before the DTR is retried or ends.
-	recleanup bool
 	// pinned marks a DTR that holds a staged copy, from its STAGE_PREPARE
 	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
+	// It is the entry's membership in the core's pins, not a phase of its
+	// life: a pinned DTR moves through several states and phases.
 	pinned  bool
 	pinPrio int8
 	// hosts are the storage endpoints of its remote ends, as 1 + their
 	// number in the names table (0: a local end).
 	hosts [2]uint32
-	dirty bool // in Core.dirty
+	// dirty is the entry's membership in Core.dirty (changed since the
+	// last Take), independent of where it is in its life.
+	dirty bool
+}
+
+// postPhase is where an entry stands in post-processing beyond what its
+// DTR's state, error and cancel flag say. Each phase is set by one event
+// and ends at the step that acts on it, so an entry is in one at a time;
+// postMoves lists the moves that may happen.
+type postPhase uint8
+
+const (
+	// postAsRouted: post-processing does what the DTR says, finalising a
+	// good transfer and cleaning up after a failed or cancelled one.
+	postAsRouted postPhase = iota
+	// postFinaliseAgain: a finalise that was given back, or whose worker
+	// was lost, is granted as a finalise again even if the DTR was
+	// cancelled meanwhile (the file may already be in place). Ends at
+	// the grant.
+	postFinaliseAgain
+	// postFileInPlace: a result put the file in place, so the DTR ends
+	// DONE even if it was cancelled meanwhile. Ends when it starts over.
+	postFileInPlace
+	// postCleanupLost: a cleanup grant was lost (its lease expired): the
+	// failed transfer's temporary file may still be there, so the
+	// cleanup is done again before the DTR is retried or ends. Ends at
+	// the decision.
+	postCleanupLost
+)
+
+// postMoves are the moves between post-processing phases: into a phase
+// only from postAsRouted, out of one only back to it, except that a
+// further result that puts the file in place keeps postFileInPlace.
+var postMoves = [...][]postPhase{
+	postAsRouted:      {postFinaliseAgain, postFileInPlace, postCleanupLost},
+	postFinaliseAgain: {postAsRouted},
+	postFileInPlace:   {postAsRouted, postFileInPlace},
+	postCleanupLost:   {postAsRouted},
+}
+
+// setPost moves e to post-processing phase to; a move postMoves does not
+// list is a bug in the core, like an illegal DTR transition.
+func (e *entry) setPost(to postPhase) {
+	if !slices.Contains(postMoves[e.post], to) {
+		panic(fmt.Sprintf("core: post-processing phase %d cannot move to %d", e.post, to))
+	}
+	e.post = to
+}
+
+// endPost ends phase p if e is in it.
+func (e *entry) endPost(p postPhase) {
+	if e.post == p {
+		e.setPost(postAsRouted)
+	}
 }
 
 // Submit takes a NEW DTR: it is validated, placed in its share, given its
@@ -198,7 +248,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		d.Started, d.Ended = r.Started, r.Ended
 	}
 	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Failure == nil {
-		e.finalised = true // the file is in place
+		e.setPost(postFileInPlace)
 	}
 	if e.queued == dtr.CheckCache && r.Failure == nil {
 		d.Cache, d.CacheFile = r.Cache, r.CacheFile
@@ -247,7 +297,9 @@ func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	if classOf(e.queued).pins {
 		c.unpin(e)
 	}
-	e.refinalise = e.queued == dtr.RegisterReplica && !d.Cleanup // a finalise given back is granted as one again
+	if e.queued == dtr.RegisterReplica && !d.Cleanup {
+		e.setPost(postFinaliseAgain) // a finalise given back is granted as one again
+	}
 	d.Cleanup = false
 	c.must(d.Transition(e.queued, now))
 	c.route(now, e)

@@ -174,8 +174,8 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	if k.perHost {
 		c.busy(e, 1)
 	}
-	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
-	e.refinalise = false
+	d.Cleanup = (s == dtr.RegisterReplica && e.post != postFinaliseAgain || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
+	e.endPost(postFinaliseAgain)
 	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	e.granted = c.nanos(now)
 	g := c.grantOf(e)

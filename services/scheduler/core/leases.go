@@ -58,7 +58,7 @@ func (c *Core) expireLeases(now time.Time) {
 		// cancelled DTR): that error decides what follows, and the
 		// cleanup is done again first.
 		if d.Cleanup && d.State == dtr.RegisteringReplica {
-			e.recleanup = true
+			e.setPost(postCleanupLost)
 		} else if !(d.Cleanup && d.Error != nil) {
 			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
 				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
