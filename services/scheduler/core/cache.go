@@ -33,6 +33,14 @@ func (c *Core) waitForCache(now time.Time, e, h *entry) {
 	}
 }
 
+// cacheDownloads holds, per source URL, the DTR downloading it into the
+// cache. Its invariant: an entry is in it under its cacheKey, or not at
+// all (cacheKey "").
+type cacheDownloads map[string]*entry
+
+// of returns the DTR downloading a source into the cache, nil if none.
+func (m cacheDownloads) of(source string) *entry { return m[source] }
+
 // cacheAs records that a DTR downloads its source into the cache.
 func (c *Core) cacheAs(e *entry) {
 	e.cacheKey = e.d.Source

@@ -161,12 +161,13 @@ type Core struct {
 	took    map[dtr.State]time.Duration
 	states  map[dtr.State]*stateQueues
 	delayed delayQueue
-	// pins holds each share's staged copies (maxprepared).
-	pins map[string]*pins
-	// hostBusy counts the transfers running per storage endpoint.
-	hostBusy map[uint32]int
-	// caching holds, per source URL, the DTR downloading it into the cache.
-	caching map[string]*entry
+	// pins holds each share's staged copies (pins.go).
+	pins pinLedger
+	// hosts counts the transfers running per storage endpoint (hosts.go).
+	hosts hostLoad
+	// caching holds, per source URL, the DTR downloading it into the
+	// cache (cache.go).
+	caching cacheDownloads
 	// policy weighs the shares; now is the time of the last tick, for
 	// weighing outside one.
 	policy  Policy
@@ -243,9 +244,9 @@ func New(cfg Config) *Core {
 		owners:        map[string]OwnerUse{},
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
-		pins:          map[string]*pins{},
-		hostBusy:      map[uint32]int{},
-		caching:       map[string]*entry{},
+		pins:          pinLedger{byShare: map[string]*sharePins{}, max: cfg.MaxPrepared},
+		hosts:         hostLoad{running: map[uint32]int{}, max: cfg.MaxPerHost},
+		caching:       cacheDownloads{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
@@ -380,7 +381,7 @@ func (c *Core) Retrying(jobID string) []dtr.DTR {
 // Queued returns how many DTRs wait in a queue state.
 func (c *Core) Queued(s dtr.State) int {
 	if st := c.states[s]; st != nil {
-		return st.queued()
+		return st.waiting()
 	}
 	return 0
 }
@@ -443,7 +444,7 @@ type ShareStats struct {
 func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 	for _, s := range dtr.QueueStates {
 		st := c.states[s]
-		slots, _ := c.split(st)
+		slots, _ := c.shareSlots(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
 				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})

@@ -182,7 +182,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		st.total++
 		e.queued = q
 		if classOf(q).perHost {
-			c.busy(e, 1)
+			c.hosts.add(e, 1)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
 		e.granted = c.nanos(now)

@@ -25,7 +25,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if len(st.order) == 0 {
 		return
 	}
-	slots, exact := c.split(st)
+	slots, exact := c.shareSlots(st)
 	for i, ss := range st.order {
 		ss.quota = exact[i]
 	}
@@ -38,10 +38,10 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			if e == nil {
 				break
 			}
-			c.grant(now, s, e, false)
+			c.issueGrant(now, s, e, false)
 		}
 	}
-	if st.total < n && classOf(s).perHost && c.cfg.MaxPerHost > 0 {
+	if st.total < n && classOf(s).perHost && c.hosts.limited() {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
@@ -50,7 +50,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 				if e == nil {
 					break
 				}
-				c.grant(now, s, e, false)
+				c.issueGrant(now, s, e, false)
 			}
 		}
 	}
@@ -84,7 +84,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			break
 		}
 		if e := c.dequeue(s, ss); e != nil {
-			c.grant(now, s, e, true)
+			c.issueGrant(now, s, e, true)
 		}
 	}
 }
@@ -98,7 +98,7 @@ const maxSkip = 64
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
-	if !classOf(s).perHost || c.cfg.MaxPerHost <= 0 {
+	if !classOf(s).perHost || !c.hosts.limited() {
 		return ss.q.pop()
 	}
 	var skipped []*entry
@@ -109,7 +109,7 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	}()
 	for ss.q.Len() > 0 && len(skipped) < maxSkip {
 		e := ss.q.pop()
-		if c.hostFull(e) == 0 {
+		if c.hosts.full(e) == 0 {
 			return e
 		}
 		skipped = append(skipped, e)
@@ -117,9 +117,10 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	return nil
 }
 
-// split divides the state's slots between its shares; both results are
+// shareSlots divides the state's slots between its shares under the
+// policy (Split's sums, with the shares' deficits); both results are
 // indexed like st.order.
-func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
+func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	st.demand, st.deficit = st.demand[:0], st.deficit[:0]
 	for _, ss := range st.order {
 		demand := ss.running
@@ -150,7 +151,9 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 	}
 }
 
-func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
+// issueGrant gives e, taken from its queue in state s, a slot: it moves
+// to the active state, under a new grant that the next Take hands out.
+func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	d := c.unpackEntry(e)
 	st := c.states[s]
 	e.share.running++
@@ -172,7 +175,7 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 		c.pin(e)
 	}
 	if k.perHost {
-		c.busy(e, 1)
+		c.hosts.add(e, 1)
 	}
 	d.Cleanup = (s == dtr.RegisterReplica && e.post != postFinaliseAgain || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
 	e.endPost(postFinaliseAgain)
@@ -225,7 +228,7 @@ func (c *Core) grantOf(e *entry) Grant {
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
 	if classOf(e.queued).perHost {
-		c.busy(e, -1)
+		c.hosts.add(e, -1)
 	}
 	e.share.running--
 	st.total--

@@ -24,25 +24,39 @@ func endpointOf(u string) string {
 	return p.Host
 }
 
-// hostFull returns an endpoint of e that has MaxPerHost transfers running
-// (1 + its number in the names table), or 0 if both have room.
-func (c *Core) hostFull(e *entry) uint32 {
+// hostLoad counts the grants running per storage endpoint, in the states
+// whose slot class is perHost (TRANSFER). Endpoints are 1 + their number
+// in the core's names table, as in entry.hosts. Its invariant: an
+// endpoint is in running exactly while it has a grant running, and a DTR
+// whose two ends are on one endpoint counts once.
+type hostLoad struct {
+	running map[uint32]int
+	// max is MaxPerHost; 0 means no limit.
+	max int
+}
+
+// limited reports whether there is a per-host limit.
+func (l *hostLoad) limited() bool { return l.max > 0 }
+
+// full returns an endpoint of e that has max grants running, or 0 if both
+// have room.
+func (l *hostLoad) full(e *entry) uint32 {
 	for _, h := range e.hosts {
-		if h != 0 && c.hostBusy[h] >= c.cfg.MaxPerHost {
+		if h != 0 && l.running[h] >= l.max {
 			return h
 		}
 	}
 	return 0
 }
 
-// busy counts a transfer in or out of its endpoints.
-func (c *Core) busy(e *entry, n int) {
+// add counts a grant of e in (n = 1) or out (n = -1) at its endpoints.
+func (l *hostLoad) add(e *entry, n int) {
 	for i, h := range e.hosts {
 		if h == 0 || (i == 1 && h == e.hosts[0]) {
 			continue
 		}
-		if c.hostBusy[h] += n; c.hostBusy[h] <= 0 {
-			delete(c.hostBusy, h)
+		if l.running[h] += n; l.running[h] <= 0 {
+			delete(l.running, h)
 		}
 	}
 }

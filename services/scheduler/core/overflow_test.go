@@ -55,7 +55,7 @@ func TestHugeWeightsAndDemandsSplitNoMoreThanTheSlots(t *testing.T) {
 	c, done := diracByteFair(t, map[string]int{"/CN=a": 300_000, "/CN=b": 1000, "/CN=fast": 10})
 	<-done
 	st := c.states[dtr.Transfer]
-	slots, _ := c.split(st)
+	slots, _ := c.shareSlots(st)
 	sum := 0
 	for i, ss := range st.order {
 		t.Logf("%s weight %d demand %d slots %d running %d", ss.name, st.demand[i].Weight, st.demand[i].Demand, slots[i], ss.running)

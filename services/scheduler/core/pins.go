@@ -1,23 +1,74 @@
 package core
 
-// Pins: the staged copies each share holds (MaxPrepared).
+// Pins: the staged copies each share holds, held to MaxPrepared.
 
 import "github.com/sluice-dtr/sluice/pkg/dtr"
 
-// pins counts a share's staged copies by the priority they were pinned at.
-type pins struct {
+// pinLedger counts the staged copies each share holds. Its invariant: a
+// share is in byShare exactly while it holds at least one copy, and each
+// entry with pinned set is counted once, at its pinPrio.
+type pinLedger struct {
+	byShare map[string]*sharePins
+	// max is MaxPrepared: how many staged copies a share may hold before
+	// only a DTR that outranks all of them may stage.
+	max int
+}
+
+// sharePins counts one share's staged copies by the priority they were
+// pinned at.
+type sharePins struct {
 	n      int
 	byPrio [101]int32
 }
 
 // highest returns the highest priority among the pins.
-func (p *pins) highest() int {
+func (p *sharePins) highest() int {
 	for prio := 100; prio > 0; prio-- {
 		if p.byPrio[prio] > 0 {
 			return prio
 		}
 	}
 	return 0
+}
+
+// of returns a share's pins, nil if it holds none.
+func (l *pinLedger) of(share string) *sharePins { return l.byShare[share] }
+
+// add counts e's staged copy for share at priority prio, once.
+func (l *pinLedger) add(e *entry, share string, prio int) {
+	if e.pinned {
+		return
+	}
+	p := l.byShare[share]
+	if p == nil {
+		p = &sharePins{}
+		l.byShare[share] = p
+	}
+	e.pinned, e.pinPrio = true, int8(min(max(prio, 1), 100))
+	p.n++
+	p.byPrio[e.pinPrio]++
+}
+
+// remove stops counting e's staged copy, if it was counted.
+func (l *pinLedger) remove(e *entry, share string) {
+	if !e.pinned {
+		return
+	}
+	p := l.byShare[share]
+	p.n--
+	p.byPrio[e.pinPrio]--
+	if p.n == 0 {
+		delete(l.byShare, share)
+	}
+	e.pinned = false
+}
+
+// full reports whether a DTR of priority prio must wait before it stages
+// in share: the share holds max copies or more and prio does not outrank
+// every one of them (the highest-priority bypass).
+func (l *pinLedger) full(share string, prio int) bool {
+	p := l.byShare[share]
+	return p != nil && p.n >= l.max && prio <= p.highest()
 }
 
 // pinnedStates are the states of a staged DTR that holds its staged copy,
@@ -30,42 +81,26 @@ var pinnedStates = map[dtr.State]bool{
 
 // pin records that a DTR holds a staged copy.
 func (c *Core) pin(e *entry) {
-	if e.pinned {
-		return
+	if !e.pinned {
+		d := c.peekEntry(e)
+		c.pins.add(e, d.Share, d.Priority)
 	}
-	d := c.peekEntry(e)
-	p := c.pins[d.Share]
-	if p == nil {
-		p = &pins{}
-		c.pins[d.Share] = p
-	}
-	e.pinned, e.pinPrio = true, int8(min(max(d.Priority, 1), 100))
-	p.n++
-	p.byPrio[e.pinPrio]++
 }
 
 // unpin records that a DTR's staged copy is released.
 func (c *Core) unpin(e *entry) {
-	if !e.pinned {
-		return
+	if e.pinned {
+		c.pins.remove(e, c.peekEntry(e).Share)
 	}
-	share := c.peekEntry(e).Share
-	p := c.pins[share]
-	p.n--
-	p.byPrio[e.pinPrio]--
-	if p.n == 0 {
-		delete(c.pins, share)
-	}
-	e.pinned = false
 }
 
 // admit reports whether the head of a share's queue may be granted as far
-// as the state's own limits go: in STAGE_PREPARE, the share must hold fewer
-// than MaxPrepared staged copies, or the DTR must outrank all of them.
+// as the state's own limits go: in a state whose grants pin a staged copy
+// (STAGE_PREPARE), the share must hold fewer than MaxPrepared staged
+// copies, or the DTR must outrank all of them.
 func (c *Core) admit(s dtr.State, ss *shareState) bool {
 	if !classOf(s).pins || ss.q.Len() == 0 {
 		return true
 	}
-	p := c.pins[ss.name]
-	return p == nil || p.n < c.cfg.MaxPrepared || int(ss.q.head().prio) > p.highest()
+	return !c.pins.full(ss.name, int(ss.q.head().prio))
 }

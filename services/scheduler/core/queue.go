@@ -192,8 +192,8 @@ func (st *stateQueues) drop(ss *shareState) {
 	st.order = slices.Delete(st.order, i, i+1)
 }
 
-// queued returns how many DTRs wait in the state.
-func (st *stateQueues) queued() int {
+// waiting returns how many DTRs wait in the state.
+func (st *stateQueues) waiting() int {
 	n := 0
 	for _, ss := range st.order {
 		n += ss.q.Len()

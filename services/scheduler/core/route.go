@@ -62,7 +62,7 @@ func (c *Core) route(now time.Time, e *entry) {
 				d.Cache, d.CacheFile = "", ""
 				if c.cacheable(d) {
 					next = dtr.CheckCache
-					if h := c.caching[d.Source]; h != nil && h != e {
+					if h := c.caching.of(d.Source); h != nil && h != e {
 						next = dtr.CacheWait // another DTR is downloading the same file
 						c.must(d.Transition(next, now))
 						c.waitForCache(now, e, h)
@@ -84,7 +84,7 @@ func (c *Core) route(now time.Time, e *entry) {
 			if !d.NextProcess.IsZero() {
 				return // waiting
 			}
-			if h := c.caching[d.Source]; h != nil && h != e {
+			if h := c.caching.of(d.Source); h != nil && h != e {
 				c.waitForCache(now, e, h) // still downloading: look again later
 				return
 			}

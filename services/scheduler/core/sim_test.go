@@ -90,7 +90,7 @@ func (s *sim) run(d, tick time.Duration) {
 		if busy >= s.c.Limit(dtr.Transfer) {
 			s.busyTime += tick
 		}
-		if s.c.states[dtr.Transfer].queued() > 0 {
+		if s.c.states[dtr.Transfer].waiting() > 0 {
 			s.queuedTime += tick
 		}
 		s.now = s.now.Add(tick)

@@ -48,7 +48,7 @@ func (h *harness) runPre() int {
 }
 
 func (h *harness) pinned(share string) int {
-	if p := h.c.pins[share]; p != nil {
+	if p := h.c.pins.of(share); p != nil {
 		return p.n
 	}
 	return 0
