@@ -751,3 +751,71 @@ func TestRetryingListsAJobsDTRsWaitingForARetryWithTheirErrorAndWhen(t *testing.
 		t.Fatal("the DTR that did not fail is not done")
 	}
 }
+
+func TestAShareNotInSharePriorityTakesTheDefaultSharesPriority(t *testing.T) {
+	tests := []struct {
+		name  string
+		prios map[string]int
+		vo    string
+		dir   dtr.Direction
+		share string
+		want  int
+	}{
+		{"a configured share: 60 × 50 / 100", map[string]int{"atlas": 60}, "atlas", dtr.Download, "atlas-download", 30},
+		{"a share not configured takes 50", map[string]int{"atlas": 60}, "lhcb", dtr.Download, "lhcb-download", 25},
+		{"or the configured _default", map[string]int{"atlas": 60, DefaultShare: 20}, "lhcb", dtr.Download, "lhcb-download", 10},
+		{"a sub-share may be configured on its own", map[string]int{"lhcb-upload": 90}, "lhcb", dtr.Upload, "lhcb-upload", 45},
+		{"and its other direction then takes the default", map[string]int{"lhcb-upload": 90}, "lhcb", dtr.Download, "lhcb-download", 25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.SharePolicy, cfg.SharePriority = PolicyVOMSVO, tt.prios
+			h := newHarness(t, cfg)
+			d := newDTR(1, "x", tt.dir)
+			d.Owner.FQANs = []string{"/" + tt.vo}
+			h.submit(d)
+			got, _ := h.c.Get(d.ID)
+			if got.Share != tt.share || got.Priority != tt.want {
+				t.Fatalf("share %q at priority %d, want %q at %d", got.Share, got.Priority, tt.share, tt.want)
+			}
+		})
+	}
+}
+
+func TestCountsFollowGrantsRetriesLeaseExpiriesAndEnds(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency = 1, 10, 0
+	cfg.Lease = time.Minute
+	cfg.RetryBase = time.Second
+	cfg.MaxTransferTries = 2
+	h := newHarness(t, cfg)
+	ok, retried, lost := newDTR(1, "/CN=a", dtr.Download), newDTR(2, "/CN=a", dtr.Download), newDTR(3, "/CN=a", dtr.Download)
+	h.submit(ok, retried, lost)
+	failOnce := true
+	for i := 0; i < 1000 && h.c.Len() > 0; i++ {
+		for _, g := range h.tick(100 * time.Millisecond) {
+			switch {
+			case g.DTR.ID == lost.ID && g.State == dtr.Transferring:
+				delete(h.running, g.ID) // its worker dies: only the lease ends it
+			case g.DTR.ID == retried.ID && g.State == dtr.Transferring && failOnce:
+				failOnce = false
+				h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, State: dtr.Transferring, Text: "503"})
+			default:
+				h.answer(g, nil)
+			}
+		}
+		if i%100 == 99 {
+			h.now = h.now.Add(time.Minute) // past every lease
+		}
+	}
+	got := h.c.Counts()
+	// One retry after a failure, one after the first lease expiry; the
+	// second expiry spends the last attempt.
+	if got.Retries != 2 || got.LeaseExpiries != 2 || got.Done != 2 || got.Failed != 1 || got.Cancelled != 0 {
+		t.Fatalf("counts %+v: want 2 retries, 2 lease expiries, 2 done, 1 failed", got)
+	}
+	if got.Grants == 0 || got.EmergencyGrants != 0 {
+		t.Fatalf("grants %d (emergency %d): want some, none on emergency slots", got.Grants, got.EmergencyGrants)
+	}
+}
