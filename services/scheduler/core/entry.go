@@ -226,39 +226,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.took[e.queued] = took
 	}
 	d := e.d
-	switch {
-	case r.Failure != nil:
-		// A failed step's size is what it moved, not the file's: delivery
-		// and staging hold the source to d.Size.
-	case e.queued == dtr.QueryReplica:
-		d.Size = r.Size // what the source has now, 0 if unknown
-	case r.Size > 0:
-		d.Size = r.Size
-	}
-	if r.Bytes > 0 {
-		d.Bytes = r.Bytes
-	}
-	if r.Checksum != "" {
-		d.Checksum = r.Checksum
-	}
-	if r.TURL != "" {
-		d.TURL = r.TURL
-	}
-	if k.transfer {
-		d.Started, d.Ended = r.Started, r.Ended
-	}
-	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Failure == nil {
-		e.setPost(postFileInPlace)
-	}
-	if e.queued == dtr.CheckCache && r.Failure == nil {
-		d.Cache, d.CacheFile = r.Cache, r.CacheFile
-		if d.Cache == dtr.CacheDownload {
-			c.cacheAs(e)
-		}
-	}
-	if e.queued == dtr.ProcessCache {
-		c.uncache(e)
-	}
+	c.record(e, r)
 	// A failed cleanup keeps the error that called for it: that error, not
 	// the cleanup's, decides whether the DTR is tried again.
 	if r.Failure != nil && !(d.Cleanup && d.Error != nil) {
@@ -283,6 +251,52 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	c.route(now, e)
 	return nil
+}
+
+// record copies into the DTR what a worker's result says: what any stage
+// reports, then what the grant's own state does with it (one case per
+// state that has something of its own).
+func (c *Core) record(e *entry, r Result) {
+	d := e.d
+	// A failed step's size is what it moved, not the file's: delivery and
+	// staging hold the source to d.Size.
+	if r.Failure == nil && r.Size > 0 {
+		d.Size = r.Size
+	}
+	if r.Bytes > 0 {
+		d.Bytes = r.Bytes
+	}
+	if r.Checksum != "" {
+		d.Checksum = r.Checksum
+	}
+	if r.TURL != "" {
+		d.TURL = r.TURL
+	}
+	if classOf(e.queued).transfer {
+		d.Started, d.Ended = r.Started, r.Ended
+	}
+	switch e.queued {
+	case dtr.CheckCache:
+		if r.Failure == nil {
+			d.Cache, d.CacheFile = r.Cache, r.CacheFile
+			if d.Cache == dtr.CacheDownload {
+				c.cacheAs(e)
+			}
+		}
+	case dtr.QueryReplica:
+		if r.Failure == nil {
+			d.Size = r.Size // what the source has now, 0 if unknown
+		}
+	case dtr.RegisterReplica:
+		if !d.Cleanup && r.Failure == nil {
+			e.setPost(postFileInPlace)
+		}
+	case dtr.ProcessCache:
+		if d.Cache != "" && !d.Cleanup && r.Failure == nil {
+			e.setPost(postFileInPlace)
+		}
+		c.uncache(e)
+	}
 }
 
 // giveBack puts a DTR whose worker returned its grant unfinished back in

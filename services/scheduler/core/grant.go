@@ -177,7 +177,7 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	if k.perHost {
 		c.hosts.add(e, 1)
 	}
-	d.Cleanup = (s == dtr.RegisterReplica && e.post != postFinaliseAgain || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
+	d.Cleanup = k.cleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
 	e.endPost(postFinaliseAgain)
 	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	e.granted = c.nanos(now)

@@ -26,6 +26,10 @@ type slotClass struct {
 	// TransferGrant, and its result brings when the transfer started and
 	// ended.
 	transfer bool
+	// cleansUp says a grant for a DTR that failed or was cancelled asks
+	// its worker to clean up what the transfer left, instead of doing the
+	// step (Grant.Cleanup), unless a finalise is being tried again.
+	cleansUp bool
 	// cancelling is the active state a running grant moves to when its DTR
 	// is cancelled (0: it stays in its active state until its result).
 	cancelling dtr.State
@@ -52,8 +56,8 @@ var slotClasses = map[dtr.State]slotClass{
 		cancelling: dtr.TransferringCancel, cancelTo: dtr.Transferred, hungTo: dtr.Transferred},
 	dtr.ReleaseRequest:  {limit: processorLimit, hungTo: dtr.RequestReleased},
 	dtr.FinaliseReplica: {limit: processorLimit, hungTo: dtr.ReplicaFinalised},
-	dtr.RegisterReplica: {limit: processorLimit, hungTo: dtr.ReplicaRegistered},
-	dtr.ProcessCache:    {limit: processorLimit, hungTo: dtr.CacheProcessed},
+	dtr.RegisterReplica: {limit: processorLimit, cleansUp: true, hungTo: dtr.ReplicaRegistered},
+	dtr.ProcessCache:    {limit: processorLimit, cleansUp: true, hungTo: dtr.CacheProcessed},
 }
 
 // slotTable is slotClasses indexed by state, and slotQueue the queue state
