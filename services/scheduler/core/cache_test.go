@@ -23,7 +23,7 @@ func newCacheWorker() *cacheWorker {
 	return &cacheWorker{entries: map[string]bool{}, locked: map[string]bool{}, transfers: map[uuid.UUID]int{}, targets: map[uuid.UUID]string{}}
 }
 
-func (w *cacheWorker) result(g Grant) Result {
+func (w *cacheWorker) resultFor(g Grant) Result {
 	r := Result{DTR: g.DTR.ID, Grant: g.ID}
 	src := g.DTR.Source
 	switch g.State {
@@ -58,7 +58,7 @@ func (w *cacheWorker) result(g Grant) Result {
 func (h *harness) serve(w *cacheWorker, steps int, fail func(Grant) *dtr.Failure) {
 	for i := 0; i < steps && h.c.Len() > 0; i++ {
 		for _, g := range h.tick(500 * time.Millisecond) {
-			r := w.result(g)
+			r := w.resultFor(g)
 			if fail != nil {
 				r.Failure = fail(g)
 			}
@@ -66,7 +66,7 @@ func (h *harness) serve(w *cacheWorker, steps int, fail func(Grant) *dtr.Failure
 			if err := h.c.Result(h.now, r); err != nil {
 				h.t.Fatal(err)
 			}
-			h.take()
+			h.collect()
 		}
 	}
 }
@@ -110,16 +110,16 @@ func TestConcurrentDTRsForOneFileWaitForOneDownloadWhichTakesTheHighestPriority(
 	h.submit(low)
 	// The low-priority DTR checks the cache and takes the lock.
 	for _, g := range h.tick(time.Second) {
-		if err := h.c.Result(h.now, w.result(g)); err != nil {
+		if err := h.c.Result(h.now, w.resultFor(g)); err != nil {
 			t.Fatal(err)
 		}
 		delete(h.running, g.ID)
 	}
-	h.take()
+	h.collect()
 	high := newDTR(2, "bob", dtr.Download)
 	high.Source, high.UserPriority = low.Source, 90
 	h.submit(high)
-	h.take()
+	h.collect()
 	if d, _ := h.c.Get(high.ID); d.State != dtr.CacheWait {
 		t.Fatalf("the second DTR for the same file is %s, want CACHE_WAIT", d.State)
 	}

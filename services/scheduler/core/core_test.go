@@ -49,10 +49,12 @@ func (h *harness) submit(ds ...*dtr.DTR) {
 func (h *harness) tick(d time.Duration) []Grant {
 	h.now = h.now.Add(d)
 	h.c.Tick(h.now)
-	return h.take().Grants
+	return h.collect().Grants
 }
 
-func (h *harness) take() Decisions {
+// collect takes the core's decisions and records the grants handed out and
+// the DTRs that ended.
+func (h *harness) collect() Decisions {
 	out := h.c.Take()
 	for _, g := range out.Grants {
 		h.running[g.ID] = g
@@ -70,7 +72,7 @@ func (h *harness) answer(g Grant, f *dtr.Failure) {
 	if err := h.c.Result(h.now, r); err != nil {
 		h.t.Fatalf("result for %s in %s: %v", g.ID, g.State, err)
 	}
-	h.take()
+	h.collect()
 }
 
 // drain answers every grant successfully until every DTR is final.
@@ -341,7 +343,7 @@ func TestCancelledQueuedDTREndsCancelledAndFreesNothingItDidNotHold(t *testing.T
 	if err := h.c.Cancel(h.now, queued.ID); err != nil {
 		t.Fatal(err)
 	}
-	h.take()
+	h.collect()
 	if got := h.final[queued.ID]; got.State != dtr.Cancelled {
 		t.Fatalf("queued DTR after cancel: %s, want CANCELLED", got.State)
 	}
@@ -350,7 +352,7 @@ func TestCancelledQueuedDTREndsCancelledAndFreesNothingItDidNotHold(t *testing.T
 	if err := h.c.Cancel(h.now, running.DTR.ID); err != nil {
 		t.Fatal(err)
 	}
-	if out := h.take(); len(out.CancelRunning) != 1 || out.CancelRunning[0].ID != running.ID {
+	if out := h.collect(); len(out.CancelRunning) != 1 || out.CancelRunning[0].ID != running.ID {
 		t.Fatalf("CancelRunning = %v, want the running grant", out.CancelRunning)
 	}
 	h.drain()
@@ -472,7 +474,7 @@ func TestRestoredCoreCarriesOn(t *testing.T) {
 			}
 		}
 	}
-	for _, d := range h.take().Changed {
+	for _, d := range h.collect().Changed {
 		saved[d.ID] = *d
 	}
 	// Collect what a persister would hold: every change so far.
@@ -496,7 +498,7 @@ func TestRestoredCoreCarriesOn(t *testing.T) {
 			t.Fatalf("result after restore: %v", err)
 		}
 	}
-	h2.take()
+	h2.collect()
 	h2.drain()
 	if len(h2.final) != 6 {
 		t.Fatalf("%d DTRs final after restore, want 6", len(h2.final))
@@ -629,7 +631,7 @@ func TestCancelWhileWaitingToFinaliseAgainStillFinalises(t *testing.T) {
 	if err := h.c.Cancel(h.now, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	h.take()
+	h.collect()
 	var g Grant
 	for i := 0; i < 120 && g.ID == ""; i++ {
 		for _, x := range h.tick(time.Second) {
@@ -657,7 +659,7 @@ func TestAReturnedFinaliseOfACancelledDTRIsGrantedAsAFinaliseAgain(t *testing.T)
 	if err := h.c.Cancel(h.now, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	h.take()
+	h.collect()
 	next := func() Grant {
 		for i := 0; i < 120; i++ {
 			for _, x := range h.tick(time.Second) {
@@ -676,7 +678,7 @@ func TestAReturnedFinaliseOfACancelledDTRIsGrantedAsAFinaliseAgain(t *testing.T)
 	if err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Returned: true}); err != nil {
 		t.Fatal(err)
 	}
-	h.take()
+	h.collect()
 	g = next()
 	if g.State != dtr.RegisteringReplica || g.Cleanup {
 		t.Fatalf("the returned refinalise comes back as %s cleanup=%v, want finalising again", g.State, g.Cleanup)
@@ -710,7 +712,7 @@ func TestRestoreKeepsAPostProcessingGrantACleanup(t *testing.T) {
 	if err := h2.c.Result(h2.now, Result{DTR: d.ID, Grant: cleanup.ID}); err != nil {
 		t.Fatal(err)
 	}
-	h2.take()
+	h2.collect()
 	if got := h2.final[d.ID]; got.State != dtr.Error {
 		t.Fatalf("after restore a cleanup's success ended the DTR %s, want ERROR", got.State)
 	}

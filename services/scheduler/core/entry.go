@@ -177,7 +177,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	case d.State.IsActive():
 		q, _ := queueOf(d.State)
 		st := c.states[q]
-		e.share = c.share(st, d.Share)
+		e.share = c.shareIn(st, d.Share)
 		e.share.running++
 		st.total++
 		e.queued = q
@@ -215,7 +215,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
-	c.charge(now, e, r.Bytes)
+	c.chargePolicy(now, e, r.Bytes)
 	c.release(e)
 	if e.granted != 0 {
 		// Moving average over about the last 16 grants of the state.
@@ -301,12 +301,12 @@ func (c *Core) record(e *entry, r Result) {
 
 // giveBack puts a DTR whose worker returned its grant unfinished back in
 // the queue it was granted from, freeing the slot and spending no attempt;
-// a grant to stage a copy unpins it, and a cleanup or a refinalising is
+// a grant to stage a copy unpins it, and a cleanup or a finalise is
 // granted as such again. A cancelled transfer is not given back: its
 // cleanup follows as after any other end.
 func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	d := e.d
-	c.charge(now, e, bytes)
+	c.chargePolicy(now, e, bytes)
 	c.release(e)
 	if classOf(e.queued).pins {
 		c.unpin(e)

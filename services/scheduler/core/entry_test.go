@@ -61,7 +61,7 @@ func TestAReturnedGrantPutsTheDTRBackInItsQueueWithoutSpendingAnAttempt(t *testi
 			if err := h.c.Result(h.now, Result{DTR: d.ID, Grant: returned.ID, Returned: true}); err != nil {
 				t.Fatal(err)
 			}
-			out := h.take()
+			out := h.collect()
 			queue, _ := dtr.QueueOf(state)
 			if len(out.Changed) != 1 || out.Changed[0].State != queue || len(out.Grants) != 0 {
 				t.Fatalf("after the return: changed %v, grants %v; want the DTR back in %s", out.Changed, out.Grants, queue)
@@ -113,7 +113,7 @@ func TestATransferExpectsTheSizeOfTheLatestQueryOfItsSource(t *testing.T) {
 			if err := h.c.Result(h.now, r); err != nil {
 				t.Fatal(err)
 			}
-			h.take()
+			h.collect()
 		}
 	}
 	if len(expected) != 2 || expected[0] != 1000 || expected[1] != 0 {

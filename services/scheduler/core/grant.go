@@ -99,7 +99,7 @@ const maxSkip = 64
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	if !classOf(s).perHost || !c.hosts.limited() {
-		return ss.q.pop()
+		return ss.q.popHead()
 	}
 	var skipped []*entry
 	defer func() {
@@ -108,7 +108,7 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 		}
 	}()
 	for ss.q.Len() > 0 && len(skipped) < maxSkip {
-		e := ss.q.pop()
+		e := ss.q.popHead()
 		if c.hosts.full(e) == 0 {
 			return e
 		}
@@ -236,8 +236,8 @@ func (c *Core) release(e *entry) {
 	delete(c.active, e.d.ID)
 }
 
-// charge tells the policy what an active DTR's grant used.
-func (c *Core) charge(now time.Time, e *entry, bytes int64) {
+// chargePolicy tells the policy what an active DTR's grant used.
+func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
 	if !classOf(e.queued).chargesBytes {
 		bytes = 0
 	}

@@ -52,7 +52,7 @@ func (c *Core) expireLeases(now time.Time) {
 	for _, e := range expired {
 		d := e.d
 		c.count.LeaseExpiries++
-		c.charge(now, e, 0) // a lost worker's bytes are not known
+		c.chargePolicy(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
 		// A lost cleanup keeps the error that called for it (none for a
 		// cancelled DTR): that error decides what follows, and the

@@ -95,7 +95,7 @@ func (h *harness) toCleanup(d *dtr.DTR, f *dtr.Failure) Grant {
 				if err := h.c.Cancel(h.now, d.ID); err != nil {
 					h.t.Fatal(err)
 				}
-				h.take()
+				h.collect()
 				h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "stopped"})
 			case g.State == dtr.Transferring:
 				h.answer(g, f)

@@ -39,7 +39,7 @@ func (h *harness) runPre() int {
 			}
 			answered++
 		}
-		h.take()
+		h.collect()
 		if answered == 0 {
 			break
 		}
@@ -74,7 +74,7 @@ func TestStagedDTRsGoThroughStagingAndRelease(t *testing.T) {
 			if err := h.c.Result(h.now, r); err != nil {
 				t.Fatal(err)
 			}
-			h.take()
+			h.collect()
 		}
 	}
 	want := []dtr.State{dtr.QueryingReplica, dtr.PreCleaning, dtr.StagingPreparing, dtr.Transferring,

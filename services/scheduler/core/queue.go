@@ -87,7 +87,7 @@ func (q *queue) fix(e *entry) {
 	heap.Fix(q, e.index)
 }
 
-// readd puts back an item taken with pop, in its old place.
+// readd puts back an item taken with popHead, in its old place.
 func (q *queue) readd(e *entry) {
 	q.hist[e.prio]++
 	heap.Push(q, e)
@@ -105,7 +105,8 @@ func (q *queue) top() int32 {
 	return 0
 }
 
-func (q *queue) pop() *entry {
+// popHead removes and returns the first item (Pop is heap.Interface's).
+func (q *queue) popHead() *entry {
 	e := heap.Pop(q).(*entry)
 	q.hist[e.prio]--
 	if q.draw != nil {
@@ -167,8 +168,8 @@ type shareState struct {
 	quota, deficit float64
 }
 
-// share returns the state of a share, adding it if it has none.
-func (c *Core) share(st *stateQueues, name string) *shareState {
+// shareIn returns the state of a share in st, adding it if it has none.
+func (c *Core) shareIn(st *stateQueues, name string) *shareState {
 	if ss, ok := st.shares[name]; ok {
 		return ss
 	}

@@ -16,7 +16,7 @@ import (
 // order, with the time after which it ages.
 func (c *Core) enqueue(now time.Time, e *entry) {
 	s, d := e.d.State, e.d
-	e.share = c.share(c.states[s], d.Share)
+	e.share = c.shareIn(c.states[s], d.Share)
 	q := &e.share.q
 	c.seq++
 	e.seq = c.seq

@@ -33,7 +33,7 @@ func runCopies(t *testing.T, h *harness, d *dtr.DTR, copies []copyOf, restartBef
 		if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Failure: f, Size: 10, Bytes: 10, Checksum: sum}); err != nil {
 			t.Fatal(err)
 		}
-		h.take()
+		h.collect()
 	}
 	for i := 0; len(h.final) == 0 && i < 10000; i++ {
 		for _, g := range h.tick(time.Second) {
