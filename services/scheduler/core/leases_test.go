@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -278,4 +279,79 @@ func TestALostGrantIsDoneAgainOrCleanedUp(t *testing.T) {
 			})
 		}
 	})
+}
+
+func TestExpiredLeaseFreesTheSlotAndTheDTRRunsAgain(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery = 1
+	cfg.Lease = time.Minute
+	cfg.RetryBase = time.Second
+	h := newHarness(t, cfg)
+	d := newDTR(1, "x", "")
+	h.submit(d)
+	var lost Grant
+	for lost.ID == "" {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.Transferring {
+				lost = g // the worker dies with it
+				continue
+			}
+			h.answer(g, nil)
+		}
+	}
+	delete(h.running, lost.ID)
+	// Progress keeps the lease alive.
+	for i := 0; i < 3; i++ {
+		h.tick(30 * time.Second)
+		if err := h.c.Progress(h.now, d.ID, lost.ID, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := h.c.Get(d.ID); got.State != dtr.Transferring {
+		t.Fatalf("with progress the DTR should still be transferring, is %s", got.State)
+	}
+	h.tick(61 * time.Second)
+	h.drain()
+	got := h.final[d.ID]
+	if got.State != dtr.Done || got.Attempts != 2 {
+		t.Fatalf("after lease expiry: %s after %d attempts, want DONE after 2", got.State, got.Attempts)
+	}
+	if err := h.c.Result(h.now, Result{DTR: d.ID, Grant: lost.ID}); !errors.Is(err, ErrUnknownDTR) && !errors.Is(err, ErrStaleResult) {
+		t.Fatalf("late result of the lost grant: %v, want it refused", err)
+	}
+}
+
+func TestLostPostProcessingIsTriedAgainNotTransferredAgain(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Lease = time.Minute
+	cfg.RetryBase = time.Second
+	h := newHarness(t, cfg)
+	d := newDTR(1, "x", "")
+	h.submit(d)
+	var states []string
+	lost := false
+	for i := 0; len(h.final) == 0 && i < 1000; i++ {
+		for _, g := range h.tick(time.Second) {
+			states = append(states, g.State.String())
+			if g.State == dtr.RegisteringReplica && !lost {
+				lost = true // the worker's result never arrives
+				delete(h.running, g.ID)
+				if g.Cleanup {
+					t.Fatal("a successful transfer's post-processing must not be a cleanup")
+				}
+				continue
+			}
+			if g.State == dtr.RegisteringReplica && g.Cleanup {
+				t.Fatal("the second try of post-processing must finalise, not clean up")
+			}
+			h.answer(g, nil)
+		}
+	}
+	want := "[QUERYING_REPLICA PRE_CLEANING TRANSFERRING REGISTERING_REPLICA REGISTERING_REPLICA]"
+	if fmt.Sprint(states) != want {
+		t.Fatalf("grants = %v, want %s", states, want)
+	}
+	if got := h.final[d.ID]; got.State != dtr.Done || got.Attempts != 2 || got.TransferGrant == "" {
+		t.Fatalf("ended %s after %d attempts (transfer grant %q), want DONE after 2", got.State, got.Attempts, got.TransferGrant)
+	}
 }

@@ -45,3 +45,32 @@ func TestLongestNamesTheDTRsQueuedFirst(t *testing.T) {
 		})
 	}
 }
+
+func TestRetryingListsAJobsDTRsWaitingForARetryWithTheirErrorAndWhen(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RetryBase = time.Minute
+	h := newHarness(t, cfg)
+	failing, fine, other := newDTR(1, "x", ""), newDTR(2, "x", ""), newDTR(3, "x", "")
+	failing.JobID, fine.JobID, other.JobID = "a", "a", "b"
+	h.submit(failing, fine, other)
+	for range 20 {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.Transferring && g.DTR.ID != fine.ID {
+				h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "GET got 503"})
+				continue
+			}
+			h.answer(g, nil)
+		}
+	}
+	got := h.c.Retrying("a")
+	if len(got) != 1 || got[0].ID != failing.ID || got[0].Attempts != 1 || got[0].Error == nil ||
+		got[0].Error.Text != "GET got 503" || got[0].NextProcess.Before(h.now) {
+		t.Fatalf("job a retrying %+v, want only %s after 1 attempt with its error and a time to come", got, failing.ID)
+	}
+	if got := h.c.Retrying("c"); len(got) != 0 {
+		t.Fatalf("job c retrying %+v, want none", got)
+	}
+	if _, ok := h.final[fine.ID]; !ok {
+		t.Fatal("the DTR that did not fail is not done")
+	}
+}
