@@ -449,3 +449,24 @@ func TestAReturnedFinaliseOfACancelledDTRIsGrantedAsAFinaliseAgain(t *testing.T)
 		t.Fatalf("the returned refinalise comes back as %s cleanup=%v, want finalising again", g.State, g.Cleanup)
 	}
 }
+
+// An entry's post-processing phases go out from postAsRouted and back to
+// it; any other move is a bug, and setPost panics on it.
+func TestPostPhasesMoveOnlyAsTheTableSays(t *testing.T) {
+	phases := []postPhase{postAsRouted, postFinaliseAgain, postFileInPlace, postCleanupLost}
+	for _, from := range phases {
+		for _, to := range phases {
+			legal := from == postAsRouted && to != postAsRouted || from != postAsRouted && to == postAsRouted ||
+				from == postFileInPlace && to == postFileInPlace
+			e := &entry{post: from}
+			panicked := func() (p bool) {
+				defer func() { p = recover() != nil }()
+				e.setPost(to)
+				return false
+			}()
+			if panicked == legal {
+				t.Errorf("%d → %d: panicked %v, want a legal move %v", from, to, panicked, legal)
+			}
+		}
+	}
+}
