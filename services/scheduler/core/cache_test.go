@@ -23,7 +23,7 @@ func newCacheWorker() *cacheWorker {
 	return &cacheWorker{entries: map[string]bool{}, locked: map[string]bool{}, transfers: map[uuid.UUID]int{}, targets: map[uuid.UUID]string{}}
 }
 
-func (w *cacheWorker) result(g Grant) Result {
+func (w *cacheWorker) resultFor(g Grant) Result {
 	r := Result{DTR: g.DTR.ID, Grant: g.ID}
 	src := g.DTR.Source
 	switch g.State {
@@ -58,7 +58,7 @@ func (w *cacheWorker) result(g Grant) Result {
 func (h *harness) serve(w *cacheWorker, steps int, fail func(Grant) *dtr.Failure) {
 	for i := 0; i < steps && h.c.Len() > 0; i++ {
 		for _, g := range h.tick(500 * time.Millisecond) {
-			r := w.result(g)
+			r := w.resultFor(g)
 			if fail != nil {
 				r.Failure = fail(g)
 			}
@@ -66,7 +66,7 @@ func (h *harness) serve(w *cacheWorker, steps int, fail func(Grant) *dtr.Failure
 			if err := h.c.Result(h.now, r); err != nil {
 				h.t.Fatal(err)
 			}
-			h.take()
+			h.collect()
 		}
 	}
 }
@@ -110,16 +110,16 @@ func TestConcurrentDTRsForOneFileWaitForOneDownloadWhichTakesTheHighestPriority(
 	h.submit(low)
 	// The low-priority DTR checks the cache and takes the lock.
 	for _, g := range h.tick(time.Second) {
-		if err := h.c.Result(h.now, w.result(g)); err != nil {
+		if err := h.c.Result(h.now, w.resultFor(g)); err != nil {
 			t.Fatal(err)
 		}
 		delete(h.running, g.ID)
 	}
-	h.take()
+	h.collect()
 	high := newDTR(2, "bob", dtr.Download)
 	high.Source, high.UserPriority = low.Source, 90
 	h.submit(high)
-	h.take()
+	h.collect()
 	if d, _ := h.c.Get(high.ID); d.State != dtr.CacheWait {
 		t.Fatalf("the second DTR for the same file is %s, want CACHE_WAIT", d.State)
 	}
@@ -191,5 +191,38 @@ func TestUploadsLocalSourcesAndOptedOutFilesSkipTheCache(t *testing.T) {
 	})
 	if checks != 0 || len(h.final) != 3 {
 		t.Fatalf("%d cache checks, %d final; want none and 3", checks, len(h.final))
+	}
+}
+
+// TestTheCacheDownloadOfAnAbandonedReplicaIsForgotten: a DTR that
+// downloads its first replica into the cache and moves on to its next
+// replica is forgotten as that download when it ends; a later DTR for the
+// first source does not wait in CACHE_WAIT for ever.
+func TestTheCacheDownloadOfAnAbandonedReplicaIsForgotten(t *testing.T) {
+	h := newHarness(t, cacheConfig())
+	w := newCacheWorker()
+	a := newDTR(1, "alice", dtr.Download)
+	a.Replicas = []string{a.Source, "http://other.example/alice/1"}
+	h.submit(a)
+	first := a.Source // the submitted slice is reordered in place; keep S1
+	failed := false
+	h.serve(w, 100, func(g Grant) *dtr.Failure {
+		if g.State == dtr.QueryingReplica && !failed {
+			failed = true
+			return &dtr.Failure{Kind: dtr.ErrPermanentRemote, Text: "404", Location: dtr.LocationSource}
+		}
+		return nil
+	})
+	if h.final[a.ID].State != dtr.Done {
+		t.Fatalf("first DTR ended %s", h.final[a.ID].State)
+	}
+	delete(w.locked, first) // whatever the worker did, no lock is held on disk
+	b := newDTR(2, "bob", dtr.Download)
+	b.Source = first
+	h.submit(b)
+	h.serve(w, 200, nil)
+	if got, ok := h.final[b.ID]; !ok || got.State != dtr.Done {
+		d, _ := h.c.Get(b.ID)
+		t.Fatalf("a later DTR for %s is %s after 100 s, want DONE (caching still maps it to %v)", first, d.State, h.c.caching[first] != nil)
 	}
 }

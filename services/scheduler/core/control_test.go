@@ -43,7 +43,7 @@ func TestCancelJobCancelsEveryUnfinishedDTROfTheJob(t *testing.T) {
 	if err != nil || n != 5 {
 		t.Fatalf("CancelJob = %d, %v; want 5", n, err)
 	}
-	h.take()
+	h.collect()
 	h.drain()
 	for _, d := range ours {
 		if got := h.final[d.ID]; got.State != dtr.Cancelled {
@@ -230,7 +230,7 @@ func TestOwnerUseCountsUnfinishedDTRsOfEachOwner(t *testing.T) {
 	if err := h.c.Cancel(h.now, first.ID); err != nil {
 		t.Fatal(err)
 	}
-	h.take()
+	h.collect()
 	h.drain()
 	if u := h.c.Owner("/CN=alice"); u.DTRs != 0 || u.Bytes != 0 {
 		t.Fatalf("alice's use after all ended: %+v, want none", u)
@@ -250,7 +250,7 @@ func TestCancellingAJobCancelsOnlyTheCallersDTRsOfIt(t *testing.T) {
 	if n, err := h.c.CancelJob(h.now, "shared-id", bob); err != nil || n != 3 {
 		t.Fatalf("bob's cancel of the job: %d, %v; want his 3", n, err)
 	}
-	h.take()
+	h.collect()
 	for _, a := range alices {
 		if d, ok := h.c.Get(a.ID); !ok || d.Cancel || d.State.Final() {
 			t.Fatalf("alice's DTR %s was cancelled by bob's cancel", a.ID)

@@ -15,14 +15,6 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// Limit returns the slot limit of a queue state.
-func (c *Core) Limit(s dtr.State) int {
-	if s == dtr.Transfer {
-		return c.cfg.MaxDelivery
-	}
-	return c.cfg.MaxProcessor
-}
-
 // schedule grants the free slots of one state: each share up to its part of
 // the split, then one emergency slot for each share with work queued and
 // nothing running, up to MaxEmergency above the limit.
@@ -33,7 +25,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if len(st.order) == 0 {
 		return
 	}
-	slots, exact := c.split(st)
+	slots, exact := c.shareSlots(st)
 	for i, ss := range st.order {
 		ss.quota = exact[i]
 	}
@@ -46,10 +38,10 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			if e == nil {
 				break
 			}
-			c.grant(now, s, e, false)
+			c.issueGrant(now, s, e, false)
 		}
 	}
-	if st.total < n && s == dtr.Transfer && c.cfg.MaxPerHost > 0 {
+	if st.total < n && classOf(s).perHost && c.hosts.limited() {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
@@ -58,7 +50,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 				if e == nil {
 					break
 				}
-				c.grant(now, s, e, false)
+				c.issueGrant(now, s, e, false)
 			}
 		}
 	}
@@ -92,7 +84,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			break
 		}
 		if e := c.dequeue(s, ss); e != nil {
-			c.grant(now, s, e, true)
+			c.issueGrant(now, s, e, true)
 		}
 	}
 }
@@ -106,8 +98,8 @@ const maxSkip = 64
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
-	if s != dtr.Transfer || c.cfg.MaxPerHost <= 0 {
-		return ss.q.pop()
+	if !classOf(s).perHost || !c.hosts.limited() {
+		return ss.q.popHead()
 	}
 	var skipped []*entry
 	defer func() {
@@ -116,8 +108,8 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 		}
 	}()
 	for ss.q.Len() > 0 && len(skipped) < maxSkip {
-		e := ss.q.pop()
-		if c.hostFull(e) == 0 {
+		e := ss.q.popHead()
+		if c.hosts.full(e) == 0 {
 			return e
 		}
 		skipped = append(skipped, e)
@@ -125,32 +117,10 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	return nil
 }
 
-// hostFull returns an endpoint of e that has MaxPerHost transfers running
-// (1 + its number in the names table), or 0 if both have room.
-func (c *Core) hostFull(e *entry) uint32 {
-	for _, h := range e.hosts {
-		if h != 0 && c.hostBusy[h] >= c.cfg.MaxPerHost {
-			return h
-		}
-	}
-	return 0
-}
-
-// busy counts a transfer in or out of its endpoints.
-func (c *Core) busy(e *entry, n int) {
-	for i, h := range e.hosts {
-		if h == 0 || (i == 1 && h == e.hosts[0]) {
-			continue
-		}
-		if c.hostBusy[h] += n; c.hostBusy[h] <= 0 {
-			delete(c.hostBusy, h)
-		}
-	}
-}
-
-// split divides the state's slots between its shares; both results are
+// shareSlots divides the state's slots between its shares under the
+// policy (Split's sums, with the shares' deficits); both results are
 // indexed like st.order.
-func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
+func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	st.demand, st.deficit = st.demand[:0], st.deficit[:0]
 	for _, ss := range st.order {
 		demand := ss.running
@@ -162,21 +132,6 @@ func (c *Core) split(st *stateQueues) (slots []int, exact []float64) {
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
 	return apportion(c.Limit(st.state), st.demand, st.deficit)
-}
-
-// stageOf returns the worker stage of a queue or active state, "" for the
-// states the scheduler handles itself.
-func stageOf(s dtr.State) dtr.Stage {
-	if s.IsQueue() {
-		return s.Stage()
-	}
-	if q, ok := dtr.QueueOf(s); ok {
-		return q.Stage()
-	}
-	if s == dtr.TransferringCancel {
-		return dtr.StageDelivery
-	}
-	return ""
 }
 
 // account adds the time since the last tick to each share's deficit: what
@@ -196,7 +151,9 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 	}
 }
 
-func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
+// issueGrant gives e, taken from its queue in state s, a slot: it moves
+// to the active state, under a new grant that the next Take hands out.
+func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) {
 	d := c.unpackEntry(e)
 	st := c.states[s]
 	e.share.running++
@@ -210,17 +167,18 @@ func (c *Core) grant(now time.Time, s dtr.State, e *entry, emergency bool) {
 		}
 	}
 	d.Grant = grantID(d.ID, n)
-	if s == dtr.Transfer {
+	k := classOf(s)
+	if k.transfer {
 		d.TransferGrant = d.Grant
 	}
-	if s == dtr.StagePrepare {
+	if k.pins {
 		c.pin(e)
 	}
-	if s == dtr.Transfer {
-		c.busy(e, 1)
+	if k.perHost {
+		c.hosts.add(e, 1)
 	}
-	d.Cleanup = (s == dtr.RegisterReplica && !e.refinalise || s == dtr.ProcessCache) && (d.Error != nil || d.Cancel)
-	e.refinalise = false
+	d.Cleanup = k.cleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
+	e.endPost(postFinaliseAgain)
 	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	e.granted = c.nanos(now)
 	g := c.grantOf(e)
@@ -269,11 +227,19 @@ func (c *Core) grantOf(e *entry) Grant {
 // release frees the slot of an active DTR.
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
-	if e.queued == dtr.Transfer {
-		c.busy(e, -1)
+	if classOf(e.queued).perHost {
+		c.hosts.add(e, -1)
 	}
 	e.share.running--
 	st.total--
 	st.drop(e.share)
 	delete(c.active, e.d.ID)
+}
+
+// chargePolicy tells the policy what an active DTR's grant used.
+func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
+	if !classOf(e.queued).chargesBytes {
+		bytes = 0
+	}
+	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
 }

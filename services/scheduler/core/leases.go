@@ -1,6 +1,12 @@
 package core
 
-import "time"
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
 
 // The lease clock. A lease runs out when the scheduler has not heard from
 // the grant's worker for Config.Lease; but a scheduler that could not
@@ -33,4 +39,32 @@ func (c *Core) ResumeLeases(now time.Time) {
 		}
 	}
 	c.leasesPaused = time.Time{}
+}
+
+func (c *Core) expireLeases(now time.Time) {
+	var expired []*entry
+	for _, e := range c.active {
+		if c.nanos(now) > e.lease {
+			expired = append(expired, e)
+		}
+	}
+	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
+	for _, e := range expired {
+		d := e.d
+		c.count.LeaseExpiries++
+		c.chargePolicy(now, e, 0) // a lost worker's bytes are not known
+		c.release(e)
+		// A lost cleanup keeps the error that called for it (none for a
+		// cancelled DTR): that error decides what follows, and the
+		// cleanup is done again first.
+		if d.Cleanup && d.State == dtr.RegisteringReplica {
+			e.setPost(postCleanupLost)
+		} else if !(d.Cleanup && d.Error != nil) {
+			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
+				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
+		}
+		d.Cleanup = false
+		c.must(d.Transition(classOf(e.queued).hungTo, now))
+		c.route(now, e)
+	}
 }

@@ -86,7 +86,7 @@ func TestQueuedDTRsArePackedAndChangesReachThem(t *testing.T) {
 	if err := h.c.SetPriority(h.now, id, 99); err != nil {
 		t.Fatal(err)
 	}
-	out := h.take()
+	out := h.collect()
 	if len(out.Changed) != 1 || out.Changed[0].Priority != 99 {
 		t.Fatalf("changed %v, want the DTR with priority 99", out.Changed)
 	}
@@ -122,7 +122,7 @@ func TestQueueCountsByPriorityStayExactThroughChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		h.take()
+		h.collect()
 		for _, st := range h.c.states {
 			for _, ss := range st.order {
 				var want [101]int32

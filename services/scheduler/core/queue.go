@@ -1,6 +1,14 @@
 package core
 
-import "container/heap"
+import (
+	"container/heap"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
 
 // queue holds one share's waiting DTRs for one state: highest priority
 // first, first come first served among equals; or, under a policy that
@@ -79,7 +87,7 @@ func (q *queue) fix(e *entry) {
 	heap.Fix(q, e.index)
 }
 
-// readd puts back an item taken with pop, in its old place.
+// readd puts back an item taken with popHead, in its old place.
 func (q *queue) readd(e *entry) {
 	q.hist[e.prio]++
 	heap.Push(q, e)
@@ -97,7 +105,8 @@ func (q *queue) top() int32 {
 	return 0
 }
 
-func (q *queue) pop() *entry {
+// popHead removes and returns the first item (Pop is heap.Interface's).
+func (q *queue) popHead() *entry {
 	e := heap.Pop(q).(*entry)
 	q.hist[e.prio]--
 	if q.draw != nil {
@@ -130,4 +139,99 @@ func (q *delayQueue) Pop() any {
 	*q = old[:n]
 	e.index = -1
 	return e
+}
+
+// stateQueues is the work of one queue state.
+type stateQueues struct {
+	state dtr.State
+	// shares holds every share with work queued or running in the state,
+	// order the same sorted by name. A share with neither is dropped, and
+	// what it was owed with it.
+	shares map[string]*shareState
+	order  []*shareState
+	total  int
+	last   time.Time
+	// Buffers for the split, indexed like order.
+	demand  []ShareDemand
+	deficit []float64
+}
+
+// shareState is one share's work in one queue state.
+type shareState struct {
+	name    string
+	prio    int // the share's configured priority
+	q       queue
+	running int
+	// For the fair hand-out of leftover slots: the share's exact quota at
+	// the last tick, and the slot-seconds it is owed (quota minus use,
+	// summed over time).
+	quota, deficit float64
+}
+
+// shareIn returns the state of a share in st, adding it if it has none.
+func (c *Core) shareIn(st *stateQueues, name string) *shareState {
+	if ss, ok := st.shares[name]; ok {
+		return ss
+	}
+	ss := &shareState{name: name, prio: c.SharePriority(name), q: queue{due: math.MaxInt64}}
+	if l, ok := innermost(c.policy).(lottery); ok {
+		ss.q.draw = func(prio int32) float64 { return c.rand.ExpFloat64() / l.PickWeight(int(prio)) }
+	}
+	st.shares[name] = ss
+	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= name })
+	st.order = slices.Insert(st.order, i, ss)
+	return ss
+}
+
+// drop forgets a share that has nothing queued or running in the state.
+func (st *stateQueues) drop(ss *shareState) {
+	if ss.q.Len() > 0 || ss.running > 0 || st.shares[ss.name] != ss {
+		return
+	}
+	delete(st.shares, ss.name)
+	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= ss.name })
+	st.order = slices.Delete(st.order, i, i+1)
+}
+
+// waiting returns how many DTRs wait in the state.
+func (st *stateQueues) waiting() int {
+	n := 0
+	for _, ss := range st.order {
+		n += ss.q.Len()
+	}
+	return n
+}
+
+// age raises by one the priority of every queued DTR whose deadline has
+// passed and whose priority is below its queue's head, and sets its next
+// deadline AgeEvery later. A queue whose earliest deadline is still ahead is
+// not scanned.
+func (c *Core) age(now time.Time) {
+	at := c.nanos(now)
+	for _, s := range dtr.QueueStates {
+		for _, ss := range c.states[s].order {
+			q := &ss.q
+			if q.Len() < 2 || at < q.due {
+				continue
+			}
+			top := q.top()
+			var aged []*entry
+			due := int64(math.MaxInt64)
+			for _, e := range q.items {
+				if at >= e.deadline && e.prio < top && e.prio < 100 {
+					aged = append(aged, e)
+					continue
+				}
+				due = min(due, e.deadline)
+			}
+			for _, e := range aged {
+				c.unpackEntry(e).Priority++
+				e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
+				due = min(due, e.deadline)
+				q.fix(e)
+				c.markDirty(e)
+			}
+			q.due = due
+		}
+	}
 }

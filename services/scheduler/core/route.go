@@ -16,7 +16,7 @@ import (
 // order, with the time after which it ages.
 func (c *Core) enqueue(now time.Time, e *entry) {
 	s, d := e.d.State, e.d
-	e.share = c.share(c.states[s], d.Share)
+	e.share = c.shareIn(c.states[s], d.Share)
 	q := &e.share.q
 	c.seq++
 	e.seq = c.seq
@@ -52,7 +52,8 @@ func (c *Core) route(now time.Time, e *entry) {
 				next = dtr.CacheProcessed
 			} else {
 				next = dtr.CacheChecked
-				d.TransferGrant, d.TURL, e.finalised = "", "", false
+				d.TransferGrant, d.TURL = "", ""
+				e.endPost(postFileInPlace)
 				if len(d.Replicas) > 0 && d.Replica != 0 {
 					d.Replica, d.Source = 0, d.Replicas[0] // a retry starts from the first
 					c.setHosts(e)
@@ -61,7 +62,7 @@ func (c *Core) route(now time.Time, e *entry) {
 				d.Cache, d.CacheFile = "", ""
 				if c.cacheable(d) {
 					next = dtr.CheckCache
-					if h := c.caching[d.Source]; h != nil && h != e {
+					if h := c.caching.of(d.Source); h != nil && h != e {
 						next = dtr.CacheWait // another DTR is downloading the same file
 						c.must(d.Transition(next, now))
 						c.waitForCache(now, e, h)
@@ -83,7 +84,7 @@ func (c *Core) route(now time.Time, e *entry) {
 			if !d.NextProcess.IsZero() {
 				return // waiting
 			}
-			if h := c.caching[d.Source]; h != nil && h != e {
+			if h := c.caching.of(d.Source); h != nil && h != e {
 				c.waitForCache(now, e, h) // still downloading: look again later
 				return
 			}
@@ -167,18 +168,18 @@ func (c *Core) route(now time.Time, e *entry) {
 // in the DTR, so a restart between the two changes nothing).
 func (c *Core) decide(now time.Time, e *entry) {
 	d := e.d
-	if e.recleanup {
+	if e.post == postCleanupLost {
 		// The cleanup grant was lost (its processor died, or the grant
 		// waited past its lease): the failed transfer's temporary file
 		// may still be there, and a retry writes under another name.
 		// Clean up again after RetryBase; the decision waits for it.
-		e.recleanup = false
+		e.setPost(postAsRouted)
 		d.NextProcess = now.Add(c.cfg.RetryBase)
 		heap.Push(&c.delayed, e) // stays CACHE_PROCESSED until then
 		return
 	}
 	switch {
-	case d.Cancel && !(d.Error == nil && e.finalised):
+	case d.Cancel && !(d.Error == nil && e.post == postFileInPlace):
 		c.must(d.Transition(dtr.Cancelled, now))
 	case d.Error == nil:
 		d.Attempts++

@@ -33,7 +33,7 @@ func runCopies(t *testing.T, h *harness, d *dtr.DTR, copies []copyOf, restartBef
 		if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Failure: f, Size: 10, Bytes: 10, Checksum: sum}); err != nil {
 			t.Fatal(err)
 		}
-		h.take()
+		h.collect()
 	}
 	for i := 0; len(h.final) == 0 && i < 10000; i++ {
 		for _, g := range h.tick(time.Second) {
@@ -181,5 +181,79 @@ func TestAFirstChecksumMismatchWaitsForItsRetryAsATransferSpeedError(t *testing.
 		w.Error == nil || w.Error.Kind != dtr.ErrTransferSpeed {
 		t.Fatalf("after the first mismatch: %s, %d attempts, next %v, mismatch %q, error %+v; want NEW waiting for attempt 2 with the TRANSFER_SPEED error",
 			w.State, w.Attempts, w.NextProcess, w.ChecksumMismatch, w.Error)
+	}
+}
+
+func TestErrorsAreRetriedOrEndTheDTR(t *testing.T) {
+	tests := []struct {
+		name      string
+		kind      dtr.ErrorKind
+		wantState dtr.State
+		wantTries int
+	}{
+		{"a permanent error ends in ERROR at once", dtr.ErrPermanentRemote, dtr.Error, 1},
+		{"a local file error is not retried", dtr.ErrLocalFile, dtr.Error, 1},
+		{"a temporary error is retried up to maxtransfertries", dtr.ErrTemporaryRemote, dtr.Error, 3},
+		{"a transfer speed error is retried", dtr.ErrTransferSpeed, dtr.Error, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxTransferTries = 3
+			h := newHarness(t, cfg)
+			d := newDTR(1, "alice", dtr.Download)
+			h.submit(d)
+			var delays []time.Duration
+			lastEnd := time.Time{}
+			for i := 0; len(h.final) == 0 && i < 1000; i++ {
+				for _, g := range h.tick(time.Second) {
+					if g.State == dtr.QueryingReplica && !lastEnd.IsZero() {
+						delays = append(delays, h.now.Sub(lastEnd))
+					}
+					if g.State == dtr.Transferring {
+						h.answer(g, &dtr.Failure{Kind: tt.kind, Text: "boom"})
+						lastEnd = h.now
+						continue
+					}
+					h.answer(g, nil)
+				}
+			}
+			got := h.final[d.ID]
+			if got.State != tt.wantState || got.Attempts != tt.wantTries {
+				t.Fatalf("ended %s after %d attempts, want %s after %d", got.State, got.Attempts, tt.wantState, tt.wantTries)
+			}
+			if got.Error == nil || got.Error.Kind != tt.kind || got.Error.Text != "boom" || got.Error.State != dtr.Transferring {
+				t.Fatalf("error = %+v, want kind %s raised in TRANSFERRING", got.Error, tt.kind)
+			}
+			// Retries wait 10·k² s after k attempts (plus the tick that
+			// notices): 10 s, then 40 s.
+			for k, dl := range delays {
+				want := time.Duration((k+1)*(k+1)) * 10 * time.Second
+				if dl < want || dl > want+2*time.Second {
+					t.Fatalf("retry %d came after %s, want %s", k+1, dl, want)
+				}
+			}
+		})
+	}
+}
+
+func TestFailedTransferIsCleanedUpByPostProcessing(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	h.submit(newDTR(1, "alice", dtr.Download))
+	var cleanup []bool
+	for len(h.final) == 0 {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.RegisteringReplica {
+				cleanup = append(cleanup, g.Cleanup)
+			}
+			if g.State == dtr.Transferring {
+				h.answer(g, &dtr.Failure{Kind: dtr.ErrPermanentRemote, Text: "HTTP 404"})
+			} else {
+				h.answer(g, nil)
+			}
+		}
+	}
+	if fmt.Sprint(cleanup) != "[true]" {
+		t.Fatalf("post-processing grants' cleanup flags = %v, want [true]", cleanup)
 	}
 }

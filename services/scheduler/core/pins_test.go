@@ -39,7 +39,7 @@ func (h *harness) runPre() int {
 			}
 			answered++
 		}
-		h.take()
+		h.collect()
 		if answered == 0 {
 			break
 		}
@@ -48,7 +48,7 @@ func (h *harness) runPre() int {
 }
 
 func (h *harness) pinned(share string) int {
-	if p := h.c.pins[share]; p != nil {
+	if p := h.c.pins.of(share); p != nil {
 		return p.n
 	}
 	return 0
@@ -74,7 +74,7 @@ func TestStagedDTRsGoThroughStagingAndRelease(t *testing.T) {
 			if err := h.c.Result(h.now, r); err != nil {
 				t.Fatal(err)
 			}
-			h.take()
+			h.collect()
 		}
 	}
 	want := []dtr.State{dtr.QueryingReplica, dtr.PreCleaning, dtr.StagingPreparing, dtr.Transferring,

@@ -90,7 +90,7 @@ func (s *sim) run(d, tick time.Duration) {
 		if busy >= s.c.Limit(dtr.Transfer) {
 			s.busyTime += tick
 		}
-		if s.c.states[dtr.Transfer].queued() > 0 {
+		if s.c.states[dtr.Transfer].waiting() > 0 {
 			s.queuedTime += tick
 		}
 		s.now = s.now.Add(tick)
@@ -217,4 +217,117 @@ func TestTheLowestPriorityDTRInABusyShareDoesRun(t *testing.T) {
 		}
 	}
 	t.Fatal("the lowest-priority DTR never ran in two hours of high-priority work")
+}
+
+// With more active shares than slots, each gets a slot in turn: the split
+// had given the first n shares by priority then name one slot each and the
+// others none on every tick, and the emergency slot always to the first
+// idle one by priority: the last share never transferred.
+func TestMoreSharesThanSlotsTakeTurns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency = 4, 50, 1
+	s := newSim(t, cfg)
+	for u := 1; u <= 6; u++ {
+		s.submit(fmt.Sprintf("u%d", u), 500, 50)
+	}
+	s.run(30*time.Minute, time.Second)
+	for u := 1; u <= 6; u++ {
+		t.Logf("u%d: %s of transfer slot-time", u, s.slotTime[fmt.Sprintf("u%d", u)])
+	}
+	for u := 1; u <= 6; u++ {
+		// 5 slots (4 and the emergency one) for 30 minutes among 6
+		// equal shares: 25 minutes each.
+		if got := s.slotTime[fmt.Sprintf("u%d", u)]; got < 20*time.Minute || got > 30*time.Minute {
+			t.Errorf("share u%d (equal priority, work queued for 30 min) had %s of slot-time, want about 25m", u, got)
+		}
+	}
+}
+
+func TestSlotsAreSharedBetweenActiveShares(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.SharePriority = map[string]int{"a": 60, "b": 40}
+	cfg.MaxDelivery = 5
+	cfg.MaxEmergency = 1
+	h := newHarness(t, cfg)
+	for i := 0; i < 20; i++ {
+		h.submit(newDTR(i, "a", ""), newDTR(i, "b", ""))
+	}
+	// Let everything reach the TRANSFER queue.
+	for i := 0; i < 10; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	perShare := map[string]int{}
+	for _, g := range h.running {
+		if g.State == dtr.Transferring {
+			perShare[g.DTR.Share]++
+		}
+	}
+	if perShare["a"] != 3 || perShare["b"] != 2 {
+		t.Fatalf("transferring per share = %v, want a:3 b:2", perShare)
+	}
+}
+
+func TestEmergencySlotLetsAnIdleShareStart(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery = 4
+	cfg.MaxEmergency = 1
+	h := newHarness(t, cfg)
+	for i := 0; i < 10; i++ {
+		h.submit(newDTR(i, "a", dtr.Download))
+	}
+	transfers := func() map[string]int {
+		m := map[string]int{}
+		for _, g := range h.running {
+			if g.State == dtr.Transferring {
+				m[g.DTR.Share]++
+			}
+		}
+		return m
+	}
+	for i := 0; i < 10; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	if got := transfers(); got["a-download"] != 4 {
+		t.Fatalf("a alone should fill all 4 slots, got %v", got)
+	}
+	// Uploads arrive while downloads hold every slot.
+	h.submit(newDTR(1, "a", dtr.Upload), newDTR(2, "a", dtr.Upload))
+	for i := 0; i < 5; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	got := transfers()
+	if got["a-upload"] != 1 || got["a-download"] != 4 {
+		t.Fatalf("after uploads arrive: %v, want 4 downloads and 1 upload on the emergency slot", got)
+	}
+	var emergency int
+	for _, g := range h.running {
+		if g.Emergency {
+			emergency++
+		}
+	}
+	if emergency != 1 {
+		t.Fatalf("%d emergency grants, want 1", emergency)
+	}
+}
+
+func TestGrantIDsAreTheDTRIDAndACounter(t *testing.T) {
+	id := uuid.MustParse("6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42")
+	if got := grantID(id, 12); got != id.String()+".12" {
+		t.Fatalf("grantID = %q", got)
+	}
 }

@@ -1,0 +1,393 @@
+package core
+
+// An entry's life: a DTR from Submit (or Restore) through the results of its
+// grants, cancellation and priority changes, until decide ends it (route.go).
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+type entry struct {
+	// d is the DTR, or nil while it waits in a queue packed (pack.go).
+	d      *dtr.DTR
+	packed string
+	seq    uint64 // arrival order, for FIFO among equal priorities
+	index  int    // position in its heap
+	// Times in nanoseconds since the core's epoch: a million queued entries
+	// stay small.
+	deadline int64   // when ageing starts or next applies
+	granted  int64   // when the current grant was given
+	lease    int64   // when the current grant expires
+	prio     int32   // d.Priority while queued, kept here for fast sorting
+	key      float64 // place in the queue under a policy that draws lots
+	// share is the entry's share in the state it is queued or running in.
+	share *shareState
+	// queued is the queue state whose slot the entry waits for or holds.
+	queued dtr.State
+	// post is what its post-processing does beyond what the DTR records
+	// (postPhase).
+	post postPhase
+	// cacheKey is the source under which the DTR downloads into the cache
+	// (caching): it stays when the DTR moves on to another replica.
+	cacheKey string
+	// footprint is about how many bytes the DTR's record takes, counted
+	// for its owner (owners.go).
+	footprint int64
+	// pinned marks a DTR that holds a staged copy, from its STAGE_PREPARE
+	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
+	// It is the entry's membership in the core's pins, not a phase of its
+	// life: a pinned DTR moves through several states and phases.
+	pinned  bool
+	pinPrio int8
+	// hosts are the storage endpoints of its remote ends, as 1 + their
+	// number in the names table (0: a local end).
+	hosts [2]uint32
+	// dirty is the entry's membership in Core.dirty (changed since the
+	// last Take), independent of where it is in its life.
+	dirty bool
+}
+
+// postPhase is where an entry stands in post-processing beyond what its
+// DTR's state, error and cancel flag say. Each phase is set by one event
+// and ends at the step that acts on it, so an entry is in one at a time;
+// postMoves lists the moves that may happen.
+type postPhase uint8
+
+const (
+	// postAsRouted: post-processing does what the DTR says, finalising a
+	// good transfer and cleaning up after a failed or cancelled one.
+	postAsRouted postPhase = iota
+	// postFinaliseAgain: a finalise that was given back, or whose worker
+	// was lost, is granted as a finalise again even if the DTR was
+	// cancelled meanwhile (the file may already be in place). Ends at
+	// the grant.
+	postFinaliseAgain
+	// postFileInPlace: a result put the file in place, so the DTR ends
+	// DONE even if it was cancelled meanwhile. Ends when it starts over.
+	postFileInPlace
+	// postCleanupLost: a cleanup grant was lost (its lease expired): the
+	// failed transfer's temporary file may still be there, so the
+	// cleanup is done again before the DTR is retried or ends. Ends at
+	// the decision.
+	postCleanupLost
+)
+
+// postMoves are the moves between post-processing phases: into a phase
+// only from postAsRouted, out of one only back to it, except that a
+// further result that puts the file in place keeps postFileInPlace.
+var postMoves = [...][]postPhase{
+	postAsRouted:      {postFinaliseAgain, postFileInPlace, postCleanupLost},
+	postFinaliseAgain: {postAsRouted},
+	postFileInPlace:   {postAsRouted, postFileInPlace},
+	postCleanupLost:   {postAsRouted},
+}
+
+// setPost moves e to post-processing phase to; a move postMoves does not
+// list is a bug in the core, like an illegal DTR transition.
+func (e *entry) setPost(to postPhase) {
+	if !slices.Contains(postMoves[e.post], to) {
+		panic(fmt.Sprintf("core: post-processing phase %d cannot move to %d", e.post, to))
+	}
+	e.post = to
+}
+
+// endPost ends phase p if e is in it.
+func (e *entry) endPost(p postPhase) {
+	if e.post == p {
+		e.setPost(postAsRouted)
+	}
+}
+
+// Submit takes a NEW DTR: it is validated, placed in its share, given its
+// priority and routed to its first queue. An invalid DTR is refused with the
+// reason and nothing changes.
+func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("invalid DTR: %w", err)
+	}
+	if _, ok := c.dtrs[d.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrDuplicate, d.ID)
+	}
+	d.State = dtr.New
+	d.Share = SubShare(c.policy.Share(d), d.Direction)
+	d.Priority = c.policy.Priority(d.Share, d)
+	d.MaxAttempts = c.cfg.MaxTransferTries
+	d.Attempts = 0
+	if _, ok := c.cancelledJobs[cancelledJob(d.JobID, d.Owner.DN)]; ok && d.JobID != "" {
+		d.Cancel = true // its job was cancelled before it arrived
+	}
+	d.Error = nil
+	d.ChecksumMismatch = ""
+	d.Grant = ""
+	if len(d.Replicas) > 0 {
+		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
+		d.Replica, d.Source = 0, d.Replicas[0]
+		if len(d.Replicas) == 1 {
+			d.Replicas = nil // one source left (the others repeated it, or were excluded)
+		}
+	}
+	if d.Created.IsZero() {
+		d.Created = now
+	}
+	d.Updated = now
+	e := &entry{d: d, index: -1}
+	c.add(e)
+	c.route(now, e)
+	return nil
+}
+
+// add registers an unfinished DTR.
+func (c *Core) add(e *entry) {
+	e.d.Share = c.intern(e.d.Share)
+	e.d.Owner.DN = c.intern(e.d.Owner.DN)
+	c.setHosts(e)
+	c.own(e)
+	c.dtrs[e.d.ID] = e
+}
+
+// Restore puts back a DTR recovered from storage after a restart, in the
+// state it was saved in. Active DTRs keep their grant and get a fresh lease;
+// DTRs waiting for a retry wait on.
+func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
+	if _, ok := c.dtrs[d.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrDuplicate, d.ID)
+	}
+	if d.State.Final() {
+		return nil
+	}
+	e := &entry{d: d, index: -1}
+	c.add(e)
+	if d.Options.Stage && pinnedStates[d.State] {
+		c.pin(e)
+	}
+	if d.Cache == dtr.CacheDownload {
+		c.cacheAs(e)
+	}
+	switch {
+	case d.State.IsQueue():
+		c.enqueue(now, e)
+		c.packEntry(e)
+	case d.State.IsActive():
+		q, _ := queueOf(d.State)
+		st := c.states[q]
+		e.share = c.shareIn(st, d.Share)
+		e.share.running++
+		st.total++
+		e.queued = q
+		if classOf(q).perHost {
+			c.hosts.add(e, 1)
+		}
+		e.lease = c.nanos(now.Add(c.cfg.Lease))
+		e.granted = c.nanos(now)
+		c.active[d.ID] = e
+	case (d.State == dtr.New || d.State == dtr.CacheProcessed || d.State == dtr.CacheWait) && !d.NextProcess.IsZero():
+		heap.Push(&c.delayed, e)
+	default:
+		c.route(now, e)
+	}
+	return nil
+}
+
+// Result applies a worker's outcome. A result for a grant that is not the
+// DTR's current one (a worker that lost its lease, a redelivery) is refused
+// with ErrStaleResult and changes nothing.
+func (c *Core) Result(now time.Time, r Result) error {
+	e, ok := c.dtrs[r.DTR]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, r.DTR)
+	}
+	if _, running := c.active[r.DTR]; !running || e.d.Grant != r.Grant {
+		v := c.peekEntry(e) // not running: it may be packed in a queue
+		return fmt.Errorf("%w: dtr %s grant %s (current %q in %s)", ErrStaleResult, r.DTR, r.Grant, v.Grant, v.State)
+	}
+	if r.Stage != "" && r.Stage != e.queued.Stage() {
+		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
+	}
+	k := classOf(e.queued)
+	if r.Returned && e.d.State != k.cancelling {
+		c.giveBack(now, e, r.Bytes)
+		return nil
+	}
+	c.chargePolicy(now, e, r.Bytes)
+	c.release(e)
+	if e.granted != 0 {
+		// Moving average over about the last 16 grants of the state.
+		took := now.Sub(c.when(e.granted))
+		if avg, ok := c.took[e.queued]; ok {
+			took = avg + (took-avg)/16
+		}
+		c.took[e.queued] = took
+	}
+	d := e.d
+	c.record(e, r)
+	// A failed cleanup keeps the error that called for it: that error, not
+	// the cleanup's, decides whether the DTR is tried again.
+	if r.Failure != nil && !(d.Cleanup && d.Error != nil) {
+		f := *r.Failure
+		f.State = d.State
+		d.Error = &f
+	}
+	d.Cleanup = false
+	switch {
+	case d.State == k.cancelling:
+		c.must(d.Transition(e.queued.Completed(), now))
+	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Failure == nil && !d.Cancel:
+		// Locked by a download this scheduler does not know of (another
+		// process, or one lost in a crash until its lock goes stale).
+		c.must(d.Transition(dtr.CacheWait, now))
+		d.NextProcess = now.Add(c.cfg.CacheWait)
+		heap.Push(&c.delayed, e)
+		c.markDirty(e)
+		return nil
+	default:
+		c.must(d.Transition(e.queued.Completed(), now))
+	}
+	c.route(now, e)
+	return nil
+}
+
+// record copies into the DTR what a worker's result says: what any stage
+// reports, then what the grant's own state does with it (one case per
+// state that has something of its own).
+func (c *Core) record(e *entry, r Result) {
+	d := e.d
+	// A failed step's size is what it moved, not the file's: delivery and
+	// staging hold the source to d.Size.
+	if r.Failure == nil && r.Size > 0 {
+		d.Size = r.Size
+	}
+	if r.Bytes > 0 {
+		d.Bytes = r.Bytes
+	}
+	if r.Checksum != "" {
+		d.Checksum = r.Checksum
+	}
+	if r.TURL != "" {
+		d.TURL = r.TURL
+	}
+	if classOf(e.queued).transfer {
+		d.Started, d.Ended = r.Started, r.Ended
+	}
+	switch e.queued {
+	case dtr.CheckCache:
+		if r.Failure == nil {
+			d.Cache, d.CacheFile = r.Cache, r.CacheFile
+			if d.Cache == dtr.CacheDownload {
+				c.cacheAs(e)
+			}
+		}
+	case dtr.QueryReplica:
+		if r.Failure == nil {
+			d.Size = r.Size // what the source has now, 0 if unknown
+		}
+	case dtr.RegisterReplica:
+		if !d.Cleanup && r.Failure == nil {
+			e.setPost(postFileInPlace)
+		}
+	case dtr.ProcessCache:
+		if d.Cache != "" && !d.Cleanup && r.Failure == nil {
+			e.setPost(postFileInPlace)
+		}
+		c.uncache(e)
+	}
+}
+
+// giveBack puts a DTR whose worker returned its grant unfinished back in
+// the queue it was granted from, freeing the slot and spending no attempt;
+// a grant to stage a copy unpins it, and a cleanup or a finalise is
+// granted as such again. A cancelled transfer is not given back: its
+// cleanup follows as after any other end.
+func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
+	d := e.d
+	c.chargePolicy(now, e, bytes)
+	c.release(e)
+	if classOf(e.queued).pins {
+		c.unpin(e)
+	}
+	if e.queued == dtr.RegisterReplica && !d.Cleanup {
+		e.setPost(postFinaliseAgain) // a finalise given back is granted as one again
+	}
+	d.Cleanup = false
+	c.must(d.Transition(e.queued, now))
+	c.route(now, e)
+}
+
+// Progress renews the lease of a running grant and records the bytes moved.
+func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) error {
+	e, ok := c.active[id]
+	if !ok || e.d.Grant != grant {
+		return fmt.Errorf("%w: dtr %s grant %s", ErrStaleResult, id, grant)
+	}
+	e.lease = c.nanos(now.Add(c.cfg.Lease))
+	if bytes > e.d.Bytes {
+		e.d.Bytes = bytes
+	}
+	return nil
+}
+
+// Cancel stops a DTR. A queued DTR leaves its queue at once through ARC's
+// cancel mapping; a running one is flagged, its worker is told to stop, and
+// it ends CANCELLED when its result (or lease expiry) comes back; a final DTR
+// is left as it is. Post-processing is never interrupted: it cleans up.
+func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
+	e, ok := c.dtrs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
+	}
+	if v := c.peekEntry(e); v.Cancel || v.State.Final() {
+		return nil
+	}
+	d := c.unpackEntry(e)
+	d.Cancel = true
+	d.Updated = now
+	c.markDirty(e)
+	switch {
+	case stageOf(d.State) == dtr.StagePost:
+		// Post-processing runs on: it cleans up, or puts a finished file in
+		// place, in which case the DTR ends DONE after all.
+	case d.State.IsQueue():
+		e.share.q.remove(e)
+		c.states[d.State].drop(e.share)
+		c.must(d.Transition(classOf(d.State).cancelTo, now))
+		c.route(now, e)
+	case d.State.IsActive():
+		if k := classOf(e.queued); k.cancelling != 0 {
+			c.must(d.Transition(k.cancelling, now))
+		}
+		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
+	case d.State == dtr.New || d.State == dtr.CacheWait:
+		heap.Remove(&c.delayed, e.index)
+		d.NextProcess = time.Time{}
+		c.route(now, e)
+	case d.State == dtr.CacheProcessed && !d.NextProcess.IsZero():
+		// Waiting to finalise again: like post-processing, that goes on,
+		// since the file may be in place already.
+	}
+	return nil
+}
+
+// SetPriority changes the priority of a queued or running DTR.
+func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
+	if prio < 1 || prio > 100 {
+		return fmt.Errorf("priority %d is outside 1–100", prio)
+	}
+	e, ok := c.dtrs[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDTR, id)
+	}
+	d := c.unpackEntry(e)
+	d.Priority = prio
+	d.Updated = now
+	if d.State.IsQueue() && e.index >= 0 {
+		e.share.q.fix(e)
+	}
+	c.markDirty(e)
+	return nil
+}

@@ -1,0 +1,62 @@
+package core
+
+// Per-host limits: how many transfers run against each storage endpoint.
+
+import "net/url"
+
+// setHosts notes the storage endpoints of a DTR's ends.
+func (c *Core) setHosts(e *entry) {
+	for i, u := range [2]string{e.d.Source, e.d.Destination} {
+		e.hosts[i] = 0
+		if h := endpointOf(u); h != "" {
+			e.hosts[i] = uint32(c.nameID(h)) + 1
+		}
+	}
+}
+
+// endpointOf returns the storage endpoint of a remote URL ("host:port" as
+// written), "" for a local file.
+func endpointOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "file" {
+		return ""
+	}
+	return p.Host
+}
+
+// hostLoad counts the grants running per storage endpoint, in the states
+// whose slot class is perHost (TRANSFER). Endpoints are 1 + their number
+// in the core's names table, as in entry.hosts. Its invariant: an
+// endpoint is in running exactly while it has a grant running, and a DTR
+// whose two ends are on one endpoint counts once.
+type hostLoad struct {
+	running map[uint32]int
+	// max is MaxPerHost; 0 means no limit.
+	max int
+}
+
+// limited reports whether there is a per-host limit.
+func (l *hostLoad) limited() bool { return l.max > 0 }
+
+// full returns an endpoint of e that has max grants running, or 0 if both
+// have room.
+func (l *hostLoad) full(e *entry) uint32 {
+	for _, h := range e.hosts {
+		if h != 0 && l.running[h] >= l.max {
+			return h
+		}
+	}
+	return 0
+}
+
+// add counts a grant of e in (n = 1) or out (n = -1) at its endpoints.
+func (l *hostLoad) add(e *entry, n int) {
+	for i, h := range e.hosts {
+		if h == 0 || (i == 1 && h == e.hosts[0]) {
+			continue
+		}
+		if l.running[h] += n; l.running[h] <= 0 {
+			delete(l.running, h)
+		}
+	}
+}
