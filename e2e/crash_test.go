@@ -506,7 +506,7 @@ chaos:
 	// announces it again, the same).
 	finals := map[string]dtr.State{}
 	events := 0
-	cons, err := s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectDTRFinal}})
+	cons, err := s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{api.SubjectDTRFinal}})
 	if err != nil {
 		t.Fatal(err)
 	}

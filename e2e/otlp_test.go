@@ -173,7 +173,7 @@ func TestEachDTRsTraceArrivesAtAnOTLPReceiver(t *testing.T) {
 
 	// The final events carry each DTR's traceparent.
 	traces := make(chan trace.TraceID, 10)
-	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
+	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
 		fs, _ := bus.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
 			traces <- trace.SpanContextFromContext(bus.Context(context.Background(), f.TraceParent)).TraceID()

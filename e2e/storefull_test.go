@@ -137,7 +137,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 		t.Fatalf("the refused job left something behind: status %v", err)
 	}
 	// A plain publisher gets JetStream's own refusal.
-	if _, err := s.js.Publish(ctx, bus.SubjectSubmit, []byte(`{}`)); !bus.StoreFull(err) {
+	if _, err := s.js.Publish(ctx, api.SubjectSubmit, []byte(`{}`)); !bus.StoreFull(err) {
 		t.Fatalf("a plain publish to dtr.submit on a full store: %v", err)
 	}
 

@@ -121,7 +121,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	rejected, err := nc.SubscribeSync(bus.SubjectRejected)
+	rejected, err := nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 		t.Helper()
 		id := uuid.New()
 		b, _ := json.Marshal(map[string]string{"id": id.String(), "source": src, "destination": dst})
-		if _, err := js.Publish(context.Background(), bus.SubjectSubmit, b); err != nil {
+		if _, err := js.Publish(context.Background(), api.SubjectSubmit, b); err != nil {
 			t.Fatal(err)
 		}
 		return id

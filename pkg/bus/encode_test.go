@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -66,8 +67,8 @@ func TestEncodeJSONWritesWhatEncodingJSONWrites(t *testing.T) {
 			t.Fatalf("DTR %d:\nEncodeJSON    %s\nencoding/json %s", i, got, want)
 		}
 		// And the Submission, the results and grants that carry DTRs.
-		for _, v := range []any{d.Submission(), Result{DTR: d.ID, Grant: d.Grant, State: d.State, Error: d.Error, Size: d.Size, Checksum: d.Checksum, Started: d.Started},
-			Grant{Grant: d.Grant, Stage: dtr.StageDelivery, State: d.State, DTR: d, LeaseSeconds: r.Float64() * 1e3}} {
+		for _, v := range []any{d.Submission(), api.Result{DTR: d.ID, Grant: d.Grant, State: d.State, Error: d.Error, Size: d.Size, Checksum: d.Checksum, Started: d.Started},
+			api.Grant{ID: d.Grant, Stage: dtr.StageDelivery, State: d.State, DTR: &d, LeaseSeconds: r.Float64() * 1e3}} {
 			want, _ := json.Marshal(v)
 			got, _ := EncodeJSON(v)
 			if string(got) != string(want) {

@@ -22,27 +22,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
-)
-
-// CloudEvent types, one per message kind. The data of each is JSON; its
-// schema is documented in docs/usage.md (Messages).
-const (
-	TypeSubmit      = "org.sluice.dtr.submit.v1"
-	TypeSubmits     = "org.sluice.dtr.submits.v1"
-	TypeCancel      = "org.sluice.dtr.cancel.v1"
-	TypeGrant       = "org.sluice.grant.v1"
-	TypeGrants      = "org.sluice.grants.v1"
-	TypeResult      = "org.sluice.result.v1"
-	TypeResults     = "org.sluice.results.v1"
-	TypeProgress    = "org.sluice.progress.v1"
-	TypeStop        = "org.sluice.stop.v1"
-	TypeDTRStates   = "org.sluice.dtr.states.v1"
-	TypeDTRFinal    = "org.sluice.dtr.final.v1"
-	TypeDTRFinals   = "org.sluice.dtr.finals.v1"
-	TypeJobFinished = "org.sluice.job.finished.v1"
-	TypeJobFailed   = "org.sluice.job.failed.v1"
-	TypeRejected    = "org.sluice.rejected.v1"
 )
 
 // specs maps "ce-" headers to CloudEvents attributes.
@@ -131,26 +112,26 @@ func DecodeData(ctx context.Context, m *nats.Msg, typ string, v any) (*event.Eve
 
 // DecodeResults reads the results of a message on a result subject: one
 // (org.sluice.result.v1) or several (org.sluice.results.v1).
-func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
+func DecodeResults(ctx context.Context, m *nats.Msg) ([]api.Result, error) {
 	ev, err := Decode(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	switch ev.Type() {
-	case TypeResult:
-		var r Result
+	case api.TypeResult:
+		var r api.Result
 		if err := DecodeJSON(ev.Data(), &r); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeResult, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeResult, err)
 		}
-		return []Result{r}, nil
-	case TypeResults:
-		var rs Results
+		return []api.Result{r}, nil
+	case api.TypeResults:
+		var rs api.Results
 		if err := DecodeJSON(ev.Data(), &rs); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeResults, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeResults, err)
 		}
 		return rs.Results, nil
 	}
-	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeResult, TypeResults)
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeResult, api.TypeResults)
 }
 
 // DecodeJSON is json.Unmarshal, faster: it reads with segmentio's decoder
@@ -218,27 +199,27 @@ func DecodeFinals(ctx context.Context, m *nats.Msg) ([]Final, error) {
 		return nil, err
 	}
 	switch ev.Type() {
-	case TypeDTRFinal:
+	case api.TypeDTRFinal:
 		f := Final{Data: ev.Data(), TraceParent: m.Header.Get("traceparent")}
 		if err := DecodeJSON(f.Data, &f.DTR); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeDTRFinal, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeDTRFinal, err)
 		}
 		return []Final{f}, nil
-	case TypeDTRFinals:
-		var fs Finals
+	case api.TypeDTRFinals:
+		var fs api.Finals
 		if err := DecodeJSON(ev.Data(), &fs); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeDTRFinals, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeDTRFinals, err)
 		}
 		out := make([]Final, len(fs.DTRs))
 		for i, e := range fs.DTRs {
 			out[i] = Final{Data: e.DTR, TraceParent: e.TraceParent}
 			if err := DecodeJSON(e.DTR, &out[i].DTR); err != nil {
-				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", TypeDTRFinals, i, err)
+				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", api.TypeDTRFinals, i, err)
 			}
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeDTRFinal, TypeDTRFinals)
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeDTRFinal, api.TypeDTRFinals)
 }
 
 // headerWriter writes a binary-mode CloudEvent into a NATS message.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sluice-dtr/sluice/pkg/api"
 )
 
 // smallServer runs an embedded server whose JetStream store holds at most
@@ -268,7 +269,7 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	ctx := context.Background()
 	js := smallServer(t, 1<<30)
 	// A stream as an earlier Sluice made it: no limit, DiscardOld.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamSubmit, Subjects: []string{api.SubjectSubmit, api.SubjectCancelCommand},
 		Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}

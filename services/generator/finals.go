@@ -296,12 +296,12 @@ func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid
 		if ref.Direction != dtr.Download || ref.DTR == failed {
 			continue
 		}
-		ev, err := bus.NewEvent(bus.TypeCancel, "sluice/generator", ref.DTR.String(),
-			bus.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
+		ev, err := bus.NewEvent(api.TypeCancel, "sluice/generator", ref.DTR.String(),
+			api.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(ctx, bus.SubjectCancel, "cancel."+ref.DTR.String(), ev)
+		m, err := bus.Encode(ctx, api.SubjectCancelCommand, "cancel."+ref.DTR.String(), ev)
 		if err != nil {
 			return err
 		}
@@ -326,9 +326,9 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		}
 	}
 	ev.Ended = time.Now().UTC()
-	subject, typ := bus.SubjectJobFinished, bus.TypeJobFinished
+	subject, typ := api.SubjectJobFinished, api.TypeJobFinished
 	if ev.State == api.JobFailed {
-		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
+		subject, typ = api.SubjectJobFailed, api.TypeJobFailed
 	}
 	ev.Announced = true
 	b, err := encodeToFit(&ev, s.eventLimit())

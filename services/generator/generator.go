@@ -465,7 +465,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
 	maxBytes := min(bus.MaxMessageBytes, int(s.nc.MaxPayload())) / 2
 	var msgs []*nats.Msg
-	var batch bus.Submits
+	var batch api.Submits
 	var first context.Context
 	var firstID uuid.UUID
 	size := 0
@@ -473,21 +473,21 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		if len(batch.DTRs) == 0 {
 			return nil
 		}
-		ev, err := bus.NewEvent(bus.TypeSubmits, "sluice/generator", "", batch)
+		ev, err := bus.NewEvent(api.TypeSubmits, "sluice/generator", "", batch)
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(first, bus.SubjectSubmit, firstID.String()+".submits", ev)
+		m, err := bus.Encode(first, api.SubjectSubmit, firstID.String()+".submits", ev)
 		if err != nil {
 			return err
 		}
 		msgs = append(msgs, m)
-		batch, size = bus.Submits{}, 0
+		batch, size = api.Submits{}, 0
 		return nil
 	}
 	for i, d := range ds {
 		// One trace per DTR, from here through every stage.
-		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
+		dctx, span := bus.StartProducer(context.Background(), api.SubjectSubmit, d.ID.String())
 		tp := bus.TraceParent(dctx)
 		span.End()
 		b, err := bus.EncodeJSON(d.Submission())
@@ -506,7 +506,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		if len(batch.DTRs) == 0 {
 			first, firstID = dctx, d.ID
 		}
-		batch.DTRs = append(batch.DTRs, bus.SubmitEntry{TraceParent: tp, DTR: b})
+		batch.DTRs = append(batch.DTRs, api.SubmitEntry{TraceParent: tp, DTR: b})
 		size += len(b) + len(tp) + 32
 	}
 	if err := flush(); err != nil {

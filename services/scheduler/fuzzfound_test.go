@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
 // Found by FuzzControlRequestsAreRefusedWithAReasonOrWithinBounds and
@@ -69,18 +68,18 @@ func TestDecodeSubmitRefusesBadJobIDsAndDropsBadTraceParents(t *testing.T) {
 		tp   = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	)
 	binary := func(body, traceparent string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set("ce-specversion", "1.0")
 		m.Header.Set("ce-id", "1")
 		m.Header.Set("ce-source", "test")
-		m.Header.Set("ce-type", bus.TypeSubmit)
+		m.Header.Set("ce-type", api.TypeSubmit)
 		if traceparent != "" {
 			m.Header.Set("ce-traceparent", traceparent)
 		}
 		m.Data = []byte(body)
 		return m
 	}
-	plain := func(body string) *nats.Msg { m := nats.NewMsg(bus.SubjectSubmit); m.Data = []byte(body); return m }
+	plain := func(body string) *nats.Msg { m := nats.NewMsg(api.SubjectSubmit); m.Data = []byte(body); return m }
 	tests := []struct {
 		name    string
 		msg     *nats.Msg

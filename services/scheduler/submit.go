@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -110,7 +111,7 @@ type Submitted struct {
 // refused alone; any other message holds one, as DecodeSubmit reads it. No
 // DTR may be larger than maxDTR bytes. An error refuses the whole message.
 func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, error) {
-	if bus.Header(m.Header, "ce-type") != bus.TypeSubmits {
+	if bus.Header(m.Header, "ce-type") != api.TypeSubmits {
 		if err := checkSize(m.Data, maxDTR); err != nil {
 			return nil, err
 		}
@@ -120,8 +121,8 @@ func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, e
 		}
 		return []Submitted{{DTR: d}}, nil
 	}
-	var batch bus.Submits
-	if _, err := bus.DecodeData(ctx, m, bus.TypeSubmits, &batch); err != nil {
+	var batch api.Submits
+	if _, err := bus.DecodeData(ctx, m, api.TypeSubmits, &batch); err != nil {
 		return nil, err
 	}
 	if len(batch.DTRs) == 0 {
@@ -153,8 +154,8 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	ev, err := bus.Decode(ctx, m)
 	switch {
 	case err == nil:
-		if ev.Type() != bus.TypeSubmit {
-			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), bus.TypeSubmit)
+		if ev.Type() != api.TypeSubmit {
+			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), api.TypeSubmit)
 		}
 		data = ev.Data()
 	case !errors.Is(err, bus.ErrNotCloudEvent):
@@ -195,8 +196,8 @@ func decodeSubmission(data []byte) (*dtr.DTR, error) {
 func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, i int, data []byte, reason error) {
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "dtr", i, "reason", reason)
-	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
-	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	r := api.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
+	ev, err := bus.NewEvent(api.TypeRejected, "sluice/scheduler", msgID, r)
 	if err != nil {
 		return
 	}
@@ -204,7 +205,7 @@ func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm 
 	if meta, err := jm.Metadata(); err == nil {
 		id = fmt.Sprintf("reject.%s.%d.%d", meta.Stream, meta.Sequence.Stream, i)
 	}
-	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+	if rm, err := bus.Encode(ctx, api.SubjectRejected, id, ev); err == nil {
 		out.rejections = append(out.rejections, rm)
 	}
 }
@@ -212,8 +213,8 @@ func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm 
 func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, reason error) {
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
-	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
-	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	r := api.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
+	ev, err := bus.NewEvent(api.TypeRejected, "sluice/scheduler", msgID, r)
 	if err != nil {
 		return
 	}
@@ -221,7 +222,7 @@ func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetst
 	if meta, err := jm.Metadata(); err == nil {
 		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
 	}
-	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+	if rm, err := bus.Encode(ctx, api.SubjectRejected, id, ev); err == nil {
 		out.rejections = append(out.rejections, rm)
 	}
 }

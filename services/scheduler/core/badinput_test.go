@@ -17,7 +17,7 @@ func TestAResultFromAnotherStageThanItsGrantsIsRefusedAndChangesNothing(t *testi
 		t.Fatalf("first grant of stage %s", g.Stage)
 	}
 	for _, stage := range []dtr.Stage{dtr.StageDelivery, dtr.StagePost} {
-		err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Stage: stage, Failure: &dtr.Failure{Kind: dtr.ErrPermanentRemote}})
+		err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Stage: stage, Error: &dtr.Failure{Kind: dtr.ErrPermanentRemote}})
 		if !errors.Is(err, ErrStaleResult) {
 			t.Fatalf("a %s result for a pre grant: %v, want ErrStaleResult", stage, err)
 		}

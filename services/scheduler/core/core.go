@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -90,45 +91,13 @@ var (
 	ErrStaleResult = errors.New("result for a grant that is no longer current")
 )
 
-// Grant gives a DTR a slot in one state.
-type Grant struct {
-	ID    string
-	Stage dtr.Stage
-	// State is the active state the DTR is in while the grant runs.
-	State dtr.State
-	// DTR is the DTR as granted; it points into the core: read it before
-	// calling the core again.
-	DTR *dtr.DTR
-	// Lease is how long the grant stays valid without a sign of life.
-	Lease time.Duration
-	// Cleanup asks a post-processor to remove what a failed or cancelled
-	// transfer left instead of finalising it.
-	Cleanup bool
-	// Emergency marks a grant on one of the state's emergency slots.
-	Emergency bool
-}
-
-// Result is a worker's outcome for a grant.
-type Result struct {
-	DTR   uuid.UUID
-	Grant string
-	// Stage is the stage whose result subject brought the result, if
-	// known: a result from another stage than the grant's is refused.
-	Stage    dtr.Stage
-	Failure  *dtr.Failure
-	Size     int64
-	Bytes    int64
-	Checksum string
-	// TURL is where a staging grant put the source's copy.
-	TURL string
-	// Cache and CacheFile are what a cache check found.
-	Cache, CacheFile string
-	Started          time.Time
-	Ended            time.Time
-	// Returned says the worker gave the grant back unfinished (it was
-	// stopping): the DTR goes back to its queue and spends no attempt.
-	Returned bool
-}
+// Grant gives a DTR a slot in one state, and Result is a worker's outcome
+// for a grant: the wire's shapes (pkg/api), so that a field added to either
+// is added once.
+type (
+	Grant  = api.Grant
+	Result = api.Result
+)
 
 // Decisions are what the core has decided since the last Take.
 type Decisions struct {
@@ -547,7 +516,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	d := e.d
 	switch {
-	case r.Failure != nil:
+	case r.Error != nil:
 		// A failed step's size is what it moved, not the file's: delivery
 		// and staging hold the source to d.Size.
 	case e.queued == dtr.QueryReplica:
@@ -567,10 +536,10 @@ func (c *Core) Result(now time.Time, r Result) error {
 	if e.queued == dtr.Transfer {
 		d.Started, d.Ended = r.Started, r.Ended
 	}
-	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Failure == nil {
+	if (e.queued == dtr.RegisterReplica || e.queued == dtr.ProcessCache && d.Cache != "") && !d.Cleanup && r.Error == nil {
 		e.finalised = true // the file is in place
 	}
-	if e.queued == dtr.CheckCache && r.Failure == nil {
+	if e.queued == dtr.CheckCache && r.Error == nil {
 		d.Cache, d.CacheFile = r.Cache, r.CacheFile
 		if d.Cache == dtr.CacheDownload {
 			c.cacheAs(e)
@@ -581,8 +550,8 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	// A failed cleanup keeps the error that called for it: that error, not
 	// the cleanup's, decides whether the DTR is tried again.
-	if r.Failure != nil && !(d.Cleanup && d.Error != nil) {
-		f := *r.Failure
+	if r.Error != nil && !(d.Cleanup && d.Error != nil) {
+		f := *r.Error
 		f.State = d.State
 		d.Error = &f
 	}
@@ -590,7 +559,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	switch {
 	case d.State == dtr.TransferringCancel:
 		c.must(d.Transition(dtr.Transferred, now))
-	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Failure == nil && !d.Cancel:
+	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Error == nil && !d.Cancel:
 		// Locked by a download this scheduler does not know of (another
 		// process, or one lost in a crash until its lock goes stale).
 		c.must(d.Transition(dtr.CacheWait, now))

@@ -29,7 +29,7 @@ func TestATransferExpectsTheSizeOfTheLatestQueryOfItsSource(t *testing.T) {
 				if len(expected) == 1 {
 					// As a deliverer before this change answered.
 					r.Size = 500
-					r.Failure = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "short body", Location: dtr.LocationSource}
+					r.Error = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "short body", Location: dtr.LocationSource}
 				} else {
 					r.Size, r.Checksum = 500, "adler32:00000001"
 				}
