@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -93,18 +92,18 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		var rs api.Results
 		checkDecodeData(t, m, api.TypeResults, &rs, func() any { return new(api.Results) })
 		// The hot paths read grants, results and final DTRs with
-		// segmentio's decoder: it takes and refuses what encoding/json
-		// does, and reads the same.
+		// DecodeJSON (goccy/go-json): it takes and refuses what
+		// encoding/json does, and reads the same.
 		if ev != nil {
 			for _, v := range []func() any{func() any { return new(api.Grants) }, func() any { return new(api.Results) },
 				func() any { return new(api.Finals) }, func() any { return new(dtr.DTR) }} {
 				std, fast := v(), v()
-				errStd, errFast := json.Unmarshal(ev.Data(), std), fastjson.Unmarshal(ev.Data(), fast)
+				errStd, errFast := json.Unmarshal(ev.Data(), std), DecodeJSON(ev.Data(), fast)
 				if (errStd == nil) != (errFast == nil) {
-					t.Fatalf("%T: encoding/json says %v, segmentio %v", std, errStd, errFast)
+					t.Fatalf("%T: encoding/json says %v, DecodeJSON %v", std, errStd, errFast)
 				}
 				if errStd == nil && !reflect.DeepEqual(std, fast) {
-					t.Fatalf("%T read differently:\nencoding/json %+v\nsegmentio     %+v", std, std, fast)
+					t.Fatalf("%T read differently:\nencoding/json %+v\nDecodeJSON    %+v", std, std, fast)
 				}
 				// And written again, EncodeJSON writes what encoding/json does.
 				if errStd == nil {
