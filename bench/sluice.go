@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/services/delivery"
@@ -104,7 +104,7 @@ func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
 	defer s.stop()
 	finals := make(chan dtr.DTR, 16)
 	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
 			finals <- f.DTR
 		}
@@ -193,7 +193,7 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	var mu sync.Mutex
 	var spans [][2]time.Time
 	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		mu.Lock()
 		for _, f := range fs {
 			spans = append(spans, [2]time.Time{f.DTR.Started, f.DTR.Ended})

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -68,7 +69,7 @@ func watchEach[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*
 func watchRejections(t *testing.T, nc *nats.Conn) <-chan api.Rejection {
 	return watch(t, nc, api.SubjectRejected, func(m *nats.Msg) (api.Rejection, bool) {
 		var r api.Rejection
-		_, err := bus.DecodeData(context.Background(), m, api.TypeRejected, &r)
+		_, err := codec.DecodeData(context.Background(), m, api.TypeRejected, &r)
 		return r, err == nil
 	})
 }
@@ -93,7 +94,7 @@ func watchTerminations(t *testing.T, nc *nats.Conn) <-chan termination {
 // whether it came alone or with others.
 func watchResults(t *testing.T, nc *nats.Conn) <-chan api.Result {
 	return watchEach(t, nc, api.SubjectResultPrefix+">", func(m *nats.Msg) []api.Result {
-		rs, _ := bus.DecodeResults(context.Background(), m)
+		rs, _ := codec.DecodeResults(context.Background(), m)
 		return rs
 	})
 }
@@ -148,11 +149,11 @@ func (s *system) publish(m *nats.Msg) (msgID string, seq uint64) {
 // send them.
 func event(t *testing.T, subject, typ string, data any) *nats.Msg {
 	t.Helper()
-	ev, err := bus.NewEvent(typ, "e2e-test", "", data)
+	ev, err := codec.NewEvent(typ, "e2e-test", "", data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := bus.Encode(context.Background(), subject, "", ev)
+	m, err := codec.Encode(context.Background(), subject, "", ev)
 	if err != nil {
 		t.Fatal(err)
 	}

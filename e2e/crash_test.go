@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -519,7 +520,7 @@ chaos:
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			fs, err := bus.DecodeFinals(context.Background(), bus.Msg(m))
+			fs, err := codec.DecodeFinals(context.Background(), bus.Msg(m))
 			if err != nil {
 				t.Fatal(err)
 			}

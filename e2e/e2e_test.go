@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
@@ -207,7 +208,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	rejections := make(chan api.Rejection, 100)
 	sub, err := s.nc.Subscribe(api.SubjectRejected, func(m *nats.Msg) {
 		var r api.Rejection
-		if _, err := bus.DecodeData(context.Background(), m, api.TypeRejected, &r); err == nil {
+		if _, err := codec.DecodeData(context.Background(), m, api.TypeRejected, &r); err == nil {
 			rejections <- r
 		}
 	})
@@ -275,7 +276,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	// any publisher both arrive.
 	finals := make(chan dtr.DTR, 10)
 	fsub, _ := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
 			finals <- f.DTR
 		}
@@ -701,11 +702,11 @@ func TestFinalDTRsAnnouncedAgainInOtherGroupingsAreCountedOnce(t *testing.T) {
 		for _, d := range group {
 			fs.DTRs = append(fs.DTRs, api.FinalEntry{DTR: d})
 		}
-		ev, err := bus.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
+		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := bus.Encode(context.Background(), api.SubjectDTRFinal, fmt.Sprintf("again.%d", i), ev)
+		m, err := codec.Encode(context.Background(), api.SubjectDTRFinal, fmt.Sprintf("again.%d", i), ev)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -112,8 +112,8 @@ func TestFinalsAnnouncedAgainAfterTheJobEndedLeaveItsCounts(t *testing.T) {
 		b, _ := json.Marshal(d)
 		fs.DTRs = append(fs.DTRs, api.FinalEntry{DTR: b})
 	}
-	ev, _ := bus.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
-	m, _ := bus.Encode(context.Background(), api.SubjectDTRFinal, "again.both", ev)
+	ev, _ := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
+	m, _ := codec.Encode(context.Background(), api.SubjectDTRFinal, "again.both", ev)
 	if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}

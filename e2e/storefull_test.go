@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
 
@@ -124,7 +125,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 	// A new job is refused whole, with a clear answer.
 	refused := mkjob("b")
 	refused.ID = "refused-for-want-of-space"
-	b, err := bus.EncodeJSON(refused)
+	b, err := codec.EncodeJSON(refused)
 	if err != nil {
 		t.Fatal(err)
 	}

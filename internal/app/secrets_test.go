@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -58,7 +59,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 	oldTP := otel.GetTracerProvider()
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(oldTP) })
-	bus.SkipUnsampledSpans(false)
+	tracing.SkipUnsampledSpans(false)
 
 	// NATS with a password.
 	ns, err := bus.EmbeddedWith(filepath.Join(dir, "js"), 0, func(o *server.Options) {

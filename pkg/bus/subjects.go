@@ -1,5 +1,8 @@
-// Package bus defines Sluice's NATS subjects, streams, consumers and
-// key-value buckets in one place, and creates them idempotently.
+// Package bus is Sluice's stream topology: its NATS streams, consumers and
+// key-value buckets with their limits, created idempotently in one place;
+// waiting until they exist, publishing in batches, following a full store,
+// and an embedded server. The messages and their subjects are in pkg/api,
+// their encoding in pkg/bus/codec, trace propagation in pkg/bus/tracing.
 package bus
 
 import (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 )
 
 // maxBatchResults bounds the results of one Results event.
@@ -111,13 +112,13 @@ var errTooLarge = errors.New("results event too large")
 func tooLarge(err error) bool { return errors.Is(err, errTooLarge) }
 
 func (s *resultSender) publishResults(rs api.Results) error {
-	ev, err := bus.NewEvent(api.TypeResults, s.source, "", rs)
+	ev, err := codec.NewEvent(api.TypeResults, s.source, "", rs)
 	if err != nil {
 		return err
 	}
 	// The event id is the message id: a publish tried again after a lost
 	// acknowledgement is stored once.
-	m, err := bus.Encode(context.Background(), s.subject, "", ev)
+	m, err := codec.Encode(context.Background(), s.subject, "", ev)
 	if err != nil {
 		return err
 	}

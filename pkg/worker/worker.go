@@ -26,6 +26,8 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -314,20 +316,20 @@ func ackConfirmed(ctx context.Context, jm jetstream.Msg) error {
 // its trace in the message's traceparent) or several (org.sluice.grants.v1,
 // each with its own), and when they were issued.
 func decodeGrants(ctx context.Context, m *nats.Msg) ([]api.Grant, []string, time.Time, error) {
-	ev, err := bus.Decode(ctx, m)
+	ev, err := codec.Decode(ctx, m)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
 	switch ev.Type() {
 	case api.TypeGrant:
 		var g api.Grant
-		if err := bus.DecodeJSON(ev.Data(), &g); err != nil {
+		if err := codec.DecodeJSON(ev.Data(), &g); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", api.TypeGrant, err)
 		}
 		return withDTRs([]api.Grant{g}), []string{m.Header.Get("traceparent")}, ev.Time(), nil
 	case api.TypeGrants:
 		var gs api.Grants
-		if err := bus.DecodeJSON(ev.Data(), &gs); err != nil {
+		if err := codec.DecodeJSON(ev.Data(), &gs); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", api.TypeGrants, err)
 		}
 		if len(gs.Grants) > maxGrantsPerMessage {
@@ -384,7 +386,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.ID, "waited", time.Since(h.issued), "why", fenced)
 		return
 	}
-	sctx, span := bus.StartConsumerOf(ctx, h.parent, api.GrantSubject(p.Stage), g.ID, "process")
+	sctx, span := tracing.StartConsumerOf(ctx, h.parent, api.GrantSubject(p.Stage), g.ID, "process")
 	defer span.End()
 	// The grant's logger, made only when something is logged (With costs
 	// more than the rest of a 1 KiB file's grant).
@@ -452,7 +454,7 @@ func (p *Pool) giveBack(h *held) {
 		p.mu.Unlock()
 	}()
 	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
-	ctx, span := bus.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
+	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
 	defer span.End()
 	span.SetStatus(codes.Error, "given back: the worker is stopping")
 	if err := p.sendResult(ctx, res); err != nil {
@@ -520,7 +522,7 @@ func (p *Pool) renewLeases(ctx context.Context) {
 // the grant no earlier than sent. A renewal still waiting for its answer
 // when ctx ends (the pool has stopped) is given up.
 func (p *Pool) renew(ctx context.Context, h *held, sent time.Time) {
-	ctx = bus.Context(ctx, h.parent)
+	ctx = tracing.Context(ctx, h.parent)
 	err := p.publish(ctx, api.ProgressSubject(p.Stage), "", api.TypeProgress,
 		api.Progress{DTR: h.g.DTR.ID, Grant: h.g.ID, Bytes: h.moved.Load(), Size: h.size.Load()})
 	p.mu.Lock()
@@ -563,9 +565,9 @@ func (h *held) fence(now time.Time) error {
 // ready at the same time, in one Results event. Its span is the result's
 // sender in the DTR's trace.
 func (p *Pool) sendResult(ctx context.Context, res api.Result) error {
-	ctx, span := bus.StartProducer(ctx, api.ResultSubject(p.Stage), res.Grant+".result")
+	ctx, span := tracing.StartProducer(ctx, api.ResultSubject(p.Stage), res.Grant+".result")
 	defer span.End()
-	res.TraceParent = bus.TraceParent(ctx)
+	res.TraceParent = tracing.TraceParent(ctx)
 	// Sent even when the pool is stopping: the sender outlives the workers
 	// and answers within its publish timeout.
 	return p.results.send(context.WithoutCancel(ctx), res)
@@ -573,16 +575,16 @@ func (p *Pool) sendResult(ctx context.Context, res api.Result) error {
 
 // publish sends a CloudEvent to JetStream and waits for it to be stored.
 func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any) error {
-	ev, err := bus.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
+	ev, err := codec.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
 	if err != nil {
 		return err
 	}
 	if msgID == "" {
 		msgID = ev.ID()
 	}
-	ctx, span := bus.StartProducer(ctx, subject, msgID)
+	ctx, span := tracing.StartProducer(ctx, subject, msgID)
 	defer span.End()
-	m, err := bus.Encode(ctx, subject, msgID, ev)
+	m, err := codec.Encode(ctx, subject, msgID, ev)
 	if err != nil {
 		return err
 	}

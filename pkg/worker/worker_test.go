@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -41,7 +42,7 @@ func newRig(t *testing.T) *rig {
 	nc, js := bustest.Server(t)
 	r := &rig{t: t, nc: nc, js: js}
 	sub, err := nc.Subscribe(api.SubjectResultPrefix+">", func(m *nats.Msg) {
-		rs, err := bus.DecodeResults(context.Background(), m)
+		rs, err := codec.DecodeResults(context.Background(), m)
 		if err != nil {
 			t.Errorf("result message: %v", err)
 			return
@@ -57,7 +58,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	psub, err := nc.Subscribe(api.SubjectProgressPrefix+">", func(m *nats.Msg) {
 		var p api.Progress
-		if _, err := bus.DecodeData(context.Background(), m, api.TypeProgress, &p); err == nil {
+		if _, err := codec.DecodeData(context.Background(), m, api.TypeProgress, &p); err == nil {
 			r.mu.Lock()
 			r.progress = append(r.progress, p)
 			r.mu.Unlock()
@@ -100,7 +101,7 @@ func (r *rig) grants(n int, issued time.Time, lease time.Duration) []api.Grant {
 		gs.Grants = append(gs.Grants, api.Grant{ID: fmt.Sprintf("%s.%d", id, i+1), Stage: dtr.StagePre, State: dtr.QueryingReplica,
 			DTR: &dtr.DTR{ID: id, Source: "file:///in/" + id.String(), Destination: "file:///out/" + id.String()}, LeaseSeconds: lease.Seconds()})
 	}
-	ev, err := bus.NewEvent(api.TypeGrants, "sluice/scheduler", "", gs)
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", gs)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func (r *rig) grants(n int, issued time.Time, lease time.Duration) []api.Grant {
 }
 
 func (r *rig) publish(ev event.Event) {
-	m, err := bus.Encode(context.Background(), api.GrantSubject(dtr.StagePre), "", ev)
+	m, err := codec.Encode(context.Background(), api.GrantSubject(dtr.StagePre), "", ev)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestAMessageThatIsNotAGrantIsTerminatedAndRunsNothing(t *testing.T) {
 				ran.Add(1)
 				return api.Result{}
 			})
-			ev, err := bus.NewEvent(typ, "someone", "", map[string]any{"grants": []any{map[string]any{"grant": "x.1"}}})
+			ev, err := codec.NewEvent(typ, "someone", "", map[string]any{"grants": []any{map[string]any{"grant": "x.1"}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -75,7 +76,7 @@ func TestAFailedDownloadCountedByAReconcileFirstStillCancelsTheOthers(t *testing
 		t.Fatalf("the job's other download was never cancelled: %v", err)
 	}
 	var c api.Cancel
-	if _, err := bus.DecodeData(ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, api.TypeCancel, &c); err != nil || c.DTR != r.DTRs[1] {
+	if _, err := codec.DecodeData(ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, api.TypeCancel, &c); err != nil || c.DTR != r.DTRs[1] {
 		t.Fatalf("the last cancel is for %s (%v), want the other download %s", c.DTR, err, r.DTRs[1])
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -91,7 +92,7 @@ func FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason(f *testing.F) {
 				}
 				continue
 			}
-			if sub.TraceParent != "" && !bus.ValidTraceParent(sub.TraceParent) {
+			if sub.TraceParent != "" && !tracing.ValidTraceParent(sub.TraceParent) {
 				t.Fatalf("an entry kept trace parent %q, which is not a valid traceparent", sub.TraceParent)
 			}
 			checkSubmitted(t, sub.DTR)
@@ -123,7 +124,7 @@ func checkSubmitted(t *testing.T, d *dtr.DTR) {
 	if d.JobID != "" && !dtr.ValidJobID(d.JobID) {
 		t.Fatalf("accepted a DTR with job id %q", d.JobID)
 	}
-	if d.TraceParent != "" && !bus.ValidTraceParent(d.TraceParent) {
+	if d.TraceParent != "" && !tracing.ValidTraceParent(d.TraceParent) {
 		t.Fatalf("accepted a DTR with trace parent %q, which is not a valid traceparent", d.TraceParent)
 	}
 	// Everything the scheduler owns is zero: only what a Submission holds

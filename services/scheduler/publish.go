@@ -16,6 +16,8 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -39,11 +41,11 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		if n == 0 {
 			return nil
 		}
-		ev, err := bus.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
+		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(first, api.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
+		m, err := codec.Encode(first, api.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
 		if err != nil {
 			return err
 		}
@@ -58,12 +60,12 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		b, ok := encoded[d.ID]
 		if !ok {
 			var err error
-			if b, err = bus.EncodeJSON(d); err != nil {
+			if b, err = codec.EncodeJSON(d); err != nil {
 				return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 			}
 		}
-		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), api.SubjectDTRFinal, d.ID.String()+".final")
-		tp := bus.TraceParent(fctx)
+		fctx, span := tracing.StartProducer(tracing.Context(ctx, d.TraceParent), api.SubjectDTRFinal, d.ID.String()+".final")
+		tp := tracing.TraceParent(fctx)
 		span.End()
 		if s.log.Enabled(ctx, slog.LevelInfo) { // its arguments cost even when not logged
 			s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
@@ -106,22 +108,22 @@ const maxGrantsPerMessage = 32
 func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
 	byStage := map[dtr.Stage][]encodedGrant{}
 	for _, g := range gs {
-		gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), api.GrantSubject(g.Stage), g.ID)
+		gctx, span := tracing.StartProducer(tracing.Context(ctx, g.DTR.TraceParent), api.GrantSubject(g.Stage), g.ID)
 		// The DTR as its record was just encoded (a granted DTR is always
 		// among the changed ones), not encoded again.
 		d, ok := encoded[g.DTR.ID]
 		if !ok {
 			var err error
-			if d, err = bus.EncodeJSON(g.DTR); err != nil {
+			if d, err = codec.EncodeJSON(g.DTR); err != nil {
 				span.End()
 				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 			}
 		}
 		// The grant without its DTR, and then the DTR's JSON appended.
 		data := g
-		data.DTR, data.TraceParent = nil, bus.TraceParent(gctx)
+		data.DTR, data.TraceParent = nil, tracing.TraceParent(gctx)
 		span.End()
-		b, err := bus.EncodeJSON(data)
+		b, err := codec.EncodeJSON(data)
 		if err != nil {
 			return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 		}
@@ -172,20 +174,20 @@ func grantsMessage(ctx context.Context, stage dtr.Stage, enc []encodedGrant) (*n
 	}
 	data = append(data, "]}"...)
 	// The data is JSON already: the CloudEvents SDK takes it as it is.
-	ev, err := bus.NewEvent(api.TypeGrants, "sluice/scheduler", "", data)
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", data)
 	if err != nil {
 		return nil, err
 	}
-	return bus.Encode(ctx, api.GrantSubject(stage), enc[0].id+".grants", ev)
+	return codec.Encode(ctx, api.GrantSubject(stage), enc[0].id+".grants", ev)
 }
 
 // notice encodes a best-effort event for core NATS; nil if it cannot be.
 func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
-	ev, err := bus.NewEvent(typ, "sluice/scheduler", "", data)
+	ev, err := codec.NewEvent(typ, "sluice/scheduler", "", data)
 	if err != nil {
 		return nil
 	}
-	m, err := bus.Encode(ctx, subject, "", ev)
+	m, err := codec.Encode(ctx, subject, "", ev)
 	if err != nil {
 		return nil
 	}

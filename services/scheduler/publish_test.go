@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -27,7 +27,7 @@ func TestAGrantOnTheWire(t *testing.T) {
 		Cleanup: true, Emergency: true, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	without := want
 	without.DTR = nil
-	b, err := bus.EncodeJSON(without)
+	b, err := codec.EncodeJSON(without)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,8 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -464,7 +466,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
-		b, err := bus.EncodeJSON(d)
+		b, err := codec.EncodeJSON(d)
 		if err != nil {
 			return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 		}
@@ -621,7 +623,7 @@ func (s *Service) takenBefore(ctx context.Context, now time.Time, kv jetstream.K
 // decodeRecord reads a stored DTR record; nil if it cannot be read.
 func decodeRecord(b []byte) *dtr.DTR {
 	d := new(dtr.DTR)
-	if bus.DecodeJSON(b, d) != nil {
+	if codec.DecodeJSON(b, d) != nil {
 		return nil
 	}
 	return d
@@ -660,7 +662,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 	case m.Subject == api.SubjectCancelCommand:
 		var c api.Cancel
-		if _, err := bus.DecodeData(ctx, m, api.TypeCancel, &c); err != nil {
+		if _, err := codec.DecodeData(ctx, m, api.TypeCancel, &c); err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}
@@ -669,7 +671,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 	case strings.HasPrefix(m.Subject, api.SubjectResultPrefix):
 		s.leases.took(jm)
-		rs, err := bus.DecodeResults(ctx, m)
+		rs, err := codec.DecodeResults(ctx, m)
 		if err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
@@ -678,9 +680,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		for _, r := range rs {
 			var span trace.Span
 			if r.TraceParent != "" {
-				_, span = bus.StartConsumerOf(ctx, r.TraceParent, m.Subject, r.Grant+".result", "result")
+				_, span = tracing.StartConsumerOf(ctx, r.TraceParent, m.Subject, r.Grant+".result", "result")
 			} else {
-				_, span = bus.StartConsumer(ctx, m, "result")
+				_, span = tracing.StartConsumer(ctx, m, "result")
 			}
 			r.Stage = stage
 			err := s.core.Result(now, r)
@@ -692,7 +694,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 	case strings.HasPrefix(m.Subject, api.SubjectProgressPrefix):
 		s.leases.took(jm)
 		var p api.Progress
-		if _, err := bus.DecodeData(ctx, m, api.TypeProgress, &p); err != nil {
+		if _, err := codec.DecodeData(ctx, m, api.TypeProgress, &p); err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}

@@ -1,4 +1,4 @@
-package bus
+package codec
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package bus
+package codec
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -45,7 +46,7 @@ func TestEncodeWritesBinaryCloudEventsThatDecodeBack(t *testing.T) {
 	if back.ID() != ev.ID() || p.Bytes != 42 || p.Grant != "g.1" {
 		t.Fatalf("decoded %v %+v", back, p)
 	}
-	got := trace.SpanContextFromContext(Extract(context.Background(), m.Header))
+	got := trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header))
 	if got.TraceID() != span.SpanContext().TraceID() {
 		t.Fatalf("extracted trace %s, want %s", got.TraceID(), span.SpanContext().TraceID())
 	}
@@ -96,7 +97,7 @@ func TestDecodeFinalsReadsOneFinalDTROrSeveral(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := Encode(Context(context.Background(), tp), api.SubjectDTRFinal, "", ev)
+		m, err := Encode(tracing.Context(context.Background(), tp), api.SubjectDTRFinal, "", ev)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,7 @@
-package bus
+// Package codec writes and reads Sluice's messages: CloudEvents in NATS
+// messages (binary content mode, structured accepted), their JSON data
+// with one JSON library (goccy/go-json), and the batched events' items.
+package codec
 
 import (
 	"bytes"
@@ -14,13 +17,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
-	"github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -71,7 +72,7 @@ func Encode(ctx context.Context, subject, msgID string, ev event.Event) (*nats.M
 		msgID = ev.ID()
 	}
 	m.Header.Set(nats.MsgIdHdr, msgID)
-	Inject(ctx, m.Header)
+	tracing.Inject(ctx, m.Header)
 	return m, nil
 }
 
@@ -130,37 +131,6 @@ func DecodeResults(ctx context.Context, m *nats.Msg) ([]api.Result, error) {
 		return rs.Results, nil
 	}
 	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeResult, api.TypeResults)
-}
-
-// DecodeJSON is json.Unmarshal, with goccy/go-json, the JSON library of
-// every message.
-func DecodeJSON(data []byte, v any) error { return json.Unmarshal(data, v) }
-
-// DecodeJSONStrict is DecodeJSON for one JSON object that may hold no
-// field v does not have and nothing after it.
-func DecodeJSONStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the object")
-	}
-	return nil
-}
-
-// EncodeJSON is json.Marshal, with goccy/go-json, which writes the same
-// bytes as encoding/json (omitzero, text marshalers and HTML escaping
-// included) in about half the time. A DTR goes to it as a dtrWire.
-func EncodeJSON(v any) ([]byte, error) {
-	switch d := v.(type) {
-	case *dtr.DTR:
-		v = wireOf(d)
-	case dtr.DTR:
-		v = wireOf(&d)
-	}
-	return json.Marshal(v)
 }
 
 // Final is one final DTR of a message on sluice.event.dtr.final.
@@ -314,53 +284,6 @@ func (r *msgReader) ReadBinary(_ context.Context, w binding.BinaryWriter) error 
 }
 
 func (r *msgReader) Finish(error) error { return nil }
-
-// headerCarrier lets OpenTelemetry read and write the traceparent header of
-// a NATS message. nats.Header is case-sensitive, so keys are matched here
-// without regard to case.
-type headerCarrier nats.Header
-
-func (c headerCarrier) Get(key string) string {
-	for k, v := range c {
-		if strings.EqualFold(k, key) && len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
-}
-func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
-func (c headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-
-// Propagator is how Sluice carries a trace in message headers (W3C trace
-// context and baggage); the composition root makes it OpenTelemetry's
-// global one too.
-func Propagator() propagation.TextMapPropagator { return propagator }
-
-// Inject writes ctx's span context into h as a W3C traceparent header.
-func Inject(ctx context.Context, h nats.Header) { propagator.Inject(ctx, headerCarrier(h)) }
-
-// Extract returns ctx carrying the span context found in h, if any.
-func Extract(ctx context.Context, h nats.Header) context.Context {
-	return propagator.Extract(ctx, headerCarrier(h))
-}
-
-// ValidTraceParent reports whether s is a W3C traceparent value that names
-// a trace and a span (neither all zeros).
-func ValidTraceParent(s string) bool {
-	if s == "" {
-		return false
-	}
-	ctx := Extract(context.Background(), nats.Header{"traceparent": []string{s}})
-	return trace.SpanContextFromContext(ctx).IsValid()
-}
 
 func (r *msgReader) GetAttribute(k spec.Kind) (spec.Attribute, any) {
 	version := specs.Version(r.header("ce-specversion"))
