@@ -4,9 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 )
 
 func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.T) {

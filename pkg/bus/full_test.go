@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-dtr/sluice/pkg/api"
 )
 
@@ -212,24 +213,6 @@ func TestABatchWithoutFullFailsOnAFullStoreAsBefore(t *testing.T) {
 	b.Add(nats.NewMsg("fill"))
 	if err := b.Wait(ctx); !StoreFull(err) {
 		t.Fatalf("Wait: %v, want the refusal", err)
-	}
-}
-
-func TestTheBackoffDoublesFrom100msTo5s(t *testing.T) {
-	var b Backoff
-	var got []time.Duration
-	for range 9 {
-		got = append(got, b.Next())
-	}
-	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000}
-	for i := range want {
-		if got[i] != want[i]*time.Millisecond {
-			t.Fatalf("pauses %v, want %v ms", got, want)
-		}
-	}
-	b.Reset()
-	if d := b.Next(); d != MinBackoff {
-		t.Fatalf("after Reset: %s", d)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+
 	"github.com/sluice-dtr/sluice/pkg/api"
 )
 

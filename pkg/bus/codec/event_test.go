@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 )
 
 func TestEncodeWritesBinaryCloudEventsThatDecodeBack(t *testing.T) {
