@@ -15,7 +15,6 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16
 	github.com/prometheus/client_golang v1.24.1
-	github.com/segmentio/encoding v0.5.4
 	github.com/zitadel/oidc/v3 v3.52.0
 	go-hep.org/x/hep v0.36.0
 	go.opentelemetry.io/otel v1.47.0
@@ -72,7 +71,6 @@ require (
 	github.com/rs/cors v1.11.1 // indirect
 	github.com/rs/xid v1.6.0 // indirect
 	github.com/ryszard/goskiplist v0.0.0-20150312221310-2dfbae5fcf46 // indirect
-	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	github.com/zitadel/schema v1.3.2 // indirect

@@ -50,7 +50,7 @@ func Load(ctx context.Context, dir string, n, bad int, exe, cli string, cliCount
 	}
 	defer s.stop()
 	var rejected atomic.Int64
-	sub, err := s.nc.Subscribe(bus.SubjectRejected, func(*nats.Msg) { rejected.Add(1) })
+	sub, err := s.nc.Subscribe(api.SubjectRejected, func(*nats.Msg) { rejected.Add(1) })
 	if err != nil {
 		return res, fmt.Errorf("load: %w", err)
 	}
@@ -86,7 +86,7 @@ func Load(ctx context.Context, dir string, n, bad int, exe, cli string, cliCount
 	out := bus.NewBatch(ctx, s.js)
 	for i := 0; i < n; i++ {
 		id := uuid.New()
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header = nats.Header{"Nats-Msg-Id": []string{id.String()}}
 		if bad > 0 && i%(n/bad) == 0 && i/(n/bad) < bad {
 			m.Data = []byte(`{"id":"` + id.String() + `","source":"gopher://nowhere","destination":"relative/path"}`)
@@ -110,7 +110,7 @@ func Load(ctx context.Context, dir string, n, bad int, exe, cli string, cliCount
 	if cli != "" && cliCount > 0 {
 		body := `{"id":"6c1d8ea0-0000-4000-8000-{{ printf "%012d" Count }}","source":"https://data.example.org/cli/{{ Count }}",` +
 			`"destination":"file:///scratch/cli/{{ Count }}","owner":{"fqans":["/cms"]},"direction":"download"}`
-		cmd := exec.CommandContext(ctx, cli, "--server", s.ns.ClientURL(), "pub", bus.SubjectSubmit, body, "--count", strconv.Itoa(cliCount))
+		cmd := exec.CommandContext(ctx, cli, "--server", s.ns.ClientURL(), "pub", api.SubjectSubmit, body, "--count", strconv.Itoa(cliCount))
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return res, fmt.Errorf("load: nats pub: %w: %s", err, b)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler"
@@ -103,7 +104,7 @@ func RestartToFirstGrant(ctx context.Context, dir string, n int) (time.Duration,
 		return 0, err
 	}
 	first := make(chan time.Time, 1)
-	sub, err := nc.Subscribe(bus.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
+	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
 		select {
 		case first <- time.Now():
 		default:

@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/internal/app"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/services/delivery"
@@ -102,8 +103,8 @@ func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
 	}
 	defer s.stop()
 	finals := make(chan dtr.DTR, 16)
-	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
 			finals <- f.DTR
 		}
@@ -121,7 +122,7 @@ func Latency(ctx context.Context, dir string, n int) ([]time.Duration, error) {
 		id := uuid.New()
 		body, _ := json.Marshal(map[string]any{"id": id, "source": f.Source, "destination": f.Destination,
 			"owner": map[string]any{"dn": "/CN=bench"}, "direction": "download"})
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Data, m.Header = body, nats.Header{"Nats-Msg-Id": []string{id.String()}}
 		sent := time.Now()
 		if _, err := s.js.PublishMsg(ctx, m); err != nil {
@@ -191,8 +192,8 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	defer stopSrc()
 	var mu sync.Mutex
 	var spans [][2]time.Time
-	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		mu.Lock()
 		for _, f := range fs {
 			spans = append(spans, [2]time.Time{f.DTR.Started, f.DTR.Ended})

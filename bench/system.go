@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/services/scheduler"
@@ -239,14 +240,14 @@ func (s *system) run(ctx context.Context, j *job.Job) (api.JobEvent, error) {
 		select {
 		case m := <-ends:
 			arrived := time.Now()
-			ce, err := bus.Decode(ctx, m)
+			ce, err := codec.Decode(ctx, m)
 			if err != nil || ce.Subject() != r.JobID {
 				continue
 			}
 			s.ended = arrived
 			var ev api.JobEvent
 			// Its per-file statistics run to megabytes: read fast.
-			if err := bus.DecodeJSON(ce.Data(), &ev); err != nil {
+			if err := codec.DecodeJSON(ce.Data(), &ev); err != nil {
 				return ev, fmt.Errorf("job %s end: %w", r.JobID, err)
 			}
 			return ev, nil

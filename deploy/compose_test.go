@@ -26,7 +26,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -276,7 +275,7 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 // submit submits the job as a submitter.
 func (d *deployment) submit() {
 	var reply api.SubmitReply
-	if err := request(d.nc, bus.UserSubject(api.SubjectJobSubmit, "submitter"), mustJSON(d.t, d.job), &reply); err != nil {
+	if err := request(d.nc, api.UserSubject(api.SubjectJobSubmit, "submitter"), mustJSON(d.t, d.job), &reply); err != nil {
 		d.t.Fatalf("submit: %v", err)
 	}
 	d.jobID, d.started = reply.JobID, time.Now()
@@ -288,7 +287,7 @@ func (d *deployment) status() api.JobEvent {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var ev api.JobEvent
-		err := request(d.nc, bus.UserSubject(api.SubjectJobStatus, "submitter"), []byte(d.jobID), &ev)
+		err := request(d.nc, api.UserSubject(api.SubjectJobStatus, "submitter"), []byte(d.jobID), &ev)
 		if err == nil {
 			return ev
 		}

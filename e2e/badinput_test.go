@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -65,10 +66,10 @@ func watchEach[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*
 }
 
 // watchRejections collects the scheduler's rejection events.
-func watchRejections(t *testing.T, nc *nats.Conn) <-chan bus.Rejection {
-	return watch(t, nc, bus.SubjectRejected, func(m *nats.Msg) (bus.Rejection, bool) {
-		var r bus.Rejection
-		_, err := bus.DecodeData(context.Background(), m, bus.TypeRejected, &r)
+func watchRejections(t *testing.T, nc *nats.Conn) <-chan api.Rejection {
+	return watch(t, nc, api.SubjectRejected, func(m *nats.Msg) (api.Rejection, bool) {
+		var r api.Rejection
+		_, err := codec.DecodeData(context.Background(), m, api.TypeRejected, &r)
 		return r, err == nil
 	})
 }
@@ -91,9 +92,9 @@ func watchTerminations(t *testing.T, nc *nats.Conn) <-chan termination {
 
 // watchResults collects every result a worker publishes, one by one
 // whether it came alone or with others.
-func watchResults(t *testing.T, nc *nats.Conn) <-chan bus.Result {
-	return watchEach(t, nc, bus.SubjectResultPrefix+">", func(m *nats.Msg) []bus.Result {
-		rs, _ := bus.DecodeResults(context.Background(), m)
+func watchResults(t *testing.T, nc *nats.Conn) <-chan api.Result {
+	return watchEach(t, nc, api.SubjectResultPrefix+">", func(m *nats.Msg) []api.Result {
+		rs, _ := codec.DecodeResults(context.Background(), m)
 		return rs
 	})
 }
@@ -148,11 +149,11 @@ func (s *system) publish(m *nats.Msg) (msgID string, seq uint64) {
 // send them.
 func event(t *testing.T, subject, typ string, data any) *nats.Msg {
 	t.Helper()
-	ev, err := bus.NewEvent(typ, "e2e-test", "", data)
+	ev, err := codec.NewEvent(typ, "e2e-test", "", data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := bus.Encode(context.Background(), subject, "", ev)
+	m, err := codec.Encode(context.Background(), subject, "", ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +258,15 @@ func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing
 		typ  string
 		data func() string
 	}{
-		bus.SubjectSubmit: {bus.TypeSubmit, func() string {
+		api.SubjectSubmit: {api.TypeSubmit, func() string {
 			return fmt.Sprintf(`{"id":%q,"source":"file:///in/a","destination":"file:///out/a"}`, uuid.New())
 		}},
-		bus.SubjectCancel: {bus.TypeCancel, func() string { return fmt.Sprintf(`{"dtr":%q}`, uuid.New()) }},
-		bus.ResultSubject(dtr.StageDelivery): {bus.TypeResult, func() string {
+		api.SubjectCancelCommand: {api.TypeCancel, func() string { return fmt.Sprintf(`{"dtr":%q}`, uuid.New()) }},
+		api.ResultSubject(dtr.StageDelivery): {api.TypeResult, func() string {
 			id := uuid.New()
 			return fmt.Sprintf(`{"dtr":%q,"grant":"%s.1","state":"TRANSFERRING"}`, id, id)
 		}},
-		bus.ProgressSubject(dtr.StagePre): {bus.TypeProgress, func() string {
+		api.ProgressSubject(dtr.StagePre): {api.TypeProgress, func() string {
 			id := uuid.New()
 			return fmt.Sprintf(`{"dtr":%q,"grant":"%s.1","bytes":1}`, id, id)
 		}},
@@ -297,14 +298,14 @@ func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing
 			return m
 		}, map[string]string{"": `unknown CloudEvents specversion "9.9"`}},
 		{"binary CloudEvent of another subject's type", func(subject string) *nats.Msg {
-			return binary(subject, bus.TypeGrant, valid[subject].data())
+			return binary(subject, api.TypeGrant, valid[subject].data())
 		}, map[string]string{"": `event type "org.sluice.grant.v1", want "org.sluice.`}},
 		{"binary CloudEvent with no data", func(subject string) *nats.Msg {
 			return binary(subject, valid[subject].typ, "")
-		}, map[string]string{"": "data: unexpected end of JSON input", bus.SubjectSubmit: "empty DTR"}},
+		}, map[string]string{"": "data: unexpected end of JSON input", api.SubjectSubmit: "empty DTR"}},
 		{"binary CloudEvent whose data is not JSON", func(subject string) *nats.Msg {
 			return binary(subject, valid[subject].typ, "{not json")
-		}, map[string]string{"": "data: invalid character", bus.SubjectSubmit: "DTR JSON: invalid character"}},
+		}, map[string]string{"": "data: invalid character", api.SubjectSubmit: "DTR JSON: invalid character"}},
 		{"structured CloudEvent that is not JSON", func(subject string) *nats.Msg {
 			m := nats.NewMsg(subject)
 			m.Header.Set("content-type", "application/cloudevents+json")
@@ -316,11 +317,11 @@ func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing
 			d := valid[subject].data()
 			m.Data = []byte(d[:len(d)-1] + `,"sauce":1}`)
 			return m
-		}, map[string]string{"": "not a CloudEvent", bus.SubjectSubmit: `unknown field "sauce"`}},
+		}, map[string]string{"": "not a CloudEvent", api.SubjectSubmit: `unknown field "sauce"`}},
 		{"an empty body and no headers", func(subject string) *nats.Msg { return nats.NewMsg(subject) },
-			map[string]string{"": "not a CloudEvent", bus.SubjectSubmit: "empty DTR"}},
+			map[string]string{"": "not a CloudEvent", api.SubjectSubmit: "empty DTR"}},
 	}
-	subjects := []string{bus.SubjectSubmit, bus.SubjectCancel, bus.ResultSubject(dtr.StageDelivery), bus.ProgressSubject(dtr.StagePre)}
+	subjects := []string{api.SubjectSubmit, api.SubjectCancelCommand, api.ResultSubject(dtr.StageDelivery), api.ProgressSubject(dtr.StagePre)}
 	for _, k := range kinds {
 		for _, subject := range subjects {
 			t.Run(k.name+" on "+subject, func(t *testing.T) {
@@ -329,7 +330,7 @@ func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing
 					want = k.want[""]
 				}
 				msgID, seq := s.publish(k.msg(subject))
-				r := next(t, rejections, 10*time.Second, "rejection of "+msgID, func(r bus.Rejection) bool { return r.MsgID == msgID })
+				r := next(t, rejections, 10*time.Second, "rejection of "+msgID, func(r api.Rejection) bool { return r.MsgID == msgID })
 				t.Logf("reason: %s", r.Reason)
 				mustContain(t, "reason", r.Reason, want)
 				if r.Subject != subject {
@@ -355,7 +356,7 @@ func TestMalformedEventsOnEveryInputSubjectAreRejectedTerminatedAndChangeNothing
 func (s *system) submitDTR(fields string) uuid.UUID {
 	s.t.Helper()
 	id := uuid.New()
-	m := nats.NewMsg(bus.SubjectSubmit)
+	m := nats.NewMsg(api.SubjectSubmit)
 	m.Data = fmt.Appendf(nil, `{"id":%q,%s}`, id, fields)
 	m.Header.Set(nats.MsgIdHdr, id.String())
 	s.publish(m)
@@ -467,10 +468,10 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 	}
 	// A cancel command on the stream for a DTR the scheduler does not know
 	// is taken (acknowledged) and does nothing.
-	_, seq := s.publish(event(t, bus.SubjectCancel, bus.TypeCancel, bus.Cancel{DTR: unknown}))
+	_, seq := s.publish(event(t, api.SubjectCancelCommand, api.TypeCancel, api.Cancel{DTR: unknown}))
 	s.drained()
 	none(t, terms, 500*time.Millisecond, "termination of the cancel", func(a termination) bool { return a.StreamSeq == seq })
-	none(t, rejections, 100*time.Millisecond, "rejection", func(bus.Rejection) bool { return true })
+	none(t, rejections, 100*time.Millisecond, "rejection", func(api.Rejection) bool { return true })
 	if after := durableState(t, s.js); !reflect.DeepEqual(before, after) {
 		t.Fatalf("the requests changed what they must not:\nbefore %+v\nafter  %+v", before, after)
 	}
@@ -495,7 +496,7 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 // forgedGrant is a grant published by someone other than the scheduler.
 func forgedGrant(t *testing.T, stage dtr.Stage, state dtr.State, grant string, d dtr.DTR) *nats.Msg {
 	t.Helper()
-	return event(t, bus.GrantSubject(stage), bus.TypeGrant, bus.Grant{Grant: grant, Stage: stage, State: state, DTR: d, LeaseSeconds: 60})
+	return event(t, api.GrantSubject(stage), api.TypeGrant, api.Grant{ID: grant, Stage: stage, State: state, DTR: &d, LeaseSeconds: 60})
 }
 
 // TestForgedGrantsAreCarriedOutByWorkersButChangeNoDTR shows what a grant
@@ -595,7 +596,7 @@ func TestForgedGrantsAreCarriedOutByWorkersButChangeNoDTR(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s.publish(forgedGrant(t, tt.stage, tt.state, tt.grant, tt.dtr))
-			r := next(t, results, 20*time.Second, "result of "+tt.grant, func(r bus.Result) bool { return r.Grant == tt.grant })
+			r := next(t, results, 20*time.Second, "result of "+tt.grant, func(r api.Result) bool { return r.Grant == tt.grant })
 			if kind := dtr.ErrNone; r.Error != nil {
 				kind = r.Error.Kind
 				if tt.kind != kind {
@@ -619,7 +620,7 @@ func TestForgedGrantsAreCarriedOutByWorkersButChangeNoDTR(t *testing.T) {
 	// A grant that is not an event at all is dropped by the worker
 	// (terminated), and does nothing.
 	_, seq := s.publish(func() *nats.Msg {
-		m := nats.NewMsg(bus.GrantSubject(dtr.StageDelivery))
+		m := nats.NewMsg(api.GrantSubject(dtr.StageDelivery))
 		m.Data = []byte(`{}`)
 		return m
 	}())
@@ -648,15 +649,15 @@ func TestForgedResultsAreIgnoredUnlessTheyNameTheCurrentGrant(t *testing.T) {
 		name string
 		msg  *nats.Msg
 	}{
-		{"a result for a DTR the scheduler does not know", event(t, bus.ResultSubject(dtr.StagePre), bus.TypeResult,
-			bus.Result{DTR: uuid.New(), Grant: uuid.NewString() + ".1", Error: fail})},
-		{"a result naming a grant never issued", event(t, bus.ResultSubject(dtr.StagePre), bus.TypeResult,
-			bus.Result{DTR: id, Grant: id.String() + ".7", Error: fail})},
+		{"a result for a DTR the scheduler does not know", event(t, api.ResultSubject(dtr.StagePre), api.TypeResult,
+			api.Result{DTR: uuid.New(), Grant: uuid.NewString() + ".1", Error: fail})},
+		{"a result naming a grant never issued", event(t, api.ResultSubject(dtr.StagePre), api.TypeResult,
+			api.Result{DTR: id, Grant: id.String() + ".7", Error: fail})},
 		{"a result naming the current grant on another stage's subject (a deliverer's for a pre-processing grant)",
-			event(t, bus.ResultSubject(dtr.StageDelivery), bus.TypeResult, bus.Result{DTR: id, Grant: current, Error: fail})},
-		{"a progress event naming a grant never issued", event(t, bus.ProgressSubject(dtr.StagePre), bus.TypeProgress,
-			bus.Progress{DTR: id, Grant: id.String() + ".7", Bytes: 5})},
-		{"a result whose data has unknown fields (ignored fields) for a grant never issued", event(t, bus.ResultSubject(dtr.StagePre), bus.TypeResult,
+			event(t, api.ResultSubject(dtr.StageDelivery), api.TypeResult, api.Result{DTR: id, Grant: current, Error: fail})},
+		{"a progress event naming a grant never issued", event(t, api.ProgressSubject(dtr.StagePre), api.TypeProgress,
+			api.Progress{DTR: id, Grant: id.String() + ".7", Bytes: 5})},
+		{"a result whose data has unknown fields (ignored fields) for a grant never issued", event(t, api.ResultSubject(dtr.StagePre), api.TypeResult,
 			map[string]any{"dtr": id, "grant": id.String() + ".8", "sauce": 1})},
 	}
 	for _, tt := range tests {
@@ -664,7 +665,7 @@ func TestForgedResultsAreIgnoredUnlessTheyNameTheCurrentGrant(t *testing.T) {
 			msgID, seq := s.publish(tt.msg)
 			s.drained()
 			none(t, terms, 300*time.Millisecond, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamResults })
-			none(t, rejections, 100*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			none(t, rejections, 100*time.Millisecond, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			if d, r, _ := s.dtrRecord(id); r != rev || d.State != dtr.QueryingReplica || d.Grant != current {
 				t.Fatalf("the DTR changed: %s, grant %s:\nbefore %s\nafter  %s", d.State, d.Grant, rev, r)
 			}
@@ -672,7 +673,7 @@ func TestForgedResultsAreIgnoredUnlessTheyNameTheCurrentGrant(t *testing.T) {
 	}
 	// The current grant's id is predictable: a forged result naming it on
 	// its stage's subject is taken as the worker's.
-	s.publish(event(t, bus.ResultSubject(dtr.StagePre), bus.TypeResult, bus.Result{DTR: id, Grant: current, Error: fail}))
+	s.publish(event(t, api.ResultSubject(dtr.StagePre), api.TypeResult, api.Result{DTR: id, Grant: current, Error: fail}))
 	d := s.awaitDTR(id, 10*time.Second, final)
 	if d.State != dtr.Error || d.Error == nil || d.Error.Text != "forged failure" {
 		t.Fatalf("after a forged result naming the current grant the DTR is %s (%+v)", d.State, d.Error)
@@ -687,10 +688,10 @@ func TestURLsWithPasswordsAreRefusedWithoutRepeatingThePassword(t *testing.T) {
 	dst := fileURL(filepath.Join(s.dir, "out", "f"))
 	t.Run("a DTR on dtr.submit", func(t *testing.T) {
 		id := uuid.New()
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Data = fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q}`, id, url, dst)
 		msgID, _ := s.publish(m)
-		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 		mustContain(t, "reason", r.Reason, `source: URL "https://alice:xxxxx@storage.example/f" carries a password`)
 		if b, _ := json.Marshal(r); strings.Contains(string(b), password) {
 			t.Fatalf("the rejection event repeats the password: %s", b)
@@ -734,28 +735,28 @@ func TestABadTraceparentIsIgnoredAndTheDTRGetsATraceOfItsOwn(t *testing.T) {
 		msg  func(id uuid.UUID) *nats.Msg
 	}{
 		{"a traceparent header that is not one", func(id uuid.UUID) *nats.Msg {
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Header.Set("traceparent", "not a traceparent")
 			m.Data = []byte(data(id))
 			return m
 		}},
 		{"an all-zero trace id", func(id uuid.UUID) *nats.Msg {
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Header.Set("traceparent", "00-00000000000000000000000000000000-0000000000000000-01")
 			m.Data = []byte(data(id))
 			return m
 		}},
 		{"a bad ce-traceparent extension", func(id uuid.UUID) *nats.Msg {
-			m := event(t, bus.SubjectSubmit, bus.TypeSubmit, json.RawMessage(data(id)))
+			m := event(t, api.SubjectSubmit, api.TypeSubmit, json.RawMessage(data(id)))
 			m.Header.Del("traceparent")
 			m.Header.Set("ce-traceparent", "00-xyz-01")
 			return m
 		}},
 		{"a bad traceparent in a structured event", func(id uuid.UUID) *nats.Msg {
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Header.Set("content-type", "application/cloudevents+json")
 			m.Data = fmt.Appendf(nil, `{"specversion":"1.0","id":"1","source":"test","type":%q,"traceparent":"garbage","datacontenttype":"application/json","data":%s}`,
-				bus.TypeSubmit, data(id))
+				api.TypeSubmit, data(id))
 			return m
 		}},
 	}
@@ -767,7 +768,7 @@ func TestABadTraceparentIsIgnoredAndTheDTRGetsATraceOfItsOwn(t *testing.T) {
 			if d.State != dtr.Done {
 				t.Fatalf("the DTR ended %s: %+v", d.State, d.Error)
 			}
-			none(t, rejections, 100*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			none(t, rejections, 100*time.Millisecond, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			var tid trace.TraceID
 			for _, sp := range rec.Ended() {
 				if sp.Name() == "schedule dtr.submit" && spanAttr(sp, "messaging.message.id") == msgID {
@@ -798,7 +799,7 @@ func TestADTRIdReusedByAnotherDTRIsRefused(t *testing.T) {
 	body := func(src, dst string) []byte {
 		return fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(s.dir, dst)))
 	}
-	m := nats.NewMsg(bus.SubjectSubmit)
+	m := nats.NewMsg(api.SubjectSubmit)
 	m.Header.Set(nats.MsgIdHdr, id.String())
 	m.Data = body(src, "first")
 	s.publish(m)
@@ -806,7 +807,7 @@ func TestADTRIdReusedByAnotherDTRIsRefused(t *testing.T) {
 	_, rev, _ := s.dtrRecord(id)
 
 	t.Run("with the same message id, within JetStream's 2-minute window", func(t *testing.T) {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set(nats.MsgIdHdr, id.String())
 		m.Data = body(other, "second")
 		ack, err := s.js.PublishMsg(context.Background(), m)
@@ -823,10 +824,10 @@ func TestADTRIdReusedByAnotherDTRIsRefused(t *testing.T) {
 	}
 	for _, c := range reused {
 		t.Run("with another message id and "+c.name, func(t *testing.T) {
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Data = body(c.src, c.dst)
 			msgID, _ := s.publish(m)
-			r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Reason, id.String()) {
 				t.Fatalf("rejection reason %q; want the id and that it is taken", r.Reason)
 			}
@@ -836,11 +837,11 @@ func TestADTRIdReusedByAnotherDTRIsRefused(t *testing.T) {
 		})
 	}
 	t.Run("the same DTR again, with another message id", func(t *testing.T) {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Data = body(src, "first")
 		msgID, _ := s.publish(m)
 		s.drained()
-		none(t, rejections, 300*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		none(t, rejections, 300*time.Millisecond, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 	})
 	// None ran: the first DTR's record is as it was.
 	if d, r, _ := s.dtrRecord(id); r != rev || d.Source != first.Source || d.State != dtr.Done {
@@ -866,13 +867,13 @@ func TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs(t *testing.T) {
 		return fmt.Appendf(nil, `{"id":%q,"source":"file:///data/in","destination":%q}`, id, "file:///data/"+dst)
 	}
 	single := func(id uuid.UUID, dst string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Data = dtrJSON(id, dst)
 		return m
 	}
 	refused := func(t *testing.T, msgID string, id uuid.UUID) {
 		t.Helper()
-		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 		if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Reason, id.String()) {
 			t.Fatalf("rejection reason %q; want the id and that it is taken", r.Reason)
 		}
@@ -880,7 +881,7 @@ func TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs(t *testing.T) {
 	taken := func(t *testing.T, msgID string) {
 		t.Helper()
 		s.drained()
-		none(t, rejections, 300*time.Millisecond, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		none(t, rejections, 300*time.Millisecond, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 	}
 
 	queued := uuid.New()
@@ -894,21 +895,21 @@ func TestADTRIdReusedIsRefusedWhereverTheFirstDTRIs(t *testing.T) {
 	})
 	t.Run("twice in one message", func(t *testing.T) {
 		id := uuid.New()
-		msgID, _ := s.publish(event(t, bus.SubjectSubmit, bus.TypeSubmits, bus.Submits{DTRs: []bus.SubmitEntry{
+		msgID, _ := s.publish(event(t, api.SubjectSubmit, api.TypeSubmits, api.Submits{DTRs: []api.SubmitEntry{
 			{DTR: dtrJSON(id, "c")}, {DTR: dtrJSON(id, "c")}, {DTR: dtrJSON(id, "d")}}}))
-		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 		if !strings.Contains(r.Reason, "taken by another DTR") || !strings.Contains(r.Payload, "/data/d") {
 			t.Fatalf("rejection %+v; want the third DTR refused as taken", r)
 		}
-		none(t, rejections, 300*time.Millisecond, "second rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		none(t, rejections, 300*time.Millisecond, "second rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 		if d := s.awaitDTR(id, 10*time.Second, func(dtr.DTR) bool { return true }); d.Destination != "file:///data/c" {
 			t.Fatalf("the DTR kept is to %s", d.Destination)
 		}
 	})
 	t.Run("after a restart, from the bucket", func(t *testing.T) {
-		var c bus.Cancel
+		var c api.Cancel
 		c.DTR = queued
-		s.publish(event(t, bus.SubjectCancel, bus.TypeCancel, c))
+		s.publish(event(t, api.SubjectCancelCommand, api.TypeCancel, c))
 		s.awaitDTR(queued, 10*time.Second, final)
 		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
 		if err != nil {
@@ -977,7 +978,7 @@ func TestOversizedMessagesAreRefusedBeforeTheyReachTheScheduler(t *testing.T) {
 		return st.CachedInfo().State.LastSeq
 	}
 	msg := func(data []byte) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set(nats.MsgIdHdr, uuid.NewString())
 		m.Data = data
 		return m
@@ -988,8 +989,8 @@ func TestOversizedMessagesAreRefusedBeforeTheyReachTheScheduler(t *testing.T) {
 		before := durableState(t, s.js)
 		last := submitStream()
 		_, err := s.js.PublishMsg(context.Background(), msg(overStream))
-		var api *jetstream.APIError
-		if !errors.As(err, &api) || api.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum {
 			t.Fatalf("publish: %v, want JetStream's error %d", err, jetstream.JSErrCodeStreamMessageExceedsMaximum)
 		}
 		mustContain(t, "error", err.Error(), "message size exceeds maximum allowed")
@@ -999,7 +1000,7 @@ func TestOversizedMessagesAreRefusedBeforeTheyReachTheScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.nc.Flush()
-		none(t, rejections, 500*time.Millisecond, "rejection", func(bus.Rejection) bool { return true })
+		none(t, rejections, 500*time.Millisecond, "rejection", func(api.Rejection) bool { return true })
 		if got := submitStream(); got != last {
 			t.Fatalf("SLUICE_SUBMIT's last sequence %d → %d", last, got)
 		}
@@ -1019,7 +1020,7 @@ func TestOversizedMessagesAreRefusedBeforeTheyReachTheScheduler(t *testing.T) {
 	t.Run("a malformed message under the limit is rejected, quoting its first 512 bytes", func(t *testing.T) {
 		m := msg(bytes.Repeat([]byte("{"), bus.MaxMessageBytes-1000))
 		msgID, seq := s.publish(m)
-		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+		r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 		if len(r.Payload) != 512 {
 			t.Fatalf("the rejection quotes %d bytes", len(r.Payload))
 		}
@@ -1080,10 +1081,10 @@ func TestOnANATSServerWithASmallMaxPayloadATooLargeDTRIsRefused(t *testing.T) {
 	for _, n := range []int{bus.MaxMessageBytes - 1000, limit + 1} {
 		t.Run(fmt.Sprintf("a DTR of %d bytes", n), func(t *testing.T) {
 			id := uuid.New()
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Data = bigDTR(id, src, filepath.Join(s.dir, "out", id.String()), n)
 			msgID, seq := s.publish(m)
-			r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			mustContain(t, "reason", r.Reason, fmt.Sprintf("the DTR is %d bytes, more than the %d that a DTR may have", n, limit))
 			next(t, terms, 10*time.Second, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamSubmit })
 			if _, _, ok := s.dtrRecord(id); ok {
@@ -1093,7 +1094,7 @@ func TestOnANATSServerWithASmallMaxPayloadATooLargeDTRIsRefused(t *testing.T) {
 	}
 	t.Run("a DTR at the limit runs", func(t *testing.T) {
 		id := uuid.New()
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Data = bigDTR(id, src, filepath.Join(s.dir, "out", id.String()), limit)
 		s.publish(m)
 		if d := s.awaitDTR(id, 30*time.Second, final); d.State != dtr.Done {
@@ -1133,7 +1134,7 @@ func TestADotDotOutOfAFileRootIsRefusedLikeAnyPathOutside(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := s.submitDTR(fmt.Sprintf(`"source":%q,"destination":%q`, tt.source, tt.destination))
-			r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == id.String() })
+			r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == id.String() })
 			mustContain(t, "reason", r.Reason, "file:// URL not allowed", "is not under SLUICE_FILE_ROOTS")
 			if _, _, known := s.dtrRecord(id); known {
 				t.Fatalf("the refused DTR %s has a record", id)
@@ -1167,10 +1168,10 @@ func TestAnInvalidDTRIsRefusedWithEveryProblemListed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := uuid.New()
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Data = fmt.Appendf(nil, `{"id":%q,%s}`, id, tt.fields)
 			msgID, _ := s.publish(m)
-			r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool { return r.MsgID == msgID })
+			r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			mustContain(t, "reason", r.Reason, tt.want...)
 			if _, _, ok := s.dtrRecord(id); ok {
 				t.Fatal("the DTR was stored")
@@ -1192,9 +1193,9 @@ func TestASubmitsEventRunsItsGoodDTRsAndRefusesEachBadOneAlone(t *testing.T) {
 	}
 	data := `{"dtrs":[` + entry(one, "one") + `,{"dtr":{"id":"x","source":"file:///a","destination":"file:///b"}},` +
 		`{"dtr":{"id":"` + uuid.NewString() + `","source":"gopher://x/y","destination":"file:///b"}},` + entry(two, "two") + `]}`
-	msgID, seq := s.publish(event(t, bus.SubjectSubmit, bus.TypeSubmits, json.RawMessage(data)))
+	msgID, seq := s.publish(event(t, api.SubjectSubmit, api.TypeSubmits, json.RawMessage(data)))
 	for _, reason := range []string{"dtrs[1]: DTR JSON: invalid UUID length", `dtrs[2]: source: URL "gopher://x/y"`} {
-		r := next(t, rejections, 10*time.Second, "rejection", func(r bus.Rejection) bool {
+		r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool {
 			return r.MsgID == msgID && strings.HasPrefix(r.Reason, reason[:8])
 		})
 		mustContain(t, "reason", r.Reason, reason)
@@ -1226,7 +1227,7 @@ func TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines(t *testing.
 	s := startWithMaxPayload(t, cfg, 128<<10)
 	s.shares()
 	const files = 400
-	ends := watch(t, s.nc, bus.SubjectJobFinished, func(m *nats.Msg) (api.JobEvent, bool) {
+	ends := watch(t, s.nc, api.SubjectJobFinished, func(m *nats.Msg) (api.JobEvent, bool) {
 		var ev api.JobEvent
 		return ev, json.Unmarshal(m.Data, &ev) == nil
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -506,7 +507,7 @@ chaos:
 	// announces it again, the same).
 	finals := map[string]dtr.State{}
 	events := 0
-	cons, err := s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectDTRFinal}})
+	cons, err := s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{api.SubjectDTRFinal}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +520,7 @@ chaos:
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			fs, err := bus.DecodeFinals(context.Background(), bus.Msg(m))
+			fs, err := codec.DecodeFinals(context.Background(), bus.Msg(m))
 			if err != nil {
 				t.Fatal(err)
 			}

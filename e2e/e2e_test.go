@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
@@ -204,10 +205,10 @@ func TestHTTP503ThatClearsSucceedsOnRetry(t *testing.T) {
 
 func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	s := start(t, testConfig())
-	rejections := make(chan bus.Rejection, 100)
-	sub, err := s.nc.Subscribe(bus.SubjectRejected, func(m *nats.Msg) {
-		var r bus.Rejection
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeRejected, &r); err == nil {
+	rejections := make(chan api.Rejection, 100)
+	sub, err := s.nc.Subscribe(api.SubjectRejected, func(m *nats.Msg) {
+		var r api.Rejection
+		if _, err := codec.DecodeData(context.Background(), m, api.TypeRejected, &r); err == nil {
 			rejections <- r
 		}
 	})
@@ -222,7 +223,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 		return fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(s.dir, "dst", id)))
 	}
 	ce := func(typ, data string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set("ce-specversion", "1.0")
 		m.Header.Set("ce-id", uuid.NewString())
 		m.Header.Set("ce-source", "test")
@@ -231,7 +232,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 		m.Data = []byte(data)
 		return m
 	}
-	plain := func(data string) *nats.Msg { m := nats.NewMsg(bus.SubjectSubmit); m.Data = []byte(data); return m }
+	plain := func(data string) *nats.Msg { m := nats.NewMsg(api.SubjectSubmit); m.Data = []byte(data); return m }
 	tests := []struct {
 		name string
 		msg  *nats.Msg
@@ -246,7 +247,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 		{"missing destination", plain(fmt.Sprintf(`{"id":%q,"source":"file:///a"}`, uuid.NewString())), "destination: URL is empty"},
 		{"scheduler-only field", plain(fmt.Sprintf(`{"id":%q,"source":"file:///a","destination":"file:///b","state":"DONE"}`, uuid.NewString())), `unknown field "state"`},
 		{"CloudEvent of the wrong type", ce("com.example.other", good(uuid.NewString())), "want \"org.sluice.dtr.submit.v1\""},
-		{"CloudEvent without a source", func() *nats.Msg { m := ce(bus.TypeSubmit, good(uuid.NewString())); m.Header.Del("ce-source"); return m }(), "source"},
+		{"CloudEvent without a source", func() *nats.Msg { m := ce(api.TypeSubmit, good(uuid.NewString())); m.Header.Del("ce-source"); return m }(), "source"},
 		{"structured CloudEvent that is not JSON", func() *nats.Msg {
 			m := plain("{{{")
 			m.Header.Set("content-type", "application/cloudevents+json")
@@ -262,7 +263,7 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 			select {
 			case r := <-rejections:
 				mustContain(t, "rejection", r.Reason, tt.want)
-				if r.Subject != bus.SubjectSubmit {
+				if r.Subject != api.SubjectSubmit {
 					t.Fatalf("rejection names subject %q", r.Subject)
 				}
 			case <-time.After(10 * time.Second):
@@ -274,15 +275,15 @@ func TestMalformedMessagesAreRejectedAndServicesKeepRunning(t *testing.T) {
 	// The services still work: a plain JSON DTR and a binary CloudEvent from
 	// any publisher both arrive.
 	finals := make(chan dtr.DTR, 10)
-	fsub, _ := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+	fsub, _ := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
 			finals <- f.DTR
 		}
 	})
 	defer fsub.Unsubscribe()
 	id2 := uuid.NewString()
-	for _, m := range []*nats.Msg{plain(good(id)), ce(bus.TypeSubmit, good(id2))} {
+	for _, m := range []*nats.Msg{plain(good(id)), ce(api.TypeSubmit, good(id2))} {
 		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
@@ -605,7 +606,7 @@ func TestResubmittingAFinishedJobRunsNothingAgain(t *testing.T) {
 	}
 	before, _ := os.Stat(dst)
 	finals := make(chan struct{}, 10)
-	sub, _ := s.nc.Subscribe(bus.SubjectDTRFinal, func(*nats.Msg) { finals <- struct{}{} })
+	sub, _ := s.nc.Subscribe(api.SubjectDTRFinal, func(*nats.Msg) { finals <- struct{}{} })
 	defer sub.Unsubscribe()
 	time.Sleep(10 * time.Millisecond)
 	again := s.submit(j)
@@ -617,7 +618,7 @@ func TestResubmittingAFinishedJobRunsNothingAgain(t *testing.T) {
 	// scheduler must find it in its store.
 	s.stopRole("scheduler")
 	s.startRole("scheduler")
-	m := nats.NewMsg(bus.SubjectSubmit)
+	m := nats.NewMsg(api.SubjectSubmit)
 	m.Header.Set(nats.MsgIdHdr, uuid.NewString())
 	m.Data = fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q}`, first.DTRs[0], fileURL(src), fileURL(dst))
 	if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
@@ -697,15 +698,15 @@ func TestFinalDTRsAnnouncedAgainInOtherGroupingsAreCountedOnce(t *testing.T) {
 	// steps happen to fall: a, b, and both together. Counted again, a and
 	// b would make three of the job's three files final.
 	for i, group := range [][]json.RawMessage{{a}, {b}, {b, a}} {
-		var fs bus.Finals
+		var fs api.Finals
 		for _, d := range group {
-			fs.DTRs = append(fs.DTRs, bus.FinalEntry{DTR: d})
+			fs.DTRs = append(fs.DTRs, api.FinalEntry{DTR: d})
 		}
-		ev, err := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "again", fs)
+		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := bus.Encode(context.Background(), bus.SubjectDTRFinal, fmt.Sprintf("again.%d", i), ev)
+		m, err := codec.Encode(context.Background(), api.SubjectDTRFinal, fmt.Sprintf("again.%d", i), ev)
 		if err != nil {
 			t.Fatal(err)
 		}

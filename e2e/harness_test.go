@@ -150,7 +150,7 @@ func (s *system) stopRole(role string) {
 func (s *system) request(subject string, data []byte, h nats.Header, v any) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m := nats.NewMsg(bus.UserSubject(subject, s.user))
+		m := nats.NewMsg(api.UserSubject(subject, s.user))
 		m.Data = data
 		for k, vs := range h {
 			m.Header[k] = vs

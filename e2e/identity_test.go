@@ -337,14 +337,14 @@ func TestOneOwnerCannotQueueMoreThanItsLimits(t *testing.T) {
 		t.Fatalf("bob's third running job: %v, want a refusal naming SLUICE_GENERATOR_OWNER_MAX_JOBS", err)
 	}
 	// DTRs published straight on bob's subject: past 5 unfinished, refused.
-	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(bus.SubjectRejected)
+	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bc := connectAs(t, ns, "bob", passwords["bob"])
 	for range 4 {
 		body := fmt.Sprintf(`{"id":%q,"source":"%s/%s","destination":%q}`, uuid.New(), src, uuid.NewString(), fileURL(filepath.Join(out, uuid.NewString())))
-		if _, err := bc.js.Publish(context.Background(), bus.UserSubject(bus.SubjectSubmit, "bob"), []byte(body)); err != nil {
+		if _, err := bc.js.Publish(context.Background(), api.UserSubject(api.SubjectSubmit, "bob"), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -528,14 +528,14 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 	aliceView := &system{t: t, nc: nc, user: "alice"}
 	aliceView.shares() // the scheduler answers: its streams are there to take a plain publish
 	if cli, err := exec.LookPath("nats"); err == nil {
-		out, err := exec.Command(cli, "--server", url, "--creds", alice, "pub", bus.UserSubject(bus.SubjectSubmit, "alice"), body).CombinedOutput()
+		out, err := exec.Command(cli, "--server", url, "--creds", alice, "pub", api.UserSubject(api.SubjectSubmit, "alice"), body).CombinedOutput()
 		if err != nil {
 			t.Fatalf("nats pub: %v\n%s", err, out)
 		}
 		t.Logf("published with %s", cli)
 	} else {
 		t.Logf("no NATS CLI on PATH: published with nats.go and the same credentials")
-		if err := nc.Publish(bus.UserSubject(bus.SubjectSubmit, "alice"), []byte(body)); err != nil {
+		if err := nc.Publish(api.UserSubject(api.SubjectSubmit, "alice"), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -560,7 +560,7 @@ func TestNATSPubWithAUsersCredsSubmitsAsThatUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer refused.Close()
-	for _, subject := range []string{bus.SubjectSubmit, bus.UserSubject(bus.SubjectSubmit, "bob")} {
+	for _, subject := range []string{api.SubjectSubmit, api.UserSubject(api.SubjectSubmit, "bob")} {
 		_ = refused.Publish(subject, []byte(body))
 		select {
 		case err := <-errs:
@@ -584,7 +584,7 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "in")
 	writeFile(t, src, 100, 9)
-	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(bus.SubjectRejected)
+	rejected, err := connectAs(t, ns, "observer", passwords["observer"]).nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 	body := fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out")))
 	bob, alice := as(t, ns, "bob", passwords["bob"]), as(t, ns, "alice", passwords["alice"])
 	bob.shares() // the scheduler is up
-	if err := bob.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "bob"), []byte(body)); err != nil {
+	if err := bob.nc.Publish(api.UserSubject(api.SubjectSubmit, "bob"), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 	var d api.DTRReply
@@ -603,7 +603,7 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 			t.Fatalf("bob's DTR: %v", err)
 		}
 	}
-	if err := alice.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "alice"), []byte(body)); err != nil {
+	if err := alice.nc.Publish(api.UserSubject(api.SubjectSubmit, "alice"), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := rejected.NextMsg(30 * time.Second)
@@ -628,7 +628,7 @@ func TestADTRIdAnotherOwnerTookIsRefusedNotShared(t *testing.T) {
 // publishDTR publishes a plain DTR on the user's own dtr.submit.<user>.
 func publishDTR(t *testing.T, s *system, body string) {
 	t.Helper()
-	if err := s.nc.Publish(bus.UserSubject(bus.SubjectSubmit, s.user), []byte(body)); err != nil {
+	if err := s.nc.Publish(api.UserSubject(api.SubjectSubmit, s.user), []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -826,7 +826,7 @@ func TestAFloodOfRefusedMessagesDropsNoOtherOwnersFinalDTRs(t *testing.T) {
 	bad := []byte(`{"pad":"` + strings.Repeat("p", 900) + `"}`)
 	for range 6 {
 		for range 2000 {
-			if err := bob.nc.Publish(bus.UserSubject(bus.SubjectSubmit, "bob"), bad); err != nil {
+			if err := bob.nc.Publish(api.UserSubject(api.SubjectSubmit, "bob"), bad); err != nil {
 				t.Fatal(err)
 			}
 		}

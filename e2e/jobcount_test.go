@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -41,7 +41,7 @@ func TestADTRPublishedWithAJobsIdDoesNotCountInThatJob(t *testing.T) {
 		writeFile(t, src, 100, i)
 		id := uuid.New()
 		foreign = append(foreign, id)
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set(nats.MsgIdHdr, id.String())
 		m.Data = fmt.Appendf(nil, `{"id":%q,"job_id":"reco-42","source":%q,"destination":%q}`, id, fileURL(src), fileURL(src+".copy"))
 		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
@@ -106,14 +106,14 @@ func TestFinalsAnnouncedAgainAfterTheJobEndedLeaveItsCounts(t *testing.T) {
 	}
 	r := s.submit(j)
 	s.wait(r.JobID, 30*time.Second)
-	var fs bus.Finals
+	var fs api.Finals
 	for _, id := range r.DTRs {
 		d := s.awaitDTR(id, 10*time.Second, func(d dtr.DTR) bool { return d.State == dtr.Done })
 		b, _ := json.Marshal(d)
-		fs.DTRs = append(fs.DTRs, bus.FinalEntry{DTR: b})
+		fs.DTRs = append(fs.DTRs, api.FinalEntry{DTR: b})
 	}
-	ev, _ := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "again", fs)
-	m, _ := bus.Encode(context.Background(), bus.SubjectDTRFinal, "again.both", ev)
+	ev, _ := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "again", fs)
+	m, _ := codec.Encode(context.Background(), api.SubjectDTRFinal, "again.both", ev)
 	if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,8 @@ import (
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	bustracing "github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
 
@@ -173,10 +174,10 @@ func TestEachDTRsTraceArrivesAtAnOTLPReceiver(t *testing.T) {
 
 	// The final events carry each DTR's traceparent.
 	traces := make(chan trace.TraceID, 10)
-	sub, err := s.nc.Subscribe(bus.SubjectDTRFinal, func(m *nats.Msg) {
-		fs, _ := bus.DecodeFinals(context.Background(), m)
+	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
+		fs, _ := codec.DecodeFinals(context.Background(), m)
 		for _, f := range fs {
-			traces <- trace.SpanContextFromContext(bus.Context(context.Background(), f.TraceParent)).TraceID()
+			traces <- trace.SpanContextFromContext(bustracing.Context(context.Background(), f.TraceParent)).TraceID()
 		}
 	})
 	if err != nil {

@@ -307,11 +307,11 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err := sub.request(api.SubjectRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
 	}
-	rejected, err := observer.nc.SubscribeSync(bus.SubjectRejected)
+	rejected, err := observer.nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := submitter.js.Publish(context.Background(), bus.UserSubject(bus.SubjectSubmit, "submitter"), []byte(`{"id":"twelve"}`)); err != nil {
+	if _, err := submitter.js.Publish(context.Background(), api.UserSubject(api.SubjectSubmit, "submitter"), []byte(`{"id":"twelve"}`)); err != nil {
 		t.Fatalf("the submitter's malformed DTR was not taken: %v", err)
 	}
 	if _, err := rejected.NextMsg(10 * time.Second); err != nil {
@@ -343,7 +343,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	delivery := connectAs(t, ns, "delivery", passwords["delivery"])
 	processor := connectAs(t, ns, "processor", passwords["processor"])
 	grant := func() *nats.Msg {
-		m := nats.NewMsg(bus.GrantSubject(dtr.StageDelivery))
+		m := nats.NewMsg(api.GrantSubject(dtr.StageDelivery))
 		m.Data = fmt.Appendf(nil, `{"grant":%q,"stage":"delivery","dtr":{"id":%q}}`, uuid.NewString(), waiting.DTRs[0])
 		return m
 	}
@@ -362,11 +362,11 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		{"a deliverer takes a pre-processing grant", delivery,
 			msg("$JS.API.CONSUMER.MSG.NEXT."+bus.StreamGrants+".pre", `{"batch":1,"expires":1000000000}`), ""},
 		{"a processor publishes a grant", processor, grant(), ""},
-		{"a submitter publishes a result", submitter, msg(bus.ResultSubject(dtr.StagePre), `{"dtr":"`+waiting.DTRs[0].String()+`"}`), ""},
+		{"a submitter publishes a result", submitter, msg(api.ResultSubject(dtr.StagePre), `{"dtr":"`+waiting.DTRs[0].String()+`"}`), ""},
 		{"a submitter publishes a grant", submitter, grant(), ""},
-		{"a submitter cancels a DTR", submitter, msg(bus.SubjectCancel, `{"dtr":"`+waiting.DTRs[0].String()+`"}`), ""},
+		{"a submitter cancels a DTR", submitter, msg(api.SubjectCancelCommand, `{"dtr":"`+waiting.DTRs[0].String()+`"}`), ""},
 		{"a submitter deletes a stream", submitter, msg("$JS.API.STREAM.DELETE."+bus.StreamSubmit, ""), ""},
-		{"a client publishes a DTR", client, msg(bus.SubjectSubmit, `{}`), ""},
+		{"a client publishes a DTR", client, msg(api.SubjectSubmit, `{}`), ""},
 		{"a deliverer reads the processor's replies", delivery, nil, "_INBOX_processor.>"},
 		{"a submitter serves the job API", submitter, nil, api.SubjectJobSubmit},
 	}
@@ -402,7 +402,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	writeFile(t, src, 1000, 7)
 	id := uuid.New()
 	var ack *jetstream.PubAck
-	m := msg(bus.UserSubject(bus.SubjectSubmit, "submitter"), fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out", "direct"))))
+	m := msg(api.UserSubject(api.SubjectSubmit, "submitter"), fmt.Sprintf(`{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(dir, "out", "direct"))))
 	m.Header.Set(nats.MsgIdHdr, id.String())
 	ack, err = submitter.js.PublishMsg(context.Background(), m)
 	if err != nil || ack.Stream != bus.StreamSubmit {

@@ -99,7 +99,7 @@ func TestAfterItsRetentionADTRSubmittedAgainRunsAgain(t *testing.T) {
 	dst := filepath.Join(s.dir, "out")
 	id := uuid.New()
 	pub := func() {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set(nats.MsgIdHdr, uuid.NewString()) // not a JetStream duplicate
 		m.Data = fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q,"options":{"overwrite":true}}`, id, fileURL(src), fileURL(dst))
 		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
 
@@ -124,7 +125,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 	// A new job is refused whole, with a clear answer.
 	refused := mkjob("b")
 	refused.ID = "refused-for-want-of-space"
-	b, err := bus.EncodeJSON(refused)
+	b, err := codec.EncodeJSON(refused)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestAFullStoreStopsNoRoleAndEveryAcceptedDTRFinishesOnceSpaceReturns(t *tes
 		t.Fatalf("the refused job left something behind: status %v", err)
 	}
 	// A plain publisher gets JetStream's own refusal.
-	if _, err := s.js.Publish(ctx, bus.SubjectSubmit, []byte(`{}`)); !bus.StoreFull(err) {
+	if _, err := s.js.Publish(ctx, api.SubjectSubmit, []byte(`{}`)); !bus.StoreFull(err) {
 		t.Fatalf("a plain publish to dtr.submit on a full store: %v", err)
 	}
 

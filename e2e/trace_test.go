@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -235,11 +234,11 @@ func TestAPublishersTraceGoesOnThroughItsDTR(t *testing.T) {
 	src := filepath.Join(s.dir, "src")
 	writeFile(t, src, 5000, 3)
 	binary := func(id string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set("ce-specversion", "1.0")
 		m.Header.Set("ce-id", id)
 		m.Header.Set("ce-source", "test")
-		m.Header.Set("ce-type", bus.TypeSubmit)
+		m.Header.Set("ce-type", api.TypeSubmit)
 		m.Header.Set("content-type", "application/json")
 		m.Data = fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":%q}`, id, fileURL(src), fileURL(filepath.Join(s.dir, "dst", id)))
 		return m
@@ -259,11 +258,11 @@ func TestAPublishersTraceGoesOnThroughItsDTR(t *testing.T) {
 			return m
 		}},
 		{"structured, traceparent extension", func(id, tp string) *nats.Msg {
-			m := nats.NewMsg(bus.SubjectSubmit)
+			m := nats.NewMsg(api.SubjectSubmit)
 			m.Header.Set("content-type", "application/cloudevents+json")
 			m.Data = fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"test","type":%q,"traceparent":%q,
 				"datacontenttype":"application/json","data":{"id":%q,"source":%q,"destination":%q}}`,
-				id, bus.TypeSubmit, tp, id, fileURL(src), fileURL(filepath.Join(s.dir, "dst", id)))
+				id, api.TypeSubmit, tp, id, fileURL(src), fileURL(filepath.Join(s.dir, "dst", id)))
 			return m
 		}},
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -51,7 +50,7 @@ func speakAs(cfg *Config) error {
 // to the user's own, as above) and decodes the JSON answer; a service error
 // comes back as an error with its text.
 func request(ctx context.Context, nc *nats.Conn, m *nats.Msg, v any) error {
-	m.Subject = bus.UserSubject(m.Subject, as.user)
+	m.Subject = api.UserSubject(m.Subject, as.user)
 	if as.token != "" {
 		if m.Header == nil {
 			m.Header = nats.Header{}

@@ -17,7 +17,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-dtr/sluice/internal/app"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 )
@@ -252,7 +254,7 @@ func TestCancelSaysWhetherItCancelledAnything(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	for {
-		_, err := js.Publish(ctx, bus.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":"file:///a","destination":"file:///b"}`, id))
+		_, err := js.Publish(ctx, api.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":"file:///a","destination":"file:///b"}`, id))
 		if err == nil {
 			break
 		}

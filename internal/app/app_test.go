@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
@@ -111,7 +112,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 	oldTP := otel.GetTracerProvider()
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(oldTP) })
-	bus.SkipUnsampledSpans(false)
+	tracing.SkipUnsampledSpans(false)
 
 	// NATS with a password.
 	ns, err := bus.EmbeddedWith(filepath.Join(dir, "js"), 0, func(o *server.Options) {
@@ -174,7 +175,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	rejected, err := nc.SubscribeSync(bus.SubjectRejected)
+	rejected, err := nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestNoSecretReachesTheLogsOrTheSpans(t *testing.T) {
 		t.Helper()
 		id := uuid.New()
 		b, _ := json.Marshal(map[string]string{"id": id.String(), "source": src, "destination": dst})
-		if _, err := js.Publish(context.Background(), bus.SubjectSubmit, b); err != nil {
+		if _, err := js.Publish(context.Background(), api.SubjectSubmit, b); err != nil {
 			t.Fatal(err)
 		}
 		return id

@@ -13,7 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -57,12 +57,12 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 			slog.Warn("OpenTelemetry", "err", dtr.RedactText(err.Error()))
 		}))
 	}
-	otel.SetTextMapPropagator(bus.Propagator())
+	otel.SetTextMapPropagator(tracing.Propagator())
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	// The default sampler, and every "parentbased_*" one, drops what an
 	// unsampled parent's child would be.
 	sampler := os.Getenv("OTEL_TRACES_SAMPLER")
-	bus.SkipUnsampledSpans(sampler == "" || strings.HasPrefix(sampler, "parentbased_"))
+	tracing.SkipUnsampledSpans(sampler == "" || strings.HasPrefix(sampler, "parentbased_"))
 	return tp.Shutdown, nil
 }

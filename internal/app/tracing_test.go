@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 )
 
 func TestWithoutAnExporterSpansHaveIdsButRecordOnlyWhatCameInSampled(t *testing.T) {
@@ -46,7 +46,7 @@ func TestAChildOfAnUnsampledTraceIsNotStartedButCarriesTheTraceOn(t *testing.T) 
 		{"sampled: a span of its own, recorded", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, span := bus.StartConsumerOf(context.Background(), tt.traceparent, "sluice.grant.pre", "g.1", "process")
+			ctx, span := tracing.StartConsumerOf(context.Background(), tt.traceparent, "sluice.grant.pre", "g.1", "process")
 			defer span.End()
 			sc := span.SpanContext()
 			if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
@@ -55,7 +55,7 @@ func TestAChildOfAnUnsampledTraceIsNotStartedButCarriesTheTraceOn(t *testing.T) 
 			if isNew := sc.SpanID().String() != "00f067aa0ba902b7"; isNew != tt.wantNew || span.IsRecording() != tt.wantNew {
 				t.Errorf("span %s recording %v; want a new, recorded span: %v", sc.SpanID(), span.IsRecording(), tt.wantNew)
 			}
-			if got := bus.TraceParent(ctx); got[:36] != tt.traceparent[:36] {
+			if got := tracing.TraceParent(ctx); got[:36] != tt.traceparent[:36] {
 				t.Errorf("passed on %s, want trace %s", got, tt.traceparent[:36])
 			}
 		})

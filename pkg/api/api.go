@@ -1,8 +1,10 @@
-// Package api is Sluice's wire contract with its clients: the subjects of
-// the request/reply endpoints, and the requests, replies and job events
-// that cross them. The services and the CLI both import it; no client
-// imports a service to talk to it. It imports only the model (pkg/dtr,
-// pkg/job).
+// Package api is Sluice's wire contract: every subject, message, request,
+// reply and event that crosses the bus, with one Grant and one Result (the
+// scheduler's core decides and takes them too), the CloudEvent types, and
+// the request/reply endpoints with their requests and replies. The services
+// and the CLI both import it; no client imports a service to talk to it. It
+// imports only the model (pkg/dtr, pkg/job). schemas/ is checked against it
+// (schemas_test.go).
 package api
 
 // The request/reply endpoints (nats.go micro services). Each is served on

@@ -62,11 +62,13 @@ func keys(m map[string]json.RawMessage) []string {
 }
 
 // TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe: schemas/ describes
-// what a publisher sends (a DTR submission, a job description); each
+// what a publisher sends (a DTR submission, a job description) and the
+// messages between the scheduler and its workers (a grant, a result); each
 // object in it has exactly the fields of the Go type that reads it, so a
 // field added to one without the other fails here.
 func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 	dtrSchema, jobSchema := readSchema(t, "dtr.schema.json"), readSchema(t, "job.schema.json")
+	grantSchema, resultSchema := readSchema(t, "grant.schema.json"), readSchema(t, "result.schema.json")
 	nested := func(raw json.RawMessage) map[string]json.RawMessage {
 		var o schemaObject
 		if err := json.Unmarshal(raw, &o); err != nil {
@@ -85,6 +87,9 @@ func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 		{"job.schema.json", jobSchema.Properties, reflect.TypeFor[job.Job]()},
 		{"job.schema.json $defs/file", jobSchema.Defs["file"].Properties, reflect.TypeFor[job.File]()},
 		{"job.schema.json $defs/identity", jobSchema.Defs["identity"].Properties, reflect.TypeFor[dtr.Identity]()},
+		{"grant.schema.json", grantSchema.Properties, reflect.TypeFor[Grant]()},
+		{"result.schema.json", resultSchema.Properties, reflect.TypeFor[Result]()},
+		{"result.schema.json error", nested(resultSchema.Properties["error"]), reflect.TypeFor[dtr.Failure]()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

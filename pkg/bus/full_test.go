@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
 )
 
 // smallServer runs an embedded server whose JetStream store holds at most
@@ -214,24 +216,6 @@ func TestABatchWithoutFullFailsOnAFullStoreAsBefore(t *testing.T) {
 	}
 }
 
-func TestTheBackoffDoublesFrom100msTo5s(t *testing.T) {
-	var b Backoff
-	var got []time.Duration
-	for range 9 {
-		got = append(got, b.Next())
-	}
-	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000}
-	for i := range want {
-		if got[i] != want[i]*time.Millisecond {
-			t.Fatalf("pauses %v, want %v ms", got, want)
-		}
-	}
-	b.Reset()
-	if d := b.Next(); d != MinBackoff {
-		t.Fatalf("after Reset: %s", d)
-	}
-}
-
 func TestASpaceIsFullFromARefusalUntilAWriteIsStored(t *testing.T) {
 	var s Space
 	if full, _, _ := s.Full(); full || s.Detail() != "" {
@@ -268,7 +252,7 @@ func TestEnsureGivesEveryStreamAndBucketItsLimit(t *testing.T) {
 	ctx := context.Background()
 	js := smallServer(t, 1<<30)
 	// A stream as an earlier Sluice made it: no limit, DiscardOld.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectCancel},
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamSubmit, Subjects: []string{api.SubjectSubmit, api.SubjectCancelCommand},
 		Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}

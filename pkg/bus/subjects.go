@@ -1,5 +1,8 @@
-// Package bus defines Sluice's NATS subjects, streams, consumers and
-// key-value buckets in one place, and creates them idempotently.
+// Package bus is Sluice's stream topology: its NATS streams, consumers and
+// key-value buckets with their limits, created idempotently in one place;
+// waiting until they exist, publishing in batches, following a full store,
+// and an embedded server. The messages and their subjects are in pkg/api,
+// their encoding in pkg/bus/codec, trace propagation in pkg/bus/tracing.
 package bus
 
 import (
@@ -7,77 +10,19 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// Subjects. Every message on them is a CloudEvent (binary content mode, ce-*
-// headers) with a W3C traceparent header; dtr.submit also takes structured
-// CloudEvents and plain DTR JSON from any publisher.
-const (
-	// SubjectSubmit takes new DTRs from anyone (stream SLUICE_SUBMIT).
-	SubjectSubmit = "dtr.submit"
-	// SubjectCancel takes cancel commands for DTRs (stream SLUICE_SUBMIT, so
-	// a cancel is ordered after the submits before it).
-	SubjectCancel = "sluice.cmd.cancel"
-	// SubjectGrantPrefix + stage carries grants (stream SLUICE_GRANTS).
-	SubjectGrantPrefix = "sluice.grant."
-	// SubjectResultPrefix + stage carries outcomes (stream SLUICE_RESULTS).
-	SubjectResultPrefix = "sluice.result."
-	// SubjectProgressPrefix + stage carries progress and lease renewals
-	// (stream SLUICE_RESULTS).
-	SubjectProgressPrefix = "sluice.progress."
-	// SubjectStopPrefix + grant id tells the worker holding a grant to stop
-	// (core NATS: only the holder cares, and only now).
-	SubjectStopPrefix = "sluice.stop."
-	// SubjectDTRFinal carries every DTR that reached DONE, CANCELLED or ERROR
-	// (stream SLUICE_EVENTS).
-	SubjectDTRFinal = "sluice.event.dtr.final"
-	// SubjectDTRState carries every state change (core NATS, best effort,
-	// for observers).
-	SubjectDTRState = "sluice.event.dtr.state"
-	// SubjectJobFinished and SubjectJobFailed carry the end of a job with
-	// per-file statistics (stream SLUICE_EVENTS).
-	SubjectJobFinished = "sluice.event.job.finished"
-	SubjectJobFailed   = "sluice.event.job.failed"
-	// SubjectRejected carries the reason a message was refused (stream
-	// SLUICE_REJECTIONS, of its own: a flood of refused messages drops old
-	// rejections, never another owner's final DTRs).
-	SubjectRejected = "sluice.event.rejected"
-	// SubjectJournal is where the scheduler appends changed DTR records
-	// (stream SLUICE_JOURNAL; not CloudEvents but lines of DTR JSON, read
-	// only by the scheduler).
-	SubjectJournal = "sluice.journal"
-	// The request/reply subjects are in pkg/api.
-)
-
-// Subjects of a user. Every subject that takes work or requests from
-// outside (dtr.submit and sluice.api.*) has a plain form, which is the
-// operator's, and one per NATS user, <subject>.<user>, which the NATS
-// server lets only that user publish to (deploy/nats/sluice.conf), so that
-// a message there comes from that user (pkg/auth).
-
-// UserSubject returns base's subject for user; for "" it is base itself.
-func UserSubject(base, user string) string {
-	if user == "" {
-		return base
-	}
-	return base + "." + user
-}
-
-// InSubjectOf says whether subject is base or base.<user>.
-func InSubjectOf(subject, base string) bool {
-	if len(subject) == len(base) {
-		return subject == base
-	}
-	return len(subject) > len(base)+1 && subject[len(base)] == '.' && subject[:len(base)] == base &&
-		!strings.Contains(subject[len(base)+1:], ".")
-}
+// SubjectJournal is where the scheduler appends changed DTR records
+// (stream SLUICE_JOURNAL; not CloudEvents but lines of DTR JSON, read
+// only by the scheduler). The other subjects are in pkg/api.
+const SubjectJournal = "sluice.journal"
 
 // Streams, consumers and buckets.
 const (
@@ -113,15 +58,6 @@ func MaxDTRBytes(maxPayload int64) int {
 	}
 	return int(min(MaxMessageBytes, maxPayload/8))
 }
-
-// GrantSubject returns the grant subject of a stage.
-func GrantSubject(s dtr.Stage) string { return SubjectGrantPrefix + string(s) }
-
-// ResultSubject returns the result subject of a stage.
-func ResultSubject(s dtr.Stage) string { return SubjectResultPrefix + string(s) }
-
-// ProgressSubject returns the progress subject of a stage.
-func ProgressSubject(s dtr.Stage) string { return SubjectProgressPrefix + string(s) }
 
 // Stages lists the worker stages; each has a durable grant consumer of the
 // same name, shared by all replicas of that stage.
@@ -176,21 +112,21 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		return err
 	}
 	streams := []jetstream.StreamConfig{
-		{Name: StreamSubmit, Subjects: []string{SubjectSubmit, SubjectSubmit + ".*", SubjectCancel},
+		{Name: StreamSubmit, Subjects: []string{api.SubjectSubmit, api.SubjectSubmit + ".*", api.SubjectCancelCommand},
 			Retention: jetstream.WorkQueuePolicy, MaxMsgSize: MaxMessageBytes, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Submit, Discard: jetstream.DiscardNew},
-		{Name: StreamGrants, Subjects: []string{SubjectGrantPrefix + ">"},
+		{Name: StreamGrants, Subjects: []string{api.SubjectGrantPrefix + ">"},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Grants, Discard: jetstream.DiscardNew},
-		{Name: StreamResults, Subjects: []string{SubjectResultPrefix + ">", SubjectProgressPrefix + ">"},
+		{Name: StreamResults, Subjects: []string{api.SubjectResultPrefix + ">", api.SubjectProgressPrefix + ">"},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Results, Discard: jetstream.DiscardNew},
 		// Rejections were in SLUICE_EVENTS once: it is updated before
 		// SLUICE_REJECTIONS takes their subject.
-		{Name: StreamEvents, Subjects: []string{SubjectDTRFinal, "sluice.event.job.>"},
+		{Name: StreamEvents, Subjects: []string{api.SubjectDTRFinal, "sluice.event.job.>"},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Events, Discard: jetstream.DiscardOld},
-		{Name: StreamRejections, Subjects: []string{SubjectRejected},
+		{Name: StreamRejections, Subjects: []string{api.SubjectRejected},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
 			MaxBytes: l.Rejections, Discard: jetstream.DiscardOld},
 		// The scheduler purges what it has checkpointed; full, it
@@ -218,13 +154,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	}{
 		{StreamSubmit, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
 		{StreamResults, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
-		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: SubjectDTRFinal, MaxAckPending: 20000}},
+		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: api.SubjectDTRFinal, MaxAckPending: 20000}},
 	}
 	for _, st := range Stages {
 		consumers = append(consumers, struct {
 			stream string
 			cfg    jetstream.ConsumerConfig
-		}{StreamGrants, jetstream.ConsumerConfig{Durable: string(st), FilterSubject: GrantSubject(st), MaxAckPending: 10000}})
+		}{StreamGrants, jetstream.ConsumerConfig{Durable: string(st), FilterSubject: api.GrantSubject(st), MaxAckPending: 10000}})
 	}
 	for _, c := range consumers {
 		c.cfg.AckPolicy = jetstream.AckExplicitPolicy

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -61,9 +61,9 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 
 // started records a grant taken in hand; the function it returns records
 // its end.
-func (in *instruments) started(ctx context.Context) func(res bus.Result, took time.Duration) {
+func (in *instruments) started(ctx context.Context) func(res api.Result, took time.Duration) {
 	in.active.Add(1)
-	return func(res bus.Result, took time.Duration) {
+	return func(res api.Result, took time.Duration) {
 		outcome := in.ok
 		if res.Error != nil {
 			outcome = metric.WithAttributes(in.stage, attribute.String("outcome", string(res.Error.Kind)))

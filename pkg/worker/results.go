@@ -9,7 +9,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 )
 
 // maxBatchResults bounds the results of one Results event.
@@ -35,7 +37,7 @@ type resultSender struct {
 }
 
 type pendingResult struct {
-	r    bus.Result
+	r    api.Result
 	done chan error
 }
 
@@ -49,7 +51,7 @@ func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source stri
 }
 
 // send hands r to the sender and returns once it is stored, or why not.
-func (s *resultSender) send(ctx context.Context, r bus.Result) error {
+func (s *resultSender) send(ctx context.Context, r api.Result) error {
 	p := &pendingResult{r: r, done: make(chan error, 1)}
 	select {
 	case s.in <- p:
@@ -90,7 +92,7 @@ func (s *resultSender) run(ctx context.Context) {
 // publish sends a batch as one Results event, or as several when it is
 // too large for one message, and tells each result's sender the outcome.
 func (s *resultSender) publish(batch []*pendingResult) {
-	rs := bus.Results{Results: make([]bus.Result, len(batch))}
+	rs := api.Results{Results: make([]api.Result, len(batch))}
 	for i, p := range batch {
 		rs.Results[i] = p.r
 	}
@@ -109,14 +111,14 @@ var errTooLarge = errors.New("results event too large")
 
 func tooLarge(err error) bool { return errors.Is(err, errTooLarge) }
 
-func (s *resultSender) publishResults(rs bus.Results) error {
-	ev, err := bus.NewEvent(bus.TypeResults, s.source, "", rs)
+func (s *resultSender) publishResults(rs api.Results) error {
+	ev, err := codec.NewEvent(api.TypeResults, s.source, "", rs)
 	if err != nil {
 		return err
 	}
 	// The event id is the message id: a publish tried again after a lost
 	// acknowledgement is stored once.
-	m, err := bus.Encode(context.Background(), s.subject, "", ev)
+	m, err := codec.Encode(context.Background(), s.subject, "", ev)
 	if err != nil {
 		return err
 	}

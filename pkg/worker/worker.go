@@ -24,7 +24,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -32,7 +35,7 @@ import (
 // Handler does the work of one grant. It reports progress (bytes moved so
 // far, total size if known) through report, returns promptly when ctx is
 // cancelled, and returns the outcome: a nil Failure for success.
-type Handler func(ctx context.Context, g bus.Grant, report func(bytes, size int64)) bus.Result
+type Handler func(ctx context.Context, g api.Grant, report func(bytes, size int64)) api.Result
 
 // Pool runs one stage's grants with a fixed number of workers.
 type Pool struct {
@@ -55,7 +58,7 @@ type Pool struct {
 
 // held is a grant this process has taken: waiting for a worker or running.
 type held struct {
-	g bus.Grant
+	g api.Grant
 	// issued is when the scheduler made the grant; renewed when a renewal
 	// of its lease was last sent, and acked when the last renewal that
 	// JetStream acknowledged was sent (issued until one is): the lease
@@ -100,14 +103,14 @@ func (p *Pool) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
-	stop, err := p.nc.Subscribe(bus.SubjectStopPrefix+">", p.onStop)
+	stop, err := p.nc.Subscribe(api.SubjectStopPrefix+">", p.onStop)
 	if err != nil {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
 	defer func() { _ = stop.Unsubscribe() }()
 	// The result sender and the lease renewals outlive the workers: the
 	// grants given back as the pool stops are sent through them.
-	p.results = newResultSender(p.nc, p.js, bus.ResultSubject(p.Stage), "sluice/"+string(p.Stage))
+	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage))
 	sctx, stopSender := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { p.results.run(sctx) })
@@ -268,13 +271,13 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 		// A grant that cannot be started within its lease has surely been
 		// (or is about to be) given up by the scheduler.
 		if err := h.fence(now); err != nil {
-			p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", now.Sub(issued))
+			p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.ID, "waited", now.Sub(issued))
 			continue
 		}
 		p.mu.Lock()
-		_, dup := p.held[g.Grant]
+		_, dup := p.held[g.ID]
 		if !dup {
-			p.held[g.Grant] = h
+			p.held[g.ID] = h
 		}
 		p.mu.Unlock()
 		if dup {
@@ -312,22 +315,22 @@ func ackConfirmed(ctx context.Context, jm jetstream.Msg) error {
 // decodeGrants reads the grants of a message: one (org.sluice.grant.v1,
 // its trace in the message's traceparent) or several (org.sluice.grants.v1,
 // each with its own), and when they were issued.
-func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time.Time, error) {
-	ev, err := bus.Decode(ctx, m)
+func decodeGrants(ctx context.Context, m *nats.Msg) ([]api.Grant, []string, time.Time, error) {
+	ev, err := codec.Decode(ctx, m)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
 	switch ev.Type() {
-	case bus.TypeGrant:
-		var g bus.Grant
-		if err := bus.DecodeJSON(ev.Data(), &g); err != nil {
-			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrant, err)
+	case api.TypeGrant:
+		var g api.Grant
+		if err := codec.DecodeJSON(ev.Data(), &g); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", api.TypeGrant, err)
 		}
-		return []bus.Grant{g}, []string{m.Header.Get("traceparent")}, ev.Time(), nil
-	case bus.TypeGrants:
-		var gs bus.Grants
-		if err := bus.DecodeJSON(ev.Data(), &gs); err != nil {
-			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", bus.TypeGrants, err)
+		return withDTRs([]api.Grant{g}), []string{m.Header.Get("traceparent")}, ev.Time(), nil
+	case api.TypeGrants:
+		var gs api.Grants
+		if err := codec.DecodeJSON(ev.Data(), &gs); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("%s data: %w", api.TypeGrants, err)
 		}
 		if len(gs.Grants) > maxGrantsPerMessage {
 			return nil, nil, time.Time{}, fmt.Errorf("%d grants in one message, more than %d", len(gs.Grants), maxGrantsPerMessage)
@@ -336,13 +339,24 @@ func decodeGrants(ctx context.Context, m *nats.Msg) ([]bus.Grant, []string, time
 		for i, g := range gs.Grants {
 			parents[i] = g.TraceParent
 		}
-		return gs.Grants, parents, ev.Time(), nil
+		return withDTRs(gs.Grants), parents, ev.Time(), nil
 	}
-	return nil, nil, time.Time{}, fmt.Errorf("event type %q, want %q or %q", ev.Type(), bus.TypeGrant, bus.TypeGrants)
+	return nil, nil, time.Time{}, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeGrant, api.TypeGrants)
+}
+
+// withDTRs gives each grant that came without a DTR an empty one, so that
+// a handler may read its grant's DTR.
+func withDTRs(gs []api.Grant) []api.Grant {
+	for i := range gs {
+		if gs[i].DTR == nil {
+			gs[i].DTR = new(dtr.DTR)
+		}
+	}
+	return gs
 }
 
 func (p *Pool) onStop(m *nats.Msg) {
-	grant := strings.TrimPrefix(m.Subject, bus.SubjectStopPrefix)
+	grant := strings.TrimPrefix(m.Subject, api.SubjectStopPrefix)
 	var cancel context.CancelCauseFunc
 	p.mu.Lock()
 	if h := p.held[grant]; h != nil {
@@ -361,7 +375,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	g := h.g
 	defer func() {
 		p.mu.Lock()
-		delete(p.held, g.Grant)
+		delete(p.held, g.ID)
 		p.mu.Unlock()
 	}()
 	// A grant that waited here past its fence may no longer be the DTR's.
@@ -369,15 +383,15 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	fenced := h.fence(time.Now())
 	p.mu.Unlock()
 	if fenced != nil {
-		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.Grant, "waited", time.Since(h.issued), "why", fenced)
+		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.ID, "waited", time.Since(h.issued), "why", fenced)
 		return
 	}
-	sctx, span := bus.StartConsumerOf(ctx, h.parent, bus.GrantSubject(p.Stage), g.Grant, "process")
+	sctx, span := tracing.StartConsumerOf(ctx, h.parent, api.GrantSubject(p.Stage), g.ID, "process")
 	defer span.End()
 	// The grant's logger, made only when something is logged (With costs
 	// more than the rest of a 1 KiB file's grant).
 	log := func() *slog.Logger {
-		return p.Log.With("dtr", g.DTR.ID, "grant", g.Grant, "state", g.State,
+		return p.Log.With("dtr", g.DTR.ID, "grant", g.ID, "state", g.State,
 			"trace_id", trace.SpanContextFromContext(sctx).TraceID())
 	}
 
@@ -404,7 +418,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	})
 	p.metrics.moved(ctx, res.Bytes-h.moved.Load())
 	ended(res, time.Since(start))
-	res.DTR, res.Grant, res.State = g.DTR.ID, g.Grant, g.State
+	res.DTR, res.Grant, res.State = g.DTR.ID, g.ID, g.State
 	if ctx.Err() != nil && res.Error != nil {
 		// Stopped half way: the grant goes back to the scheduler, to be
 		// granted again to another replica without spending an attempt.
@@ -436,22 +450,22 @@ func (p *Pool) run(ctx context.Context, h *held) {
 func (p *Pool) giveBack(h *held) {
 	defer func() {
 		p.mu.Lock()
-		delete(p.held, h.g.Grant)
+		delete(p.held, h.g.ID)
 		p.mu.Unlock()
 	}()
-	res := bus.Result{DTR: h.g.DTR.ID, Grant: h.g.Grant, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
-	ctx, span := bus.StartConsumerOf(context.Background(), h.parent, bus.GrantSubject(p.Stage), h.g.Grant, "process")
+	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
+	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
 	defer span.End()
 	span.SetStatus(codes.Error, "given back: the worker is stopping")
 	if err := p.sendResult(ctx, res); err != nil {
-		p.Log.Warn("grant not given back; its lease will run out", "dtr", h.g.DTR.ID, "grant", h.g.Grant, "err", err)
+		p.Log.Warn("grant not given back; its lease will run out", "dtr", h.g.DTR.ID, "grant", h.g.ID, "err", err)
 		return
 	}
-	p.Log.Info("grant given back", "dtr", h.g.DTR.ID, "grant", h.g.Grant)
+	p.Log.Info("grant given back", "dtr", h.g.DTR.ID, "grant", h.g.ID)
 }
 
 // renewEvery is how often a grant's lease is renewed.
-func (p *Pool) renewEvery(g bus.Grant) time.Duration {
+func (p *Pool) renewEvery(g api.Grant) time.Duration {
 	renew := p.Renew
 	if l := g.Lease(); l > 0 && l/3 < renew {
 		renew = l / 3
@@ -508,9 +522,9 @@ func (p *Pool) renewLeases(ctx context.Context) {
 // the grant no earlier than sent. A renewal still waiting for its answer
 // when ctx ends (the pool has stopped) is given up.
 func (p *Pool) renew(ctx context.Context, h *held, sent time.Time) {
-	ctx = bus.Context(ctx, h.parent)
-	err := p.publish(ctx, bus.ProgressSubject(p.Stage), "", bus.TypeProgress,
-		bus.Progress{DTR: h.g.DTR.ID, Grant: h.g.Grant, Bytes: h.moved.Load(), Size: h.size.Load()})
+	ctx = tracing.Context(ctx, h.parent)
+	err := p.publish(ctx, api.ProgressSubject(p.Stage), "", api.TypeProgress,
+		api.Progress{DTR: h.g.DTR.ID, Grant: h.g.ID, Bytes: h.moved.Load(), Size: h.size.Load()})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h.renewing = false
@@ -550,10 +564,10 @@ func (h *held) fence(now time.Time) error {
 // sendResult stores a grant's result, with others of this pool's that are
 // ready at the same time, in one Results event. Its span is the result's
 // sender in the DTR's trace.
-func (p *Pool) sendResult(ctx context.Context, res bus.Result) error {
-	ctx, span := bus.StartProducer(ctx, bus.ResultSubject(p.Stage), res.Grant+".result")
+func (p *Pool) sendResult(ctx context.Context, res api.Result) error {
+	ctx, span := tracing.StartProducer(ctx, api.ResultSubject(p.Stage), res.Grant+".result")
 	defer span.End()
-	res.TraceParent = bus.TraceParent(ctx)
+	res.TraceParent = tracing.TraceParent(ctx)
 	// Sent even when the pool is stopping: the sender outlives the workers
 	// and answers within its publish timeout.
 	return p.results.send(context.WithoutCancel(ctx), res)
@@ -561,16 +575,16 @@ func (p *Pool) sendResult(ctx context.Context, res bus.Result) error {
 
 // publish sends a CloudEvent to JetStream and waits for it to be stored.
 func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any) error {
-	ev, err := bus.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
+	ev, err := codec.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
 	if err != nil {
 		return err
 	}
 	if msgID == "" {
 		msgID = ev.ID()
 	}
-	ctx, span := bus.StartProducer(ctx, subject, msgID)
+	ctx, span := tracing.StartProducer(ctx, subject, msgID)
 	defer span.End()
-	m, err := bus.Encode(ctx, subject, msgID, ev)
+	m, err := codec.Encode(ctx, subject, msgID, ev)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -31,16 +33,16 @@ type rig struct {
 	js       jetstream.JetStream
 	mu       sync.Mutex
 	messages int // result messages
-	results  []bus.Result
-	progress []bus.Progress
+	results  []api.Result
+	progress []api.Progress
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	nc, js := bustest.Server(t)
 	r := &rig{t: t, nc: nc, js: js}
-	sub, err := nc.Subscribe(bus.SubjectResultPrefix+">", func(m *nats.Msg) {
-		rs, err := bus.DecodeResults(context.Background(), m)
+	sub, err := nc.Subscribe(api.SubjectResultPrefix+">", func(m *nats.Msg) {
+		rs, err := codec.DecodeResults(context.Background(), m)
 		if err != nil {
 			t.Errorf("result message: %v", err)
 			return
@@ -54,9 +56,9 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	psub, err := nc.Subscribe(bus.SubjectProgressPrefix+">", func(m *nats.Msg) {
-		var p bus.Progress
-		if _, err := bus.DecodeData(context.Background(), m, bus.TypeProgress, &p); err == nil {
+	psub, err := nc.Subscribe(api.SubjectProgressPrefix+">", func(m *nats.Msg) {
+		var p api.Progress
+		if _, err := codec.DecodeData(context.Background(), m, api.TypeProgress, &p); err == nil {
 			r.mu.Lock()
 			r.progress = append(r.progress, p)
 			r.mu.Unlock()
@@ -92,14 +94,14 @@ func (r *rig) start(workers int, h Handler) (stop func()) {
 
 // grants publishes n pre-processing grants in one Grants event issued at
 // issued, with the given lease.
-func (r *rig) grants(n int, issued time.Time, lease time.Duration) []bus.Grant {
-	var gs bus.Grants
+func (r *rig) grants(n int, issued time.Time, lease time.Duration) []api.Grant {
+	var gs api.Grants
 	for i := range n {
 		id := uuid.New()
-		gs.Grants = append(gs.Grants, bus.Grant{Grant: fmt.Sprintf("%s.%d", id, i+1), Stage: dtr.StagePre, State: dtr.QueryingReplica,
-			DTR: dtr.DTR{ID: id, Source: "file:///in/" + id.String(), Destination: "file:///out/" + id.String()}, LeaseSeconds: lease.Seconds()})
+		gs.Grants = append(gs.Grants, api.Grant{ID: fmt.Sprintf("%s.%d", id, i+1), Stage: dtr.StagePre, State: dtr.QueryingReplica,
+			DTR: &dtr.DTR{ID: id, Source: "file:///in/" + id.String(), Destination: "file:///out/" + id.String()}, LeaseSeconds: lease.Seconds()})
 	}
-	ev, err := bus.NewEvent(bus.TypeGrants, "sluice/scheduler", "", gs)
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", gs)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func (r *rig) grants(n int, issued time.Time, lease time.Duration) []bus.Grant {
 }
 
 func (r *rig) publish(ev event.Event) {
-	m, err := bus.Encode(context.Background(), bus.GrantSubject(dtr.StagePre), "", ev)
+	m, err := codec.Encode(context.Background(), api.GrantSubject(dtr.StagePre), "", ev)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func (r *rig) publish(ev event.Event) {
 }
 
 // waitResults waits until n results have come, and returns them by grant.
-func (r *rig) waitResults(n int) map[string]bus.Result {
+func (r *rig) waitResults(n int) map[string]api.Result {
 	r.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -137,7 +139,7 @@ func (r *rig) waitResults(n int) map[string]bus.Result {
 	time.Sleep(200 * time.Millisecond) // any more than n would come now
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]bus.Result{}
+	out := map[string]api.Result{}
 	for _, res := range r.results {
 		if _, dup := out[res.Grant]; dup {
 			r.t.Errorf("two results for grant %s", res.Grant)
@@ -169,21 +171,21 @@ func TestTheGrantsOfOneMessageRunAtOnceOnFreeWorkersAndEachGetsOneResult(t *test
 	const n = 10
 	var started sync.WaitGroup
 	started.Add(n)
-	r.start(n, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+	r.start(n, func(ctx context.Context, g api.Grant, _ func(int64, int64)) api.Result {
 		// Every grant waits for all the others to start: they run at once.
 		started.Done()
 		started.Wait()
-		return bus.Result{Checksum: "adler32:" + g.Grant[:8]}
+		return api.Result{Checksum: "adler32:" + g.ID[:8]}
 	})
 	sent := r.grants(n, time.Now(), time.Minute)
 	got := r.waitResults(n)
 	for _, g := range sent {
-		res, ok := got[g.Grant]
+		res, ok := got[g.ID]
 		if !ok {
-			t.Errorf("no result for grant %s", g.Grant)
+			t.Errorf("no result for grant %s", g.ID)
 			continue
 		}
-		if res.DTR != g.DTR.ID || res.State != g.State || res.Error != nil || res.Checksum != "adler32:"+g.Grant[:8] || res.Returned {
+		if res.DTR != g.DTR.ID || res.State != g.State || res.Error != nil || res.Checksum != "adler32:"+g.ID[:8] || res.Returned {
 			t.Errorf("result %+v for grant %+v", res, g)
 		}
 	}
@@ -198,19 +200,19 @@ func TestTheGrantsOfOneMessageRunAtOnceOnFreeWorkersAndEachGetsOneResult(t *test
 func TestAStoppingPoolGivesBackEveryGrantItHolds(t *testing.T) {
 	r := newRig(t)
 	running := make(chan struct{}, 10)
-	stop := r.start(1, func(ctx context.Context, g bus.Grant, report func(int64, int64)) bus.Result {
+	stop := r.start(1, func(ctx context.Context, g api.Grant, report func(int64, int64)) api.Result {
 		report(100, 1000)
 		running <- struct{}{}
 		<-ctx.Done() // runs until stopped
-		return bus.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}, Bytes: 100}
+		return api.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}, Bytes: 100}
 	})
 	sent := r.grants(3, time.Now(), time.Minute)
 	<-running // one runs, two wait for the only worker
 	stop()
 	got := r.waitResults(3)
 	for _, g := range sent {
-		if res := got[g.Grant]; !res.Returned || res.Error != nil {
-			t.Errorf("grant %s: %+v, want it given back", g.Grant, res)
+		if res := got[g.ID]; !res.Returned || res.Error != nil {
+			t.Errorf("grant %s: %+v, want it given back", g.ID, res)
 		}
 	}
 	r.streamEmpty()
@@ -219,14 +221,14 @@ func TestAStoppingPoolGivesBackEveryGrantItHolds(t *testing.T) {
 func TestAGrantPastItsLeaseIsDroppedUnrun(t *testing.T) {
 	r := newRig(t)
 	var ran atomic.Int64
-	r.start(2, func(context.Context, bus.Grant, func(int64, int64)) bus.Result {
+	r.start(2, func(context.Context, api.Grant, func(int64, int64)) api.Result {
 		ran.Add(1)
-		return bus.Result{}
+		return api.Result{}
 	})
 	r.grants(2, time.Now().Add(-2*time.Second), time.Second) // issued two leases ago
 	fresh := r.grants(1, time.Now(), time.Minute)
 	got := r.waitResults(1)
-	if _, ok := got[fresh[0].Grant]; !ok || ran.Load() != 1 {
+	if _, ok := got[fresh[0].ID]; !ok || ran.Load() != 1 {
 		t.Errorf("ran %d grants, results %v; want only the fresh grant run", ran.Load(), got)
 	}
 	r.streamEmpty()
@@ -236,17 +238,17 @@ func TestAGrantWaitingForAWorkerKeepsItsLeaseAlive(t *testing.T) {
 	r := newRig(t)
 	// One worker; the first grant takes longer than the lease of the
 	// second, which waits: its lease is renewed while it waits, so it runs.
-	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+	r.start(1, func(ctx context.Context, g api.Grant, _ func(int64, int64)) api.Result {
 		if g.DTR.Source[len(g.DTR.Source)-1] != 'x' {
 			time.Sleep(1500 * time.Millisecond)
 		}
-		return bus.Result{}
+		return api.Result{}
 	})
 	sent := r.grants(2, time.Now(), time.Second)
 	got := r.waitResults(2)
 	for _, g := range sent {
-		if res, ok := got[g.Grant]; !ok || res.Returned || res.Error != nil {
-			t.Errorf("grant %s: %+v, want it run", g.Grant, res)
+		if res, ok := got[g.ID]; !ok || res.Returned || res.Error != nil {
+			t.Errorf("grant %s: %+v, want it run", g.ID, res)
 		}
 	}
 	r.mu.Lock()
@@ -256,22 +258,22 @@ func TestAGrantWaitingForAWorkerKeepsItsLeaseAlive(t *testing.T) {
 		renewed[p.Grant]++
 	}
 	for _, g := range sent {
-		if renewed[g.Grant] == 0 {
-			t.Errorf("the lease of grant %s was never renewed: %v", g.Grant, renewed)
+		if renewed[g.ID] == 0 {
+			t.Errorf("the lease of grant %s was never renewed: %v", g.ID, renewed)
 		}
 	}
 }
 
 func TestAMessageThatIsNotAGrantIsTerminatedAndRunsNothing(t *testing.T) {
-	for _, typ := range []string{bus.TypeResult, "org.example.other"} {
+	for _, typ := range []string{api.TypeResult, "org.example.other"} {
 		t.Run(typ, func(t *testing.T) {
 			r := newRig(t)
 			var ran atomic.Int64
-			r.start(1, func(context.Context, bus.Grant, func(int64, int64)) bus.Result {
+			r.start(1, func(context.Context, api.Grant, func(int64, int64)) api.Result {
 				ran.Add(1)
-				return bus.Result{}
+				return api.Result{}
 			})
-			ev, err := bus.NewEvent(typ, "someone", "", map[string]any{"grants": []any{map[string]any{"grant": "x.1"}}})
+			ev, err := codec.NewEvent(typ, "someone", "", map[string]any{"grants": []any{map[string]any{"grant": "x.1"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,11 +289,11 @@ func TestAMessageThatIsNotAGrantIsTerminatedAndRunsNothing(t *testing.T) {
 
 func TestResultsTooLargeForOneMessageAreSplit(t *testing.T) {
 	r := newRig(t)
-	s := newResultSender(r.nc, r.js, bus.ResultSubject(dtr.StagePre), "test")
+	s := newResultSender(r.nc, r.js, api.ResultSubject(dtr.StagePre), "test")
 	s.maxBytes = 4096
 	var batch []*pendingResult
 	for i := range 40 {
-		batch = append(batch, &pendingResult{r: bus.Result{DTR: uuid.New(), Grant: fmt.Sprint("g", i),
+		batch = append(batch, &pendingResult{r: api.Result{DTR: uuid.New(), Grant: fmt.Sprint("g", i),
 			Error: &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: string(make([]byte, 200))}}, done: make(chan error, 1)})
 	}
 	s.publish(batch)
@@ -316,24 +318,24 @@ func TestAStopForAGrantWaitingForAWorkerStopsItAsItStarts(t *testing.T) {
 	release := make(chan struct{})
 	running := make(chan string, 2)
 	cancelledAtStart := make(chan bool, 2)
-	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
-		running <- g.Grant
+	r.start(1, func(ctx context.Context, g api.Grant, _ func(int64, int64)) api.Result {
+		running <- g.ID
 		cancelledAtStart <- ctx.Err() != nil
 		select {
 		case <-release: // the first grant: busy until released
 		case <-ctx.Done():
 		}
-		return bus.Result{}
+		return api.Result{}
 	})
 	sent := r.grants(2, time.Now(), time.Minute)
 	first := <-running
 	<-cancelledAtStart
-	waiting := sent[0].Grant
+	waiting := sent[0].ID
 	if waiting == first {
-		waiting = sent[1].Grant
+		waiting = sent[1].ID
 	}
 	// The scheduler cancels the DTR of the grant that waits.
-	if err := r.nc.Publish(bus.SubjectStopPrefix+waiting, []byte("{}")); err != nil {
+	if err := r.nc.Publish(api.SubjectStopPrefix+waiting, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.nc.Flush(); err != nil {
@@ -360,7 +362,7 @@ func TestAGrantWhoseRenewalsAreNotAcknowledgedIsFenced(t *testing.T) {
 	}
 	out := make(chan seen, 1)
 	var cut atomic.Int64 // when renewals stopped being stored (Unix ns)
-	r.start(1, func(ctx context.Context, g bus.Grant, _ func(int64, int64)) bus.Result {
+	r.start(1, func(ctx context.Context, g api.Grant, _ func(int64, int64)) api.Result {
 		s := seen{fenceHeld: transfer.CheckFence(ctx, "test", "file:///x") == nil}
 		close(started)
 		<-ctx.Done()
@@ -369,7 +371,7 @@ func TestAGrantWhoseRenewalsAreNotAcknowledgedIsFenced(t *testing.T) {
 			t.Errorf("the fence after the context ended: %v, want it to refuse", err)
 		}
 		out <- s
-		return bus.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}}
+		return api.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}}
 	})
 	const lease = 2 * time.Second
 	sent := r.grants(1, time.Now(), lease)
@@ -381,7 +383,7 @@ func TestAGrantWhoseRenewalsAreNotAcknowledgedIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
-	cfg.Subjects = []string{bus.SubjectResultPrefix + ">"}
+	cfg.Subjects = []string{api.SubjectResultPrefix + ">"}
 	cut.Store(time.Now().UnixNano())
 	if _, err := r.js.UpdateStream(context.Background(), cfg); err != nil {
 		t.Fatal(err)
@@ -398,7 +400,7 @@ func TestAGrantWhoseRenewalsAreNotAcknowledgedIsFenced(t *testing.T) {
 	if limit := lease - fenceMargin(lease) + 200*time.Millisecond; s.after > limit {
 		t.Errorf("fenced %s after renewals stopped, want within %s", s.after, limit)
 	}
-	res := r.waitResults(1)[sent[0].Grant]
+	res := r.waitResults(1)[sent[0].ID]
 	if res.Error == nil || res.Error.Kind != dtr.ErrInternalProcess || !strings.Contains(res.Error.Text, "lease") {
 		t.Fatalf("result %+v, want INTERNAL_PROCESS naming the lease", res.Error)
 	}
@@ -417,12 +419,12 @@ func TestTheFenceRefusesOnceTheLastAcknowledgedRenewalIsALeaseLessTheMarginOld(t
 		{lease, false},
 	}
 	for _, c := range cases {
-		h := &held{g: bus.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
+		h := &held{g: api.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
 		if err := h.fence(acked.Add(c.since)); (err == nil) != c.held {
 			t.Errorf("%s after the last acknowledged renewal: %v, want held %v", c.since, err, c.held)
 		}
 	}
-	h := &held{g: bus.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
+	h := &held{g: api.Grant{LeaseSeconds: lease.Seconds()}, acked: acked}
 	_ = h.fence(acked.Add(lease))
 	h.acked = acked.Add(lease) // a renewal acknowledged too late
 	if err := h.fence(acked.Add(lease)); err == nil {

@@ -9,13 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/metric"
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"github.com/sluice-dtr/sluice/pkg/worker"
@@ -111,8 +112,8 @@ func (s *Service) watchSpeed(ctx context.Context, cancel context.CancelCauseFunc
 
 // Handle moves one file. The checksum type is the expected checksum's, else
 // adler32.
-func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, int64)) bus.Result {
-	d := g.DTR
+func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, int64)) api.Result {
+	d := *g.DTR
 	typ := "adler32"
 	if d.Options.Checksum != "" {
 		if t, _, err := dtr.ParseChecksum(d.Options.Checksum); err == nil {
@@ -143,7 +144,7 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	// Size only on success: the scheduler takes a result's size as the
 	// file's, and the next attempt would expect the bytes a failed one
 	// moved.
-	res := bus.Result{Bytes: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
+	res := api.Result{Bytes: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
 	if err != nil {
 		kind, text := transfer.KindOf(err), err.Error()
 		if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
@@ -88,7 +88,7 @@ func TestDeliveryHoldsTheSourceToItsQueriedSizeAndTheMaximumFileSize(t *testing.
 			s := New(Config{MaxFileSize: tt.max, Client: transfer.New(nil).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			res := s.Handle(ctx, bus.Grant{DTR: d}, func(int64, int64) {})
+			res := s.Handle(ctx, api.Grant{DTR: &d}, func(int64, int64) {})
 			tmp, _ := transfer.LocalPath(transfer.TempURLOf(&d))
 			if tt.kind == "" {
 				if res.Error != nil || res.Size != 1000 {
@@ -132,7 +132,7 @@ func TestADTRWhoseSourceIsALoopbackPortFailsForGoodWithoutReachingIt(t *testing.
 	src := "http://" + l.Addr().String() + "/connz"
 	d := dtr.DTR{ID: uuid.New(), Source: src, Destination: "file://" + filepath.Join(t.TempDir(), "connz"),
 		TransferGrant: uuid.NewString() + ".1"}
-	res := New(Config{}, nil, slog.New(slog.DiscardHandler)).Handle(context.Background(), bus.Grant{DTR: d}, func(int64, int64) {})
+	res := New(Config{}, nil, slog.New(slog.DiscardHandler)).Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
 	want := "copy " + src + ": connection to " + l.Addr().String() + " refused: it is loopback; SLUICE_ALLOW_NETWORKS does not allow it"
 	if res.Error == nil || res.Error.Kind != dtr.ErrPermanentRemote || res.Error.Text != want || res.Error.Location != dtr.LocationSource {
 		t.Fatalf("error %+v, want PERMANENT_REMOTE at the source saying %q", res.Error, want)

@@ -22,6 +22,8 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -68,7 +70,7 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 	}
 	for _, jm := range ms {
 		msg := bus.Msg(jm)
-		finals, err := bus.DecodeFinals(ctx, msg)
+		finals, err := codec.DecodeFinals(ctx, msg)
 		if err != nil {
 			s.log.Error("malformed final DTR event dropped", "err", err)
 			continue
@@ -79,7 +81,7 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 		for i := range finals {
 			d := &finals[i].DTR
 			// The last span of the DTR's trace.
-			_, span := bus.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+			_, span := tracing.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
 			span.End()
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
@@ -296,12 +298,12 @@ func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid
 		if ref.Direction != dtr.Download || ref.DTR == failed {
 			continue
 		}
-		ev, err := bus.NewEvent(bus.TypeCancel, "sluice/generator", ref.DTR.String(),
-			bus.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
+		ev, err := codec.NewEvent(api.TypeCancel, "sluice/generator", ref.DTR.String(),
+			api.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(ctx, bus.SubjectCancel, "cancel."+ref.DTR.String(), ev)
+		m, err := codec.Encode(ctx, api.SubjectCancelCommand, "cancel."+ref.DTR.String(), ev)
 		if err != nil {
 			return err
 		}
@@ -326,9 +328,9 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		}
 	}
 	ev.Ended = time.Now().UTC()
-	subject, typ := bus.SubjectJobFinished, bus.TypeJobFinished
+	subject, typ := api.SubjectJobFinished, api.TypeJobFinished
 	if ev.State == api.JobFailed {
-		subject, typ = bus.SubjectJobFailed, bus.TypeJobFailed
+		subject, typ = api.SubjectJobFailed, api.TypeJobFailed
 	}
 	ev.Announced = true
 	b, err := encodeToFit(&ev, s.eventLimit())
@@ -339,11 +341,11 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 		s.log.Warn("job event trimmed to fit in a message", "job", jobID, "files_omitted", ev.FilesOmitted,
 			"failures_omitted", ev.FailuresOmitted, "max_payload", s.nc.MaxPayload())
 	}
-	ce, err := bus.NewEvent(typ, "sluice/generator", jobID, b)
+	ce, err := codec.NewEvent(typ, "sluice/generator", jobID, b)
 	if err != nil {
 		return err
 	}
-	m, err := bus.Encode(ctx, subject, "job."+jobID+".end", ce)
+	m, err := codec.Encode(ctx, subject, "job."+jobID+".end", ce)
 	if err != nil {
 		return err
 	}

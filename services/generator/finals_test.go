@@ -11,8 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -69,12 +71,12 @@ func TestAFailedDownloadCountedByAReconcileFirstStillCancelsTheOthers(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := st.GetLastMsgForSubject(ctx, bus.SubjectCancel)
+	m, err := st.GetLastMsgForSubject(ctx, api.SubjectCancelCommand)
 	if err != nil {
 		t.Fatalf("the job's other download was never cancelled: %v", err)
 	}
-	var c bus.Cancel
-	if _, err := bus.DecodeData(ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, bus.TypeCancel, &c); err != nil || c.DTR != r.DTRs[1] {
+	var c api.Cancel
+	if _, err := codec.DecodeData(ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, api.TypeCancel, &c); err != nil || c.DTR != r.DTRs[1] {
 		t.Fatalf("the last cancel is for %s (%v), want the other download %s", c.DTR, err, r.DTRs[1])
 	}
 }

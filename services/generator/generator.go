@@ -38,6 +38,8 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
@@ -83,7 +85,7 @@ type Record struct {
 // past the first keptFailures.
 func encodeToFit(ev *api.JobEvent, limit int) ([]byte, error) {
 	for step := 0; ; step++ {
-		b, err := bus.EncodeJSON(ev)
+		b, err := codec.EncodeJSON(ev)
 		if err != nil || len(b) <= limit {
 			return b, err
 		}
@@ -385,7 +387,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	}
 	rec := Record{JobRecord: api.JobRecord{Job: *j, State: api.JobRunning, Total: len(ds), Created: now}, Footprint: footprint}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
-	files, err := bus.EncodeJSON(refs)
+	files, err := codec.EncodeJSON(refs)
 	if err != nil {
 		return reply, err
 	}
@@ -474,7 +476,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
 	maxBytes := min(bus.MaxMessageBytes, int(s.nc.MaxPayload())) / 2
 	var msgs []*nats.Msg
-	var batch bus.Submits
+	var batch api.Submits
 	var first context.Context
 	var firstID uuid.UUID
 	size := 0
@@ -482,24 +484,24 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		if len(batch.DTRs) == 0 {
 			return nil
 		}
-		ev, err := bus.NewEvent(bus.TypeSubmits, "sluice/generator", "", batch)
+		ev, err := codec.NewEvent(api.TypeSubmits, "sluice/generator", "", batch)
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(first, bus.SubjectSubmit, firstID.String()+".submits", ev)
+		m, err := codec.Encode(first, api.SubjectSubmit, firstID.String()+".submits", ev)
 		if err != nil {
 			return err
 		}
 		msgs = append(msgs, m)
-		batch, size = bus.Submits{}, 0
+		batch, size = api.Submits{}, 0
 		return nil
 	}
 	for i, d := range ds {
 		// One trace per DTR, from here through every stage.
-		dctx, span := bus.StartProducer(context.Background(), bus.SubjectSubmit, d.ID.String())
-		tp := bus.TraceParent(dctx)
+		dctx, span := tracing.StartProducer(context.Background(), api.SubjectSubmit, d.ID.String())
+		tp := tracing.TraceParent(dctx)
 		span.End()
-		b, err := bus.EncodeJSON(d.Submission())
+		b, err := codec.EncodeJSON(d.Submission())
 		if err != nil {
 			return nil, err
 		}
@@ -515,7 +517,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		if len(batch.DTRs) == 0 {
 			first, firstID = dctx, d.ID
 		}
-		batch.DTRs = append(batch.DTRs, bus.SubmitEntry{TraceParent: tp, DTR: b})
+		batch.DTRs = append(batch.DTRs, api.SubmitEntry{TraceParent: tp, DTR: b})
 		size += len(b) + len(tp) + 32
 	}
 	if err := flush(); err != nil {
@@ -677,7 +679,7 @@ func (s *Service) finals(ctx context.Context, jobID string) (map[uuid.UUID]*dtr.
 					continue
 				}
 				d := &dtr.DTR{}
-				if err := bus.DecodeJSON(line, d); err != nil {
+				if err := codec.DecodeJSON(line, d); err != nil {
 					return nil, fmt.Errorf("stored %s: %w", e.Key(), err)
 				}
 				out[d.ID] = d
@@ -693,7 +695,7 @@ func (s *Service) get(ctx context.Context, key string, v any) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := bus.DecodeJSON(e.Value(), v); err != nil {
+	if err := codec.DecodeJSON(e.Value(), v); err != nil {
 		return 0, fmt.Errorf("stored %s: %w", key, err)
 	}
 	return e.Revision(), nil

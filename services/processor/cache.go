@@ -14,7 +14,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -39,14 +39,14 @@ func fileURL(p string) string { return (&url.URL{Scheme: "file", Path: p}).Strin
 // checkCache looks the source up in the cache: present (hit), being
 // downloaded by another DTR (locked), or absent, in which case this DTR
 // takes the lock and downloads into the entry.
-func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
+func (s *Service) checkCache(g api.Grant) (api.Result, error) {
 	if s.cfg.CacheDir == "" {
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source,
+		return api.Result{}, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source,
 			Err: errors.New("this processor has no cache (SLUICE_CACHE_DIR)")}
 	}
 	entry := s.cacheEntry(g.DTR.Source)
 	lock := entry + ".lock"
-	res := bus.Result{CacheFile: fileURL(entry)}
+	res := api.Result{CacheFile: fileURL(entry)}
 	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
 		return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
 	}
@@ -78,7 +78,7 @@ func (s *Service) checkCache(g bus.Grant) (bus.Result, error) {
 		if err != nil {
 			return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
 		}
-		fmt.Fprintln(f, g.Grant)
+		fmt.Fprintln(f, g.ID)
 		if err := f.Close(); err != nil {
 			return res, &transfer.Error{Kind: dtr.ErrCache, Op: "check cache", URL: g.DTR.Source, Err: err}
 		}
@@ -129,8 +129,8 @@ func lastActivity(entry string, locked time.Time) time.Time {
 // here: an existing destination is refused without overwrite, and the
 // entry must have the expected checksum (else it goes, and the retry
 // downloads the file again). The result carries the checksum computed.
-func (s *Service) processCache(ctx context.Context, g bus.Grant) (bus.Result, error) {
-	d := g.DTR
+func (s *Service) processCache(ctx context.Context, g api.Grant) (api.Result, error) {
+	d := *g.DTR
 	entry := s.cacheEntry(d.Source)
 	if d.Cache == dtr.CacheDownload {
 		defer os.Remove(entry + ".lock")
@@ -139,23 +139,23 @@ func (s *Service) processCache(ctx context.Context, g bus.Grant) (bus.Result, er
 		if d.Cache == dtr.CacheDownload {
 			_ = os.Remove(entry)
 		}
-		return bus.Result{}, nil
+		return api.Result{}, nil
 	}
 	dst, err := transfer.LocalPath(d.Destination)
 	if err != nil {
-		return bus.Result{}, err
+		return api.Result{}, err
 	}
 	if err := s.client.Files().MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "link from cache", URL: d.Destination, Err: err}
+		return api.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "link from cache", URL: d.Destination, Err: err}
 	}
 	ei, err := os.Stat(entry)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Cleaned away between the check and now: try again, which
 		// downloads it.
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrInternalProcess, Op: "link from cache", URL: d.Destination,
+		return api.Result{}, &transfer.Error{Kind: dtr.ErrInternalProcess, Op: "link from cache", URL: d.Destination,
 			Err: fmt.Errorf("the cache entry of %s is gone (cleaned?)", transfer.Redact(d.Source))}
 	}
-	var res bus.Result
+	var res api.Result
 	if d.Cache == dtr.CacheHit {
 		if di, err := s.client.Files().Stat(dst); err == nil && !d.Options.Overwrite && !os.SameFile(di, ei) {
 			return res, &transfer.Error{Kind: dtr.ErrPermanentRemote, Op: "link from cache", URL: d.Destination,
@@ -179,7 +179,7 @@ func (s *Service) processCache(ctx context.Context, g bus.Grant) (bus.Result, er
 	// the destination: an existing one (allowed above or by pre-cleaning)
 	// is replaced, never deleted first, so a link that runs late (its
 	// processor frozen past its lease) cannot remove a finished file.
-	tmpURL := transfer.TempURL(d.Destination, g.Grant)
+	tmpURL := transfer.TempURL(d.Destination, g.ID)
 	tmp, err := transfer.LocalPath(tmpURL)
 	if err != nil {
 		return res, err

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -45,7 +45,7 @@ func TestCacheCheckFindsHitsLocksAndStaleLocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.setup(entry)
-			res, err := s.checkCache(bus.Grant{Grant: "g.1", DTR: dtr.DTR{Source: src}})
+			res, err := s.checkCache(api.Grant{ID: "g.1", DTR: &dtr.DTR{Source: src}})
 			if err != nil || res.Cache != tt.want {
 				t.Fatalf("cache %q, %v; want %q", res.Cache, err, tt.want)
 			}

@@ -29,7 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -121,14 +121,14 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // Handle does the work of one processing grant.
-func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, int64)) bus.Result {
-	var res bus.Result
+func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, int64)) api.Result {
+	var res api.Result
 	var err error
 	switch g.State {
 	case dtr.QueryingReplica:
-		res, err = s.queryReplica(ctx, g.DTR)
+		res, err = s.queryReplica(ctx, *g.DTR)
 	case dtr.PreCleaning:
-		err = s.preClean(ctx, g.DTR)
+		err = s.preClean(ctx, *g.DTR)
 	case dtr.StagingPreparing:
 		res, err = s.stage(ctx, g, report)
 	case dtr.CheckingCache:
@@ -136,12 +136,12 @@ func (s *Service) Handle(ctx context.Context, g bus.Grant, report func(int64, in
 	case dtr.ProcessingCache:
 		res, err = s.processCache(ctx, g)
 	case dtr.ReleasingRequest:
-		err = s.release(ctx, g.DTR)
+		err = s.release(ctx, *g.DTR)
 	case dtr.RegisteringReplica:
 		if g.Cleanup {
-			err = s.cleanup(ctx, g.DTR)
+			err = s.cleanup(ctx, *g.DTR)
 		} else {
-			res, err = s.finalise(ctx, g.DTR)
+			res, err = s.finalise(ctx, *g.DTR)
 		}
 	default:
 		err = &transfer.Error{Kind: dtr.ErrInternalLogic, Op: "process", URL: g.DTR.Source,
@@ -163,23 +163,23 @@ var failingEnd = map[dtr.State]string{
 }
 
 // queryReplica checks that the source exists and learns its size.
-func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (bus.Result, error) {
+func (s *Service) queryReplica(ctx context.Context, d dtr.DTR) (api.Result, error) {
 	info, err := s.client.Stat(ctx, d.Source)
 	if err != nil {
-		return bus.Result{}, err
+		return api.Result{}, err
 	}
 	if !info.Exists {
 		kind := dtr.ErrPermanentRemote
 		if strings.HasPrefix(d.Source, "file:") {
 			kind = dtr.ErrLocalFile
 		}
-		return bus.Result{}, &transfer.Error{Kind: kind, Op: "query replica", URL: d.Source,
+		return api.Result{}, &transfer.Error{Kind: kind, Op: "query replica", URL: d.Source,
 			Err: fmt.Errorf("source does not exist")}
 	}
 	if err := transfer.CheckMaxSize("query replica", d.Source, info.Size, s.cfg.MaxFileSize); err != nil {
-		return bus.Result{}, err // not retried: the limit and the file stay
+		return api.Result{}, err // not retried: the limit and the file stay
 	}
-	return bus.Result{Size: max(info.Size, 0)}, nil
+	return api.Result{Size: max(info.Size, 0)}, nil
 }
 
 // preClean refuses an existing destination unless overwrite is set, then
@@ -211,7 +211,7 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 // delivery sent. A mismatch deletes the file and is a TRANSFER_SPEED error,
 // as in ARC; the scheduler copies the file afresh once, and a second
 // mismatch of the expected checksum fails the DTR for good.
-func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
+func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
 	local := strings.HasPrefix(tmp, "file:")
@@ -227,22 +227,22 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 			// No temporary file (looked for only now: a stat of each
 			// file cost a tenth of post-processing).
 			if done, err := s.alreadyInPlace(ctx, d, tmp); err != nil || done {
-				return bus.Result{Checksum: d.Checksum}, err
+				return api.Result{Checksum: d.Checksum}, err
 			}
 		}
 		if err != nil {
-			return bus.Result{}, err
+			return api.Result{}, err
 		}
 		if d.Checksum != "" && checksum.SameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
 			_ = s.client.Delete(ctx, tmp)
-			return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+			return api.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
 				Err: fmt.Errorf("checksum mismatch: delivery computed %s, the file on disk has %s", d.Checksum, sum)}
 		}
 		got = sum
 	}
 	if want := d.Options.Checksum; want != "" && !checksum.Equal(want, got) {
 		_ = s.client.Delete(ctx, tmp)
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+		return api.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
 			Err: fmt.Errorf("checksum mismatch: expected %s, got %s", want, got)}
 	}
 	if tmp != d.Target() {
@@ -252,13 +252,13 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (bus.Result, error) {
 			if !local {
 				// A remote temporary file is looked for only now.
 				if done, ierr := s.alreadyInPlace(ctx, d, tmp); ierr == nil && done {
-					return bus.Result{Checksum: d.Checksum}, nil
+					return api.Result{Checksum: d.Checksum}, nil
 				}
 			}
-			return bus.Result{}, err
+			return api.Result{}, err
 		}
 	}
-	return bus.Result{Checksum: got}, nil
+	return api.Result{Checksum: got}, nil
 }
 
 // alreadyInPlace reports whether an earlier try of this post-processing
@@ -320,14 +320,14 @@ func (s *Service) cleanup(ctx context.Context, d dtr.DTR) error {
 // "<grant>" when complete (grant ids are "<dtr id>.<n>"), so a TURL always
 // names a whole file, and a staging grant that runs late (its processor
 // frozen past its lease) touches nothing of a later one's.
-func (s *Service) stage(ctx context.Context, g bus.Grant, report func(int64, int64)) (bus.Result, error) {
-	d := g.DTR
+func (s *Service) stage(ctx context.Context, g api.Grant, report func(int64, int64)) (api.Result, error) {
+	d := *g.DTR
 	dir := s.cfg.stageDir()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return bus.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source,
+		return api.Result{}, &transfer.Error{Kind: dtr.ErrLocalFile, Op: "stage", URL: d.Source,
 			Err: fmt.Errorf("make the staging area: %w", err)}
 	}
-	staged := (&url.URL{Scheme: "file", Path: filepath.Join(dir, stagedName(d.ID.String(), g.Grant))}).String()
+	staged := (&url.URL{Scheme: "file", Path: filepath.Join(dir, stagedName(d.ID.String(), g.ID))}).String()
 	part := staged + ".part"
 	cr, err := s.client.Copy(ctx, d.Source, part, transfer.CopyOptions{
 		Progress: func(b int64) { report(b, d.Size) },
@@ -335,12 +335,12 @@ func (s *Service) stage(ctx context.Context, g bus.Grant, report func(int64, int
 		ExpectedSize: d.Size, MaxSize: s.cfg.MaxFileSize,
 	})
 	if err != nil {
-		return bus.Result{}, err // Copy removed what it wrote, unless fenced
+		return api.Result{}, err // Copy removed what it wrote, unless fenced
 	}
 	if err := s.client.Rename(ctx, part, staged); err != nil {
-		return bus.Result{}, err
+		return api.Result{}, err
 	}
-	return bus.Result{Size: cr.Bytes, TURL: staged}, nil
+	return api.Result{Size: cr.Bytes, TURL: staged}, nil
 }
 
 // stagedName is the name in the staging area of a DTR's copy made under

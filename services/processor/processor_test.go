@@ -13,7 +13,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -39,7 +39,7 @@ func TestTheCleanupOfAnS3UploadKeepsTheObjectOnlyWithOverwrite(t *testing.T) {
 		}
 		d := dtr.DTR{Source: "file:///in/f", Destination: "s3://" + strings.TrimPrefix(srv.URL, "http://") + "/out/f",
 			TransferGrant: "x.4", Options: dtr.Options{Overwrite: overwrite}}
-		res := s.Handle(context.Background(), bus.Grant{Grant: "x.5", State: dtr.RegisteringReplica, Cleanup: true, DTR: d}, nil)
+		res := s.Handle(context.Background(), api.Grant{ID: "x.5", State: dtr.RegisteringReplica, Cleanup: true, DTR: &d}, nil)
 		if res.Error != nil {
 			t.Fatalf("overwrite %v: cleanup failed: %+v", overwrite, res.Error)
 		}

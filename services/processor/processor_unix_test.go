@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -52,7 +52,7 @@ func TestPreProcessingRefusesWhatIsNoFileOrTooLargeAtTheFirstStep(t *testing.T) 
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			d := dtr.DTR{ID: uuid.New(), Source: tt.src, Destination: tt.dst, Options: dtr.Options{Overwrite: true}}
-			res := s.Handle(ctx, bus.Grant{State: tt.state, DTR: d}, func(int64, int64) {})
+			res := s.Handle(ctx, api.Grant{State: tt.state, DTR: &d}, func(int64, int64) {})
 			if res.Error == nil || res.Error.Kind != tt.kind || !strings.Contains(res.Error.Text, tt.text) {
 				t.Fatalf("%s: %+v; want %s saying %q", tt.state, res.Error, tt.kind, tt.text)
 			}
@@ -69,7 +69,7 @@ func TestPreProcessingRefusesWhatIsNoFileOrTooLargeAtTheFirstStep(t *testing.T) 
 	// A source at the maximum passes, with its size.
 	d := dtr.DTR{ID: uuid.New(), Source: "file://" + big, Destination: "file://" + filepath.Join(dir, "out")}
 	if res := New(Config{MaxFileSize: 2000}, nil, slog.New(slog.DiscardHandler)).Handle(context.Background(),
-		bus.Grant{State: dtr.QueryingReplica, DTR: d}, func(int64, int64) {}); res.Error != nil || res.Size != 2000 {
+		api.Grant{State: dtr.QueryingReplica, DTR: &d}, func(int64, int64) {}); res.Error != nil || res.Size != 2000 {
 		t.Fatalf("a source of the maximum size: %+v", res)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -69,7 +70,7 @@ func decodeStrict(data []byte, v any) error {
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] != '{' && json.Valid(t) {
 		return fmt.Errorf("%s is not a JSON object", describeJSON(t))
 	}
-	return bus.DecodeJSONStrict(data, v)
+	return codec.DecodeJSONStrict(data, v)
 }
 
 // describeJSON names the kind of a valid JSON value that is not an object.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -50,21 +51,21 @@ func FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason(f *testing.F) {
 		// plain, binary and structured (the structured bodies are the
 		// CloudEvents among the seeds)
 		f.Add([]byte(body), "", "", "", "", "", "")
-		f.Add([]byte(body), "application/json", bus.TypeSubmit, "1.0", fmt.Sprint(i), "test", tp)
+		f.Add([]byte(body), "application/json", api.TypeSubmit, "1.0", fmt.Sprint(i), "test", tp)
 		f.Add([]byte(body), "application/cloudevents+json", "", "", "", "", "")
 	}
 	f.Add([]byte(submitBodies[0]), "application/json", "com.example.other", "1.0", "1", "test", "")
-	f.Add([]byte(submitBodies[0]), "", bus.TypeSubmit, "1.0", "", "test", "")
-	f.Add([]byte(submitBodies[0]), "", bus.TypeSubmit, "9.9", "1", "test", "")
-	f.Add([]byte(submitBodies[0]), "text/plain", bus.TypeSubmit, "0.3", "1", "", "garbage")
-	f.Add([]byte(submitBodies[0]), "application/json", bus.TypeSubmit, "1.0", "1", "test", "00-00000000000000000000000000000000-0000000000000000-00")
+	f.Add([]byte(submitBodies[0]), "", api.TypeSubmit, "1.0", "", "test", "")
+	f.Add([]byte(submitBodies[0]), "", api.TypeSubmit, "9.9", "1", "test", "")
+	f.Add([]byte(submitBodies[0]), "text/plain", api.TypeSubmit, "0.3", "1", "", "garbage")
+	f.Add([]byte(submitBodies[0]), "application/json", api.TypeSubmit, "1.0", "1", "test", "00-00000000000000000000000000000000-0000000000000000-00")
 	// Submits events: several DTRs, good and bad, each with a traceparent.
 	batch := `{"dtrs":[{"traceparent":"` + tp + `","dtr":` + submitBodies[0] + `},{"dtr":` + submitBodies[5] + `},{"traceparent":"x","dtr":` + submitBodies[1] + `}]}`
-	f.Add([]byte(batch), "application/json", bus.TypeSubmits, "1.0", "1", "test", tp)
-	f.Add([]byte(`{"dtrs":[]}`), "application/json", bus.TypeSubmits, "1.0", "1", "test", "")
-	f.Add([]byte(`{"dtrs":[{"dtr":null},{"dtr":"a string"},{}]}`), "application/json", bus.TypeSubmits, "1.0", "1", "test", "")
+	f.Add([]byte(batch), "application/json", api.TypeSubmits, "1.0", "1", "test", tp)
+	f.Add([]byte(`{"dtrs":[]}`), "application/json", api.TypeSubmits, "1.0", "1", "test", "")
+	f.Add([]byte(`{"dtrs":[{"dtr":null},{"dtr":"a string"},{}]}`), "application/json", api.TypeSubmits, "1.0", "1", "test", "")
 	f.Fuzz(func(t *testing.T, body []byte, contentType, ceType, specVersion, ceID, ceSource, traceparent string) {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		for k, v := range map[string]string{"content-type": contentType, "ce-type": ceType, "ce-specversion": specVersion,
 			"ce-id": ceID, "ce-source": ceSource, "ce-traceparent": traceparent, "traceparent": traceparent} {
 			if v != "" {
@@ -91,12 +92,12 @@ func FuzzDecodeSubmitNeverPanicsAndRefusesWithAReason(f *testing.F) {
 				}
 				continue
 			}
-			if sub.TraceParent != "" && !bus.ValidTraceParent(sub.TraceParent) {
+			if sub.TraceParent != "" && !tracing.ValidTraceParent(sub.TraceParent) {
 				t.Fatalf("an entry kept trace parent %q, which is not a valid traceparent", sub.TraceParent)
 			}
 			checkSubmitted(t, sub.DTR)
 		}
-		if m.Header.Get("ce-type") == bus.TypeSubmits {
+		if m.Header.Get("ce-type") == api.TypeSubmits {
 			return
 		}
 		d, err := DecodeSubmit(context.Background(), m)
@@ -123,7 +124,7 @@ func checkSubmitted(t *testing.T, d *dtr.DTR) {
 	if d.JobID != "" && !dtr.ValidJobID(d.JobID) {
 		t.Fatalf("accepted a DTR with job id %q", d.JobID)
 	}
-	if d.TraceParent != "" && !bus.ValidTraceParent(d.TraceParent) {
+	if d.TraceParent != "" && !tracing.ValidTraceParent(d.TraceParent) {
 		t.Fatalf("accepted a DTR with trace parent %q, which is not a valid traceparent", d.TraceParent)
 	}
 	// Everything the scheduler owns is zero: only what a Submission holds

@@ -18,6 +18,8 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -280,7 +282,7 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 	var sizes []int
 	i := 0
 	for _, m := range msgs {
-		fs, err := bus.DecodeFinals(context.Background(), m)
+		fs, err := codec.DecodeFinals(context.Background(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +291,7 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 			if f.DTR.ID != ds[i].ID || string(f.Data) != string(encoded[ds[i].ID]) {
 				t.Fatalf("final %d is %s, want %s as encoded", i, f.DTR.ID, ds[i].ID)
 			}
-			if !bus.ValidTraceParent(f.TraceParent) {
+			if !tracing.ValidTraceParent(f.TraceParent) {
 				t.Fatalf("final %d has traceparent %q", i, f.TraceParent)
 			}
 			i++

@@ -14,7 +14,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -38,11 +41,11 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		if n == 0 {
 			return nil
 		}
-		ev, err := bus.NewEvent(bus.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
+		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
 		if err != nil {
 			return err
 		}
-		m, err := bus.Encode(first, bus.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
+		m, err := codec.Encode(first, api.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
 		if err != nil {
 			return err
 		}
@@ -57,12 +60,12 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 		b, ok := encoded[d.ID]
 		if !ok {
 			var err error
-			if b, err = bus.EncodeJSON(d); err != nil {
+			if b, err = codec.EncodeJSON(d); err != nil {
 				return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 			}
 		}
-		fctx, span := bus.StartProducer(bus.Context(ctx, d.TraceParent), bus.SubjectDTRFinal, d.ID.String()+".final")
-		tp := bus.TraceParent(fctx)
+		fctx, span := tracing.StartProducer(tracing.Context(ctx, d.TraceParent), api.SubjectDTRFinal, d.ID.String()+".final")
+		tp := tracing.TraceParent(fctx)
 		span.End()
 		if s.log.Enabled(ctx, slog.LevelInfo) { // its arguments cost even when not logged
 			s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
@@ -105,24 +108,26 @@ const maxGrantsPerMessage = 32
 func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
 	byStage := map[dtr.Stage][]encodedGrant{}
 	for _, g := range gs {
-		gctx, span := bus.StartProducer(bus.Context(ctx, g.DTR.TraceParent), bus.GrantSubject(g.Stage), g.ID)
+		gctx, span := tracing.StartProducer(tracing.Context(ctx, g.DTR.TraceParent), api.GrantSubject(g.Stage), g.ID)
 		// The DTR as its record was just encoded (a granted DTR is always
 		// among the changed ones), not encoded again.
 		d, ok := encoded[g.DTR.ID]
 		if !ok {
 			var err error
-			if d, err = bus.EncodeJSON(g.DTR); err != nil {
+			if d, err = codec.EncodeJSON(g.DTR); err != nil {
 				span.End()
 				return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 			}
 		}
-		data := grantWire{Grant: g.ID, Stage: g.Stage, State: g.State,
-			LeaseSeconds: g.Lease.Seconds(), Cleanup: g.Cleanup, Emergency: g.Emergency, TraceParent: bus.TraceParent(gctx)}
+		// The grant without its DTR, and then the DTR's JSON appended.
+		data := g
+		data.DTR, data.TraceParent = nil, tracing.TraceParent(gctx)
 		span.End()
-		b, err := data.encode(d)
+		b, err := codec.EncodeJSON(data)
 		if err != nil {
 			return nil, fmt.Errorf("encode grant %s: %w", g.ID, err)
 		}
+		b = api.AppendDTR(b, d)
 		byStage[g.Stage] = append(byStage[g.Stage], encodedGrant{g.ID, b})
 	}
 	maxBytes := int(s.nc.MaxPayload()) / 2
@@ -148,29 +153,6 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	return msgs, nil
 }
 
-// grantWire is bus.Grant but its DTR, which encode adds already encoded.
-type grantWire struct {
-	Grant        string    `json:"grant"`
-	Stage        dtr.Stage `json:"stage"`
-	State        dtr.State `json:"state"`
-	LeaseSeconds float64   `json:"lease_seconds"`
-	Cleanup      bool      `json:"cleanup,omitempty"`
-	Emergency    bool      `json:"emergency,omitempty"`
-	TraceParent  string    `json:"traceparent,omitempty"`
-}
-
-// encode writes the grant with d, a DTR's JSON, as its "dtr" (last, and
-// not checked again as a json.RawMessage would be).
-func (g grantWire) encode(d []byte) ([]byte, error) {
-	b, err := bus.EncodeJSON(g)
-	if err != nil {
-		return nil, err
-	}
-	b = append(b[:len(b)-1], `,"dtr":`...)
-	b = append(b, d...)
-	return append(b, '}'), nil
-}
-
 type encodedGrant struct {
 	id   string
 	data []byte
@@ -192,20 +174,20 @@ func grantsMessage(ctx context.Context, stage dtr.Stage, enc []encodedGrant) (*n
 	}
 	data = append(data, "]}"...)
 	// The data is JSON already: the CloudEvents SDK takes it as it is.
-	ev, err := bus.NewEvent(bus.TypeGrants, "sluice/scheduler", "", data)
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", data)
 	if err != nil {
 		return nil, err
 	}
-	return bus.Encode(ctx, bus.GrantSubject(stage), enc[0].id+".grants", ev)
+	return codec.Encode(ctx, api.GrantSubject(stage), enc[0].id+".grants", ev)
 }
 
 // notice encodes a best-effort event for core NATS; nil if it cannot be.
 func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
-	ev, err := bus.NewEvent(typ, "sluice/scheduler", "", data)
+	ev, err := codec.NewEvent(typ, "sluice/scheduler", "", data)
 	if err != nil {
 		return nil
 	}
-	m, err := bus.Encode(ctx, subject, "", ev)
+	m, err := codec.Encode(ctx, subject, "", ev)
 	if err != nil {
 		return nil
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -44,7 +44,7 @@ func (s *Service) recover(ctx context.Context, kv jetstream.KeyValue) error {
 			wg.Go(func() {
 				for i := k; i < len(chunk); i += workers {
 					d := &dtr.DTR{}
-					if err := bus.DecodeJSON(chunk[i].data, d); err != nil {
+					if err := codec.DecodeJSON(chunk[i].data, d); err != nil {
 						s.log.Error("unreadable saved DTR skipped", "key", chunk[i].key, "err", err)
 						continue
 					}

@@ -34,6 +34,8 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
@@ -412,9 +414,9 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
-		if bus.InSubjectOf(m.Subject(), bus.SubjectSubmit) {
+		if api.InSubjectOf(m.Subject(), api.SubjectSubmit) {
 			var sub submitted
-			sub.caller, sub.err = s.caller(ctx, bus.SubjectSubmit, m.Subject(), m.Headers())
+			sub.caller, sub.err = s.caller(ctx, api.SubjectSubmit, m.Subject(), m.Headers())
 			if sub.err == nil {
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
 			}
@@ -438,11 +440,11 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
-	var changes bus.StateChanges
+	var changes api.StateChanges
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
-		b, err := bus.EncodeJSON(d)
+		b, err := codec.EncodeJSON(d)
 		if err != nil {
 			return nil, fmt.Errorf("encode DTR %s: %w", d.ID, err)
 		}
@@ -452,7 +454,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		} else {
 			c.records = append(c.records, record{id: d.ID, data: b})
 		}
-		changes.Changes = append(changes.Changes, bus.StateChange{
+		changes.Changes = append(changes.Changes, api.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
 	}
 	grants, err := s.grants(ctx, dec.Grants, encoded)
@@ -468,12 +470,12 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	// Best-effort notices: workers to stop, observers of state changes
 	// (one event for the step).
 	for _, g := range dec.CancelRunning {
-		if m := notice(ctx, bus.SubjectStopPrefix+g.ID, bus.TypeStop, bus.Stop{DTR: g.DTR.ID, Grant: g.ID}); m != nil {
+		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID}); m != nil {
 			c.notices = append(c.notices, m)
 		}
 	}
 	if len(changes.Changes) > 0 {
-		if m := notice(ctx, bus.SubjectDTRState, bus.TypeDTRStates, changes); m != nil {
+		if m := notice(ctx, api.SubjectDTRState, api.TypeDTRStates, changes); m != nil {
 			c.notices = append(c.notices, m)
 		}
 	}
@@ -599,7 +601,7 @@ func (s *Service) takenBefore(ctx context.Context, now time.Time, kv jetstream.K
 // decodeRecord reads a stored DTR record; nil if it cannot be read.
 func decodeRecord(b []byte) *dtr.DTR {
 	d := new(dtr.DTR)
-	if bus.DecodeJSON(b, d) != nil {
+	if codec.DecodeJSON(b, d) != nil {
 		return nil
 	}
 	return d
@@ -610,7 +612,7 @@ func decodeRecord(b []byte) *dtr.DTR {
 func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, out *commit, sub submitted, taken map[uuid.UUID]*dtr.DTR) error {
 	m := bus.Msg(jm)
 	switch {
-	case bus.InSubjectOf(m.Subject, bus.SubjectSubmit):
+	case api.InSubjectOf(m.Subject, api.SubjectSubmit):
 		if sub.err != nil {
 			s.reject(ctx, out, m, jm, sub.err)
 			return sub.err
@@ -636,42 +638,41 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			// One DTR of several is refused alone; the others go on.
 			s.rejectEntry(ctx, out, m, jm, i, e.Data, err)
 		}
-	case m.Subject == bus.SubjectCancel:
-		var c bus.Cancel
-		if _, err := bus.DecodeData(ctx, m, bus.TypeCancel, &c); err != nil {
+	case m.Subject == api.SubjectCancelCommand:
+		var c api.Cancel
+		if _, err := codec.DecodeData(ctx, m, api.TypeCancel, &c); err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}
 		if err := s.core.Cancel(now, c.DTR); err != nil {
 			s.log.Debug("cancel", "dtr", c.DTR, "err", err)
 		}
-	case strings.HasPrefix(m.Subject, bus.SubjectResultPrefix):
+	case strings.HasPrefix(m.Subject, api.SubjectResultPrefix):
 		s.leases.took(jm)
-		rs, err := bus.DecodeResults(ctx, m)
+		rs, err := codec.DecodeResults(ctx, m)
 		if err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}
-		stage := dtr.Stage(strings.TrimPrefix(m.Subject, bus.SubjectResultPrefix))
+		stage := dtr.Stage(strings.TrimPrefix(m.Subject, api.SubjectResultPrefix))
 		for _, r := range rs {
 			var span trace.Span
 			if r.TraceParent != "" {
-				_, span = bus.StartConsumerOf(ctx, r.TraceParent, m.Subject, r.Grant+".result", "result")
+				_, span = tracing.StartConsumerOf(ctx, r.TraceParent, m.Subject, r.Grant+".result", "result")
 			} else {
-				_, span = bus.StartConsumer(ctx, m, "result")
+				_, span = tracing.StartConsumer(ctx, m, "result")
 			}
-			err := s.core.Result(now, core.Result{DTR: r.DTR, Grant: r.Grant, Stage: stage, Failure: r.Error, Size: r.Size,
-				Bytes: r.Bytes, Checksum: r.Checksum, TURL: r.TURL, Cache: r.Cache, CacheFile: r.CacheFile,
-				Started: r.Started, Ended: r.Ended, Returned: r.Returned})
+			r.Stage = stage
+			err := s.core.Result(now, r)
 			span.End()
 			if err != nil {
 				s.log.Info("result ignored", "dtr", r.DTR, "grant", r.Grant, "err", err)
 			}
 		}
-	case strings.HasPrefix(m.Subject, bus.SubjectProgressPrefix):
+	case strings.HasPrefix(m.Subject, api.SubjectProgressPrefix):
 		s.leases.took(jm)
-		var p bus.Progress
-		if _, err := bus.DecodeData(ctx, m, bus.TypeProgress, &p); err != nil {
+		var p api.Progress
+		if _, err := codec.DecodeData(ctx, m, api.TypeProgress, &p); err != nil {
 			s.reject(ctx, out, m, jm, err)
 			return err
 		}

@@ -16,8 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -39,11 +41,11 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 	var cctx context.Context
 	var span trace.Span
 	if traceparent != "" {
-		cctx, span = bus.StartConsumerOf(ctx, traceparent, m.Subject, d.ID.String(), "schedule")
+		cctx, span = tracing.StartConsumerOf(ctx, traceparent, m.Subject, d.ID.String(), "schedule")
 	} else {
-		cctx, span = bus.StartConsumer(bus.Context(ctx, d.TraceParent), m, "schedule")
+		cctx, span = tracing.StartConsumer(tracing.Context(ctx, d.TraceParent), m, "schedule")
 	}
-	d.TraceParent = bus.TraceParent(cctx)
+	d.TraceParent = tracing.TraceParent(cctx)
 	span.End()
 	if err := s.core.Submit(now, d); err != nil {
 		if errors.Is(err, core.ErrDuplicate) {
@@ -110,7 +112,7 @@ type Submitted struct {
 // refused alone; any other message holds one, as DecodeSubmit reads it. No
 // DTR may be larger than maxDTR bytes. An error refuses the whole message.
 func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, error) {
-	if bus.Header(m.Header, "ce-type") != bus.TypeSubmits {
+	if codec.Header(m.Header, "ce-type") != api.TypeSubmits {
 		if err := checkSize(m.Data, maxDTR); err != nil {
 			return nil, err
 		}
@@ -120,8 +122,8 @@ func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, e
 		}
 		return []Submitted{{DTR: d}}, nil
 	}
-	var batch bus.Submits
-	if _, err := bus.DecodeData(ctx, m, bus.TypeSubmits, &batch); err != nil {
+	var batch api.Submits
+	if _, err := codec.DecodeData(ctx, m, api.TypeSubmits, &batch); err != nil {
 		return nil, err
 	}
 	if len(batch.DTRs) == 0 {
@@ -138,7 +140,7 @@ func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, e
 			out[i].Err = fmt.Errorf("dtrs[%d]: %w", i, err)
 			continue
 		}
-		if bus.ValidTraceParent(e.TraceParent) { // else ignored, as W3C Trace Context says
+		if tracing.ValidTraceParent(e.TraceParent) { // else ignored, as W3C Trace Context says
 			out[i].TraceParent = e.TraceParent
 		}
 	}
@@ -150,14 +152,14 @@ func DecodeSubmits(ctx context.Context, m *nats.Msg, maxDTR int) ([]Submitted, e
 // Unknown fields are refused by name.
 func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 	data := m.Data
-	ev, err := bus.Decode(ctx, m)
+	ev, err := codec.Decode(ctx, m)
 	switch {
 	case err == nil:
-		if ev.Type() != bus.TypeSubmit {
-			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), bus.TypeSubmit)
+		if ev.Type() != api.TypeSubmit {
+			return nil, fmt.Errorf("event type %q, want %q", ev.Type(), api.TypeSubmit)
 		}
 		data = ev.Data()
-	case !errors.Is(err, bus.ErrNotCloudEvent):
+	case !errors.Is(err, codec.ErrNotCloudEvent):
 		return nil, err
 	}
 	d, err := decodeSubmission(data)
@@ -168,7 +170,7 @@ func DecodeSubmit(ctx context.Context, m *nats.Msg) (*dtr.DTR, error) {
 		// CloudEvents' distributed-tracing extension: a ce-traceparent
 		// header, or "traceparent" in a structured event. One that is not
 		// a valid traceparent is ignored, as W3C Trace Context says.
-		if tp, _ := ev.Extensions()["traceparent"].(string); bus.ValidTraceParent(tp) {
+		if tp, _ := ev.Extensions()["traceparent"].(string); tracing.ValidTraceParent(tp) {
 			d.TraceParent = tp
 		}
 	}
@@ -195,8 +197,8 @@ func decodeSubmission(data []byte) (*dtr.DTR, error) {
 func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, i int, data []byte, reason error) {
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "dtr", i, "reason", reason)
-	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
-	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	r := api.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(data)}
+	ev, err := codec.NewEvent(api.TypeRejected, "sluice/scheduler", msgID, r)
 	if err != nil {
 		return
 	}
@@ -204,7 +206,7 @@ func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm 
 	if meta, err := jm.Metadata(); err == nil {
 		id = fmt.Sprintf("reject.%s.%d.%d", meta.Stream, meta.Sequence.Stream, i)
 	}
-	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+	if rm, err := codec.Encode(ctx, api.SubjectRejected, id, ev); err == nil {
 		out.rejections = append(out.rejections, rm)
 	}
 }
@@ -212,8 +214,8 @@ func (s *Service) rejectEntry(ctx context.Context, out *commit, m *nats.Msg, jm 
 func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetstream.Msg, reason error) {
 	msgID := m.Header.Get(nats.MsgIdHdr)
 	s.log.Warn("rejected", "subject", m.Subject, "msg_id", msgID, "reason", reason)
-	r := bus.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
-	ev, err := bus.NewEvent(bus.TypeRejected, "sluice/scheduler", msgID, r)
+	r := api.Rejection{Subject: m.Subject, MsgID: msgID, Reason: reason.Error(), Payload: rejectionPayload(m.Data)}
+	ev, err := codec.NewEvent(api.TypeRejected, "sluice/scheduler", msgID, r)
 	if err != nil {
 		return
 	}
@@ -221,7 +223,7 @@ func (s *Service) reject(ctx context.Context, out *commit, m *nats.Msg, jm jetst
 	if meta, err := jm.Metadata(); err == nil {
 		id = fmt.Sprintf("reject.%s.%d", meta.Stream, meta.Sequence.Stream)
 	}
-	if rm, err := bus.Encode(ctx, bus.SubjectRejected, id, ev); err == nil {
+	if rm, err := codec.Encode(ctx, api.SubjectRejected, id, ev); err == nil {
 		out.rejections = append(out.rejections, rm)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -70,11 +70,11 @@ func TestASubmitsEventTakesEachDTROrRefusesItAlone(t *testing.T) {
 		return fmt.Sprintf(`{"id":"%s","source":"file:///a/%d","destination":"file:///b/%d"}`, uuid.New(), n, n)
 	}
 	submits := func(data string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set("ce-specversion", "1.0")
 		m.Header.Set("ce-id", "1")
 		m.Header.Set("ce-source", "test")
-		m.Header.Set("ce-type", bus.TypeSubmits)
+		m.Header.Set("ce-type", api.TypeSubmits)
 		m.Header.Set("content-type", "application/json")
 		m.Data = []byte(data)
 		return m
@@ -134,8 +134,8 @@ func TestASubmitsEventIsKnownWhateverTheCaseOfItsHeaders(t *testing.T) {
 	one := fmt.Sprintf(`{"id":"%s","source":"file:///a/1","destination":"file:///b/1"}`, uuid.New())
 	for _, typeHeader := range []string{"ce-type", "Ce-Type", "CE-TYPE"} {
 		t.Run(typeHeader, func(t *testing.T) {
-			m := nats.NewMsg(bus.SubjectSubmit)
-			m.Header[typeHeader] = []string{bus.TypeSubmits}
+			m := nats.NewMsg(api.SubjectSubmit)
+			m.Header[typeHeader] = []string{api.TypeSubmits}
 			m.Header["Ce-Specversion"] = []string{"1.0"}
 			m.Header["Ce-Id"] = []string{"1"}
 			m.Header["Ce-Source"] = []string{"test"}
@@ -158,18 +158,18 @@ func TestDecodeSubmitRefusesBadJobIDsAndDropsBadTraceParents(t *testing.T) {
 		tp   = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	)
 	binary := func(body, traceparent string) *nats.Msg {
-		m := nats.NewMsg(bus.SubjectSubmit)
+		m := nats.NewMsg(api.SubjectSubmit)
 		m.Header.Set("ce-specversion", "1.0")
 		m.Header.Set("ce-id", "1")
 		m.Header.Set("ce-source", "test")
-		m.Header.Set("ce-type", bus.TypeSubmit)
+		m.Header.Set("ce-type", api.TypeSubmit)
 		if traceparent != "" {
 			m.Header.Set("ce-traceparent", traceparent)
 		}
 		m.Data = []byte(body)
 		return m
 	}
-	plain := func(body string) *nats.Msg { m := nats.NewMsg(bus.SubjectSubmit); m.Data = []byte(body); return m }
+	plain := func(body string) *nats.Msg { m := nats.NewMsg(api.SubjectSubmit); m.Data = []byte(body); return m }
 	tests := []struct {
 		name    string
 		msg     *nats.Msg

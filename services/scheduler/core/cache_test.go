@@ -60,7 +60,7 @@ func (h *harness) serve(w *cacheWorker, steps int, fail func(Grant) *dtr.Failure
 		for _, g := range h.tick(500 * time.Millisecond) {
 			r := w.resultFor(g)
 			if fail != nil {
-				r.Failure = fail(g)
+				r.Error = fail(g)
 			}
 			delete(h.running, g.ID)
 			if err := h.c.Result(h.now, r); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -84,45 +85,13 @@ var (
 	ErrStaleResult = errors.New("result for a grant that is no longer current")
 )
 
-// Grant gives a DTR a slot in one state.
-type Grant struct {
-	ID    string
-	Stage dtr.Stage
-	// State is the active state the DTR is in while the grant runs.
-	State dtr.State
-	// DTR is the DTR as granted; it points into the core: read it before
-	// calling the core again.
-	DTR *dtr.DTR
-	// Lease is how long the grant stays valid without a sign of life.
-	Lease time.Duration
-	// Cleanup asks a post-processor to remove what a failed or cancelled
-	// transfer left instead of finalising it.
-	Cleanup bool
-	// Emergency marks a grant on one of the state's emergency slots.
-	Emergency bool
-}
-
-// Result is a worker's outcome for a grant.
-type Result struct {
-	DTR   uuid.UUID
-	Grant string
-	// Stage is the stage whose result subject brought the result, if
-	// known: a result from another stage than the grant's is refused.
-	Stage    dtr.Stage
-	Failure  *dtr.Failure
-	Size     int64
-	Bytes    int64
-	Checksum string
-	// TURL is where a staging grant put the source's copy.
-	TURL string
-	// Cache and CacheFile are what a cache check found.
-	Cache, CacheFile string
-	Started          time.Time
-	Ended            time.Time
-	// Returned says the worker gave the grant back unfinished (it was
-	// stopping): the DTR goes back to its queue and spends no attempt.
-	Returned bool
-}
+// Grant gives a DTR a slot in one state, and Result is a worker's outcome
+// for a grant: the wire's shapes (pkg/api), so that a field added to either
+// is added once.
+type (
+	Grant  = api.Grant
+	Result = api.Result
+)
 
 // Decisions are what the core has decided since the last Take.
 type Decisions struct {

@@ -67,7 +67,7 @@ func (h *harness) collect() Decisions {
 // answer returns a result for a running grant.
 func (h *harness) answer(g Grant, f *dtr.Failure) {
 	delete(h.running, g.ID)
-	r := Result{DTR: g.DTR.ID, Grant: g.ID, Failure: f, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
+	r := Result{DTR: g.DTR.ID, Grant: g.ID, Error: f, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
 	if err := h.c.Result(h.now, r); err != nil {
 		h.t.Fatalf("result for %s in %s: %v", g.ID, g.State, err)
 	}

@@ -229,8 +229,8 @@ func (c *Core) Result(now time.Time, r Result) error {
 	c.record(e, r)
 	// A failed cleanup keeps the error that called for it: that error, not
 	// the cleanup's, decides whether the DTR is tried again.
-	if r.Failure != nil && !(d.Cleanup && d.Error != nil) {
-		f := *r.Failure
+	if r.Error != nil && !(d.Cleanup && d.Error != nil) {
+		f := *r.Error
 		f.State = d.State
 		d.Error = &f
 	}
@@ -238,7 +238,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	switch {
 	case d.State == k.cancelling:
 		c.must(d.Transition(e.queued.Completed(), now))
-	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Failure == nil && !d.Cancel:
+	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Error == nil && !d.Cancel:
 		// Locked by a download this scheduler does not know of (another
 		// process, or one lost in a crash until its lock goes stale).
 		c.must(d.Transition(dtr.CacheWait, now))
@@ -260,7 +260,7 @@ func (c *Core) record(e *entry, r Result) {
 	d := e.d
 	// A failed step's size is what it moved, not the file's: delivery and
 	// staging hold the source to d.Size.
-	if r.Failure == nil && r.Size > 0 {
+	if r.Error == nil && r.Size > 0 {
 		d.Size = r.Size
 	}
 	if r.Bytes > 0 {
@@ -277,22 +277,22 @@ func (c *Core) record(e *entry, r Result) {
 	}
 	switch e.queued {
 	case dtr.CheckCache:
-		if r.Failure == nil {
+		if r.Error == nil {
 			d.Cache, d.CacheFile = r.Cache, r.CacheFile
 			if d.Cache == dtr.CacheDownload {
 				c.cacheAs(e)
 			}
 		}
 	case dtr.QueryReplica:
-		if r.Failure == nil {
+		if r.Error == nil {
 			d.Size = r.Size // what the source has now, 0 if unknown
 		}
 	case dtr.RegisterReplica:
-		if !d.Cleanup && r.Failure == nil {
+		if !d.Cleanup && r.Error == nil {
 			e.setPost(postFileInPlace)
 		}
 	case dtr.ProcessCache:
-		if d.Cache != "" && !d.Cleanup && r.Failure == nil {
+		if d.Cache != "" && !d.Cleanup && r.Error == nil {
 			e.setPost(postFileInPlace)
 		}
 		c.uncache(e)

@@ -19,7 +19,7 @@ func TestAResultFromAnotherStageThanItsGrantsIsRefusedAndChangesNothing(t *testi
 		t.Fatalf("first grant of stage %s", g.Stage)
 	}
 	for _, stage := range []dtr.Stage{dtr.StageDelivery, dtr.StagePost} {
-		err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Stage: stage, Failure: &dtr.Failure{Kind: dtr.ErrPermanentRemote}})
+		err := h.c.Result(h.now, Result{DTR: d.ID, Grant: g.ID, Stage: stage, Error: &dtr.Failure{Kind: dtr.ErrPermanentRemote}})
 		if !errors.Is(err, ErrStaleResult) {
 			t.Fatalf("a %s result for a pre grant: %v, want ErrStaleResult", stage, err)
 		}
@@ -106,7 +106,7 @@ func TestATransferExpectsTheSizeOfTheLatestQueryOfItsSource(t *testing.T) {
 				if len(expected) == 1 {
 					// As a deliverer before this change answered.
 					r.Size = 500
-					r.Failure = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "short body", Location: dtr.LocationSource}
+					r.Error = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "short body", Location: dtr.LocationSource}
 				} else {
 					r.Size, r.Checksum = 500, "adler32:00000001"
 				}

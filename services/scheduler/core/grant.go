@@ -221,7 +221,7 @@ func cut(grant string) (string, string, bool) {
 // grantOf describes the grant an active DTR holds.
 func (c *Core) grantOf(e *entry) Grant {
 	d := e.d
-	return Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, Lease: c.cfg.Lease, Cleanup: d.Cleanup}
+	return Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, LeaseSeconds: c.cfg.Lease.Seconds(), Cleanup: d.Cleanup}
 }
 
 // release frees the slot of an active DTR.

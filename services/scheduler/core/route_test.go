@@ -30,7 +30,7 @@ func runCopies(t *testing.T, h *harness, d *dtr.DTR, copies []copyOf, restartBef
 	// checksum.
 	send := func(g Grant, f *dtr.Failure, sum string) {
 		delete(h.running, g.ID)
-		if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Failure: f, Size: 10, Bytes: 10, Checksum: sum}); err != nil {
+		if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Error: f, Size: 10, Bytes: 10, Checksum: sum}); err != nil {
 			t.Fatal(err)
 		}
 		h.collect()

@@ -1,4 +1,4 @@
-package bus
+package codec
 
 import (
 	"context"
@@ -11,13 +11,16 @@ import (
 	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 )
 
 func TestEncodeWritesBinaryCloudEventsThatDecodeBack(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	ctx, span := tp.Tracer("test").Start(context.Background(), "send")
 	defer span.End()
-	ev, err := NewEvent(TypeProgress, "sluice/test", "dtr-1", Progress{Bytes: 42, Grant: "g.1"})
+	ev, err := NewEvent(api.TypeProgress, "sluice/test", "dtr-1", api.Progress{Bytes: 42, Grant: "g.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +29,7 @@ func TestEncodeWritesBinaryCloudEventsThatDecodeBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for h, want := range map[string]string{
-		"ce-specversion": "1.0", "ce-type": TypeProgress, "ce-source": "sluice/test", "ce-subject": "dtr-1",
+		"ce-specversion": "1.0", "ce-type": api.TypeProgress, "ce-source": "sluice/test", "ce-subject": "dtr-1",
 		"content-type": "application/json", nats.MsgIdHdr: "msg-1",
 	} {
 		if got := m.Header.Get(h); got != want {
@@ -36,15 +39,15 @@ func TestEncodeWritesBinaryCloudEventsThatDecodeBack(t *testing.T) {
 	if tp := m.Header.Get("traceparent"); !strings.Contains(tp, span.SpanContext().TraceID().String()) {
 		t.Errorf("traceparent %q does not carry the trace %s", tp, span.SpanContext().TraceID())
 	}
-	var p Progress
-	back, err := DecodeData(context.Background(), m, TypeProgress, &p)
+	var p api.Progress
+	back, err := DecodeData(context.Background(), m, api.TypeProgress, &p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if back.ID() != ev.ID() || p.Bytes != 42 || p.Grant != "g.1" {
 		t.Fatalf("decoded %v %+v", back, p)
 	}
-	got := trace.SpanContextFromContext(Extract(context.Background(), m.Header))
+	got := trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header))
 	if got.TraceID() != span.SpanContext().TraceID() {
 		t.Fatalf("extracted trace %s, want %s", got.TraceID(), span.SpanContext().TraceID())
 	}
@@ -95,7 +98,7 @@ func TestDecodeFinalsReadsOneFinalDTROrSeveral(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := Encode(Context(context.Background(), tp), SubjectDTRFinal, "", ev)
+		m, err := Encode(tracing.Context(context.Background(), tp), api.SubjectDTRFinal, "", ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,11 +111,11 @@ func TestDecodeFinalsReadsOneFinalDTROrSeveral(t *testing.T) {
 		wantTPs []string
 		wantErr string
 	}{
-		{"one", encode(TypeDTRFinal, a), []string{a}, []string{tp}, ""},
-		{"several, each with its span", encode(TypeDTRFinals, `{"dtrs":[{"traceparent":"`+tp+`","dtr":`+a+`},{"dtr":`+b+`}]}`),
+		{"one", encode(api.TypeDTRFinal, a), []string{a}, []string{tp}, ""},
+		{"several, each with its span", encode(api.TypeDTRFinals, `{"dtrs":[{"traceparent":"`+tp+`","dtr":`+a+`},{"dtr":`+b+`}]}`),
 			[]string{a, b}, []string{tp, ""}, ""},
-		{"a DTR that is not one", encode(TypeDTRFinals, `{"dtrs":[{"dtr":`+a+`},{"dtr":"DONE"}]}`), nil, nil, "dtrs[1]"},
-		{"another type", encode(TypeResult, `{}`), nil, nil, `want "org.sluice.dtr.final.v1" or "org.sluice.dtr.finals.v1"`},
+		{"a DTR that is not one", encode(api.TypeDTRFinals, `{"dtrs":[{"dtr":`+a+`},{"dtr":"DONE"}]}`), nil, nil, "dtrs[1]"},
+		{"another type", encode(api.TypeResult, `{}`), nil, nil, `want "org.sluice.dtr.final.v1" or "org.sluice.dtr.finals.v1"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,7 +156,7 @@ func TestDecodeJSONReadsAsEncodingJSONAndRefusesInItsWords(t *testing.T) {
 		{"a string for a number", `{"bytes":"7"}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var std, got Result
+			var std, got api.Result
 			errStd := json.Unmarshal([]byte(tt.data), &std)
 			err := DecodeJSON([]byte(tt.data), &got)
 			if fmt.Sprint(err) != fmt.Sprint(errStd) {

@@ -1,9 +1,11 @@
-package bus
+// Package codec writes and reads Sluice's messages: CloudEvents in NATS
+// messages (binary content mode, structured accepted), their JSON data
+// with one JSON library (goccy/go-json), and the batched events' items.
+package codec
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,34 +17,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
-	gojson "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	fastjson "github.com/segmentio/encoding/json"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
-)
-
-// CloudEvent types, one per message kind. The data of each is JSON; its
-// schema is documented in docs/usage.md (Messages).
-const (
-	TypeSubmit      = "org.sluice.dtr.submit.v1"
-	TypeSubmits     = "org.sluice.dtr.submits.v1"
-	TypeCancel      = "org.sluice.dtr.cancel.v1"
-	TypeGrant       = "org.sluice.grant.v1"
-	TypeGrants      = "org.sluice.grants.v1"
-	TypeResult      = "org.sluice.result.v1"
-	TypeResults     = "org.sluice.results.v1"
-	TypeProgress    = "org.sluice.progress.v1"
-	TypeStop        = "org.sluice.stop.v1"
-	TypeDTRStates   = "org.sluice.dtr.states.v1"
-	TypeDTRFinal    = "org.sluice.dtr.final.v1"
-	TypeDTRFinals   = "org.sluice.dtr.finals.v1"
-	TypeJobFinished = "org.sluice.job.finished.v1"
-	TypeJobFailed   = "org.sluice.job.failed.v1"
-	TypeRejected    = "org.sluice.rejected.v1"
 )
 
 // specs maps "ce-" headers to CloudEvents attributes.
@@ -92,7 +72,7 @@ func Encode(ctx context.Context, subject, msgID string, ev event.Event) (*nats.M
 		msgID = ev.ID()
 	}
 	m.Header.Set(nats.MsgIdHdr, msgID)
-	Inject(ctx, m.Header)
+	tracing.Inject(ctx, m.Header)
 	return m, nil
 }
 
@@ -131,73 +111,26 @@ func DecodeData(ctx context.Context, m *nats.Msg, typ string, v any) (*event.Eve
 
 // DecodeResults reads the results of a message on a result subject: one
 // (org.sluice.result.v1) or several (org.sluice.results.v1).
-func DecodeResults(ctx context.Context, m *nats.Msg) ([]Result, error) {
+func DecodeResults(ctx context.Context, m *nats.Msg) ([]api.Result, error) {
 	ev, err := Decode(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	switch ev.Type() {
-	case TypeResult:
-		var r Result
+	case api.TypeResult:
+		var r api.Result
 		if err := DecodeJSON(ev.Data(), &r); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeResult, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeResult, err)
 		}
-		return []Result{r}, nil
-	case TypeResults:
-		var rs Results
+		return []api.Result{r}, nil
+	case api.TypeResults:
+		var rs api.Results
 		if err := DecodeJSON(ev.Data(), &rs); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeResults, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeResults, err)
 		}
 		return rs.Results, nil
 	}
-	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeResult, TypeResults)
-}
-
-// DecodeJSON is json.Unmarshal, faster: it reads with segmentio's decoder
-// (about five times as fast on grants), and what that refuses it reads
-// again with encoding/json, whose answer, and error text, stands.
-func DecodeJSON(data []byte, v any) error {
-	if err := fastjson.Unmarshal(data, v); err != nil {
-		return json.Unmarshal(data, v)
-	}
-	return nil
-}
-
-// DecodeJSONStrict is DecodeJSON for one JSON object that may hold no
-// field v does not have and nothing after it: as a json.Decoder with
-// DisallowUnknownFields reads it, whose answer, and error text, stands
-// when segmentio's decoder refuses the data.
-func DecodeJSONStrict(data []byte, v any) error {
-	rest, err := fastjson.Parse(data, v, fastjson.DisallowUnknownFields)
-	if err == nil && len(bytes.TrimLeft(rest, " \t\r\n")) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the object")
-	}
-	return nil
-}
-
-// EncodeJSON is json.Marshal, faster: goccy/go-json writes the same bytes
-// as encoding/json (omitzero, text marshalers and HTML escaping included)
-// in about half the time; should it fail, encoding/json's answer stands.
-func EncodeJSON(v any) ([]byte, error) {
-	fast := v
-	switch d := v.(type) {
-	case *dtr.DTR:
-		fast = wireOf(d)
-	case dtr.DTR:
-		fast = wireOf(&d)
-	}
-	if b, err := gojson.Marshal(fast); err == nil {
-		return b, nil
-	}
-	return json.Marshal(v)
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeResult, api.TypeResults)
 }
 
 // Final is one final DTR of a message on sluice.event.dtr.final.
@@ -218,27 +151,27 @@ func DecodeFinals(ctx context.Context, m *nats.Msg) ([]Final, error) {
 		return nil, err
 	}
 	switch ev.Type() {
-	case TypeDTRFinal:
+	case api.TypeDTRFinal:
 		f := Final{Data: ev.Data(), TraceParent: m.Header.Get("traceparent")}
 		if err := DecodeJSON(f.Data, &f.DTR); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeDTRFinal, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeDTRFinal, err)
 		}
 		return []Final{f}, nil
-	case TypeDTRFinals:
-		var fs Finals
+	case api.TypeDTRFinals:
+		var fs api.Finals
 		if err := DecodeJSON(ev.Data(), &fs); err != nil {
-			return nil, fmt.Errorf("%s data: %w", TypeDTRFinals, err)
+			return nil, fmt.Errorf("%s data: %w", api.TypeDTRFinals, err)
 		}
 		out := make([]Final, len(fs.DTRs))
 		for i, e := range fs.DTRs {
 			out[i] = Final{Data: e.DTR, TraceParent: e.TraceParent}
 			if err := DecodeJSON(e.DTR, &out[i].DTR); err != nil {
-				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", TypeDTRFinals, i, err)
+				return nil, fmt.Errorf("%s data: dtrs[%d]: %w", api.TypeDTRFinals, i, err)
 			}
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), TypeDTRFinal, TypeDTRFinals)
+	return nil, fmt.Errorf("event type %q, want %q or %q", ev.Type(), api.TypeDTRFinal, api.TypeDTRFinals)
 }
 
 // headerWriter writes a binary-mode CloudEvent into a NATS message.
@@ -351,53 +284,6 @@ func (r *msgReader) ReadBinary(_ context.Context, w binding.BinaryWriter) error 
 }
 
 func (r *msgReader) Finish(error) error { return nil }
-
-// headerCarrier lets OpenTelemetry read and write the traceparent header of
-// a NATS message. nats.Header is case-sensitive, so keys are matched here
-// without regard to case.
-type headerCarrier nats.Header
-
-func (c headerCarrier) Get(key string) string {
-	for k, v := range c {
-		if strings.EqualFold(k, key) && len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
-}
-func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
-func (c headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-
-// Propagator is how Sluice carries a trace in message headers (W3C trace
-// context and baggage); the composition root makes it OpenTelemetry's
-// global one too.
-func Propagator() propagation.TextMapPropagator { return propagator }
-
-// Inject writes ctx's span context into h as a W3C traceparent header.
-func Inject(ctx context.Context, h nats.Header) { propagator.Inject(ctx, headerCarrier(h)) }
-
-// Extract returns ctx carrying the span context found in h, if any.
-func Extract(ctx context.Context, h nats.Header) context.Context {
-	return propagator.Extract(ctx, headerCarrier(h))
-}
-
-// ValidTraceParent reports whether s is a W3C traceparent value that names
-// a trace and a span (neither all zeros).
-func ValidTraceParent(s string) bool {
-	if s == "" {
-		return false
-	}
-	ctx := Extract(context.Background(), nats.Header{"traceparent": []string{s}})
-	return trace.SpanContextFromContext(ctx).IsValid()
-}
 
 func (r *msgReader) GetAttribute(k spec.Kind) (spec.Attribute, any) {
 	version := specs.Version(r.header("ce-specversion"))

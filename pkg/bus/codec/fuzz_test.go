@@ -1,4 +1,4 @@
-package bus
+package codec
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	fastjson "github.com/segmentio/encoding/json"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -31,30 +31,30 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		return `{"specversion":"1.0","id":"1","source":"sluice/scheduler","type":"` + typ + `","time":"2024-03-17T10:00:00Z","datacontenttype":"application/json","data":` + data + `}`
 	}
 	for _, s := range []struct{ body, ct, typ, spec, id, source, time string }{
-		{grant, "application/json", TypeGrant, "1.0", "1", "sluice/scheduler", "2024-03-17T10:00:00Z"},
-		{result, "application/json", TypeResult, "1.0", "2", "sluice/delivery", ""},
-		{grant, "application/json", TypeResult, "1.0", "3", "s", ""},
-		{`{"lease_seconds":1e400}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
-		{`{"state":"NOT_A_STATE"}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
-		{`{"dtr":{"created":"10000-01-01T00:00:00Z"}}`, "application/json", TypeGrant, "1.0", "4", "s", ""},
-		{`{"grant":"g","unknown":1}`, "", TypeGrant, "1.0", "5", "s", "yesterday"},
-		{grant, "", TypeGrant, "0.3", "6", "s", ""},
-		{grant, "", TypeGrant, "9.9", "7", "s", ""},
-		{grant, "", TypeGrant, "1.0", "", "s", ""},
-		{"", "", TypeGrant, "1.0", "8", "s", ""},
-		{structured(TypeGrant, grant), "application/cloudevents+json", "", "", "", "", ""},
-		{structured(TypeResult, result), "application/cloudevents+json; charset=utf-8", "", "", "", "", ""},
-		{`{"specversion":"1.0","id":"1","source":"s","type":"` + TypeGrant + `","data_base64":"e30="}`, "application/cloudevents+json", "", "", "", "", ""},
+		{grant, "application/json", api.TypeGrant, "1.0", "1", "sluice/scheduler", "2024-03-17T10:00:00Z"},
+		{result, "application/json", api.TypeResult, "1.0", "2", "sluice/delivery", ""},
+		{grant, "application/json", api.TypeResult, "1.0", "3", "s", ""},
+		{`{"lease_seconds":1e400}`, "application/json", api.TypeGrant, "1.0", "4", "s", ""},
+		{`{"state":"NOT_A_STATE"}`, "application/json", api.TypeGrant, "1.0", "4", "s", ""},
+		{`{"dtr":{"created":"10000-01-01T00:00:00Z"}}`, "application/json", api.TypeGrant, "1.0", "4", "s", ""},
+		{`{"grant":"g","unknown":1}`, "", api.TypeGrant, "1.0", "5", "s", "yesterday"},
+		{grant, "", api.TypeGrant, "0.3", "6", "s", ""},
+		{grant, "", api.TypeGrant, "9.9", "7", "s", ""},
+		{grant, "", api.TypeGrant, "1.0", "", "s", ""},
+		{"", "", api.TypeGrant, "1.0", "8", "s", ""},
+		{structured(api.TypeGrant, grant), "application/cloudevents+json", "", "", "", "", ""},
+		{structured(api.TypeResult, result), "application/cloudevents+json; charset=utf-8", "", "", "", "", ""},
+		{`{"specversion":"1.0","id":"1","source":"s","type":"` + api.TypeGrant + `","data_base64":"e30="}`, "application/cloudevents+json", "", "", "", "", ""},
 		{`{{`, "application/cloudevents+json", "", "", "", "", ""},
 		{grant, "", "", "", "", "", ""},
-		{`{"grants":[` + grant + `,` + grant + `]}`, "application/json", TypeGrants, "1.0", "9", "sluice/scheduler", ""},
-		{`{"results":[` + result + `]}`, "application/json", TypeResults, "1.0", "10", "sluice/pre", ""},
-		{`{"results":null}`, "application/json", TypeResults, "1.0", "11", "s", ""},
-		{`{"grants":[{}, 1]}`, "application/json", TypeGrants, "1.0", "12", "s", ""},
-		{structured(TypeGrants, `{"grants":[`+grant+`]}`), "application/cloudevents+json", "", "", "", "", ""},
-		{`{"dtrs":[{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","dtr":{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}},{"dtr":{}}]}`, "application/json", TypeDTRFinals, "1.0", "13", "sluice/scheduler", ""},
-		{`{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}`, "application/json", TypeDTRFinal, "1.0", "14", "sluice/scheduler", ""},
-		{`{"dtrs":[{"dtr":1}]}`, "application/json", TypeDTRFinals, "1.0", "15", "s", ""},
+		{`{"grants":[` + grant + `,` + grant + `]}`, "application/json", api.TypeGrants, "1.0", "9", "sluice/scheduler", ""},
+		{`{"results":[` + result + `]}`, "application/json", api.TypeResults, "1.0", "10", "sluice/pre", ""},
+		{`{"results":null}`, "application/json", api.TypeResults, "1.0", "11", "s", ""},
+		{`{"grants":[{}, 1]}`, "application/json", api.TypeGrants, "1.0", "12", "s", ""},
+		{structured(api.TypeGrants, `{"grants":[`+grant+`]}`), "application/cloudevents+json", "", "", "", "", ""},
+		{`{"dtrs":[{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","dtr":{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}},{"dtr":{}}]}`, "application/json", api.TypeDTRFinals, "1.0", "13", "sluice/scheduler", ""},
+		{`{"id":"6c1d8ea0-43a5-4f4c-9a55-1b8f4a0f7e42","state":"DONE"}`, "application/json", api.TypeDTRFinal, "1.0", "14", "sluice/scheduler", ""},
+		{`{"dtrs":[{"dtr":1}]}`, "application/json", api.TypeDTRFinals, "1.0", "15", "s", ""},
 	} {
 		f.Add([]byte(s.body), s.ct, s.typ, s.spec, s.id, s.source, s.time)
 	}
@@ -83,27 +83,27 @@ func FuzzDecodeDataRefusesWithAReasonOrGivesAValidEventOfItsType(f *testing.F) {
 		} else if verr := ev.Validate(); verr != nil {
 			t.Fatalf("Decode gave an invalid event: %v", verr)
 		}
-		var g Grant
-		checkDecodeData(t, m, TypeGrant, &g, func() any { return new(Grant) })
-		var r Result
-		checkDecodeData(t, m, TypeResult, &r, func() any { return new(Result) })
-		var gs Grants
-		checkDecodeData(t, m, TypeGrants, &gs, func() any { return new(Grants) })
-		var rs Results
-		checkDecodeData(t, m, TypeResults, &rs, func() any { return new(Results) })
+		var g api.Grant
+		checkDecodeData(t, m, api.TypeGrant, &g, func() any { return new(api.Grant) })
+		var r api.Result
+		checkDecodeData(t, m, api.TypeResult, &r, func() any { return new(api.Result) })
+		var gs api.Grants
+		checkDecodeData(t, m, api.TypeGrants, &gs, func() any { return new(api.Grants) })
+		var rs api.Results
+		checkDecodeData(t, m, api.TypeResults, &rs, func() any { return new(api.Results) })
 		// The hot paths read grants, results and final DTRs with
-		// segmentio's decoder: it takes and refuses what encoding/json
-		// does, and reads the same.
+		// DecodeJSON (goccy/go-json): it takes and refuses what
+		// encoding/json does, and reads the same.
 		if ev != nil {
-			for _, v := range []func() any{func() any { return new(Grants) }, func() any { return new(Results) },
-				func() any { return new(Finals) }, func() any { return new(dtr.DTR) }} {
+			for _, v := range []func() any{func() any { return new(api.Grants) }, func() any { return new(api.Results) },
+				func() any { return new(api.Finals) }, func() any { return new(dtr.DTR) }} {
 				std, fast := v(), v()
-				errStd, errFast := json.Unmarshal(ev.Data(), std), fastjson.Unmarshal(ev.Data(), fast)
+				errStd, errFast := json.Unmarshal(ev.Data(), std), DecodeJSON(ev.Data(), fast)
 				if (errStd == nil) != (errFast == nil) {
-					t.Fatalf("%T: encoding/json says %v, segmentio %v", std, errStd, errFast)
+					t.Fatalf("%T: encoding/json says %v, DecodeJSON %v", std, errStd, errFast)
 				}
 				if errStd == nil && !reflect.DeepEqual(std, fast) {
-					t.Fatalf("%T read differently:\nencoding/json %+v\nsegmentio     %+v", std, std, fast)
+					t.Fatalf("%T read differently:\nencoding/json %+v\nDecodeJSON    %+v", std, std, fast)
 				}
 				// And written again, EncodeJSON writes what encoding/json does.
 				if errStd == nil {
