@@ -116,24 +116,88 @@ const (
 	StagePost     Stage = "post"
 )
 
-// queueStates pairs each queue state with the active state a grant moves it
-// to, the "-ED" state a successful result moves it to, and the stage of the
-// worker that does the work.
+// queueStates is the table of steps: each queue state with the active state
+// a grant moves it to, the "-ED" state a successful result moves it to, the
+// stage of the worker that does the work, and its slot class. Adding a step
+// is one row here, its moves in transitions, its routing in the scheduler's
+// core (route.go) and its handler in the worker of its stage.
 var queueStates = map[State]struct {
 	active, done State
 	stage        Stage
+	slots        SlotClass
 }{
-	CheckCache:      {CheckingCache, CacheChecked, StagePre},
-	Resolve:         {Resolving, Resolved, StagePre},
-	QueryReplica:    {QueryingReplica, ReplicaQueried, StagePre},
-	PreClean:        {PreCleaning, PreCleaned, StagePre},
-	StagePrepare:    {StagingPreparing, StagedPrepared, StagePre},
-	Transfer:        {Transferring, Transferred, StageDelivery},
-	ReleaseRequest:  {ReleasingRequest, RequestReleased, StagePost},
-	FinaliseReplica: {FinalisingReplica, ReplicaFinalised, StagePost},
-	RegisterReplica: {RegisteringReplica, ReplicaRegistered, StagePost},
-	ProcessCache:    {ProcessingCache, CacheProcessed, StagePost},
+	CheckCache: {CheckingCache, CacheChecked, StagePre,
+		SlotClass{CancelTo: CacheProcessed, HungTo: ReplicaRegistered}},
+	Resolve: {Resolving, Resolved, StagePre,
+		SlotClass{CancelTo: ReplicaRegistered, HungTo: RequestReleased}},
+	QueryReplica: {QueryingReplica, ReplicaQueried, StagePre,
+		SlotClass{CancelTo: RequestReleased, HungTo: RequestReleased}},
+	PreClean: {PreCleaning, PreCleaned, StagePre,
+		SlotClass{CancelTo: RequestReleased, HungTo: RequestReleased}},
+	StagePrepare: {StagingPreparing, StagedPrepared, StagePre,
+		SlotClass{Pins: true, CancelTo: RequestReleased, HungTo: Transferred}},
+	Transfer: {Transferring, Transferred, StageDelivery,
+		SlotClass{Pool: DeliverySlots, PerHost: true, ChargesBytes: true, IsTransfer: true,
+			Cancelling: TransferringCancel, CancelTo: Transferred, HungTo: Transferred}},
+	ReleaseRequest: {ReleasingRequest, RequestReleased, StagePost,
+		SlotClass{HungTo: RequestReleased}},
+	FinaliseReplica: {FinalisingReplica, ReplicaFinalised, StagePost,
+		SlotClass{HungTo: ReplicaFinalised}},
+	RegisterReplica: {RegisteringReplica, ReplicaRegistered, StagePost,
+		SlotClass{CleansUp: true, HungTo: ReplicaRegistered}},
+	ProcessCache: {ProcessingCache, CacheProcessed, StagePost,
+		SlotClass{CleansUp: true, HungTo: CacheProcessed}},
 }
+
+// SlotPool names the configured limit that a queue state's grants count
+// against.
+type SlotPool int
+
+const (
+	// ProcessorSlots is MAXPROCESSOR, per pre- and post-processing state.
+	ProcessorSlots SlotPool = iota
+	// DeliverySlots is MAXDELIVERY, the transfer slots.
+	DeliverySlots
+)
+
+// SlotClass says how the scheduler counts and limits the grants of one
+// queue state, and where its DTRs go when cancelled or lost, so that no
+// code asks "is this TRANSFER?".
+type SlotClass struct {
+	// Pool is the configured limit the state's grants count against.
+	Pool SlotPool
+	// PerHost says the grants count against MAXPERHOST at the storage
+	// endpoints of the DTR's ends.
+	PerHost bool
+	// ChargesBytes says the policy is charged the bytes a grant moved, not
+	// just the time it held the slot.
+	ChargesBytes bool
+	// Pins says a grant stages a copy of the source that the DTR holds
+	// until RELEASE_REQUEST, counted against its share's MAXPREPARED.
+	Pins bool
+	// IsTransfer says a grant is the DTR's transfer: it is recorded as
+	// TransferGrant, and its result brings when the transfer started and
+	// ended.
+	IsTransfer bool
+	// CleansUp says a grant for a DTR that failed or was cancelled asks
+	// its worker to clean up what the transfer left instead of doing the
+	// step, unless a finalise is being tried again.
+	CleansUp bool
+	// Cancelling is the state a running grant moves to when its DTR is
+	// cancelled (0: it stays in its active state until its result).
+	Cancelling State
+	// CancelTo is where a DTR queued in the state goes when it is
+	// cancelled (ARC's cancel mapping); 0 for post-processing, which runs
+	// on to clean up.
+	CancelTo State
+	// HungTo is where a running DTR goes whose worker stopped answering
+	// (ARC's hung-worker mapping), from its active or cancelling state.
+	HungTo State
+}
+
+// Slots returns the slot class of queue state s (the zero class for any
+// other state).
+func (s State) Slots() SlotClass { return queueStates[s].slots }
 
 // QueueStates lists the states in which DTRs wait for a slot, in ARC's order.
 var QueueStates = []State{CheckCache, Resolve, QueryReplica, PreClean, StagePrepare,

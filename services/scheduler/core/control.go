@@ -169,12 +169,12 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	}
 	w.Queued, w.Running = q.Len(), e.share.running
 	w.Limit, w.Busy = c.Limit(d.State), st.total
-	if h := c.hosts.full(e); classOf(d.State).perHost && c.hosts.limited() && h != 0 {
+	if h := c.hosts.full(e); classOf(d.State).PerHost && c.hosts.limited() && h != 0 {
 		w.Reason = fmt.Sprintf("storage endpoint %s already has %d transfers running (max per host %d): the DTR waits for one of them to end",
 			c.names[h-1], c.hosts.running[h], c.cfg.MaxPerHost)
 		return w, nil
 	}
-	if p := c.pins.of(d.Share); classOf(d.State).pins && c.pins.full(d.Share, d.Priority) {
+	if p := c.pins.of(d.Share); classOf(d.State).Pins && c.pins.full(d.Share, d.Priority) {
 		w.Reason = fmt.Sprintf("share %s holds %d staged copies (maxprepared %d) and this DTR's priority %d does not outrank the best of them (%d): it waits for one to be released",
 			d.Share, p.n, c.cfg.MaxPrepared, d.Priority, p.highest())
 		return w, nil

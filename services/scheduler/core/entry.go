@@ -181,7 +181,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.share.running++
 		st.total++
 		e.queued = q
-		if classOf(q).perHost {
+		if classOf(q).PerHost {
 			c.hosts.add(e, 1)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
@@ -211,7 +211,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
 	}
 	k := classOf(e.queued)
-	if r.Returned && e.d.State != k.cancelling {
+	if r.Returned && e.d.State != k.Cancelling {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
@@ -236,7 +236,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	}
 	d.Cleanup = false
 	switch {
-	case d.State == k.cancelling:
+	case d.State == k.Cancelling:
 		c.must(d.Transition(e.queued.Completed(), now))
 	case e.queued == dtr.CheckCache && d.Cache == dtr.CacheLocked && r.Error == nil && !d.Cancel:
 		// Locked by a download this scheduler does not know of (another
@@ -272,7 +272,7 @@ func (c *Core) record(e *entry, r Result) {
 	if r.TURL != "" {
 		d.TURL = r.TURL
 	}
-	if classOf(e.queued).transfer {
+	if classOf(e.queued).IsTransfer {
 		d.Started, d.Ended = r.Started, r.Ended
 	}
 	switch e.queued {
@@ -308,7 +308,7 @@ func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	d := e.d
 	c.chargePolicy(now, e, bytes)
 	c.release(e)
-	if classOf(e.queued).pins {
+	if classOf(e.queued).Pins {
 		c.unpin(e)
 	}
 	if e.queued == dtr.RegisterReplica && !d.Cleanup {
@@ -355,11 +355,11 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 	case d.State.IsQueue():
 		e.share.q.remove(e)
 		c.states[d.State].drop(e.share)
-		c.must(d.Transition(classOf(d.State).cancelTo, now))
+		c.must(d.Transition(classOf(d.State).CancelTo, now))
 		c.route(now, e)
 	case d.State.IsActive():
-		if k := classOf(e.queued); k.cancelling != 0 {
-			c.must(d.Transition(k.cancelling, now))
+		if k := classOf(e.queued); k.Cancelling != 0 {
+			c.must(d.Transition(k.Cancelling, now))
 		}
 		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
 	case d.State == dtr.New || d.State == dtr.CacheWait:

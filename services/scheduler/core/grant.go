@@ -41,7 +41,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			c.issueGrant(now, s, e, false)
 		}
 	}
-	if st.total < n && classOf(s).perHost && c.hosts.limited() {
+	if st.total < n && classOf(s).PerHost && c.hosts.limited() {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
@@ -98,7 +98,7 @@ const maxSkip = 64
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
-	if !classOf(s).perHost || !c.hosts.limited() {
+	if !classOf(s).PerHost || !c.hosts.limited() {
 		return ss.q.popHead()
 	}
 	var skipped []*entry
@@ -168,16 +168,16 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	}
 	d.Grant = grantID(d.ID, n)
 	k := classOf(s)
-	if k.transfer {
+	if k.IsTransfer {
 		d.TransferGrant = d.Grant
 	}
-	if k.pins {
+	if k.Pins {
 		c.pin(e)
 	}
-	if k.perHost {
+	if k.PerHost {
 		c.hosts.add(e, 1)
 	}
-	d.Cleanup = k.cleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
+	d.Cleanup = k.CleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
 	e.endPost(postFinaliseAgain)
 	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	e.granted = c.nanos(now)
@@ -227,7 +227,7 @@ func (c *Core) grantOf(e *entry) Grant {
 // release frees the slot of an active DTR.
 func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
-	if classOf(e.queued).perHost {
+	if classOf(e.queued).PerHost {
 		c.hosts.add(e, -1)
 	}
 	e.share.running--
@@ -238,7 +238,7 @@ func (c *Core) release(e *entry) {
 
 // chargePolicy tells the policy what an active DTR's grant used.
 func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
-	if !classOf(e.queued).chargesBytes {
+	if !classOf(e.queued).ChargesBytes {
 		bytes = 0
 	}
 	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)

@@ -64,7 +64,7 @@ func (c *Core) expireLeases(now time.Time) {
 				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
 		}
 		d.Cleanup = false
-		c.must(d.Transition(classOf(e.queued).hungTo, now))
+		c.must(d.Transition(classOf(e.queued).HungTo, now))
 		c.route(now, e)
 	}
 }

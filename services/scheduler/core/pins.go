@@ -99,7 +99,7 @@ func (c *Core) unpin(e *entry) {
 // (STAGE_PREPARE), the share must hold fewer than MaxPrepared staged
 // copies, or the DTR must outrank all of them.
 func (c *Core) admit(s dtr.State, ss *shareState) bool {
-	if !classOf(s).pins || ss.q.Len() == 0 {
+	if !classOf(s).Pins || ss.q.Len() == 0 {
 		return true
 	}
 	return !c.pins.full(ss.name, int(ss.q.head().prio))

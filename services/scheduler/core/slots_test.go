@@ -22,25 +22,25 @@ func TestTheSlotTableCoversEveryQueueStateWithLegalMoves(t *testing.T) {
 			if back, ok := queueOf(q.Active()); !ok || back != q {
 				t.Errorf("queueOf(%s) = %s, %v", q.Active(), back, ok)
 			}
-			if k.cancelTo != 0 && !dtr.CanTransition(q, k.cancelTo) {
-				t.Errorf("cancelTo %s is not a move from %s", k.cancelTo, q)
+			if k.CancelTo != 0 && !dtr.CanTransition(q, k.CancelTo) {
+				t.Errorf("cancelTo %s is not a move from %s", k.CancelTo, q)
 			}
-			if q.Stage() == dtr.StagePost && k.cancelTo != 0 {
-				t.Errorf("post-processing runs on when cancelled, but cancelTo is %s", k.cancelTo)
+			if q.Stage() == dtr.StagePost && k.CancelTo != 0 {
+				t.Errorf("post-processing runs on when cancelled, but cancelTo is %s", k.CancelTo)
 			}
-			if q.Stage() != dtr.StagePost && k.cancelTo == 0 {
+			if q.Stage() != dtr.StagePost && k.CancelTo == 0 {
 				t.Errorf("no cancelTo for a queue state before post-processing")
 			}
-			if !dtr.CanTransition(q.Active(), k.hungTo) {
-				t.Errorf("hungTo %s is not a move from %s", k.hungTo, q.Active())
+			if !dtr.CanTransition(q.Active(), k.HungTo) {
+				t.Errorf("hungTo %s is not a move from %s", k.HungTo, q.Active())
 			}
-			if k.cancelling != 0 {
-				if !dtr.CanTransition(q.Active(), k.cancelling) || !dtr.CanTransition(k.cancelling, k.hungTo) ||
-					!dtr.CanTransition(k.cancelling, q.Completed()) {
-					t.Errorf("cancelling %s is not a move from %s, or leads nowhere", k.cancelling, q.Active())
+			if k.Cancelling != 0 {
+				if !dtr.CanTransition(q.Active(), k.Cancelling) || !dtr.CanTransition(k.Cancelling, k.HungTo) ||
+					!dtr.CanTransition(k.Cancelling, q.Completed()) {
+					t.Errorf("cancelling %s is not a move from %s, or leads nowhere", k.Cancelling, q.Active())
 				}
-				if back, ok := queueOf(k.cancelling); !ok || back != q {
-					t.Errorf("queueOf(%s) = %s, %v", k.cancelling, back, ok)
+				if back, ok := queueOf(k.Cancelling); !ok || back != q {
+					t.Errorf("queueOf(%s) = %s, %v", k.Cancelling, back, ok)
 				}
 			}
 		})
