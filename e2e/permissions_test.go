@@ -149,7 +149,7 @@ func snapshot(t *testing.T, js jetstream.JetStream) state {
 		s.Streams[name] = [3]uint64{ss.Msgs, ss.FirstSeq, ss.LastSeq}
 	}
 	consumers := [][2]string{{bus.StreamSubmit, bus.ConsumerSched}, {bus.StreamResults, bus.ConsumerSched}, {bus.StreamEvents, bus.ConsumerGen}}
-	for _, st := range bus.Stages {
+	for _, st := range dtr.Stages {
 		consumers = append(consumers, [2]string{bus.StreamGrants, string(st)})
 	}
 	for _, c := range consumers {

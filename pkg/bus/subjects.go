@@ -59,10 +59,6 @@ func MaxDTRBytes(maxPayload int64) int {
 	return int(min(MaxMessageBytes, maxPayload/8))
 }
 
-// Stages lists the worker stages; each has a durable grant consumer of the
-// same name, shared by all replicas of that stage.
-var Stages = []dtr.Stage{dtr.StagePre, dtr.StageDelivery, dtr.StagePost}
-
 // Setup is how streams are created; Replicas is 1 on a single server.
 type Setup struct {
 	Replicas int
@@ -156,7 +152,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		{StreamResults, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
 		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: api.SubjectDTRFinal, MaxAckPending: 20000}},
 	}
-	for _, st := range Stages {
+	for _, st := range dtr.Stages {
 		consumers = append(consumers, struct {
 			stream string
 			cfg    jetstream.ConsumerConfig

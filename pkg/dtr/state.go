@@ -116,6 +116,11 @@ const (
 	StagePost     Stage = "post"
 )
 
+// Stages lists the worker stages. Each has its grant, result and progress
+// subjects and a durable grant consumer of its name, shared by all the
+// workers of that stage.
+var Stages = []Stage{StagePre, StageDelivery, StagePost}
+
 // queueStates is the table of steps: each queue state with the active state
 // a grant moves it to, the "-ED" state a successful result moves it to, the
 // stage of the worker that does the work, and its slot class. Adding a step

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -132,7 +131,7 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	}
 	maxBytes := int(s.nc.MaxPayload()) / 2
 	var msgs []*nats.Msg
-	for _, stage := range bus.Stages {
+	for _, stage := range dtr.Stages {
 		enc := byStage[stage]
 		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), 4))
 		size := (len(enc) + per - 1) / max(per, 1)
