@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/core/coretest"
 )
 
 // TestByteFairSharesMoveEqualBytesWhateverTheirFileSizes runs two shares of
@@ -33,25 +34,25 @@ func TestByteFairSharesMoveEqualBytesWhateverTheirFileSizes(t *testing.T) {
 			if tt.byteFair {
 				cfg.Policy = ByteFair(nil, 10*time.Minute, 20)
 			}
-			s := newSim(t, cfg)
+			s := coretest.NewSim(t, cfg)
 			size := map[string]int64{"small": 10e6, "large": 1e9}
-			s.transferTime = func(share string, _ int) time.Duration {
+			s.TransferTime = func(share string, _ int) time.Duration {
 				return time.Second + time.Duration(size[share]/100e6*int64(time.Second)) + time.Duration(size[share]%100e6*10)
 			}
-			s.bytes = func(share string) int64 { return size[share] }
-			s.submit("small", 40000, 50)
-			s.submit("large", 4000, 50)
-			s.run(10*time.Minute, 100*time.Millisecond)
-			small, large := s.moved["small"], s.moved["large"]
-			s.run(30*time.Minute, 100*time.Millisecond)
-			small, large = s.moved["small"]-small, s.moved["large"]-large
+			s.Bytes = func(share string) int64 { return size[share] }
+			s.Submit("small", 40000, 50)
+			s.Submit("large", 4000, 50)
+			s.Run(10*time.Minute, 100*time.Millisecond)
+			small, large := s.Moved["small"], s.Moved["large"]
+			s.Run(30*time.Minute, 100*time.Millisecond)
+			small, large = s.Moved["small"]-small, s.Moved["large"]-large
 			part := 100 * float64(small) / float64(small+large)
 			t.Logf("small files: %.1f%% of the bytes", part)
 			if math.Abs(part-tt.wantSmall) > tt.tolerance {
 				t.Fatalf("the small files moved %.1f%% of the bytes (%d against %d), want %.1f%% ± %.0f", part, small, large, tt.wantSmall, tt.tolerance)
 			}
-			if tt.byteFair && s.c.Policy().Name() != "arc+bytes" {
-				t.Fatalf("policy %q", s.c.Policy().Name())
+			if tt.byteFair && s.Core.Policy().Name() != "arc+bytes" {
+				t.Fatalf("policy %q", s.Core.Policy().Name())
 			}
 		})
 	}
@@ -77,9 +78,9 @@ func TestByteFairOverDIRACWeighsInTheTensOfTrillions(t *testing.T) {
 		}
 		d := &dtr.DTR{Owner: dtr.Identity{DN: s.Name}, Share: s.Name}
 		p.Share(d)
-		p.Charge(t0, dtr.Transfer, d, 1000*time.Second, bytes)
+		p.Charge(coretest.T0, dtr.Transfer, d, 1000*time.Second, bytes)
 	}
-	p.Weigh(t0, dtr.Transfer, shares)
+	p.Weigh(coretest.T0, dtr.Transfer, shares)
 	want := []int64{20_000_000_000_000, 20_000_000_000_000, 334_000_000_000}
 	for i, s := range shares {
 		if s.Weight != want[i] {

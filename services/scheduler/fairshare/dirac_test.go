@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/core/coretest"
 )
 
 func TestDIRACCorrectionMatchesHandComputedCases(t *testing.T) {
@@ -75,7 +76,7 @@ func TestDIRACCorrectionMatchesHandComputedCases(t *testing.T) {
 
 // diracDTR is a DTR of a user (DN) in a VO group (FQAN).
 func diracDTR(i int, group, user string) *dtr.DTR {
-	d := newDTR(i, group+"-"+user, dtr.Download)
+	d := coretest.NewDTR(i, group+"-"+user, dtr.Download)
 	d.Owner = dtr.Identity{DN: "/CN=" + user, FQANs: []string{"/" + group}}
 	return d
 }
@@ -123,7 +124,7 @@ func TestDIRACSharesAndWeights(t *testing.T) {
 	c.Policy().Share(bob)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c.Policy().Weigh(t0, dtr.Transfer, tt.shares)
+			c.Policy().Weigh(coretest.T0, dtr.Transfer, tt.shares)
 			for i, s := range tt.shares {
 				if s.Weight != tt.want[i] {
 					t.Fatalf("share %s weighs %d, want %d", s.Name, s.Weight, tt.want[i])
@@ -146,28 +147,28 @@ func TestDIRACPriorityIsTheUserPriority(t *testing.T) {
 
 // diracSim runs a saturated TRANSFER state under DIRAC's policy and returns
 // each share's part of the slot-time.
-func diracSim(t *testing.T, cfg core.Config, users map[string][2]string, d time.Duration) (*sim, map[string]float64) {
+func diracSim(t *testing.T, cfg core.Config, users map[string][2]string, d time.Duration) (*coretest.Sim, map[string]float64) {
 	cfg.MaxDelivery = 10
 	cfg.MaxProcessor = 100
 	cfg.Lease = 24 * time.Hour
-	s := newSim(t, cfg)
-	s.transferTime = func(share string, i int) time.Duration {
+	s := coretest.NewSim(t, cfg)
+	s.TransferTime = func(share string, i int) time.Duration {
 		return time.Duration(5000+(i*7919+len(share)*104729)%10000) * time.Millisecond
 	}
 	for name, gu := range users {
 		for i := 0; i < 4000; i++ {
-			if err := s.c.Submit(s.now, diracDTR(i, gu[0], gu[1]+name)); err != nil {
+			if err := s.Core.Submit(s.Now, diracDTR(i, gu[0], gu[1]+name)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	s.run(d, 100*time.Millisecond)
+	s.Run(d, 100*time.Millisecond)
 	var total time.Duration
-	for _, v := range s.slotTime {
+	for _, v := range s.SlotTime {
 		total += v
 	}
 	parts := map[string]float64{}
-	for k, v := range s.slotTime {
+	for k, v := range s.SlotTime {
 		parts[k] = 100 * float64(v) / float64(total)
 	}
 	return s, parts
@@ -198,16 +199,16 @@ func TestDIRACHistoryCorrectionFavoursTheShareThatUsedLess(t *testing.T) {
 	})
 	// Alice works alone for half an hour, then Bob arrives with as much work.
 	s, _ := diracSim(t, cfg, map[string][2]string{"a": {"user", "al"}}, 30*time.Minute)
-	before := s.slotTime["user|/CN=bob-download"]
-	aliceBefore := s.slotTime["user|/CN=ala-download"]
+	before := s.SlotTime["user|/CN=bob-download"]
+	aliceBefore := s.SlotTime["user|/CN=ala-download"]
 	for i := 0; i < 4000; i++ {
-		if err := s.c.Submit(s.now, diracDTR(i, "user", "bob")); err != nil {
+		if err := s.Core.Submit(s.Now, diracDTR(i, "user", "bob")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.run(10*time.Minute, 100*time.Millisecond)
-	bob := s.slotTime["user|/CN=bob-download"] - before
-	alice := s.slotTime["user|/CN=ala-download"] - aliceBefore
+	s.Run(10*time.Minute, 100*time.Millisecond)
+	bob := s.SlotTime["user|/CN=bob-download"] - before
+	alice := s.SlotTime["user|/CN=ala-download"] - aliceBefore
 	t.Logf("bob %s alice %s", bob, alice)
 	// Equal shares, but Alice has used the last half hour: Bob gets most.
 	if bob < 3*alice {
@@ -283,19 +284,19 @@ func TestDIRACBackgroundShareGetsOnlyWhatOthersCannotUse(t *testing.T) {
 			cfg := diracConfig()
 			cfg.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{"user": {Priority: 50, AllowBackground: tt.background}}})
 			cfg.MaxDelivery, cfg.MaxProcessor, cfg.Lease = 10, 100, 24*time.Hour
-			s := newSim(t, cfg)
+			s := coretest.NewSim(t, cfg)
 			for i := 0; i < 3000; i++ {
 				d := diracDTR(i, "user", "alice")
 				d.UserPriority = 1
-				if err := s.c.Submit(s.now, d); err != nil {
+				if err := s.Core.Submit(s.Now, d); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.c.Submit(s.now, diracDTR(i, "user", "bob")); err != nil {
+				if err := s.Core.Submit(s.Now, diracDTR(i, "user", "bob")); err != nil {
 					t.Fatal(err)
 				}
 			}
-			s.run(30*time.Minute, 100*time.Millisecond)
-			alice, bob := s.slotTime["user|/CN=alice-download"], s.slotTime["user|/CN=bob-download"]
+			s.Run(30*time.Minute, 100*time.Millisecond)
+			alice, bob := s.SlotTime["user|/CN=alice-download"], s.SlotTime["user|/CN=bob-download"]
 			if !tt.wantAlice(alice, bob) {
 				t.Fatalf("alice %s, bob %s of slot-time: want %s", alice, bob, tt.want)
 			}
@@ -306,21 +307,21 @@ func TestDIRACBackgroundShareGetsOnlyWhatOthersCannotUse(t *testing.T) {
 func TestDIRACPicksInsideAShareInProportionToRealPriority(t *testing.T) {
 	cfg := diracConfig()
 	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency, cfg.Lease = 1, 5000, 0, 24*time.Hour
-	s := newSim(t, cfg)
-	s.transferTime = func(string, int) time.Duration { return time.Second }
+	s := coretest.NewSim(t, cfg)
+	s.TransferTime = func(string, int) time.Duration { return time.Second }
 	prio := map[string]int{}
 	for i := 0; i < 2000; i++ {
 		d := diracDTR(i, "user", "alice")
 		d.UserPriority = []int{10, 30}[i%2]
 		prio[d.ID.String()] = d.UserPriority
-		if err := s.c.Submit(s.now, d); err != nil {
+		if err := s.Core.Submit(s.Now, d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.run(10*time.Second, 100*time.Millisecond) // everything reaches TRANSFER
-	first := len(s.grantsOrder)
-	s.run(400*time.Second, 100*time.Millisecond)
-	picks := s.grantsOrder[first:]
+	s.Run(10*time.Second, 100*time.Millisecond) // everything reaches TRANSFER
+	first := len(s.GrantsOrder)
+	s.Run(400*time.Second, 100*time.Millisecond)
+	picks := s.GrantsOrder[first:]
 	high := 0
 	for _, id := range picks {
 		if prio[id.String()] == 30 {

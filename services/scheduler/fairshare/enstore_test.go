@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/core/coretest"
 )
 
 func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
@@ -41,31 +42,31 @@ func TestEnstoreAdminRulesMatchUserGroupAndHost(t *testing.T) {
 	}
 }
 
-func enstoreSim(t *testing.T, ecfg EnstoreConfig) *sim {
+func enstoreSim(t *testing.T, ecfg EnstoreConfig) *coretest.Sim {
 	cfg := core.DefaultConfig()
 	cfg.SharePolicy = core.PolicyDN
 	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency = 10, 100, 0
 	cfg.Lease = 24 * time.Hour
 	cfg.Policy = NewEnstore(ecfg)
-	return newSim(t, cfg)
+	return coretest.NewSim(t, cfg)
 }
 
 func TestEnstoreAdminRequestsGoFirstWithoutStoppingRunningTransfers(t *testing.T) {
 	s := enstoreSim(t, EnstoreConfig{Admin: []EnstoreRule{{User: "joe"}}})
-	s.submit("a", 500, 50)
-	s.submit("b", 500, 50)
-	s.run(time.Minute, 100*time.Millisecond)
+	s.Submit("a", 500, 50)
+	s.Submit("b", 500, 50)
+	s.Run(time.Minute, 100*time.Millisecond)
 	admin := map[uuid.UUID]bool{}
-	for _, id := range s.submit("joe", 20, 50) {
+	for _, id := range s.Submit("joe", 20, 50) {
 		admin[id] = true
 	}
 	granted := 0
 	for step := 0; step < 3000 && granted < len(admin); step++ {
-		waiting := s.queuedIn(dtr.Transfer, "admin:")
-		n := len(s.grantsOrder)
-		s.run(10*time.Millisecond, 10*time.Millisecond)
+		waiting := s.QueuedIn(dtr.Transfer, "admin:")
+		n := len(s.GrantsOrder)
+		s.Run(10*time.Millisecond, 10*time.Millisecond)
 		normal, toAdmin := 0, 0
-		for _, id := range s.grantsOrder[n:] {
+		for _, id := range s.GrantsOrder[n:] {
 			if admin[id] {
 				toAdmin++
 			} else {
@@ -84,39 +85,39 @@ func TestEnstoreAdminRequestsGoFirstWithoutStoppingRunningTransfers(t *testing.T
 
 func TestEnstoreOwnerReclaimsItsSlotsAsTransfersFinish(t *testing.T) {
 	s := enstoreSim(t, EnstoreConfig{Owned: map[string]int{"cms": 6}})
-	s.transferTime = func(share string, i int) time.Duration { return time.Duration(10+i%7) * time.Second }
-	s.submit("atlas", 2000, 50)
-	s.run(time.Minute, 100*time.Millisecond)
-	if n := s.running("atlas"); n != 10 {
+	s.TransferTime = func(share string, i int) time.Duration { return time.Duration(10+i%7) * time.Second }
+	s.Submit("atlas", 2000, 50)
+	s.Run(time.Minute, 100*time.Millisecond)
+	if n := s.Running("atlas"); n != 10 {
 		t.Fatalf("atlas runs %d transfers while cms is idle, want all 10 slots (borrowed)", n)
 	}
-	s.submit("cms", 2000, 50)
-	for i := 0; i < 100 && s.queuedIn(dtr.Transfer, "cms") == 0; i++ {
-		s.run(10*time.Millisecond, 10*time.Millisecond) // through pre-processing
+	s.Submit("cms", 2000, 50)
+	for i := 0; i < 100 && s.QueuedIn(dtr.Transfer, "cms") == 0; i++ {
+		s.Run(10*time.Millisecond, 10*time.Millisecond) // through pre-processing
 	}
 	// Every atlas transfer that finishes frees a slot for cms, until cms
 	// has its 6: atlas starts nothing new meanwhile.
-	for i := 0; i < 400 && s.running("cms") < 6; i++ {
-		atlasBefore := s.running("atlas")
-		s.run(100*time.Millisecond, 100*time.Millisecond)
-		if s.running("atlas") > atlasBefore {
+	for i := 0; i < 400 && s.Running("cms") < 6; i++ {
+		atlasBefore := s.Running("atlas")
+		s.Run(100*time.Millisecond, 100*time.Millisecond)
+		if s.Running("atlas") > atlasBefore {
 			t.Fatalf("atlas went from %d to %d running while cms, which owns 6 slots, had %d; want the freed slots back to their owner",
-				atlasBefore, s.running("atlas"), s.running("cms"))
+				atlasBefore, s.Running("atlas"), s.Running("cms"))
 		}
 	}
-	if s.running("cms") != 6 || s.running("atlas") != 4 {
-		t.Fatalf("cms %d, atlas %d running; want cms its 6 owned slots, atlas the other 4", s.running("cms"), s.running("atlas"))
+	if s.Running("cms") != 6 || s.Running("atlas") != 4 {
+		t.Fatalf("cms %d, atlas %d running; want cms its 6 owned slots, atlas the other 4", s.Running("cms"), s.Running("atlas"))
 	}
-	s.run(10*time.Minute, 100*time.Millisecond)
-	if s.running("cms") < 6 {
-		t.Fatalf("cms fell to %d running while it has work; it owns 6", s.running("cms"))
+	s.Run(10*time.Minute, 100*time.Millisecond)
+	if s.Running("cms") < 6 {
+		t.Fatalf("cms fell to %d running while it has work; it owns 6", s.Running("cms"))
 	}
 }
 
 func TestEnstorePrefersGroupsWithNothingInProgress(t *testing.T) {
 	p := NewEnstore(EnstoreConfig{})(core.PolicyEnv{ShareName: core.PolicyVOMSVO.ShareName, SharePriority: func(string) int { return 50 }})
 	shares := []core.ShareDemand{{Name: "a", Demand: 5, Running: 1}, {Name: "b", Demand: 5, Running: 1}, {Name: "c", Demand: 5}}
-	p.Weigh(t0, dtr.Transfer, shares)
+	p.Weigh(coretest.T0, dtr.Transfer, shares)
 	got := core.Split(2, shares)
 	if got["c"] != 1 {
 		t.Fatalf("split of 2 slots between two busy groups and an idle one: %v, want the idle group c to get one", got)

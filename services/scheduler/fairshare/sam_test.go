@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
+	"github.com/sluice-dtr/sluice/services/scheduler/core/coretest"
 )
 
 func samCore(cfg SAMConfig) *SAM {
@@ -61,26 +62,26 @@ func TestSAMPriorityGroupsGoFirstInTheirOrder(t *testing.T) {
 	}
 }
 
-func samSim(t *testing.T, cfg SAMConfig) *sim {
+func samSim(t *testing.T, cfg SAMConfig) *coretest.Sim {
 	c := core.DefaultConfig()
 	c.SharePolicy = core.PolicyDN
 	c.MaxDelivery, c.MaxProcessor, c.MaxEmergency = 2, 100, 0
 	c.Lease = 24 * time.Hour
 	c.Policy = NewSAM(cfg)
-	s := newSim(t, c)
-	s.transferTime = func(string, int) time.Duration { return time.Second }
+	s := coretest.NewSim(t, c)
+	s.TransferTime = func(string, int) time.Duration { return time.Second }
 	return s
 }
 
 func TestSAMPriorityGroupOvertakesTheFairShareQueue(t *testing.T) {
 	s := samSim(t, SAMConfig{Priority: []string{"daq"}, Fractions: map[string]float64{"cms": 1}})
-	s.submit("cms", 50, 50)
+	s.Submit("cms", 50, 50)
 	daq := map[uuid.UUID]bool{}
-	for _, id := range s.submit("daq", 5, 50) {
+	for _, id := range s.Submit("daq", 5, 50) {
 		daq[id] = true
 	}
-	s.run(20*time.Second, 100*time.Millisecond)
-	for i, id := range s.grantsOrder[:5] {
+	s.Run(20*time.Second, 100*time.Millisecond)
+	for i, id := range s.GrantsOrder[:5] {
 		if !daq[id] {
 			t.Fatalf("transfer grant %d went to a fair-share DTR; want the 5 priority-group DTRs first", i+1)
 		}
@@ -96,14 +97,14 @@ func TestSAMThroughputFollowsTheFractionsUnderSteadyArrivals(t *testing.T) {
 			// saturated, and every arrival is placed against the benefit so far.
 			for sec := 0; sec < 1200; sec++ {
 				for _, g := range []string{"cms", "atlas"} {
-					for _, id := range s.submit(g, 2, 50) {
+					for _, id := range s.Submit(g, 2, 50) {
 						group[id] = g
 					}
 				}
-				s.run(time.Second, 100*time.Millisecond)
+				s.Run(time.Second, 100*time.Millisecond)
 			}
 			done := map[string]int{}
-			for id, d := range s.final {
+			for id, d := range s.Final {
 				if d.State == dtr.Done {
 					done[group[id]]++
 				}
