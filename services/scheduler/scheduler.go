@@ -170,7 +170,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
 		queries: make(chan *loopRequest), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
-		mon: newMonitor(cmp.Or(cfg.Policy, "arc")),
+		mon: newMonitor(cmp.Or(cfg.Policy, fairshare.Default)),
 	}
 	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
 	meter := cfg.Meter
