@@ -24,6 +24,14 @@ import (
 // else from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; never from URLs.
 // Objects larger than s3PartSize are uploaded in parts.
 
+// envS3Keys returns the keys of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+// (and AWS_SESSION_TOKEN) as they are now. New reads them once, when the
+// composition root builds the client, not on each endpoint's first use.
+func envS3Keys() *credentials.Credentials {
+	v, _ := (&credentials.EnvAWS{}).Retrieve() // never fails
+	return credentials.NewStaticV4(v.AccessKeyID, v.SecretAccessKey, v.SessionToken)
+}
+
 // s3PartSize is the part size of multipart uploads.
 const s3PartSize = 16 << 20
 
@@ -69,7 +77,7 @@ func (c *Client) s3Client(ctx context.Context, u *url.URL) (*minio.Client, error
 	if mc, ok := c.s3.byHost[key]; ok {
 		return mc, nil
 	}
-	creds := credentials.NewEnvAWS()
+	creds := c.s3Default
 	if file, ok := lookupHost(c.s3Creds, u); ok {
 		b, err := os.ReadFile(file)
 		if err != nil {

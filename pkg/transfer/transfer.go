@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -60,6 +61,9 @@ type Client struct {
 	// endpoints' clients.
 	s3Creds map[string]string
 	s3      *s3Clients
+	// s3Default signs S3 requests to endpoints without a key file: the
+	// AWS_* keys as New found them (envS3Keys).
+	s3Default *credentials.Credentials
 }
 
 // New returns a Client that makes HTTP requests with httpClient. A nil
@@ -78,7 +82,7 @@ type Client struct {
 // The transport of a given httpClient, if it is an *http.Transport, is
 // used on a copy that dials through the Guard (see WithGuard).
 func New(httpClient *http.Client) *Client {
-	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}}
+	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}, s3Default: envS3Keys()}
 	c.build()
 	return c
 }
