@@ -213,79 +213,175 @@ func chaosFiles(t *testing.T) int {
 // restarts the NATS server once in the middle. It checks that every DTR
 // ends DONE, announced final once, with its bytes intact and its expected
 // checksum verified, that no finished destination is written twice, that
-// no role exits by itself, and that no slot stays held.
+// no role exits by itself, and that no slot stays held: one subtest each,
+// once the run is over. The checks of the files, the final events and
+// the slots are made only if the job finished.
 func TestKilledProcessesLoseNothing(t *testing.T) {
-	files := chaosFiles(t)
-	testStart := time.Now()
+	run := startChaosCluster(t, chaosFiles(t))
+	run.writeAndSubmitJob()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	watching := run.watchForReplacedFiles(ctx)
+	run.followJobRecord(ctx)
+	run.driveChaos()
+	stop()
+	watching.Wait()
+	t.Logf("kills: %d %v", run.totalKills(), run.kills)
+
+	t.Run("no role exited unless killed", run.noRoleExitedUnlessKilled)
+	t.Run("the driver killed at least 20 times and restarted NATS", run.theDriverKilledAndRestartedNATS)
+	if !t.Run("the job finished, every DTR DONE", run.theJobFinished) {
+		t.Fatal("the job did not finish: its files, final events and slots are not checked")
+	}
+	files := t.Run("every file is DONE once, intact, with its checksum", run.everyFileIsDoneOnceIntact)
+	twice := t.Run("no finished file was written twice", run.noFinishedFileWasWrittenTwice)
+	finals := t.Run("every DTR was announced final once, DONE", run.everyDTRWasAnnouncedFinalOnce)
+	if files && twice && finals {
+		t.Logf("files and final events checked at %.1fs", time.Since(run.testStart).Seconds())
+	}
+	temps := t.Run("no temporary file is left", run.noTemporaryFileIsLeft)
+	slots := t.Run("every slot is free once all is final", run.everySlotIsFree)
+	if files && twice && finals && temps && slots {
+		run.logSummary()
+	}
+}
+
+// The chaos driver kills a random role every 0.3–1.5 s and restarts it,
+// for at most chaosFor, and restarts NATS once half way through (or once
+// half the DTRs are final, if that comes first), keeping it down for
+// chaosNATSDown, long enough for every client to notice; then it lets the
+// system settle and finish, for at most chaosSettle. (A system killed
+// without end on a slow, shared machine may not get anywhere, which says
+// nothing about what it loses.)
+const (
+	chaosFor      = 90 * time.Second
+	chaosSettle   = 8 * time.Minute
+	chaosNATSDown = 2 * time.Second
+)
+
+// chaosRoles are the roles the chaos test runs, each as its own process.
+var chaosRoles = []string{"scheduler", "generator", "processor", "delivery"}
+
+// chaosRun is one run of the chaos test: its cluster, its job, what the
+// driver did and what the run saw.
+type chaosRun struct {
+	t         *testing.T
+	files     int
+	testStart time.Time
+	dir       string
+	store     string // the NATS server's store, kept across its restart
+	port      int    // the NATS server's port, the same after its restart
+	// ns is the server in use: the restart replaces it, and the cleanup
+	// stops whichever runs then.
+	ns atomic.Pointer[server.Server]
+	c  *cluster
+	s  *system
+
+	src, out string          // the job's sources and destinations
+	sums     []string        // each file's expected adler32 checksum
+	job      api.SubmitReply // the job as submitted
+	ids      map[string]bool // the job's DTRs
+	began    time.Time       // when the job was submitted
+
+	replaced chan string       // finished destinations seen replaced
+	final    atomic.Int64      // DTRs final so far, as the job record counts them
+	done     chan api.JobEvent // the job's whole status, once it has ended or its follower gave up
+
+	kills            map[string]int // by role
+	restartedAt      time.Duration  // since the submit, when NATS was stopped
+	restartedFor     time.Duration  // how long the restart took
+	restartedAtFinal int64          // DTRs final when NATS restarted; -1 until it has
+	ended            bool           // the job ended before the driver stopped
+	ev               api.JobEvent   // the job's whole status at the end
+	took             time.Duration  // from the submit to the job's end
+
+	attempts int // the attempts of every file, counted by the file check
+	events   int // the final DTR events, counted by their check
+}
+
+// startChaosCluster builds sluice, starts an embedded NATS server and
+// each role as a process of its own against it, and connects the test to
+// it. The test's cleanup stops them all.
+func startChaosCluster(t *testing.T, files int) *chaosRun {
+	r := &chaosRun{t: t, files: files, testStart: time.Now(), restartedAtFinal: -1, kills: map[string]int{},
+		replaced: make(chan string, 10), done: make(chan api.JobEvent, 1)}
 	bin := buildBinary(t)
-	t.Logf("sluice built in %.1fs", time.Since(testStart).Seconds())
-	dir := t.TempDir()
-	store := filepath.Join(dir, "jetstream")
-	first, err := bus.Embedded(store, 0)
+	t.Logf("sluice built in %.1fs", time.Since(r.testStart).Seconds())
+	r.dir = t.TempDir()
+	r.store = filepath.Join(r.dir, "jetstream")
+	first, err := bus.Embedded(r.store, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server in use: the restart replaces it, and the deferred
-	// shutdown stops whichever runs then.
-	var ns atomic.Pointer[server.Server]
-	ns.Store(first)
-	defer func() { ns.Load().Shutdown() }()
-	port := first.Addr().(*net.TCPAddr).Port
-	c := &cluster{t: t, bin: bin, dir: dir, procs: map[string]*process{}, env: []string{
+	r.ns.Store(first)
+	t.Cleanup(func() { r.ns.Load().Shutdown() })
+	r.port = first.Addr().(*net.TCPAddr).Port
+	r.c = &cluster{t: t, bin: bin, dir: r.dir, procs: map[string]*process{}, env: []string{
 		"NATS_URL=" + first.ClientURL(), "SLUICE_LOG_LEVEL=warn", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
 		"SLUICE_ALLOW_NETWORKS=127.0.0.0/8", // the test's storage servers are on loopback
 		"SLUICE_LEASE=4s", "SLUICE_RETRY_BASE=100ms", "SLUICE_MAXTRANSFERTRIES=20",
 		"SLUICE_MAXDELIVERY=20", "SLUICE_MAXPROCESSOR=20", "SLUICE_GENERATOR_MAX_FILES=10000",
 		"SLUICE_DELIVERY_WORKERS=21", "SLUICE_PROCESSOR_PRE_WORKERS=42", "SLUICE_PROCESSOR_POST_WORKERS=21",
 	}}
-	defer c.stopAll()
-	for _, r := range []string{"scheduler", "generator", "processor", "delivery"} {
-		c.start(r)
+	t.Cleanup(r.c.stopAll)
+	for _, role := range chaosRoles {
+		r.c.start(role)
 	}
-	s := &system{t: t, ns: first, dir: dir}
-	s.nc, err = app.Connect(first.ClientURL(), "chaos-test")
+	r.s = &system{t: t, ns: first, dir: r.dir}
+	r.s.nc, err = app.Connect(first.ClientURL(), "chaos-test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.nc.Close()
-	s.js, _ = jetstream.New(s.nc)
+	t.Cleanup(r.s.nc.Close)
+	r.s.js, _ = jetstream.New(r.s.nc)
+	return r
+}
 
-	// Every file has an expected adler32 checksum, which Sluice verifies.
-	src, out := filepath.Join(dir, "src"), filepath.Join(dir, "out")
+// writeAndSubmitJob writes the job's files and submits it. Every file
+// has an expected adler32 checksum, which Sluice verifies.
+func (r *chaosRun) writeAndSubmitJob() {
+	t := r.t
+	r.src, r.out = filepath.Join(r.dir, "src"), filepath.Join(r.dir, "out")
 	j := &job.Job{ID: "chaos"}
-	sums := make([]string, files)
-	for i := 0; i < files; i++ {
-		p := filepath.Join(src, strconv.Itoa(i))
+	r.sums = make([]string, r.files)
+	for i := 0; i < r.files; i++ {
+		p := filepath.Join(r.src, strconv.Itoa(i))
 		writeFile(t, p, 1024+i%977, i)
-		if sums[i], err = checksum.File(p, "adler32"); err != nil {
+		var err error
+		if r.sums[i], err = checksum.File(p, "adler32"); err != nil {
 			t.Fatal(err)
 		}
-		j.Inputs = append(j.Inputs, job.File{Source: fileURL(p), Destination: fileURL(filepath.Join(out, strconv.Itoa(i))),
-			Checksum: sums[i]})
+		j.Inputs = append(j.Inputs, job.File{Source: fileURL(p), Destination: fileURL(filepath.Join(r.out, strconv.Itoa(i))),
+			Checksum: r.sums[i]})
 	}
 	desc, err := json.Marshal(j)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d files written at %.1fs; the job description is %d bytes (max_payload %d)",
-		files, time.Since(testStart).Seconds(), len(desc), s.nc.MaxPayload())
-	began := time.Now()
-	r := s.submit(j)
-	if len(r.DTRs) != files {
-		t.Fatalf("the job made %d DTRs, want %d", len(r.DTRs), files)
+		r.files, time.Since(r.testStart).Seconds(), len(desc), r.s.nc.MaxPayload())
+	r.began = time.Now()
+	r.job = r.s.submit(j)
+	if len(r.job.DTRs) != r.files {
+		t.Fatalf("the job made %d DTRs, want %d", len(r.job.DTRs), r.files)
 	}
+	r.ids = map[string]bool{}
+	for _, id := range r.job.DTRs {
+		r.ids[id.String()] = true
+	}
+}
 
-	// Watch the destinations: a finished file must never be replaced.
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	replaced := make(chan string, 10)
+// watchForReplacedFiles watches the destinations until ctx is done: a
+// finished file must never be replaced (by another inode under its name).
+// What it sees replaced goes to r.replaced; wait on the group it returns.
+func (r *chaosRun) watchForReplacedFiles(ctx context.Context) *sync.WaitGroup {
 	var watch sync.WaitGroup
 	watch.Add(1)
 	go func() {
 		defer watch.Done()
 		seen := map[string]uint64{}
 		for ctx.Err() == nil {
-			entries, _ := os.ReadDir(out)
+			entries, _ := os.ReadDir(r.out)
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), ".") {
 					continue // a temporary name: a transfer taken over writes it again
@@ -297,7 +393,7 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 				ino := info.Sys().(*syscall.Stat_t).Ino
 				if old, ok := seen[e.Name()]; ok && old != ino {
 					select {
-					case replaced <- e.Name():
+					case r.replaced <- e.Name():
 					default:
 					}
 				}
@@ -306,33 +402,29 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}()
+	return &watch
+}
 
-	// The chaos driver: kill a random role every 0.3–1.5 s, restart it,
-	// for at most chaosFor, and restart NATS once half way through (or
-	// once half the DTRs are final, if that comes first); then let the
-	// system settle and finish. (A system killed without end on a slow,
-	// shared machine may not get anywhere, which says nothing about what
-	// it loses.)
-	const chaosFor, settle, natsDown = 90 * time.Second, 8 * time.Minute, 2 * time.Second
-	rng := rand.New(rand.NewPCG(1, 2))
-	kills := map[string]int{}
-	var final atomic.Int64 // DTRs final so far, as the job record counts them
-	done := make(chan api.JobEvent, 1)
+// followJobRecord follows the job's record until the job has ended (or
+// until chaosFor and chaosSettle have passed, or a minute before the
+// test's deadline), keeping r.final up to date, then sends the job's
+// whole status to r.done.
+func (r *chaosRun) followJobRecord(ctx context.Context) {
 	go func() {
 		// The job record is read straight from its bucket: asking the
 		// generator for the whole status of a job of 10,000 files five
 		// times a second would load the system under test. Services and
 		// NATS die under it, so errors here are expected and retried.
-		deadline := time.Now().Add(chaosFor + settle)
-		if d, ok := t.Deadline(); ok && d.Add(-time.Minute).Before(deadline) {
+		deadline := time.Now().Add(chaosFor + chaosSettle)
+		if d, ok := r.t.Deadline(); ok && d.Add(-time.Minute).Before(deadline) {
 			deadline = d.Add(-time.Minute) // time to say what is missing
 		}
 		var ev api.JobEvent
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			var rec api.JobRecord
-			if kv, err := s.js.KeyValue(ctx, bus.BucketJobs); err == nil {
-				if _, err := kvJSON(ctx, kv, r.JobID, &rec); err == nil {
-					final.Store(int64(rec.Final()))
+			if kv, err := r.s.js.KeyValue(ctx, bus.BucketJobs); err == nil {
+				if _, err := kvJSON(ctx, kv, r.job.JobID, &rec); err == nil {
+					r.final.Store(int64(rec.Final()))
 					if rec.Announced {
 						break
 					}
@@ -342,172 +434,223 @@ func TestKilledProcessesLoseNothing(t *testing.T) {
 		}
 		// The whole status, once (the last try's if the job never ended).
 		for try := 0; try < 30; try++ {
-			if err := s.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err == nil {
+			if err := r.s.request(api.SubjectJobStatus, []byte(r.job.JobID), nil, &ev); err == nil {
 				break
 			}
 			time.Sleep(time.Second)
 		}
-		done <- ev
+		r.done <- ev
 	}()
-	var ev api.JobEvent
-	var restartedAt, restartedFor time.Duration
-	restartedAtFinal := int64(-1)
-	restart := func() {
-		old := ns.Load()
-		at := time.Since(began)
-		// The scheduler dies with NATS and starts again while NATS is
-		// down: it must wait for it, as the other roles must reconnect.
-		c.kill("scheduler")
-		kills["scheduler"]++
-		old.Shutdown()
-		old.WaitForShutdown()
-		c.start("scheduler")
-		time.Sleep(natsDown) // long enough for every client to notice
-		next, err := bus.Embedded(store, port)
-		for try := 0; err != nil && try < 20; try++ {
-			time.Sleep(250 * time.Millisecond) // the port may linger a moment
-			next, err = bus.Embedded(store, port)
-		}
-		if err != nil {
-			t.Fatalf("restart NATS on port %d: %v", port, err)
-		}
-		ns.Store(next)
-		s.ns = next
-		restartedAt, restartedFor, restartedAtFinal = at, time.Since(began)-at, final.Load()
-		t.Logf("NATS restarted at %.1fs (down %.1fs; the scheduler killed before and started while it was down), with %d of %d DTRs final",
-			restartedAt.Seconds(), restartedFor.Seconds(), restartedAtFinal, files)
-	}
+}
+
+// driveChaos is the chaos driver: for at most chaosFor, or until the job
+// ends, it kills a random role every 0.3–1.5 s and starts it again, and
+// restarts NATS once on the way; then it keeps the roles up until the
+// job's follower reports.
+func (r *chaosRun) driveChaos() {
+	rng := rand.New(rand.NewPCG(1, 2))
 	chaosStart := time.Now()
 	chaosEnd := chaosStart.Add(chaosFor)
-	ended := false
 chaos:
 	for time.Now().Before(chaosEnd) {
 		select {
-		case ev = <-done:
-			ended = true
+		case r.ev = <-r.done:
+			r.ended = true
 			break chaos
 		case <-time.After(time.Duration(300+rng.IntN(1200)) * time.Millisecond):
 		}
-		if restartedAtFinal < 0 && (time.Since(chaosStart) >= chaosFor/2 || final.Load() >= int64(files)/2) {
-			restart()
+		if r.restartedAtFinal < 0 && (time.Since(chaosStart) >= chaosFor/2 || r.final.Load() >= int64(r.files)/2) {
+			r.restartNATS()
 		}
-		for _, r := range c.restartExited() {
-			t.Logf("%s exited by itself; started again", r)
-		}
+		r.restartExitedRoles()
 		role := []string{"scheduler", "scheduler", "processor", "delivery", "generator"}[rng.IntN(5)]
-		c.kill(role)
-		kills[role]++
+		r.c.kill(role)
+		r.kills[role]++
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-		c.start(role)
+		r.c.start(role)
 	}
-	if !ended {
-		// No more kills: wait for the job to end, keeping the roles up.
-		tick := time.NewTicker(time.Second)
-	wait:
-		for {
-			select {
-			case ev = <-done:
-				break wait
-			case <-tick.C:
-				for _, r := range c.restartExited() {
-					t.Logf("%s exited by itself; started again", r)
-				}
-			}
-		}
-		tick.Stop()
+	if !r.ended {
+		r.keepRolesUpUntilTheJobEnds()
 	}
-	took := time.Since(began)
-	if ev.Announced {
-		t.Logf("the job ended after %.1fs", took.Seconds())
+	r.took = time.Since(r.began)
+	if r.ev.Announced {
+		r.t.Logf("the job ended after %.1fs", r.took.Seconds())
 	} else {
-		t.Logf("the job had not ended after %.1fs", took.Seconds())
+		r.t.Logf("the job had not ended after %.1fs", r.took.Seconds())
 	}
-	stop()
-	watch.Wait()
+}
+
+// keepRolesUpUntilTheJobEnds waits, with no more kills, for the job's
+// follower to report, starting again any role that exits meanwhile.
+func (r *chaosRun) keepRolesUpUntilTheJobEnds() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case r.ev = <-r.done:
+			return
+		case <-tick.C:
+			r.restartExitedRoles()
+		}
+	}
+}
+
+// restartExitedRoles starts again every role that exited by itself, as a
+// supervisor would, and says so.
+func (r *chaosRun) restartExitedRoles() {
+	for _, role := range r.c.restartExited() {
+		r.t.Logf("%s exited by itself; started again", role)
+	}
+}
+
+// restartNATS stops the NATS server and starts it again on the same port
+// with the same store. The scheduler dies with NATS and starts again
+// while NATS is down: it must wait for it, as the other roles must
+// reconnect.
+func (r *chaosRun) restartNATS() {
+	old := r.ns.Load()
+	at := time.Since(r.began)
+	r.c.kill("scheduler")
+	r.kills["scheduler"]++
+	old.Shutdown()
+	old.WaitForShutdown()
+	r.c.start("scheduler")
+	time.Sleep(chaosNATSDown) // long enough for every client to notice
+	next, err := bus.Embedded(r.store, r.port)
+	for try := 0; err != nil && try < 20; try++ {
+		time.Sleep(250 * time.Millisecond) // the port may linger a moment
+		next, err = bus.Embedded(r.store, r.port)
+	}
+	if err != nil {
+		r.t.Fatalf("restart NATS on port %d: %v", r.port, err)
+	}
+	r.ns.Store(next)
+	r.s.ns = next
+	r.restartedAt, r.restartedFor, r.restartedAtFinal = at, time.Since(r.began)-at, r.final.Load()
+	r.t.Logf("NATS restarted at %.1fs (down %.1fs; the scheduler killed before and started while it was down), with %d of %d DTRs final",
+		r.restartedAt.Seconds(), r.restartedFor.Seconds(), r.restartedAtFinal, r.files)
+}
+
+// totalKills is how many times the driver killed a role.
+func (r *chaosRun) totalKills() int {
 	total := 0
-	for _, n := range kills {
+	for _, n := range r.kills {
 		total += n
 	}
-	t.Logf("kills: %d %v", total, kills)
-	c.mu.Lock()
-	exits := append([]string(nil), c.exits...)
-	c.mu.Unlock()
+	return total
+}
+
+// logTails logs the last lines of every role's log.
+func (r *chaosRun) logTails(t *testing.T) {
+	for _, role := range chaosRoles {
+		t.Logf("last lines of the %s log:\n%s", role, r.c.logTail(role, 15))
+	}
+}
+
+// noRoleExitedUnlessKilled checks that every role outlived anything but
+// SIGKILL, NATS going away included.
+func (r *chaosRun) noRoleExitedUnlessKilled(t *testing.T) {
+	r.c.mu.Lock()
+	exits := append([]string(nil), r.c.exits...)
+	r.c.mu.Unlock()
 	if len(exits) > 0 {
-		for _, r := range []string{"scheduler", "generator", "processor", "delivery"} {
-			t.Logf("last lines of the %s log:\n%s", r, c.logTail(r, 15))
-		}
+		r.logTails(t)
 		t.Errorf("roles exited without being killed: %v", exits)
 	}
-	if ended {
+}
+
+// theDriverKilledAndRestartedNATS checks that the run was the one meant:
+// at least 20 kills (unless the job ended first) and NATS restarted.
+func (r *chaosRun) theDriverKilledAndRestartedNATS(t *testing.T) {
+	total := r.totalKills()
+	if r.ended {
 		t.Logf("the job ended after %d kills, before the driver stopped", total)
 	} else if total < 20 {
 		t.Errorf("the driver killed %d times in %s, want at least 20", total, chaosFor)
 	}
-	if restartedAtFinal < 0 {
-		t.Errorf("NATS was not restarted: the job ended after %.1fs", took.Seconds())
+	if r.restartedAtFinal < 0 {
+		t.Errorf("NATS was not restarted: the job ended after %.1fs", r.took.Seconds())
 	}
+}
 
-	if ev.State != api.JobFinished || ev.Done != files || len(ev.Files) != files {
-		// Say where the unfinished DTRs are, as the scheduler sees them.
-		for i, ref := range ev.Pending {
-			if i == 5 {
-				break
-			}
-			var reply api.DTRReply
-			err := s.request(api.SubjectDTR, []byte(ref.DTR.String()), nil, &reply)
-			why := ""
-			if reply.Why != nil {
-				why = reply.Why.Reason
-			}
-			t.Logf("pending %s: scheduler says %v state %s grant %q attempts %d error %+v: %s",
-				ref.DTR, err, reply.DTR.State, reply.DTR.Grant, reply.DTR.Attempts, reply.DTR.Error, why)
-		}
-		for _, r := range []string{"scheduler", "generator", "processor", "delivery"} {
-			t.Logf("last lines of the %s log:\n%s", r, c.logTail(r, 15))
-		}
-		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d, %d pending: %v", ev.State, ev.Done, ev.Failed, ev.Cancelled, files, len(ev.Pending), ev.Failures)
+// theJobFinished checks that the job ended FINISHED with every file
+// DONE; if not, it says where the unfinished DTRs are and what the roles
+// logged last.
+func (r *chaosRun) theJobFinished(t *testing.T) {
+	ev := r.ev
+	if ev.State == api.JobFinished && ev.Done == r.files && len(ev.Files) == r.files {
+		return
 	}
-	// None lost: every file of the job is there once, DONE, byte for byte
-	// its source, with the checksum it was given.
-	ids := map[string]bool{}
-	for _, id := range r.DTRs {
-		ids[id.String()] = true
+	r.explainPending(t)
+	r.logTails(t)
+	t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d, %d pending: %v", ev.State, ev.Done, ev.Failed, ev.Cancelled, r.files, len(ev.Pending), ev.Failures)
+}
+
+// explainPending logs where the first five unfinished DTRs are, as the
+// scheduler sees them.
+func (r *chaosRun) explainPending(t *testing.T) {
+	for i, ref := range r.ev.Pending {
+		if i == 5 {
+			break
+		}
+		var reply api.DTRReply
+		err := r.s.request(api.SubjectDTR, []byte(ref.DTR.String()), nil, &reply)
+		why := ""
+		if reply.Why != nil {
+			why = reply.Why.Reason
+		}
+		t.Logf("pending %s: scheduler says %v state %s grant %q attempts %d error %+v: %s",
+			ref.DTR, err, reply.DTR.State, reply.DTR.Grant, reply.DTR.Attempts, reply.DTR.Error, why)
 	}
-	seen := make([]bool, files)
-	attempts := 0
-	for _, f := range ev.Files {
+}
+
+// everyFileIsDoneOnceIntact checks that none is lost: every file of the
+// job is there once, DONE, byte for byte its source, with the checksum it
+// was given. It counts the attempts for the summary.
+func (r *chaosRun) everyFileIsDoneOnceIntact(t *testing.T) {
+	seen := make([]bool, r.files)
+	for _, f := range r.ev.Files {
 		if f.State != dtr.Done {
 			t.Fatalf("%s ended %s", f.Destination, f.State)
 		}
-		if !ids[f.DTR.String()] {
+		if !r.ids[f.DTR.String()] {
 			t.Fatalf("%s: DTR %s is not one of the job's", f.Destination, f.DTR)
 		}
 		i, err := strconv.Atoi(filepath.Base(f.Destination))
-		if err != nil || i < 0 || i >= files || seen[i] {
+		if err != nil || i < 0 || i >= r.files || seen[i] {
 			t.Fatalf("%s: not a destination of the job, or listed twice", f.Destination)
 		}
 		seen[i] = true
-		if !checksum.Equal(f.Checksum, sums[i]) {
-			t.Fatalf("%s: checksum %q, want %q", f.Destination, f.Checksum, sums[i])
+		if !checksum.Equal(f.Checksum, r.sums[i]) {
+			t.Fatalf("%s: checksum %q, want %q", f.Destination, f.Checksum, r.sums[i])
 		}
-		want, _ := os.ReadFile(filepath.Join(src, strconv.Itoa(i)))
-		got, err := os.ReadFile(filepath.Join(out, strconv.Itoa(i)))
+		want, _ := os.ReadFile(filepath.Join(r.src, strconv.Itoa(i)))
+		got, err := os.ReadFile(filepath.Join(r.out, strconv.Itoa(i)))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%s is not intact: %v", f.Destination, err)
 		}
-		attempts += f.Attempts
+		r.attempts += f.Attempts
 	}
+}
+
+// noFinishedFileWasWrittenTwice checks what the destinations' watcher
+// saw: no finished file replaced.
+func (r *chaosRun) noFinishedFileWasWrittenTwice(t *testing.T) {
 	select {
-	case name := <-replaced:
+	case name := <-r.replaced:
 		t.Fatalf("finished destination %s was written twice", name)
 	default:
 	}
-	// Every DTR was announced final, DONE, in one state only (a scheduler
-	// killed between the announcement and storing the final record
-	// announces it again, the same).
+}
+
+// everyDTRWasAnnouncedFinalOnce reads the final DTR events from the
+// stream: every DTR was announced final, DONE, in one state only (a
+// scheduler killed between the announcement and storing the final
+// record announces it again, the same). It counts the events for the
+// summary.
+func (r *chaosRun) everyDTRWasAnnouncedFinalOnce(t *testing.T) {
 	finals := map[string]dtr.State{}
-	events := 0
-	cons, err := s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{api.SubjectDTRFinal}})
+	cons, err := r.s.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{api.SubjectDTRFinal}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,11 +672,11 @@ chaos:
 				if old, ok := finals[d.ID.String()]; ok && old != d.State {
 					t.Fatalf("DTR %s announced %s and %s", d.ID, old, d.State)
 				}
-				if d.State != dtr.Done || !ids[d.ID.String()] {
+				if d.State != dtr.Done || !r.ids[d.ID.String()] {
 					t.Fatalf("DTR %s announced %s; want one of the job's DTRs, DONE", d.ID, d.State)
 				}
 				finals[d.ID.String()] = d.State
-				events++
+				r.events++
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
@@ -543,27 +686,40 @@ chaos:
 			break
 		}
 	}
-	if len(finals) != files {
-		t.Fatalf("%d DTRs announced final, want %d", len(finals), files)
+	if len(finals) != r.files {
+		t.Fatalf("%d DTRs announced final, want %d", len(finals), r.files)
 	}
-	t.Logf("files and final events checked at %.1fs", time.Since(testStart).Seconds())
-	if leftovers, _ := filepath.Glob(filepath.Join(out, ".*.part")); len(leftovers) > 0 {
-		// Say what the roles did with the DTR that left it: the name is
-		// ".<name>.sluice-<grant>.part", the grant "<dtr>.<n>".
-		name := filepath.Base(leftovers[0])
-		if i := strings.Index(name, ".sluice-"); i >= 0 && len(name) >= i+len(".sluice-")+36 {
-			id := name[i+len(".sluice-"):][:36]
-			for _, r := range []string{"scheduler", "generator", "processor", "delivery"} {
-				t.Logf("%s log on %s:\n%s", r, id, c.logGrep(r, id, 20))
-			}
+}
+
+// noTemporaryFileIsLeft checks the destinations for temporary files; for
+// one left, it says what the roles did with the DTR that left it.
+func (r *chaosRun) noTemporaryFileIsLeft(t *testing.T) {
+	leftovers, _ := filepath.Glob(filepath.Join(r.out, ".*.part"))
+	if len(leftovers) == 0 {
+		return
+	}
+	// The name is ".<name>.sluice-<grant>.part", the grant "<dtr>.<n>".
+	name := filepath.Base(leftovers[0])
+	if i := strings.Index(name, ".sluice-"); i >= 0 && len(name) >= i+len(".sluice-")+36 {
+		id := name[i+len(".sluice-"):][:36]
+		for _, role := range chaosRoles {
+			t.Logf("%s log on %s:\n%s", role, id, r.c.logGrep(role, id, 20))
 		}
-		t.Fatalf("%d temporary files left, e.g. %s", len(leftovers), leftovers[0])
 	}
-	// Every slot is free once everything is final: no share runs anything
-	// (or has anything queued) in any state.
+	t.Fatalf("%d temporary files left, e.g. %s", len(leftovers), leftovers[0])
+}
+
+// everySlotIsFree checks that, once everything is final, every slot is
+// freed within 20 s: no share runs anything (or has anything queued) in
+// any state.
+func (r *chaosRun) everySlotIsFree(t *testing.T) {
+	// s.shares fails the test it was given: make that this subtest.
+	parent := r.s.t
+	r.s.t = t
+	defer func() { r.s.t = parent }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		sh := s.shares()
+		sh := r.s.shares()
 		running := 0
 		for _, st := range sh.Shares {
 			running += st.Running
@@ -576,11 +732,16 @@ chaos:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%d files, every one DONE once, intact, its adler32 verified; %d attempts in all; %d final DTRs announced on the stream; "+
+}
+
+// logSummary logs what the run did, once every check has passed.
+func (r *chaosRun) logSummary() {
+	k := r.kills
+	r.t.Logf("%d files, every one DONE once, intact, its adler32 verified; %d attempts in all; %d final DTRs announced on the stream; "+
 		"kills %d (scheduler %d, generator %d, processor %d, delivery %d); NATS restarted at %.1fs for %.1fs with %d DTRs final; "+
 		"%.1fs from submit to the job's end: %.1f DTR/s (%.1fs in all, the build and the checks included)",
-		files, attempts, events, total, kills["scheduler"], kills["generator"], kills["processor"], kills["delivery"],
-		restartedAt.Seconds(), restartedFor.Seconds(), restartedAtFinal, took.Seconds(), float64(files)/took.Seconds(), time.Since(testStart).Seconds())
+		r.files, r.attempts, r.events, r.totalKills(), k["scheduler"], k["generator"], k["processor"], k["delivery"],
+		r.restartedAt.Seconds(), r.restartedFor.Seconds(), r.restartedAtFinal, r.took.Seconds(), float64(r.files)/r.took.Seconds(), time.Since(r.testStart).Seconds())
 }
 
 // kvJSON reads a key's JSON value.
