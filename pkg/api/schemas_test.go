@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -97,5 +98,40 @@ func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 				t.Fatalf("%s has the fields %v; %s has %v", tt.name, got, tt.typ, want)
 			}
 		})
+	}
+}
+
+// The DTR schema's URL pattern takes the schemes of dtr.SchemeTable, in
+// either case, and no other: a new protocol's scheme is added to both.
+func TestTheDTRSchemaTakesTheURLSchemesOfTheSchemeTable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "schemas", "dtr.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Defs struct {
+			URL struct {
+				Pattern string `json:"pattern"`
+			} `json:"url"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	pattern, err := regexp.Compile(schema.Defs.URL.Pattern)
+	if err != nil {
+		t.Fatalf("the URL pattern %q: %v", schema.Defs.URL.Pattern, err)
+	}
+	for _, s := range dtr.SchemeTable {
+		for _, name := range []string{s.Name, strings.ToUpper(s.Name)} {
+			if u := name + "://host/path"; !pattern.MatchString(u) {
+				t.Errorf("the schema's URL pattern refuses %s, a scheme of dtr.SchemeTable", u)
+			}
+		}
+	}
+	for _, u := range []string{"gopher://host/path", "ftp://host/path", "files:///path", "htt://host/path", "s4://host/b/k"} {
+		if pattern.MatchString(u) {
+			t.Errorf("the schema's URL pattern takes %s, which is no scheme of dtr.SchemeTable", u)
+		}
 	}
 }
