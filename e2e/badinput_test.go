@@ -1084,9 +1084,9 @@ func TestOnANATSServerWithASmallMaxPayloadATooLargeDTRIsRefused(t *testing.T) {
 			m := nats.NewMsg(api.SubjectSubmit)
 			m.Data = bigDTR(id, src, filepath.Join(s.dir, "out", id.String()), n)
 			msgID, seq := s.publish(m)
-			r := next(t, rejections, 10*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
+			r := next(t, rejections, 30*time.Second, "rejection", func(r api.Rejection) bool { return r.MsgID == msgID })
 			mustContain(t, "reason", r.Reason, fmt.Sprintf("the DTR is %d bytes, more than the %d that a DTR may have", n, limit))
-			next(t, terms, 10*time.Second, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamSubmit })
+			next(t, terms, 30*time.Second, "termination", func(a termination) bool { return a.StreamSeq == seq && a.Stream == bus.StreamSubmit })
 			if _, _, ok := s.dtrRecord(id); ok {
 				t.Fatal("the DTR was stored")
 			}
