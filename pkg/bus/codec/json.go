@@ -2,11 +2,11 @@ package codec
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"time"
 
+	"github.com/goccy/go-json"
 	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
