@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"go-hep.org/x/hep/xrootd"
 	"go-hep.org/x/hep/xrootd/xrdfs"
@@ -47,6 +48,27 @@ func (c *Client) xrdConnect(ctx context.Context, u *url.URL) (*xrootd.Client, er
 	return xrootd.NewClient(ctx, addr.String(), "sluice")
 }
 
+// xrdCloseWait is how long xrdClose waits for go-hep's client to close.
+const xrdCloseWait = 10 * time.Second
+
+// xrdClose closes a connection, waiting at most xrdCloseWait. go-hep's
+// Client.Close can block for ever: its multiplexer, holding its lock, hands
+// a pending request's channel an answer no one reads, while the goroutine
+// that would read it waits for that lock. By then the operation's outcome
+// is known, so it is not held up: the close goes on in the background, and
+// its goroutine and connection are lost only in that case.
+func xrdClose(cli *xrootd.Client) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cli.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(xrdCloseWait):
+	}
+}
+
 // xrdError classifies an xrootd failure: "not found" and "not authorized"
 // as the HTTP statuses 404 and 403 would be, other server errors as 503.
 func xrdError(ctx context.Context, op, rawURL string, _ *url.URL, err error, moved int64) *Error {
@@ -78,7 +100,7 @@ func (c *Client) xrdStat(ctx context.Context, op, rawURL string, u *url.URL) (In
 	if err != nil {
 		return missing, xrdError(ctx, op, rawURL, u, err, 0)
 	}
-	defer cli.Close()
+	defer xrdClose(cli)
 	st, err := cli.FS().Stat(ctx, xrdPath(u))
 	if isXrdMissing(err) {
 		return missing, nil
@@ -97,7 +119,7 @@ func (c *Client) xrdDelete(ctx context.Context, op, rawURL string, u *url.URL) e
 	if err != nil {
 		return xrdError(ctx, op, rawURL, u, err, 0)
 	}
-	defer cli.Close()
+	defer xrdClose(cli)
 	if err := cli.FS().RemoveFile(ctx, xrdPath(u)); err != nil && !isXrdMissing(err) {
 		return xrdError(ctx, op, rawURL, u, err, 0)
 	}
@@ -109,7 +131,7 @@ func (c *Client) xrdMakeParents(ctx context.Context, op, rawURL string, u *url.U
 	if err != nil {
 		return xrdError(ctx, op, rawURL, u, err, 0)
 	}
-	defer cli.Close()
+	defer xrdClose(cli)
 	mode := xrdfs.OpenModeOwnerRead | xrdfs.OpenModeOwnerWrite | xrdfs.OpenModeOwnerExecute |
 		xrdfs.OpenModeGroupRead | xrdfs.OpenModeGroupExecute | xrdfs.OpenModeOtherRead | xrdfs.OpenModeOtherExecute
 	if err := cli.FS().MkdirAll(ctx, path.Dir(xrdPath(u)), mode); err != nil {
@@ -144,7 +166,7 @@ func (r *xrdReader) Read(p []byte) (int, error) {
 
 func (r *xrdReader) Close() error {
 	err := r.f.Close(context.WithoutCancel(r.ctx))
-	r.cli.Close()
+	xrdClose(r.cli)
 	return err
 }
 
@@ -163,7 +185,7 @@ func (c *Client) xrdOpen(ctx context.Context, rawURL string, u *url.URL) (*sourc
 	}
 	f, err := cli.FS().Open(ctx, xrdPath(u), xrdfs.OpenModeOwnerRead, xrdfs.OpenOptionsOpenRead)
 	if err != nil {
-		cli.Close()
+		xrdClose(cli)
 		return nil, xrdError(ctx, op, rawURL, u, err, 0)
 	}
 	return &source{body: &xrdReader{ctx: ctx, cli: cli, f: f, size: info.Size}, size: info.Size}, nil
@@ -192,7 +214,7 @@ func (c *Client) copyToXrootd(ctx context.Context, in *source, p *pump, src, dst
 	if err != nil {
 		return 0, xrdError(ctx, op, dst, u, err, 0)
 	}
-	defer cli.Close()
+	defer xrdClose(cli)
 	f, err := cli.FS().Open(ctx, xrdPath(u), xrdfs.OpenModeOwnerRead|xrdfs.OpenModeOwnerWrite|xrdfs.OpenModeGroupRead|xrdfs.OpenModeOtherRead,
 		xrdfs.OpenOptionsDelete|xrdfs.OpenOptionsMkPath|xrdfs.OpenOptionsOpenUpdate)
 	if err != nil {
@@ -227,7 +249,7 @@ func (c *Client) xrdRename(ctx context.Context, op, rawURL string, from, to *url
 	if err != nil {
 		return xrdError(ctx, op, rawURL, from, err, 0)
 	}
-	defer cli.Close()
+	defer xrdClose(cli)
 	if err := cli.FS().Rename(ctx, xrdPath(from), xrdPath(to)); err != nil {
 		return xrdError(ctx, op, rawURL, from, err, 0)
 	}
