@@ -27,7 +27,7 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 }
 
 // BarePipelineSeparate is BarePipeline with each of its four stages a child
-// process of the sluice binary exe (`exe bench -pipeline-stage N`), as
+// process of the sluice binary exe (`exe bench --pipeline-stage N`), as
 // Sluice's roles run when each is its own process: the baseline of that
 // shape. The items are published and counted in this process.
 func BarePipelineSeparate(ctx context.Context, dir string, n int, exe string) (float64, error) {
@@ -75,7 +75,7 @@ func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe st
 	}
 	for i := 0; i < pipelineStages; i++ {
 		if exe != "" {
-			cmd := exec.CommandContext(ctx, exe, "bench", "-pipeline-stage", strconv.Itoa(i))
+			cmd := exec.CommandContext(ctx, exe, "bench", "--pipeline-stage", strconv.Itoa(i))
 			cmd.Env = append(os.Environ(), "NATS_URL="+ns.ClientURL())
 			cmd.Stderr = os.Stderr
 			if err := cmd.Start(); err != nil {
@@ -172,7 +172,7 @@ func pipelineStage(ctx context.Context, nc *nats.Conn, i int, report func(error)
 
 // RunPipelineStage runs stage i of the bare pipeline against the NATS
 // server at url until ctx ends or a publish fails: what `sluice bench
-// -pipeline-stage i` does in the child processes of BarePipelineSeparate.
+// --pipeline-stage i` does in the child processes of BarePipelineSeparate.
 func RunPipelineStage(ctx context.Context, url string, i int) error {
 	if i < 0 || i >= pipelineStages {
 		return fmt.Errorf("bare pipeline: no stage %d (0 to %d)", i, pipelineStages-1)

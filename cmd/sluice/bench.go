@@ -8,22 +8,53 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/sluice-dtr/sluice/bench"
 )
 
-// benchCmd measures Sluice against the machine's limits and writes the
-// figures to BENCHMARKS.md (or -out).
-func benchCmd(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("bench", cfg)
-	quick := fs.Bool("quick", false, "smaller runs (half a minute) instead of the full figures (about two minutes)")
-	out := fs.String("out", "BENCHMARKS.md", "file to write the report to; - for standard output")
-	separate := fs.Bool("separate", true, "also run the roles as separate processes of this binary")
-	cli := fs.String("nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
-	dir := fs.String("dir", "", "where the files and JetStream stores go: a new directory under this one (default: $TMPDIR or /tmp); on a tmpfs such as /dev/shm the figures leave the disk out")
-	stage := fs.Int("pipeline-stage", -1, "run only stage `N` (0-3) of the bare JetStream pipeline against -nats, until stopped: how the bench runs that baseline as separate processes")
-	if err := fs.Parse(args); err != nil {
-		return err
+// benchCommand measures Sluice against the machine's limits and writes
+// the figures to BENCHMARKS.md (or --out).
+func benchCommand(cfg *Config) *cobra.Command {
+	var o benchOptions
+	c := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Measure throughput, latency, slot use, memory, restart and scale-out; write BENCHMARKS.md",
+		Long: "Measure throughput, latency, slot use, memory, restart and scale-out against a bare JetStream\n" +
+			"pipeline on the same machine, and write the figures to BENCHMARKS.md (or --out).",
+		Args: exactArgs(0, "bench takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var given []string
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				if f.Value.Type() == "bool" && f.Value.String() == "true" {
+					given = append(given, "--"+f.Name)
+				} else {
+					given = append(given, "--"+f.Name, f.Value.String())
+				}
+			})
+			return benchRun(cmd.Context(), cfg, o, given, cmd.OutOrStdout())
+		},
 	}
+	fs := c.Flags()
+	natsFlag(fs, cfg)
+	fs.BoolVar(&o.quick, "quick", false, "smaller runs (half a minute) instead of the full figures (about two minutes)")
+	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "file to write the report to; - for standard output")
+	fs.BoolVar(&o.separate, "separate", true, "also run the roles as separate processes of this binary")
+	fs.StringVar(&o.cli, "nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
+	fs.StringVar(&o.dir, "dir", "", "where the files and JetStream stores go: a new directory under this one (default: $TMPDIR or /tmp); on a tmpfs such as /dev/shm the figures leave the disk out")
+	fs.IntVar(&o.stage, "pipeline-stage", -1, "run only stage `N` (0-3) of the bare JetStream pipeline against --nats, until stopped: how the bench runs that baseline as separate processes")
+	return c
+}
+
+type benchOptions struct {
+	quick, separate bool
+	out, cli, dir   string
+	stage           int
+}
+
+func benchRun(ctx context.Context, cfg *Config, opts benchOptions, args []string, stdout io.Writer) error {
+	quick, out, separate, cli, dir, stage := &opts.quick, &opts.out, &opts.separate, &opts.cli, &opts.dir, &opts.stage
 	if *stage >= 0 {
 		return bench.RunPipelineStage(ctx, cfg.NATSURL, *stage)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/spf13/cobra"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
@@ -97,29 +98,51 @@ func clientConn(cfg *Config) (*nats.Conn, error) {
 	return nc, nil
 }
 
-type multiFlag []string
+// submitCommand sends a job description to the generator.
+func submitCommand(cfg *Config) *cobra.Command {
+	var o submitOptions
+	c := &cobra.Command{
+		Use:   "submit [flags] JOBFILE",
+		Short: "Submit a job description (JSON or xRSL); --wait follows it to the end",
+		Long: "Submit a job description (JSON or xRSL, docs/job-description.md; - reads standard input).\n" +
+			"With --wait, follow the job until every DTR is final, showing its progress and each DTR that\n" +
+			"waits for a retry, then print its statistics; the exit status is 3 if not every file was done.",
+		Args: exactArgs(1, "submit needs one job description file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := readJobFile(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return submit(cmd, cfg, data, o)
+		},
+	}
+	clientFlags(c, cfg)
+	fs := c.Flags()
+	fs.BoolVar(&o.wait, "wait", false, "wait until every DTR of the job is final, showing progress, and print the statistics")
+	fs.StringVar(&o.session, "session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
+	fs.StringVar(&o.dn, "dn", "", "owner DN of an xRSL job (taken from the operator and trusted users only; a user's job is their own)")
+	fs.StringArrayVar(&o.fqans, "fqan", nil, "owner VOMS FQAN of an xRSL job, e.g. /atlas/Role=production (repeatable; as --dn)")
+	o.json = jsonFlag(c)
+	return c
+}
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+type submitOptions struct {
+	wait        bool
+	session, dn string
+	fqans       []string
+	json        *bool
+}
 
-// submit sends a job description to the generator.
-func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("submit", cfg)
-	wait := fs.Bool("wait", false, "wait until every DTR of the job is final and print the statistics")
-	session := fs.String("session-dir", "", "session directory of an xRSL job (inputs are fetched into it, outputs sent from it)")
-	dn := fs.String("dn", "", "owner DN of an xRSL job (taken from the operator and trusted users only; a user's job is their own)")
-	var fqans multiFlag
-	fs.Var(&fqans, "fqan", "owner VOMS FQAN of an xRSL job, e.g. /atlas/Role=production (repeatable; as -dn)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func readJobFile(cmd *cobra.Command, name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(cmd.InOrStdin())
 	}
-	if fs.NArg() != 1 {
-		return errors.New("submit needs one job description file")
-	}
-	data, err := os.ReadFile(fs.Arg(0))
-	if err != nil {
-		return err
-	}
+	return os.ReadFile(name)
+}
+
+// submit sends a job description and, with o.wait, follows the job.
+func submit(cmd *cobra.Command, cfg *Config, data []byte, o submitOptions) error {
+	ctx, stdout := cmd.Context(), cmd.OutOrStdout()
 	nc, err := clientConn(cfg)
 	if err != nil {
 		return err
@@ -127,116 +150,68 @@ func submit(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 	defer nc.Close()
 	m := nats.NewMsg(api.SubjectJobSubmit)
 	m.Data = data
-	if *session != "" {
-		abs, err := filepath.Abs(*session)
+	if o.session != "" {
+		abs, err := filepath.Abs(o.session)
 		if err != nil {
 			return err
 		}
 		m.Header.Set(api.HeaderSessionDir, abs)
 	}
-	if *dn != "" {
-		m.Header.Set(api.HeaderDN, *dn)
+	if o.dn != "" {
+		m.Header.Set(api.HeaderDN, o.dn)
 	}
-	for _, f := range fqans {
+	for _, f := range o.fqans {
 		m.Header.Add(api.HeaderFQAN, f)
 	}
 	var reply api.SubmitReply
 	if err := request(ctx, nc, m, &reply); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "job %s submitted: %d DTRs\n", reply.JobID, len(reply.DTRs))
-	if !*wait {
+	if !o.wait {
+		if *o.json {
+			return printJSON(stdout, reply)
+		}
+		fmt.Fprintf(stdout, "job %s submitted: %d DTRs\n", reply.JobID, len(reply.DTRs))
 		return nil
 	}
-	retries := retryWatch{job: reply.JobID, shown: map[uuid.UUID]int{}}
-	ev, err := waitJob(ctx, nc, reply.JobID, func() { retries.show(ctx, nc, stdout) })
+	return follow(ctx, nc, reply, cmd, *o.json)
+}
+
+// follow waits for a submitted job to end, showing its progress, and
+// prints its statistics; a job that ended with files not done is an
+// error with exit status 3.
+func follow(ctx context.Context, nc *nats.Conn, reply api.SubmitReply, cmd *cobra.Command, jsonOut bool) error {
+	stdout := cmd.OutOrStdout()
+	// Progress goes where people look: standard output, or with --json
+	// standard error, and there only when it is a terminal.
+	var p *progress
+	if !jsonOut {
+		p = newProgress(stdout)
+		fmt.Fprintf(stdout, "job %s submitted: %d DTRs\n", reply.JobID, len(reply.DTRs))
+	} else if isTerminal(cmd.ErrOrStderr()) {
+		p = newProgress(cmd.ErrOrStderr())
+	}
+	retries := retryWatch{job: reply.JobID, shown: map[uuid.UUID]int{}, progress: p}
+	ev, err := waitJob(ctx, nc, reply.JobID, func(ev api.JobEvent) {
+		retries.show(ctx, nc)
+		p.update(ev, retries.waiting)
+	})
 	if err != nil {
+		p.end(nil)
 		return err
 	}
-	printJob(stdout, ev, nil)
-	if ev.State != api.JobFinished {
-		return fmt.Errorf("job %s %s", ev.Job.ID, ev.State)
+	p.end(&ev)
+	if jsonOut {
+		if err := printJSON(stdout, ev); err != nil {
+			return err
+		}
+	} else {
+		printJob(stdout, ev, nil)
+	}
+	if ev.State != api.JobFinished || ev.Done < ev.Total {
+		return &exitError{exitJobEnded, fmt.Errorf("job %s %s: %d of %d files done", ev.Job.ID, ev.State, ev.Done, ev.Total)}
 	}
 	return nil
-}
-
-// waitJob polls a job's status until it has ended; each poll is passed to
-// tick, if set.
-func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func()) (api.JobEvent, error) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		ev, err := jobStatus(ctx, nc, jobID)
-		if err != nil {
-			return ev, err
-		}
-		if ev.Announced {
-			return ev, nil
-		}
-		if tick != nil {
-			tick()
-		}
-		select {
-		case <-ctx.Done():
-			return ev, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// retryWatch shows a job's DTRs that wait for a retry, one line for each
-// when it starts waiting and again after each further failed attempt. The
-// generator knows only finished DTRs: the scheduler answers which wait
-// (sluice.api.retrying). When it does not answer (restarting, an older
-// one, a user who may not ask), --wait waits on and asks again later.
-type retryWatch struct {
-	job   string
-	shown map[uuid.UUID]int // the attempts of the last line shown
-	after time.Time         // ask no sooner: the scheduler did not answer
-	noted bool              // that it did not has been said
-}
-
-func (w *retryWatch) show(ctx context.Context, nc *nats.Conn, out io.Writer) {
-	if time.Now().Before(w.after) {
-		return
-	}
-	ask, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var r api.RetryingReply
-	m := nats.NewMsg(api.SubjectRetrying)
-	m.Data = []byte(w.job)
-	if err := request(ask, nc, m, &r); err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		w.after = time.Now().Add(30 * time.Second)
-		if !w.noted {
-			w.noted = true
-			fmt.Fprintf(out, "(retries are not shown for now: %v)\n", err)
-		}
-		return
-	}
-	for _, d := range r.DTRs {
-		if d.Error == nil || w.shown[d.ID] == d.Attempts {
-			continue
-		}
-		w.shown[d.ID] = d.Attempts
-		fmt.Fprintf(out, "retrying %s: attempt %d of %d failed: %s: %s; next try at %s (in %s)\n",
-			d.Destination, d.Attempts, d.MaxAttempts, d.Error.Kind, oneLine(d.Error.Text, 200),
-			d.NextProcess.Local().Format("15:04:05"), max(0, time.Until(d.NextProcess)).Round(time.Second))
-	}
-}
-
-// oneLine returns the first line of s, at most n characters of it: a longer
-// line keeps its start and its end, where an error's cause is.
-func oneLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	r := []rune(strings.TrimSpace(s))
-	if len(r) <= n {
-		return string(r)
-	}
-	head := n / 3
-	return string(r[:head]) + "…" + string(r[len(r)-(n-head-1):])
 }
 
 func jobStatus(ctx context.Context, nc *nats.Conn, jobID string) (api.JobEvent, error) {
@@ -253,16 +228,30 @@ func dtrStatus(ctx context.Context, nc *nats.Conn, id uuid.UUID) (dtr.DTR, error
 	return r.DTR, request(ctx, nc, m, &r)
 }
 
-// status shows a job and its DTRs, or one DTR.
-func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("status", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// statusCommand shows a job and its DTRs, or one DTR.
+func statusCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "status JOB_OR_DTR",
+		Short: "Show a job and its DTRs, or one DTR",
+		Args:  exactArgs(1, "status needs a job or DTR id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return status(cmd.Context(), cfg, args[0], *jsonOut, cmd.OutOrStdout())
+		},
 	}
-	if fs.NArg() != 1 {
-		return errors.New("status needs a job or DTR id")
-	}
-	id := fs.Arg(0)
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
+}
+
+// jobStatusJSON is what status --json prints for a job: the job's state and
+// the current state of its unfinished DTRs (up to 200 of them).
+type jobStatusJSON struct {
+	api.JobEvent
+	Current []dtr.DTR `json:"current,omitempty"`
+}
+
+func status(ctx context.Context, cfg *Config, id string, jsonOut bool, stdout io.Writer) error {
 	nc, err := clientConn(cfg)
 	if err != nil {
 		return err
@@ -273,13 +262,16 @@ func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 	if errors.As(err, &ae) && ae.code == "404" {
 		u, perr := uuid.Parse(id)
 		if perr != nil {
-			return fmt.Errorf("no job %q, and it is not a DTR id", id)
+			return &exitError{exitNotFound, fmt.Errorf("no job %q, and it is not a DTR id", id)}
 		}
 		var r api.DTRReply
 		m := nats.NewMsg(api.SubjectDTR)
 		m.Data = []byte(u.String())
 		if err := request(ctx, nc, m, &r); err != nil {
 			return err
+		}
+		if jsonOut {
+			return printJSON(stdout, r)
 		}
 		printDTR(stdout, r.DTR)
 		if r.Why != nil {
@@ -291,13 +283,18 @@ func status(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return err
 	}
 	current := map[uuid.UUID]dtr.DTR{}
+	out := jobStatusJSON{JobEvent: ev}
 	for i, ref := range ev.Pending {
 		if i == 200 {
 			break
 		}
 		if d, err := dtrStatus(ctx, nc, ref.DTR); err == nil {
 			current[ref.DTR] = d
+			out.Current = append(out.Current, d)
 		}
+	}
+	if jsonOut {
+		return printJSON(stdout, out)
 	}
 	printJob(stdout, ev, current)
 	return nil
@@ -357,23 +354,33 @@ func printJob(w io.Writer, ev api.JobEvent, current map[uuid.UUID]dtr.DTR) {
 	}
 }
 
-// shares prints the per-share table.
-func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("shares", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// sharesCommand prints the per-share table.
+func sharesCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "shares",
+		Short: "Show running/pending per share (like ARC's gm-jobs -s) and each share's slots",
+		Args:  exactArgs(0, "shares takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := clientConn(cfg)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var r api.SharesReply
+			if err := request(cmd.Context(), nc, nats.NewMsg(api.SubjectShares), &r); err != nil {
+				return err
+			}
+			if *jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			printShares(cmd.OutOrStdout(), r)
+			return nil
+		},
 	}
-	nc, err := clientConn(cfg)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var r api.SharesReply
-	if err := request(ctx, nc, nats.NewMsg(api.SubjectShares), &r); err != nil {
-		return err
-	}
-	printShares(stdout, r)
-	return nil
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
 }
 
 // printShares prints ARC's gm-jobs -s table (running = transferring, pending

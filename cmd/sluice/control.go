@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 )
@@ -29,51 +30,69 @@ func control(ctx context.Context, cfg *Config, subject string, req, reply any) e
 	return request(ctx, nc, m, reply)
 }
 
-// priority changes a DTR's priority.
-func priority(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("priority", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// priorityCommand changes a DTR's priority.
+func priorityCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "priority DTR N",
+		Short: "Change a DTR's priority (1–100)",
+		Args:  exactArgs(2, "priority needs a DTR id and a priority 1–100"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return usageErrorf("DTR id %q: %w", args[0], err)
+			}
+			p, err := strconv.Atoi(args[1])
+			if err != nil {
+				return usageErrorf("priority %q is not a number", args[1])
+			}
+			var r api.DTRReply
+			if err := control(cmd.Context(), cfg, api.SubjectPriority, api.PriorityRequest{DTR: id, Priority: p}, &r); err != nil {
+				return err
+			}
+			if *jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "DTR %s (%s, share %s) now has priority %d\n", r.DTR.ID, r.DTR.State, r.DTR.Share, r.DTR.Priority)
+			return nil
+		},
 	}
-	if fs.NArg() != 2 {
-		return errors.New("priority needs a DTR id and a priority 1–100")
-	}
-	id, err := uuid.Parse(fs.Arg(0))
-	if err != nil {
-		return fmt.Errorf("DTR id %q: %w", fs.Arg(0), err)
-	}
-	p, err := strconv.Atoi(fs.Arg(1))
-	if err != nil {
-		return fmt.Errorf("priority %q is not a number", fs.Arg(1))
-	}
-	var r api.DTRReply
-	if err := control(ctx, cfg, api.SubjectPriority, api.PriorityRequest{DTR: id, Priority: p}, &r); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "DTR %s (%s, share %s) now has priority %d\n", r.DTR.ID, r.DTR.State, r.DTR.Share, r.DTR.Priority)
-	return nil
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
 }
 
-// cancel cancels a DTR or a whole job.
-func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("cancel", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// cancelCommand cancels a DTR or a whole job.
+func cancelCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "cancel DTR_OR_JOB",
+		Short: "Cancel a DTR, or every unfinished DTR of a job",
+		Args:  exactArgs(1, "cancel needs a DTR or job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cancel(cmd.Context(), cfg, args[0], *jsonOut, cmd.OutOrStdout())
+		},
 	}
-	if fs.NArg() != 1 {
-		return errors.New("cancel needs a DTR or job id")
-	}
-	id := fs.Arg(0)
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
+}
+
+func cancel(ctx context.Context, cfg *Config, id string, jsonOut bool, stdout io.Writer) error {
 	var r api.CancelReply
 	var err error
 	if u, perr := uuid.Parse(id); perr == nil {
 		err = control(ctx, cfg, api.SubjectCancel, api.CancelRequest{DTR: u}, &r)
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.code != "404" {
-			if err == nil {
-				fmt.Fprintf(stdout, "DTR %s cancelled\n", id)
+			if err != nil {
+				return err
 			}
-			return err
+			if jsonOut {
+				return printJSON(stdout, r)
+			}
+			fmt.Fprintf(stdout, "DTR %s cancelled\n", id)
+			return nil
 		}
 	}
 	if err = control(ctx, cfg, api.SubjectCancel, api.CancelRequest{Job: id}, &r); err != nil {
@@ -81,66 +100,85 @@ func cancel(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		if errors.As(err, &ae) && ae.code == "404" {
 			// Neither a DTR the scheduler holds nor a job with one
 			// unfinished: most likely finished, or not yet taken in.
-			return fmt.Errorf("nothing cancelled: %s has no unfinished DTR you may cancel (one still on its way to the scheduler is not known yet; cancel again once it is)", id)
+			return &exitError{exitNotFound, fmt.Errorf("nothing cancelled: %s has no unfinished DTR you may cancel (one still on its way to the scheduler is not known yet; cancel again once it is)", id)}
 		}
 		return err
+	}
+	if jsonOut {
+		return printJSON(stdout, r)
 	}
 	fmt.Fprintf(stdout, "job %s: %d unfinished DTRs cancelled\n", id, r.Cancelled)
 	return nil
 }
 
-// reconfigure replaces the share priorities of the running scheduler.
-func reconfigure(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("reconfigure", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// reconfigureCommand replaces the share priorities of the running
+// scheduler.
+func reconfigureCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "reconfigure SHARE=P,...",
+		Short: "Set the share priorities of the running scheduler (until it restarts)",
+		Args:  exactArgs(1, "reconfigure needs share priorities, e.g. atlas=80,cms=20"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prios, err := api.ParseSharePriorities(args[0])
+			if err != nil {
+				return usageErrorf("%w", err)
+			}
+			var r api.SharesReply
+			if err := control(cmd.Context(), cfg, api.SubjectReconfigure, api.ReconfigureRequest{SharePriority: prios}, &r); err != nil {
+				return err
+			}
+			if *jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "share priorities set; the split now:")
+			printShares(cmd.OutOrStdout(), r)
+			return nil
+		},
 	}
-	if fs.NArg() != 1 {
-		return errors.New("reconfigure needs share priorities, e.g. atlas=80,cms=20")
-	}
-	prios, err := api.ParseSharePriorities(fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	var r api.SharesReply
-	if err := control(ctx, cfg, api.SubjectReconfigure, api.ReconfigureRequest{SharePriority: prios}, &r); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, "share priorities set; the split now:")
-	printShares(stdout, r)
-	return nil
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
 }
 
-// why says why a DTR waits.
-func why(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := clientFlags("why", cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
+// whyCommand says why a DTR waits.
+func whyCommand(cfg *Config) *cobra.Command {
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "why DTR",
+		Short: "Say why a DTR waits: its share, its place, the slots and its estimated start",
+		Args:  exactArgs(1, "why needs a DTR id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return usageErrorf("DTR id %q: %w", args[0], err)
+			}
+			nc, err := clientConn(cfg)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			var r api.DTRReply
+			m := nats.NewMsg(api.SubjectDTR)
+			m.Data = []byte(id.String())
+			if err := request(cmd.Context(), nc, m, &r); err != nil {
+				return err
+			}
+			stdout := cmd.OutOrStdout()
+			if *jsonOut {
+				return printJSON(stdout, r)
+			}
+			if r.Why == nil {
+				fmt.Fprintf(stdout, "DTR %s is %s: it waits for nothing\n", id, r.DTR.State)
+				return nil
+			}
+			printWhy(stdout, *r.Why)
+			return nil
+		},
 	}
-	if fs.NArg() != 1 {
-		return errors.New("why needs a DTR id")
-	}
-	id, err := uuid.Parse(fs.Arg(0))
-	if err != nil {
-		return fmt.Errorf("DTR id %q: %w", fs.Arg(0), err)
-	}
-	nc, err := clientConn(cfg)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var r api.DTRReply
-	m := nats.NewMsg(api.SubjectDTR)
-	m.Data = []byte(id.String())
-	if err := request(ctx, nc, m, &r); err != nil {
-		return err
-	}
-	if r.Why == nil {
-		fmt.Fprintf(stdout, "DTR %s is %s: it waits for nothing\n", id, r.DTR.State)
-		return nil
-	}
-	printWhy(stdout, *r.Why)
-	return nil
+	clientFlags(c, cfg)
+	jsonOut = jsonFlag(c)
+	return c
 }
 
 func printWhy(w io.Writer, y api.Why) {

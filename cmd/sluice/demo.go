@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
@@ -26,18 +27,39 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/job"
 )
 
+// demoCommand runs the demo.
+func demoCommand(cfg *Config) *cobra.Command {
+	var o demoOptions
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a demo job of real files on the embedded default",
+		Long: "Run every service on an embedded NATS server, make real files, move them in two jobs of two\n" +
+			"VOs through a local HTTP server and the file system, print the share table while they run,\n" +
+			"and check every byte.",
+		Args: exactArgs(0, "demo takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return traced(cmd.Context(), "demo", func() error { return demo(cmd.Context(), cfg, o, cmd.OutOrStdout()) })
+		},
+	}
+	fs := c.Flags()
+	fs.IntVar(&o.files, "files", 200, "files to move, split between the two jobs")
+	fs.StringVar(&o.dir, "dir", "", "work directory for the demo's files (default: a new temporary directory, removed at the end)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary work directory")
+	fs.StringVar(&cfg.Store, "store", cfg.Store, "JetStream store directory (env SLUICE_STORE; default the user's data dir/sluice)")
+	return c
+}
+
+type demoOptions struct {
+	files int
+	dir   string
+	keep  bool
+}
+
 // demo runs every service on the embedded server, makes real files, moves
 // them in two jobs of two VOs through a local HTTP server and the file
 // system, prints the share table while they run, and checks every byte.
-func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("demo", cfg)
-	files := fs.Int("files", 200, "files to move, split between the two jobs")
-	dir := fs.String("dir", "", "work directory for the demo's files (default: a new temporary directory, removed at the end)")
-	keep := fs.Bool("keep", false, "keep the temporary work directory")
-	fs.StringVar(&cfg.Store, "store", cfg.Store, "JetStream store directory (env SLUICE_STORE; default the user's data dir/sluice)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func demo(ctx context.Context, cfg *Config, o demoOptions, stdout io.Writer) error {
+	files, dir, keep := &o.files, &o.dir, &o.keep
 	if *files < 4 {
 		return errors.New("the demo needs at least 4 files")
 	}
@@ -151,7 +173,7 @@ func demo(ctx context.Context, cfg *Config, args []string, stdout io.Writer) err
 	}
 	var ended []api.JobEvent
 	for _, id := range ids {
-		ev, err := waitJob(ctx, nc, id, showShares)
+		ev, err := waitJob(ctx, nc, id, func(api.JobEvent) { showShares() })
 		if err != nil {
 			select {
 			case serr := <-errc:

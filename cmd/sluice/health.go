@@ -14,18 +14,33 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // healthcheck asks a process's /healthz whether its roles run and reach
 // NATS: the docker compose healthcheck of every role, from an image with no
 // shell or curl in it.
-func healthcheck(ctx context.Context, cfg *Config, args []string, stdout io.Writer) error {
-	fs := flags("healthcheck", cfg)
-	url := fs.String("url", "", "URL to ask (default: /healthz at SLUICE_HTTP_ADDR, on 127.0.0.1 if it names no host; over HTTPS with SLUICE_HTTP_TLS_CERT, which the server's certificate must be)")
-	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return err
+func healthcheckCommand(cfg *Config) *cobra.Command {
+	var url string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "healthcheck [flags]",
+		Short: "Exit 0 if the process at SLUICE_HTTP_ADDR is healthy (its /healthz)",
+		Long: "Ask a process's /healthz whether its roles run and reach NATS, print its answer, and exit 0\n" +
+			"if it is healthy, 1 if not: the docker compose healthcheck of every role.",
+		Args: exactArgs(0, "healthcheck takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return healthcheck(cmd.Context(), cfg, url, timeout, cmd.OutOrStdout())
+		},
 	}
+	c.Flags().StringVar(&url, "url", "", "URL to ask (default: /healthz at SLUICE_HTTP_ADDR, on 127.0.0.1 if it names no host; over HTTPS with SLUICE_HTTP_TLS_CERT, which the server's certificate must be)")
+	c.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	return c
+}
+
+func healthcheck(ctx context.Context, cfg *Config, urlGiven string, timeoutGiven time.Duration, stdout io.Writer) error {
+	url, timeout := &urlGiven, &timeoutGiven
 	if *url == "" {
 		u, err := healthURL(cfg.HTTPAddr)
 		if err != nil {

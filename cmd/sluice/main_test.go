@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -33,8 +34,9 @@ func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
 	}{
 		{"the built-in default", nil, nil, 10},
 		{"the environment over the default", map[string]string{"SLUICE_MAXDELIVERY": "7"}, nil, 7},
-		{"a flag over the environment", map[string]string{"SLUICE_MAXDELIVERY": "7"}, []string{"-maxdelivery", "9"}, 9},
-		{"a flag over the default", nil, []string{"-maxdelivery=3"}, 3},
+		{"a flag over the environment", map[string]string{"SLUICE_MAXDELIVERY": "7"}, []string{"--maxdelivery", "9"}, 9},
+		{"a flag over the default", nil, []string{"--maxdelivery=3"}, 3},
+		{"a single-dash long flag, as Go's flag package took it", nil, []string{"-maxdelivery=4"}, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +47,13 @@ func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
 			if err := envconfig.Process("sluice", &cfg); err != nil {
 				t.Fatal(err)
 			}
-			if err := serveFlags("scheduler", &cfg).Parse(tt.args); err != nil {
+			root := newRoot(&cfg, nil, io.Discard)
+			args := longFlags(root, append([]string{"scheduler"}, tt.args...))
+			c, _, err := root.Find(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ParseFlags(args[1:]); err != nil {
 				t.Fatal(err)
 			}
 			if cfg.MaxDelivery != tt.want {
@@ -60,12 +68,18 @@ func TestHelpOfOneGroupListsOnlyItsVariables(t *testing.T) {
 	if err := run([]string{"help", "processor"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "Processor [sluice help processor]:") || !strings.Contains(out.String(), "SLUICE_PROCESSOR_PRE_WORKERS") ||
-		strings.Contains(out.String(), "sluice all") || strings.Contains(out.String(), "SLUICE_NATS_URL") {
+	if !strings.HasPrefix(out.String(), "Run a processor") || !strings.Contains(out.String(), "Processor [sluice help processor]:") ||
+		!strings.Contains(out.String(), "SLUICE_PROCESSOR_PRE_WORKERS") || strings.Contains(out.String(), "SLUICE_MAXDELIVERY") {
 		t.Fatalf("sluice help processor printed\n%s", out.String())
 	}
-	if err := run([]string{"help", "nonsense"}, &bytes.Buffer{}); err == nil {
-		t.Fatal("sluice help nonsense succeeded")
+	out.Reset()
+	if err := run([]string{"help", "policies"}, &out); err != nil || !strings.HasPrefix(out.String(), "Fair-share policies (read by the scheduler) [sluice help policies]:") ||
+		strings.Contains(out.String(), "SLUICE_PROCESSOR_PRE_WORKERS") {
+		t.Fatalf("sluice help policies: %v\n%s", err, out.String())
+	}
+	err := run([]string{"help", "nonsense"}, &bytes.Buffer{})
+	if err == nil || exitCode(err) != exitUsage {
+		t.Fatalf("sluice help nonsense: %v (exit %d), want a usage error", err, exitCode(err))
 	}
 }
 
@@ -85,7 +99,7 @@ func TestHelpListsCommandsAndVariables(t *testing.T) {
 	if err := run([]string{"help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sluice all", "sluice demo", "sluice shares", "Scheduler [sluice help scheduler]:", "Delivery [sluice help delivery]:", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
+	for _, want := range []string{"\n  all ", "\n  demo ", "\n  shares ", "\n  cp ", "Scheduler [sluice help scheduler]:", "Delivery [sluice help delivery]:", "SLUICE_MAXDELIVERY", "SLUICE_SHAREPOLICY", "NATS_URL", "SLUICE_DELIVERY_WORKERS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 		"SLUICE_NATS_CREDS", "SLUICE_NATS_NKEY", "SLUICE_NATS_INBOX_PREFIX", "SLUICE_NATS_TLS_CA", "SLUICE_NATS_TLS_CERT", "SLUICE_NATS_TLS_KEY",
 		"NATS_CONTEXT", "--context", "SLUICE_HTTP_TLS_CERT", "SLUICE_HTTP_TLS_KEY"} {
 		if !strings.Contains(out.String(), want) {
@@ -119,8 +133,8 @@ func TestBadConfigurationIsRefusedWithTheReason(t *testing.T) {
 
 func TestUnknownCommandIsAnError(t *testing.T) {
 	err := run([]string{"fly"}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), `unknown command "fly"`) {
-		t.Fatalf("got %v", err)
+	if err == nil || !strings.Contains(err.Error(), `unknown command "fly"`) || exitCode(err) != exitUsage {
+		t.Fatalf("got %v (exit %d)", err, exitCode(err))
 	}
 }
 
@@ -150,7 +164,7 @@ func TestSimulateComparesPoliciesOnAWorkloadAndDrawsThem(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"simulate"}, "give one workload file, or -example"},
+		{[]string{"simulate"}, "give one workload file, or --example"},
 		{[]string{"simulate", "-policies", "fifo", work}, `policy "fifo"`},
 		{[]string{"simulate", filepath.Join(dir, "missing.csv")}, "no such file"},
 	} {
@@ -338,8 +352,8 @@ func TestSubmitWaitShowsARetryingDTRThenAChecksumMismatchTwiceFailsNamingBothVal
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err == nil || !strings.Contains(err.Error(), "job wrong-sum failed") {
-		t.Fatalf("submit --wait returned %v, want the job failed; printed:\n%s", err, out.String())
+	if err == nil || !strings.Contains(err.Error(), "job wrong-sum failed") || exitCode(err) != exitJobEnded {
+		t.Fatalf("submit --wait returned %v (exit %d), want the job failed, exit 3; printed:\n%s", err, exitCode(err), out.String())
 	}
 	var retries []string
 	for _, l := range strings.Split(out.String(), "\n") {
@@ -390,6 +404,47 @@ func TestABenchReportKeepsTheSectionsOtherCommandsMeasured(t *testing.T) {
 			t.Errorf("%s: kept %q, want %q", name, got, want)
 		}
 	}
+}
+
+// runningSluice runs every role on an embedded NATS server until the test
+// ends, with the environment env, and points the client commands at it.
+func runningSluice(t *testing.T, env map[string]string) {
+	t.Helper()
+	ns, err := bus.Embedded(filepath.Join(t.TempDir(), "js"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	t.Setenv("SLUICE_NATS_URL", ns.ClientURL())
+	t.Setenv("SLUICE_TICK", "20ms")
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var cfg Config
+	if err := processEnv(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, cfg, app.Roles, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { stop(); <-done })
+}
+
+// runAnswered runs a client command until a service answers it (the
+// services may still be starting).
+func runAnswered(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	var err error
+	for range 100 {
+		out.Reset()
+		err = run(args, &out)
+		if err == nil || !strings.Contains(err.Error(), "no service answers") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return out.String(), err
 }
 
 // TestMain keeps the client commands of the tests from the nats contexts

@@ -1,55 +1,43 @@
 package main
 
 import (
-	"flag"
 	"os"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 )
 
-// clientFlagSet is the flag set of a client command (submit, status,
-// shares, why, priority, cancel, reconfigure). Once its flags are parsed it
-// takes the settings of the user's nats context that neither the flags nor
-// the environment gave: the context named by --context, else by
-// NATS_CONTEXT, else the one selected with `nats context select`, if any.
-type clientFlagSet struct {
-	*flag.FlagSet
-	cfg     *Config
-	context *string
-}
-
-func clientFlags(name string, cfg *Config) clientFlagSet {
-	fs := flags(name, cfg)
-	c := fs.String("context", "", "nats context to connect with (env NATS_CONTEXT; default: the one selected with `nats context select`); flags and SLUICE_* settings win over it")
-	return clientFlagSet{FlagSet: fs, cfg: cfg, context: c}
-}
-
-// Parse parses the flags and takes the nats context's settings.
-func (fs clientFlagSet) Parse(args []string) error {
-	if err := fs.FlagSet.Parse(args); err != nil {
-		return err
-	}
-	urlGiven := false
-	fs.Visit(func(f *flag.Flag) { urlGiven = urlGiven || f.Name == "nats" })
-	for _, v := range []string{"SLUICE_NATS_URL", "NATS_URL"} {
-		if _, set := os.LookupEnv(v); set {
-			urlGiven = true
+// clientFlags adds the flags every client command has (--nats, --context)
+// and, before the command runs, takes the settings of the user's nats
+// context that neither the flags nor the environment gave: the context
+// named by --context, else by NATS_CONTEXT, else the one selected with
+// `nats context select`, if any.
+func clientFlags(c *cobra.Command, cfg *Config) {
+	natsFlag(c.Flags(), cfg)
+	name := c.Flags().String("context", "", `nats context to connect with (env NATS_CONTEXT; default: the one selected with "nats context select"); flags and SLUICE_* settings win over it`)
+	c.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		urlGiven := cmd.Flags().Changed("nats")
+		for _, v := range []string{"SLUICE_NATS_URL", "NATS_URL"} {
+			if _, set := os.LookupEnv(v); set {
+				urlGiven = true
+			}
 		}
-	}
-	name := *fs.context
-	if name == "" {
-		name = os.Getenv("NATS_CONTEXT")
-	}
-	if name == "" {
-		var err error
-		if name, err = app.SelectedNATSContext(); err != nil || name == "" {
+		ctxName := *name
+		if ctxName == "" {
+			ctxName = os.Getenv("NATS_CONTEXT")
+		}
+		if ctxName == "" {
+			var err error
+			if ctxName, err = app.SelectedNATSContext(); err != nil || ctxName == "" {
+				return err
+			}
+		}
+		nc, err := app.LoadNATSContext(ctxName)
+		if err != nil {
 			return err
 		}
+		cfg.UseNATSContext(nc, urlGiven)
+		return nil
 	}
-	c, err := app.LoadNATSContext(name)
-	if err != nil {
-		return err
-	}
-	fs.cfg.UseNATSContext(c, urlGiven)
-	return nil
 }

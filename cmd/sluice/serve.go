@@ -1,21 +1,55 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
-// serve runs one role, or all of them on an embedded NATS server.
-func serve(ctx context.Context, role string, cfg *Config, args []string) error {
-	if err := serveFlags(role, cfg).Parse(args); err != nil {
-		return err
+// serveCommands are the commands that run Sluice: all roles on an
+// embedded NATS server, one role against NATS_URL, and the demo.
+func serveCommands(cfg *Config) []*cobra.Command {
+	all := &cobra.Command{
+		Use:   "all",
+		Short: "Run every service in one process on an embedded NATS server",
+		Args:  exactArgs(0, "all takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return traced(cmd.Context(), "all", func() error { return serve(cmd, "all", cfg) })
+		},
 	}
+	serveFlags(all.Flags(), "all", cfg)
+	cmds := []*cobra.Command{all}
+	for _, r := range []struct{ role, short string }{
+		{"scheduler", "Run the scheduler against NATS_URL: the queues, the shares and the slot grants"},
+		{"generator", "Run the generator against NATS_URL: jobs in, DTRs out, jobs followed to the end"},
+		{"processor", "Run a processor against NATS_URL: pre- and post-processing (scale freely)"},
+		{"delivery", "Run a deliverer against NATS_URL: the transfers (scale freely)"},
+	} {
+		role := r.role
+		c := &cobra.Command{
+			Use:   role,
+			Short: r.short,
+			Long:  r.short + ".\n\nIts settings: sluice help " + role + ".",
+			Args:  exactArgs(0, role+" takes no arguments"),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return traced(cmd.Context(), role, func() error { return serve(cmd, role, cfg) })
+			},
+		}
+		serveFlags(c.Flags(), role, cfg)
+		cmds = append(cmds, c)
+	}
+	return append(cmds, demoCommand(cfg))
+}
+
+// serve runs one role, or all of them on an embedded NATS server.
+func serve(cmd *cobra.Command, role string, cfg *Config) error {
+	ctx := cmd.Context()
 	log := newLogger(cfg, os.Stderr)
 	go collectLess(ctx)
 	roles := []string{role}
@@ -41,11 +75,18 @@ func serve(ctx context.Context, role string, cfg *Config, args []string) error {
 	return app.Run(ctx, *cfg, roles, log)
 }
 
-// serveFlags returns the flags of a role; each defaults to what the
+// natsFlag adds --nats, the NATS server URL.
+func natsFlag(fs *pflag.FlagSet, cfg *Config) {
+	fs.StringVar(&cfg.NATSURL, "nats", cfg.NATSURL, "NATS server URL, or several comma-separated (env NATS_URL)")
+}
+
+// serveFlags adds the flags of a role; each defaults to what the
 // environment said, so a flag given wins over the environment, which wins
 // over the built-in default.
-func serveFlags(role string, cfg *Config) *flag.FlagSet {
-	fs := flags(role, cfg)
+func serveFlags(fs *pflag.FlagSet, role string, cfg *Config) {
+	if role != "all" {
+		natsFlag(fs, cfg)
+	}
 	if role == "all" {
 		fs.StringVar(&cfg.Store, "store", cfg.Store, "JetStream store directory (env SLUICE_STORE; default the user's data dir/sluice)")
 		fs.IntVar(&cfg.NATSPort, "port", cfg.NATSPort, "port of the embedded NATS server on 127.0.0.1, 0 for a free one (env SLUICE_NATS_PORT)")
@@ -60,5 +101,4 @@ func serveFlags(role string, cfg *Config) *flag.FlagSet {
 		fs.IntVar(&cfg.MaxPerHost, "maxperhost", cfg.MaxPerHost, "transfers at once per storage endpoint, 0 for no limit (env SLUICE_MAXPERHOST)")
 		fs.IntVar(&cfg.MaxPrepared, "maxprepared", cfg.MaxPrepared, "staged copies a share may hold (env SLUICE_MAXPREPARED)")
 	}
-	return fs
 }

@@ -8,30 +8,50 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluice-dtr/sluice/services/scheduler/simulate"
 )
 
-// simulateCmd replays a workload through the scheduler core under one or
-// more policies and prints what each group got; -svg draws the slots.
-func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
-	fs := serveFlags("scheduler", cfg)
-	policies := fs.String("policies", cfg.Policy, "policies to compare, comma-separated: arc, dirac, sam, enstore (each configured by its SLUICE_* settings)")
-	example := fs.Bool("example", false, "replay the built-in example workload with the policy settings of docs/scheduling.md (environment wins)")
-	writeExample := fs.String("write-example", "", "write the example workload to this CSV file and stop")
-	opt := simulate.Options{}
-	fs.IntVar(&opt.Slots, "slots", 0, "transfer slots (default: -maxdelivery, SLUICE_MAXDELIVERY)")
-	fs.Float64Var(&opt.SlotRate, "rate", 100e6, "bytes per second one transfer moves")
-	fs.DurationVar(&opt.Overhead, "overhead", time.Second, "time added to every transfer")
-	fs.DurationVar(&opt.Step, "step", 100*time.Millisecond, "virtual tick")
-	fs.DurationVar(&opt.Sample, "sample", 10*time.Second, "how often the picture samples the slots")
-	svg := fs.String("svg", "", "write an SVG picture of the slots each group held over time to this file")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: sluice simulate [flags] WORKLOAD.csv | -example\n\nThe workload is CSV with a header: at (seconds),dn,fqan,bytes,priority,direction (see docs/simulate.md).")
-		fs.PrintDefaults()
+// simulateCommand replays a workload through the scheduler core under one
+// or more policies and prints what each group got; --svg draws the slots.
+func simulateCommand(cfg *Config) *cobra.Command {
+	var o simulateOptions
+	c := &cobra.Command{
+		Use:   "simulate [flags] WORKLOAD.csv | --example",
+		Short: "Replay a workload through the scheduler under one or more policies",
+		Long: "Replay a workload through the scheduler core (no NATS, a virtual clock) under one or more\n" +
+			"policies and print what each group of users got; --svg draws the slots each group held.\n\n" +
+			"The workload is CSV with a header: at (seconds),dn,fqan,bytes,priority,direction (see docs/simulate.md).",
+		Args: maxArgs(1, "simulate takes one workload file, or --example"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return simulateRun(cfg, o, args, cmd.OutOrStdout())
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	fs := c.Flags()
+	serveFlags(fs, "scheduler", cfg)
+	fs.StringVar(&o.policies, "policies", cfg.Policy, "policies to compare, comma-separated: arc, dirac, sam, enstore (each configured by its SLUICE_* settings)")
+	fs.BoolVar(&o.example, "example", false, "replay the built-in example workload with the policy settings of docs/scheduling.md (environment wins)")
+	fs.StringVar(&o.writeExample, "write-example", "", "write the example workload to this CSV file and stop")
+	fs.IntVar(&o.Slots, "slots", 0, "transfer slots (default: --maxdelivery, SLUICE_MAXDELIVERY)")
+	fs.Float64Var(&o.SlotRate, "rate", 100e6, "bytes per second one transfer moves")
+	fs.DurationVar(&o.Overhead, "overhead", time.Second, "time added to every transfer")
+	fs.DurationVar(&o.Step, "step", 100*time.Millisecond, "virtual tick")
+	fs.DurationVar(&o.Sample, "sample", 10*time.Second, "how often the picture samples the slots")
+	fs.StringVar(&o.svg, "svg", "", "write an SVG picture of the slots each group held over time to this file")
+	o.json = jsonFlag(c)
+	return c
+}
+
+type simulateOptions struct {
+	simulate.Options
+	policies, writeExample, svg string
+	example                     bool
+	json                        *bool
+}
+
+func simulateRun(cfg *Config, o simulateOptions, args []string, stdout io.Writer) error {
+	opt, policies, example, writeExample, svg := o.Options, &o.policies, &o.example, &o.writeExample, &o.svg
 	if opt.Slots == 0 {
 		opt.Slots = cfg.MaxDelivery
 	}
@@ -48,20 +68,19 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 	}
 	var work []simulate.Arrival
 	switch {
-	case *example && fs.NArg() == 0:
+	case *example && len(args) == 0:
 		work = simulate.Example()
-	case !*example && fs.NArg() == 1:
-		f, err := os.Open(fs.Arg(0))
+	case !*example && len(args) == 1:
+		f, err := os.Open(args[0])
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		if work, err = simulate.ReadWorkload(f); err != nil {
-			return fmt.Errorf("%s: %w", fs.Arg(0), err)
+			return fmt.Errorf("%s: %w", args[0], err)
 		}
 	default:
-		fs.Usage()
-		return fmt.Errorf("give one workload file, or -example")
+		return usageErrorf("give one workload file, or --example")
 	}
 	var results []simulate.Result
 	for _, p := range strings.Split(*policies, ",") {
@@ -75,11 +94,14 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		results = append(results, r)
+		if o.json != nil && *o.json {
+			continue
+		}
 		if err := r.Table(stdout); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout)
-		results = append(results, r)
 	}
 	if *svg != "" {
 		f, err := os.Create(*svg)
@@ -93,7 +115,12 @@ func simulateCmd(cfg *Config, args []string, stdout io.Writer) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s\n", *svg)
+		if o.json == nil || !*o.json {
+			fmt.Fprintf(stdout, "wrote %s\n", *svg)
+		}
+	}
+	if o.json != nil && *o.json {
+		return printJSON(stdout, results)
 	}
 	return nil
 }

@@ -143,34 +143,36 @@ func (o *Options) defaults() {
 }
 
 // GroupResult is what one group got.
+// Durations are in nanoseconds in its JSON, as time.Duration's.
 type GroupResult struct {
-	Group    string
-	Files    int
-	Bytes    int64
-	SlotTime time.Duration
+	Group    string        `json:"group"`
+	Files    int           `json:"files"`
+	Bytes    int64         `json:"bytes"`
+	SlotTime time.Duration `json:"slot_time_ns"`
 	// MeanWait and MaxWait are from arrival to the start of the transfer.
-	MeanWait, MaxWait time.Duration
+	MeanWait time.Duration `json:"mean_wait_ns"`
+	MaxWait  time.Duration `json:"max_wait_ns"`
 	// Finished is when the group's last file was done.
-	Finished time.Duration
+	Finished time.Duration `json:"finished_ns"`
 }
 
 // Result is one policy's run.
 type Result struct {
-	Policy string
+	Policy string `json:"policy"`
 	// Duration is the virtual time until the last file was done.
-	Duration time.Duration
-	Groups   []GroupResult
+	Duration time.Duration `json:"duration_ns"`
+	Groups   []GroupResult `json:"groups"`
 	// Utilisation is the busy part of the transfer slot-time while files
 	// waited for a transfer slot.
-	Utilisation float64
+	Utilisation float64 `json:"utilisation"`
 	// Samples are the transfer slots each group held, every Sample.
-	Samples []Sample
+	Samples []Sample `json:"samples"`
 }
 
 // Sample is the transfer slots each group held at one moment.
 type Sample struct {
-	At      time.Duration
-	Running map[string]int
+	At      time.Duration  `json:"at_ns"`
+	Running map[string]int `json:"running"`
 }
 
 // Run replays work through a core made with cfg.
