@@ -131,6 +131,9 @@ func reconfigureCommand(cfg *Config) *cobra.Command {
 			if *jsonOut {
 				return printJSON(cmd.OutOrStdout(), r)
 			}
+			for _, w := range r.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), "share priorities set; the split now:")
 			printShares(cmd.OutOrStdout(), r)
 			return nil

@@ -304,8 +304,13 @@ func connectFailed(name string, log *slog.Logger) nats.ConnErrHandler {
 	var mu sync.Mutex
 	var last string
 	var at time.Time
-	return func(_ *nats.Conn, err error) {
+	return func(nc *nats.Conn, err error) {
 		err = ExplainConnectError(err)
+		url := ""
+		if nc != nil {
+			url = Redact(strings.Join(append([]string{nc.Opts.Url}, nc.Opts.Servers...), ","))
+			url = strings.Trim(url, ",")
+		}
 		mu.Lock()
 		again := err.Error() == last && time.Since(at) < time.Minute
 		if !again {
@@ -313,7 +318,7 @@ func connectFailed(name string, log *slog.Logger) nats.ConnErrHandler {
 		}
 		mu.Unlock()
 		if !again {
-			log.Warn("cannot connect to NATS; trying again", "connection", name, "err", err)
+			log.Warn("cannot connect to NATS; trying again", "connection", name, "url", url, "err", err)
 		}
 	}
 }

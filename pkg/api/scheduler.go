@@ -42,6 +42,9 @@ type SharesReply struct {
 	Shares   []ShareStats   `json:"shares"`
 	Retrying map[string]int `json:"retrying,omitempty"`
 	Limits   map[string]int `json:"limits"`
+	// Warnings, in the answer of a reconfigure, name the shares it set
+	// that have no DTRs, and why none may ever come.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DTRReply is the answer of sluice.api.dtr: the DTR and, while it is

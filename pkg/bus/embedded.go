@@ -2,6 +2,9 @@ package bus
 
 import (
 	"fmt"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -18,6 +21,9 @@ func Embedded(dir string, port int) (*server.Server, error) {
 // EmbeddedWith is Embedded with its options changed by set first (a test's
 // small JetStream store, say: JetStreamMaxStore).
 func EmbeddedWith(dir string, port int, set func(*server.Options)) (*server.Server, error) {
+	if err := writable(dir); err != nil {
+		return nil, err
+	}
 	if port == 0 {
 		port = -1 // a free port
 	}
@@ -38,10 +44,63 @@ func EmbeddedWith(dir string, port int, set func(*server.Options)) (*server.Serv
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
+	// The server says why it cannot start (the port taken, JetStream
+	// refused) only in its log: the first error there ends the wait.
+	failed := &firstError{}
+	ns.SetLoggerV2(failed, false, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server (store %s) not ready after 10s", dir)
+	for deadline := time.Now().Add(10 * time.Second); !ns.ReadyForConnections(50 * time.Millisecond); {
+		if err := failed.get(); err != nil || time.Now().After(deadline) {
+			ns.Shutdown()
+			if err == nil {
+				return nil, fmt.Errorf("embedded NATS server (store %s) not ready after 10s", dir)
+			}
+			if opts.Port > 0 && strings.Contains(err.Error(), "address already in use") {
+				return nil, fmt.Errorf("embedded NATS server: port %d on %s is in use, by another sluice or NATS server? (--port or SLUICE_NATS_PORT picks another, 0 a free one): %w", opts.Port, opts.Host, err)
+			}
+			return nil, fmt.Errorf("embedded NATS server (store %s): %w", dir, err)
+		}
 	}
 	return ns, nil
 }
+
+// writable makes dir if need be and checks that files can be made in it.
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("embedded NATS server: store %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".sluice-writable-")
+	if err != nil {
+		return fmt.Errorf("embedded NATS server: store %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// firstError is a NATS server logger that keeps the first error or fatal
+// message and drops the rest.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (l *firstError) keep(format string, v []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = fmt.Errorf(format, v...)
+	}
+}
+
+func (l *firstError) get() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *firstError) Noticef(string, ...any)         {}
+func (l *firstError) Warnf(string, ...any)           {}
+func (l *firstError) Debugf(string, ...any)          {}
+func (l *firstError) Tracef(string, ...any)          {}
+func (l *firstError) Errorf(format string, v ...any) { l.keep(format, v) }
+func (l *firstError) Fatalf(format string, v ...any) { l.keep(format, v) }

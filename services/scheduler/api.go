@@ -258,7 +258,40 @@ func (s *Service) handleReconfigure(r micro.Request) {
 		return
 	}
 	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority, "by", c.String())
-	s.respondShares(r)
+	reply := s.shares()
+	reply.Warnings = unknownShares(req.SharePriority, reply, s.cfg.SharePolicy)
+	for _, w := range reply.Warnings {
+		s.log.Warn("reconfigure: "+w, "by", c.String())
+	}
+	_ = r.RespondJSON(reply)
+}
+
+// unknownShares says which of the shares given priorities have no DTR
+// queued, running or waiting for a retry, and, where the share policy
+// makes every DTR's share _default, that none will ever come.
+func unknownShares(prios map[string]int, now api.SharesReply, policy string) []string {
+	known := map[string]bool{}
+	add := func(share string) {
+		known[share] = true
+		known[strings.TrimSuffix(strings.TrimSuffix(share, "-download"), "-upload")] = true
+	}
+	for _, st := range now.Shares {
+		add(st.Share)
+	}
+	for share := range now.Retrying {
+		add(share)
+	}
+	var warnings []string
+	for _, share := range slices.Sorted(maps.Keys(prios)) {
+		switch {
+		case known[share]:
+		case policy == "":
+			warnings = append(warnings, fmt.Sprintf("share %q has no DTRs and will get none: SLUICE_SHAREPOLICY is not set, so every DTR is in the share _default (set it to dn, voms:vo, voms:group or voms:role)", share))
+		default:
+			warnings = append(warnings, fmt.Sprintf("share %q has no DTRs queued, running or waiting now: its priority applies once it has some (is the name right? the share policy is %s)", share, policy))
+		}
+	}
+	return warnings
 }
 
 func (s *Service) handleShares(r micro.Request) {
@@ -270,6 +303,11 @@ func (s *Service) handleShares(r micro.Request) {
 
 // respondShares answers with every share's state and the limits.
 func (s *Service) respondShares(r micro.Request) {
+	_ = r.RespondJSON(s.shares())
+}
+
+// shares is every share's state and the limits.
+func (s *Service) shares() api.SharesReply {
 	var reply api.SharesReply
 	s.query(func() {
 		var stats []core.ShareStats
@@ -279,7 +317,7 @@ func (s *Service) respondShares(r micro.Request) {
 		}
 		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})
-	_ = r.RespondJSON(reply)
+	return reply
 }
 
 func (s *Service) handleDTR(r micro.Request) {

@@ -93,3 +93,33 @@ func TestParseSharePrioritiesTakesSluicesAndARCsForms(t *testing.T) {
 		})
 	}
 }
+
+func TestReconfigureWarnsOfSharesWithoutDTRs(t *testing.T) {
+	now := api.SharesReply{
+		Shares:   []api.ShareStats{{Share: "atlas-download"}, {Share: "cms"}},
+		Retrying: map[string]int{"lhcb": 1},
+	}
+	tests := []struct {
+		name   string
+		prios  map[string]int
+		policy string
+		want   []string // a word of each warning, in order
+	}{
+		{"shares that have DTRs", map[string]int{"atlas": 80, "cms": 20, "lhcb": 5}, "voms:vo", nil},
+		{"a share with none yet", map[string]int{"atlas": 80, "alice": 20}, "voms:vo", []string{`"alice" has no DTRs queued`}},
+		{"no share policy", map[string]int{"alice": 20, "belle": 5}, "", []string{`"alice" has no DTRs and will get none`, `"belle"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := unknownShares(tt.prios, now, tt.policy)
+			if len(got) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("warning %q, want it to say %q", got[i], w)
+				}
+			}
+		})
+	}
+}
