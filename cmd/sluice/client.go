@@ -106,7 +106,7 @@ func submitCommand(cfg *Config) *cobra.Command {
 		Short: "Submit a job description (JSON or xRSL); --wait follows it to the end",
 		Long: "Submit a job description (JSON or xRSL, docs/job-description.md; - reads standard input).\n" +
 			"With --wait, follow the job until every DTR is final, showing its progress and each DTR that\n" +
-			"waits for a retry, then print its statistics; the exit status is 3 if not every file was done.",
+			"waits for a retry, then print its statistics; the exit status is 3 if the job failed.",
 		Args: exactArgs(1, "submit needs one job description file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := readJobFile(cmd, args[0])
@@ -178,8 +178,8 @@ func submit(cmd *cobra.Command, cfg *Config, data []byte, o submitOptions) error
 }
 
 // follow waits for a submitted job to end, showing its progress, and
-// prints its statistics; a job that ended with files not done is an
-// error with exit status 3.
+// prints its statistics; a job that did not finish (a file that had to be
+// done was not) is an error with exit status 3.
 func follow(ctx context.Context, nc *nats.Conn, reply api.SubmitReply, cmd *cobra.Command, jsonOut bool) error {
 	stdout := cmd.OutOrStdout()
 	// Progress goes where people look: standard output, or with --json
@@ -208,7 +208,7 @@ func follow(ctx context.Context, nc *nats.Conn, reply api.SubmitReply, cmd *cobr
 	} else {
 		printJob(stdout, ev, nil)
 	}
-	if ev.State != api.JobFinished || ev.Done < ev.Total {
+	if ev.State != api.JobFinished {
 		return &exitError{exitJobEnded, fmt.Errorf("job %s %s: %d of %d files done", ev.Job.ID, ev.State, ev.Done, ev.Total)}
 	}
 	return nil

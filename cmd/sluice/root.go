@@ -43,7 +43,7 @@ Traces (one per DTR) go over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_E
 when set, from the service sluice-<role> ("sluice" for all and demo) unless OTEL_SERVICE_NAME names it.
 
 Exit status: 0 done; 1 failed (the service refused or could not be reached, a file could
-not be read...); 2 the command line is wrong; 3 the job ended but not every file was done
+not be read...); 2 the command line is wrong; 3 the job ended failed: a file that had to be done was not
 (submit --wait, cp); 4 no such job or DTR, or nothing to cancel.
 
 "sluice help" lists the environment variables by role; "sluice help GROUP" only one group's.`
