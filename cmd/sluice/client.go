@@ -429,3 +429,61 @@ func printShares(w io.Writer, r api.SharesReply) {
 		fmt.Fprintln(tw, "(no DTRs queued or running)")
 	}
 }
+
+// jobsCommand lists jobs, the latest first.
+func jobsCommand(cfg *Config) *cobra.Command {
+	var req api.JobListRequest
+	var jsonOut *bool
+	c := &cobra.Command{
+		Use:   "jobs [flags]",
+		Short: "List jobs, the latest first: running, finished, failed",
+		Long: "List the jobs the generator keeps (SLUICE_RETENTION bounds them), the latest first: yours, or\n" +
+			"every job for the operator and administrators.",
+		Args: exactArgs(0, "jobs takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := clientConn(cfg)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			m := nats.NewMsg(api.SubjectJobList)
+			if m.Data, err = json.Marshal(req); err != nil {
+				return err
+			}
+			var r api.JobListReply
+			if err := request(cmd.Context(), nc, m, &r); err != nil {
+				return err
+			}
+			if *jsonOut {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			printJobs(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+	clientFlags(c, cfg)
+	c.Flags().StringVar(&req.State, "state", "", "only jobs in this state: running, finished, failed, or ended (either end)")
+	c.Flags().IntVar(&req.Limit, "limit", api.DefaultJobList, fmt.Sprintf("list at most this many (up to %d)", api.MaxJobList))
+	jsonOut = jsonFlag(c)
+	return c
+}
+
+func printJobs(w io.Writer, r api.JobListReply) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tFILES\tDONE\tFAILED\tCANCELLED\tCREATED\tENDED")
+	for _, j := range r.Jobs {
+		ended := ""
+		if !j.Ended.IsZero() {
+			ended = j.Ended.Local().Format("2006-01-02 15:04:05 MST")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", j.Job.ID, oneLine(j.Job.Name, 40), j.State, j.Total, j.Done, j.Failed, j.Cancelled,
+			j.Created.Local().Format("2006-01-02 15:04:05 MST"), ended)
+	}
+	if len(r.Jobs) == 0 {
+		fmt.Fprintln(tw, "(no jobs)")
+	}
+	if r.More {
+		fmt.Fprintln(tw, "(more: --limit to see them)")
+	}
+}

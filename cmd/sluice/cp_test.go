@@ -92,3 +92,52 @@ func TestFileURLTakesURLsAsTheyAreAndPathsAsAbsoluteFileURLs(t *testing.T) {
 		t.Error("an empty argument was taken")
 	}
 }
+
+func TestJobsListsTheLatestFirstByState(t *testing.T) {
+	runningSluice(t, nil)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in")
+	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runAnswered(t, "cp", "--name", "first", src, filepath.Join(dir, "a")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := runAnswered(t, "cp", "--name", "second", filepath.Join(dir, "missing"), filepath.Join(dir, "b")); exitCode(err) != exitJobEnded {
+		t.Fatalf("the failing copy: %v", err)
+	}
+	tests := []struct {
+		args  []string
+		names []string
+		more  bool
+	}{
+		{nil, []string{"second", "first"}, false},
+		{[]string{"--state", "failed"}, []string{"second"}, false},
+		{[]string{"--state", "finished"}, []string{"first"}, false},
+		{[]string{"--state", "ended", "--limit", "1"}, []string{"second"}, true},
+		{[]string{"--state", "running"}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, err := runAnswered(t, append([]string{"jobs", "--json"}, tt.args...)...)
+			var r api.JobListReply
+			if err != nil || json.Unmarshal([]byte(out), &r) != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var names []string
+			for _, j := range r.Jobs {
+				names = append(names, j.Job.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(tt.names, ",") || r.More != tt.more {
+				t.Fatalf("jobs %q (more %v), want %q (more %v)", names, r.More, tt.names, tt.more)
+			}
+		})
+	}
+	out, err := runAnswered(t, "jobs")
+	if err != nil || !strings.Contains(out, "JOB") || !strings.Contains(out, "second") || !strings.Contains(out, "UTC") {
+		t.Fatalf("jobs printed (%v)\n%s", err, out)
+	}
+	if _, err := runAnswered(t, "jobs", "--state", "lost"); err == nil || !strings.Contains(err.Error(), `state "lost"`) {
+		t.Fatalf("an unknown state: %v", err)
+	}
+}

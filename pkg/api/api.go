@@ -13,8 +13,10 @@ package api
 const (
 	SubjectJobSubmit = "sluice.api.job.submit"
 	SubjectJobStatus = "sluice.api.job.status"
-	SubjectShares    = "sluice.api.shares"
-	SubjectDTR       = "sluice.api.dtr"
+	// SubjectJobList lists jobs, the latest first.
+	SubjectJobList = "sluice.api.job.list"
+	SubjectShares  = "sluice.api.shares"
+	SubjectDTR     = "sluice.api.dtr"
 	// SubjectRetrying answers a job's DTRs that wait for a retry.
 	SubjectRetrying = "sluice.api.retrying"
 	// Control endpoints of the scheduler.

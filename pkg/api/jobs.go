@@ -79,6 +79,29 @@ type JobEvent struct {
 	FailuresOmitted int `json:"failures_omitted,omitempty"`
 }
 
+// JobListRequest asks sluice.api.job.list for jobs: those in State
+// (running, finished, failed; "ended" for either end; empty for any),
+// the latest first, at most Limit of them (0: DefaultJobList; at most
+// MaxJobList). An empty request is the same as {}.
+type JobListRequest struct {
+	State string `json:"state,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// Bounds of a job list.
+const (
+	DefaultJobList = 50
+	MaxJobList     = 1000
+)
+
+// JobListReply is the answer of sluice.api.job.list: the records of the
+// jobs asked for that the caller may see, the latest first; More says that
+// more matched than Limit.
+type JobListReply struct {
+	Jobs []JobRecord `json:"jobs"`
+	More bool        `json:"more,omitempty"`
+}
+
 // SubmitReply is the answer of sluice.api.job.submit.
 type SubmitReply struct {
 	JobID string      `json:"job_id"`

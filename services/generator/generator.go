@@ -284,7 +284,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, e := range []struct {
 		name, base string
 		h          func(context.Context, micro.Request)
-	}{{"submit", api.SubjectJobSubmit, s.handleSubmit}, {"status", api.SubjectJobStatus, s.handleStatus}} {
+	}{{"submit", api.SubjectJobSubmit, s.handleSubmit}, {"status", api.SubjectJobStatus, s.handleStatus}, {"list", api.SubjectJobList, s.handleList}} {
 		if err := svc.AddEndpoint(e.name, micro.ContextHandler(ctx, e.h), micro.WithEndpointSubject(e.base)); err != nil {
 			return err
 		}
