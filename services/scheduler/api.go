@@ -330,8 +330,26 @@ func (s *Service) handleDTR(r micro.Request) {
 		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
 		return
 	}
-	var d dtr.DTR
-	var why *api.Why
+	d, why, from := s.lookupDTR(context.Background(), id)
+	if from == "" || !c.Owns(d.Owner) {
+		unknown(r, c, "DTR "+id.String())
+		return
+	}
+	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why})
+}
+
+// Where lookupDTR found a DTR's record.
+const (
+	heldCore    = "scheduler" // the core holds it: it is on its way
+	heldJournal = "journal"   // changed since the last checkpoint
+	heldStore   = "store"     // the bucket sluice_dtrs
+)
+
+// lookupDTR returns DTR id's record and, while the core holds it, why it
+// is where it is; from says where it was found, empty if nowhere (never
+// seen, or final and its record gone).
+func (s *Service) lookupDTR(ctx context.Context, id uuid.UUID) (d dtr.DTR, why *api.Why, from string) {
+	var ok bool
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
 			if w, err := s.core.Explain(time.Now(), id); err == nil {
@@ -340,24 +358,19 @@ func (s *Service) handleDTR(r micro.Request) {
 			}
 		}
 	})
-	if !ok {
-		if b, found := s.journal.Lookup(id); found {
-			ok = json.Unmarshal(b, &d) == nil
+	if ok {
+		return d, why, heldCore
+	}
+	if b, found := s.journal.Lookup(id); found && json.Unmarshal(b, &d) == nil {
+		return d, nil, heldJournal
+	}
+	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+	if err == nil {
+		if e, err := kv.Get(ctx, id.String()); err == nil && json.Unmarshal(e.Value(), &d) == nil {
+			return d, nil, heldStore
 		}
 	}
-	if !ok {
-		kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
-		if err == nil {
-			if e, err := kv.Get(context.Background(), id.String()); err == nil {
-				ok = json.Unmarshal(e.Value(), &d) == nil
-			}
-		}
-	}
-	if !ok || !c.Owns(d.Owner) {
-		unknown(r, c, "DTR "+id.String())
-		return
-	}
-	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why})
+	return dtr.DTR{}, nil, ""
 }
 
 func (s *Service) handleRetrying(r micro.Request) {

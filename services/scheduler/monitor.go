@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -34,6 +36,42 @@ type Overview struct {
 	History []Sample `json:"history"`
 	// Longest are the DTRs that have waited longest in their queue, and why.
 	Longest []Waiting `json:"longest"`
+	// Totals are the DTRs that ended and their bytes since the scheduler
+	// started, and the rates over the last minute and since the start.
+	Totals Totals `json:"totals"`
+	// Failures are the DTRs that ended ERROR lately (the last 1,000 within
+	// 24 hours), grouped by error kind and normalised reason, the largest
+	// groups first; FailuresKept counts the DTRs in them.
+	Failures     []FailureGroup `json:"failures"`
+	FailuresKept int            `json:"failures_kept"`
+}
+
+// Totals are what the scheduler finished since it started.
+type Totals struct {
+	Since     time.Time `json:"since"`
+	Done      uint64    `json:"done"`
+	Failed    uint64    `json:"failed"`
+	Cancelled uint64    `json:"cancelled"`
+	// Bytes are those of the DTRs that ended DONE.
+	Bytes      int64 `json:"bytes"`
+	LastMinute Rate  `json:"last_minute"`
+	SinceStart Rate  `json:"since_start"`
+}
+
+// Rate is how fast DTRs ended over a span: DTRsPerSecond counts every DTR
+// that ended (done, failed or cancelled), MBPerSecond the bytes (10⁶) of
+// those done.
+type Rate struct {
+	Seconds       float64 `json:"seconds"`
+	DTRsPerSecond float64 `json:"dtrs_per_s"`
+	MBPerSecond   float64 `json:"mb_per_s"`
+}
+
+// mark is the totals at one sample, for the rate over the last minute.
+type mark struct {
+	t     time.Time
+	ended uint64
+	bytes int64
 }
 
 // ShareLoad is one share's load in one queue state.
@@ -93,23 +131,41 @@ type monitor struct {
 	finished map[string]Finished
 	// last holds the finished counts at the previous sample.
 	last map[string]Finished
+	// started is when the monitor began; marks the totals of the samples
+	// of the last minute, oldest first.
+	started time.Time
+	marks   []mark
+	failed  failures
 }
 
 func newMonitor(policy string) *monitor {
-	return &monitor{now: Overview{Policy: policy}, finished: map[string]Finished{}, last: map[string]Finished{}}
+	return &monitor{now: Overview{Policy: policy}, finished: map[string]Finished{}, last: map[string]Finished{},
+		started: time.Now()}
 }
 
-// final counts a DTR that ended.
-func (m *monitor) final(d *dtr.DTR) {
-	if d.State != dtr.Done {
-		return
+// final counts a DTR that ended at now, and records it if it failed.
+func (m *monitor) final(now time.Time, d *dtr.DTR) {
+	switch d.State {
+	case dtr.Done:
+		m.mu.Lock()
+		f := m.finished[d.Share]
+		f.Files++
+		f.Bytes += d.Bytes
+		m.finished[d.Share] = f
+		m.mu.Unlock()
+	case dtr.Error:
+		r := failureRecord(now, d)
+		m.mu.Lock()
+		m.failed.add(r)
+		m.mu.Unlock()
 	}
+}
+
+// failure returns the recent failure of DTR id, if the monitor keeps it.
+func (m *monitor) failure(id uuid.UUID) (FailureRecord, bool) {
 	m.mu.Lock()
-	f := m.finished[d.Share]
-	f.Files++
-	f.Bytes += d.Bytes
-	m.finished[d.Share] = f
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return m.failed.get(id)
 }
 
 // sample records the core's state at now. It runs in the scheduling loop.
@@ -167,11 +223,43 @@ func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting) {
 		m.last[share] = f
 	}
 	ov.Policy = m.now.Policy
+	ov.Totals = m.totals(now, ov.Counts, ov.Finished)
+	m.failed.prune(now)
+	ov.Failures, ov.FailuresKept = m.failed.grouped(), len(m.failed.recs)
 	ov.History = append(m.now.History, smp)
 	if n := len(ov.History); n > historyLength {
 		ov.History = slices.Delete(ov.History, 0, n-historyLength)
 	}
 	m.now = ov
+}
+
+// totals returns the totals at now from the core's counts and the bytes
+// finished, and keeps them for the rate over the last minute.
+func (m *monitor) totals(now time.Time, c core.Counts, finished map[string]Finished) Totals {
+	t := Totals{Since: m.started, Done: c.Done, Failed: c.Failed, Cancelled: c.Cancelled}
+	for _, f := range finished {
+		t.Bytes += f.Bytes
+	}
+	cur := mark{t: now, ended: c.Done + c.Failed + c.Cancelled, bytes: t.Bytes}
+	m.marks = append(m.marks, cur)
+	i := 0
+	for i < len(m.marks)-1 && now.Sub(m.marks[i+1].t) >= time.Minute {
+		i++
+	}
+	m.marks = slices.Delete(m.marks, 0, i)
+	t.LastMinute = rate(m.marks[0], cur)
+	t.SinceStart = rate(mark{t: m.started}, cur)
+	return t
+}
+
+// rate is how fast DTRs ended between two marks.
+func rate(from, to mark) Rate {
+	s := to.t.Sub(from.t).Seconds()
+	if s <= 0 {
+		return Rate{}
+	}
+	return Rate{Seconds: math.Round(s), DTRsPerSecond: float64(to.ended-from.ended) / s,
+		MBPerSecond: float64(to.bytes-from.bytes) / 1e6 / s}
 }
 
 // overview returns a copy of the latest overview that callers may keep.

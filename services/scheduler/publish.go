@@ -55,7 +55,7 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 	}
 	for _, d := range ds {
 		s.finished.Add(d.ID, now)
-		s.mon.final(d)
+		s.mon.final(now, d)
 		b, ok := encoded[d.ID]
 		if !ok {
 			var err error

@@ -499,7 +499,7 @@ func (s *Service) sample(now time.Time) {
 			if err != nil {
 				continue
 			}
-			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: d.Source})
+			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: dtr.RedactURL(d.Source)})
 		}
 	}
 	s.mon.sample(now, s.core, s.longest)

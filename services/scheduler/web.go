@@ -1,28 +1,245 @@
 package scheduler
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 //go:embed web
 var webFiles embed.FS
 
-// Handler serves the scheduler's live web page at / and its data at
-// /api/overview (the Overview as JSON).
+// Handler serves the scheduler's live web page at / and its data:
+// /api/overview (the Overview), /api/jobs (the generator's job list, asked
+// over NATS) and /api/dtr/{id} (one DTR's record and why it waits). No
+// answer holds a credential: URLs and error texts are redacted.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(webFiles, "web")
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/overview", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(s.mon.overview())
+		writeJSON(w, http.StatusOK, s.mon.overview())
 	})
+	jobs := &jobLister{nc: s.nc, timeout: jobListTimeout}
+	mux.HandleFunc("GET /api/jobs", jobs.serve)
+	mux.HandleFunc("GET /api/dtr/{id}", s.serveDTR)
 	return mux
+}
+
+// writeJSON answers with v as JSON, never cached.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// webError is the answer of a web API request that failed.
+type webError struct {
+	Error string `json:"error"`
+}
+
+// jobListTimeout is how long the web page's job list waits for the
+// generator.
+const jobListTimeout = 3 * time.Second
+
+// jobListFresh is how long a job list answer is served again to other
+// requests for the same list: open pages cost the generator one bucket
+// scan per list and period, however many they are.
+const jobListFresh = 2 * time.Second
+
+// WebJob is one job in /api/jobs: the generator's record without its
+// files, its failure lines redacted.
+type WebJob struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Owner     string    `json:"owner,omitempty"`
+	State     string    `json:"state"`
+	Total     int       `json:"total"`
+	Done      int       `json:"done"`
+	Failed    int       `json:"failed"`
+	Cancelled int       `json:"cancelled"`
+	Created   time.Time `json:"created"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Failures  []string  `json:"failures,omitempty"`
+}
+
+// WebJobs is the answer of /api/jobs.
+type WebJobs struct {
+	Jobs []WebJob `json:"jobs"`
+	More bool     `json:"more,omitempty"`
+}
+
+// jobLister asks the generator for job lists (sluice.api.job.list) on the
+// scheduler's connection, as the operator.
+type jobLister struct {
+	nc      *nats.Conn
+	timeout time.Duration
+	mu      sync.Mutex
+	cache   map[api.JobListRequest]jobListAnswer
+}
+
+type jobListAnswer struct {
+	at   time.Time
+	code int
+	body any
+}
+
+// serve answers GET /api/jobs?state=running|finished|failed|ended&limit=n.
+func (l *jobLister) serve(w http.ResponseWriter, r *http.Request) {
+	req, err := jobListRequest(r.URL.Query())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, webError{err.Error()})
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	a, ok := l.cache[req]
+	l.mu.Unlock()
+	if !ok || now.Sub(a.at) > jobListFresh {
+		a = jobListAnswer{at: now}
+		a.code, a.body = l.ask(context.WithoutCancel(r.Context()), req)
+		l.mu.Lock()
+		if l.cache == nil {
+			l.cache = map[api.JobListRequest]jobListAnswer{}
+		}
+		for k, old := range l.cache {
+			if now.Sub(old.at) > jobListFresh {
+				delete(l.cache, k)
+			}
+		}
+		l.cache[req] = a
+		l.mu.Unlock()
+	}
+	writeJSON(w, a.code, a.body)
+}
+
+// jobListRequest reads the query of /api/jobs.
+func jobListRequest(q url.Values) (api.JobListRequest, error) {
+	req := api.JobListRequest{State: q.Get("state")}
+	switch req.State {
+	case "", "ended", api.JobRunning, api.JobFinished, api.JobFailed:
+	default:
+		return req, fmt.Errorf("state %q is not running, finished, failed or ended", req.State)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > api.MaxJobList {
+			return req, fmt.Errorf("limit %q is not 1–%d", v, api.MaxJobList)
+		}
+		req.Limit = n
+	}
+	return req, nil
+}
+
+// ask sends req to the generator and returns the HTTP status and body of
+// its answer: the jobs, or what went wrong in words for the page.
+func (l *jobLister) ask(ctx context.Context, req api.JobListRequest) (int, any) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return http.StatusInternalServerError, webError{err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	m, err := l.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: api.SubjectJobList, Data: data})
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return http.StatusServiceUnavailable, webError{"no generator answers " + api.SubjectJobList + ": the job list is unknown (is a generator running?)"}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return http.StatusGatewayTimeout, webError{fmt.Sprintf("no generator answered %s within %s: the job list is unknown", api.SubjectJobList, l.timeout)}
+	case err != nil:
+		return http.StatusBadGateway, webError{"asking the generator for the job list: " + dtr.RedactText(err.Error())}
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return http.StatusBadGateway, webError{fmt.Sprintf("the generator refused the job list (%s): %s", code, dtr.RedactText(m.Header.Get("Nats-Service-Error")))}
+	}
+	var reply api.JobListReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		return http.StatusBadGateway, webError{"the generator's job list does not read: " + err.Error()}
+	}
+	out := WebJobs{Jobs: make([]WebJob, 0, len(reply.Jobs)), More: reply.More}
+	for _, j := range reply.Jobs {
+		wj := WebJob{ID: j.Job.ID, Name: j.Job.Name, Owner: j.Job.Owner.DN, State: j.State, Total: j.Total,
+			Done: j.Done, Failed: j.Failed, Cancelled: j.Cancelled, Created: j.Created, Ended: j.Ended}
+		for _, f := range j.Failures {
+			wj.Failures = append(wj.Failures, dtr.RedactText(f))
+		}
+		out.Jobs = append(out.Jobs, wj)
+	}
+	return http.StatusOK, out
+}
+
+// WebDTR is the answer of /api/dtr/{id}: the DTR's record (redacted) and,
+// while the scheduler holds it, why it is where it is; or, for a DTR that
+// failed lately and whose record is gone, what the record of recent
+// failures keeps of it. From says where it was found: "scheduler" (on its
+// way), "journal" or "store" (the record of a final DTR), or "failures".
+type WebDTR struct {
+	DTR     *dtr.DTR       `json:"dtr,omitempty"`
+	Why     *api.Why       `json:"why,omitempty"`
+	Failure *FailureRecord `json:"failure,omitempty"`
+	From    string         `json:"from"`
+}
+
+// serveDTR answers GET /api/dtr/{id}.
+func (s *Service) serveDTR(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, webError{fmt.Sprintf("DTR id %q is not a UUID", r.PathValue("id"))})
+		return
+	}
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, webError{"the scheduler is not running now (starting, recovering or stopping); try again"})
+		return
+	}
+	var out WebDTR
+	if fr, ok := s.mon.failure(id); ok {
+		out.Failure, out.From = &fr, "failures"
+	}
+	d, why, from := s.lookupDTR(r.Context(), id)
+	if from != "" {
+		rd := redactDTR(d)
+		out.DTR, out.Why, out.From = &rd, why, from
+	}
+	if out.From == "" {
+		writeJSON(w, http.StatusNotFound, webError{fmt.Sprintf("DTR %s is not known to the scheduler: never submitted, or it ended and its record is gone (final records are kept for SLUICE_RETENTION), and it is not among the recent failures", id)})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// redactDTR returns d fit to show: the credentials its URLs and error may
+// carry are replaced by xxxxx.
+func redactDTR(d dtr.DTR) dtr.DTR {
+	d.Source, d.Destination = dtr.RedactURL(d.Source), dtr.RedactURL(d.Destination)
+	d.TURL, d.CacheFile = dtr.RedactURL(d.TURL), dtr.RedactURL(d.CacheFile)
+	if d.Replicas != nil {
+		rs := make([]string, len(d.Replicas))
+		for i, u := range d.Replicas {
+			rs[i] = dtr.RedactURL(u)
+		}
+		d.Replicas = rs
+	}
+	if d.Error != nil {
+		e := *d.Error
+		e.Text = dtr.RedactText(e.Text)
+		d.Error = &e
+	}
+	return d
 }
 
 // Ready reports whether the scheduler has recovered its DTRs, takes input
