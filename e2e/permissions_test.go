@@ -321,6 +321,13 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err := (&system{t: t, nc: client.nc}).request(api.SubjectShares, nil, nil, &shares); err != nil {
 		t.Fatalf("the client asks for the shares: %v", err)
 	}
+	// The scheduler's login asks the generator for the job list (its web
+	// page's jobs), as the operator: it sees every job.
+	scheduler := connectAs(t, ns, "scheduler", passwords["scheduler"])
+	var jobs api.JobListReply
+	if err := (&system{t: t, nc: scheduler.nc}).request(api.SubjectJobList, []byte(`{"state":"ended"}`), nil, &jobs); err != nil || len(jobs.Jobs) != 2 {
+		t.Fatalf("the scheduler asks for the ended jobs: %+v, %v", jobs, err)
+	}
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
 	}
@@ -369,6 +376,9 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		{"a client publishes a DTR", client, msg(api.SubjectSubmit, `{}`), ""},
 		{"a deliverer reads the processor's replies", delivery, nil, "_INBOX_processor.>"},
 		{"a submitter serves the job API", submitter, nil, api.SubjectJobSubmit},
+		{"a scheduler asks for a job's status", scheduler, msg(api.SubjectJobStatus, bad.JobID), ""},
+		{"a scheduler submits a job", scheduler, msg(api.SubjectJobSubmit, `{}`), ""},
+		{"a scheduler asks for a user's jobs", scheduler, msg(api.UserSubject(api.SubjectJobList, "submitter"), `{}`), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
