@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,11 +73,18 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 		}
 		return j
 	}
-	// First some throughput for the plot, then, with no deliverer, two jobs
-	// whose transfers hold every slot and queue behind them: a page that
-	// holds still.
-	if ev := s.wait(s.submit(mkjob("warmup", "/atlas", 30, 1<<20)).JobID, time.Minute); ev.State != "finished" {
+	// First some throughput for the plot and a job that fails (a missing
+	// source), then, with no deliverer, two jobs whose transfers hold every
+	// slot and queue behind them: a page that holds still.
+	warmup := s.submit(mkjob("warmup", "/atlas", 30, 1<<20))
+	failing := mkjob("failing", "/cms", 0, 0)
+	failing.Inputs = append(failing.Inputs, job.File{Source: fileURL(filepath.Join(s.dir, "in", "missing")), Destination: fileURL(filepath.Join(s.dir, "out", "missing"))})
+	failed := s.submit(failing)
+	if ev := s.wait(warmup.JobID, time.Minute); ev.State != "finished" {
 		t.Fatalf("warm-up job %s", ev.State)
+	}
+	if ev := s.wait(failed.JobID, time.Minute); ev.State != "failed" {
+		t.Fatalf("the job with a missing source %s", ev.State)
 	}
 	s.stopRole("delivery")
 	s.submit(mkjob("atlasjob", "/atlas", 20, 100))
@@ -176,15 +184,192 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 		t.Errorf("no throughput in the history: %+v", ov.History)
 	}
 
+	checkJobsFailuresTotalsAndZones(t, page, ov, warmup.JobID, failed.JobID, failed.DTRs[0].String())
+	checkDTRDetail(t, browser, base, failed.DTRs[0].String(), ov.Longest[0].DTR.String())
+
 	shot := os.Getenv("SLUICE_SCREENSHOT")
 	if shot == "" {
 		shot = filepath.Join(t.TempDir(), "sluice-web.png")
 	}
-	runChromium(t, browser, "--virtual-time-budget=5000", "--window-size=1280,1400", "--screenshot="+shot, base+"/")
+	runChromium(t, browser, "--virtual-time-budget=5000", "--window-size=1280,2000", "--screenshot="+shot, base+"/")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 10000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
 	t.Logf("screenshot of the page: %s", shot)
+}
+
+// zoned is a time as the page shows it: with its zone.
+var zoned = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2} (UTC|[+-]\d{2}:\d{2})$`)
+
+// checkJobsFailuresTotalsAndZones checks the jobs tables (a finished and a
+// failed job, asked of the generator), the failures grouped by reason,
+// the totals, and that every time carries its zone.
+func checkJobsFailuresTotalsAndZones(t *testing.T, page *html.Node, ov scheduler.Overview, finishedJob, failedJob, failedDTR string) {
+	t.Helper()
+	byID := func(id string) *html.Node {
+		n := find(page, "*", func(n *html.Node) bool { return attr(n, "id") == id })
+		if len(n) != 1 {
+			t.Fatalf("%d elements #%s", len(n), id)
+		}
+		return n[0]
+	}
+	if st := text(byID("jobs-status")); st != "" {
+		t.Errorf("the jobs say: %s", st)
+	}
+	row := func(table, job string) *html.Node {
+		rows := find(byID(table), "tr", func(n *html.Node) bool { return attr(n, "data-job") == job })
+		if len(rows) != 1 {
+			t.Fatalf("job %s: %d rows in %s:\n%s", job, len(rows), table, text(byID(table)))
+		}
+		return rows[0]
+	}
+	fin := row("jobs-finished", finishedJob)
+	if field1(fin, "state") != "finished" || field1(fin, "done") != "30" || field1(fin, "total") != "30" || field1(fin, "name") != "warmup" {
+		t.Errorf("the finished job shows %q", text(fin))
+	}
+	fail := row("jobs-failed", failedJob)
+	if field1(fail, "state") != "failed" || field1(fail, "failed") != "1" || field1(fail, "total") != "1" {
+		t.Errorf("the failed job shows %q", text(fail))
+	}
+	for _, r := range []*html.Node{fin, fail} {
+		for _, f := range []string{"created", "ended"} {
+			if v := field1(r, f); !zoned.MatchString(v) {
+				t.Errorf("job %s: %s %q", attr(r, "data-job"), f, v)
+			}
+		}
+	}
+	if rows := find(byID("jobs-running"), "tr", func(n *html.Node) bool { return attr(n, "data-job") != "" }); len(rows) != 2 {
+		t.Errorf("%d running jobs shown, want 2 (atlasjob and cmsjob)", len(rows))
+	}
+
+	// The failed DTR in its group, with its reason.
+	if len(ov.Failures) != 1 || ov.FailuresKept != 1 || ov.Failures[0].Latest.DTR.String() != failedDTR {
+		t.Fatalf("the overview's failures: %+v", ov.Failures)
+	}
+	g := ov.Failures[0]
+	groups := find(byID("failures"), "tr", func(n *html.Node) bool { return attr(n, "data-reason") != "" })
+	if len(groups) != 1 {
+		t.Fatalf("%d failure groups on the page", len(groups))
+	}
+	if attr(groups[0], "data-kind") != string(g.Kind) || field1(groups[0], "reason") != g.Reason || field1(groups[0], "count") != "1" ||
+		!strings.Contains(field1(groups[0], "example"), g.Latest.Text) || g.Reason == "" {
+		t.Errorf("the failure group shows %q; the API says %s %q", text(groups[0]), g.Kind, g.Reason)
+	}
+	if links := find(groups[0], "a", func(n *html.Node) bool { return attr(n, "data-dtr-link") == failedDTR }); len(links) == 0 ||
+		attr(links[0], "href") != "#dtr="+failedDTR {
+		t.Errorf("the failed DTR %s has no link to its detail", failedDTR)
+	}
+
+	// The totals: what the API says, the failure among them.
+	tt := ov.Totals
+	if tt.Done < 30 || tt.Failed != 1 || tt.Bytes < 30<<20 {
+		t.Errorf("totals %+v", tt)
+	}
+	totals := find(byID("totals"), "tr", func(n *html.Node) bool { return len(find(n, "td", nil)) > 0 })[0]
+	for f, want := range map[string]string{"done": strconv.FormatUint(tt.Done, 10), "failed": "1", "cancelled": strconv.FormatUint(tt.Cancelled, 10)} {
+		if got := field1(totals, f); got != want {
+			t.Errorf("totals: %s shows %q, want %q", f, got, want)
+		}
+	}
+	if got := field1(totals, "bytes"); !strings.HasSuffix(got, "MB") {
+		t.Errorf("totals: moved %q", got)
+	}
+	for _, span := range []string{"last_minute", "since_start"} {
+		r := find(byID("rates"), "tr", func(n *html.Node) bool { return attr(n, "data-span") == span })
+		if len(r) != 1 {
+			t.Fatalf("no rate %s", span)
+		}
+		if v, err := strconv.ParseFloat(field1(r[0], "dtrs"), 64); err != nil || span == "since_start" && v <= 0 {
+			t.Errorf("rate %s: %q DTRs/s", span, field1(r[0], "dtrs"))
+		}
+	}
+
+	// Every time shown carries its zone, and the header names it.
+	times := find(page, "time", nil)
+	if len(times) < 10 {
+		t.Errorf("%d times on the page", len(times))
+	}
+	for _, n := range times {
+		if v := text(n); !zoned.MatchString(v) || attr(n, "datetime") == "" {
+			t.Errorf("a time shows %q (datetime %q)", v, attr(n, "datetime"))
+		}
+	}
+	if z := text(byID("zone")); z == "" || z == "…" {
+		t.Errorf("the page's zone is %q", z)
+	}
+	// With no worker tracker, the workers panel is hidden.
+	if !strings.Contains(attr(byID("workers-panel"), "class"), "hidden") {
+		t.Error("the workers panel shows with no workers in the overview")
+	}
+}
+
+// checkDTRDetail opens the detail of a failed DTR (its link, #dtr=<id>) and
+// of a waiting one, in a browser in another time zone.
+func checkDTRDetail(t *testing.T, browser, base, failedDTR, waitingDTR string) {
+	t.Helper()
+	for _, tt := range []struct {
+		id, from, why, state string
+	}{
+		{failedDTR, "", "DTR " + failedDTR + " is ERROR: it waits for nothing", "ERROR"},
+		{waitingDTR, "scheduler", "DTR " + waitingDTR + " is TRANSFER in share ", "TRANSFER"},
+	} {
+		dom := runChromiumTZ(t, browser, "Asia/Kolkata", "--virtual-time-budget=5000", "--dump-dom", base+"/#dtr="+tt.id)
+		page, err := html.Parse(strings.NewReader(dom))
+		if err != nil {
+			t.Fatal(err)
+		}
+		panel := find(page, "div", func(n *html.Node) bool { return attr(n, "id") == "dtr-detail" })
+		if len(panel) != 1 || attr(panel[0], "data-dtr") != tt.id || attr(panel[0], "data-loaded") == "" || attr(panel[0], "data-loaded") == "error" {
+			t.Fatalf("DTR %s: the detail did not open:\n%s", tt.id, dom)
+		}
+		if tt.from != "" && attr(panel[0], "data-loaded") != tt.from {
+			t.Errorf("DTR %s found in %q, want %q", tt.id, attr(panel[0], "data-loaded"), tt.from)
+		}
+		why := find(panel[0], "pre", nil)
+		if len(why) != 1 || !strings.HasPrefix(text(why[0]), tt.why) {
+			t.Errorf("DTR %s: why %q, want it to start %q", tt.id, text(why[0]), tt.why)
+		}
+		state := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "state" })
+		if len(state) != 1 || text(state[0]) != tt.state {
+			t.Errorf("DTR %s: the record's state is not %s:\n%s", tt.id, tt.state, text(panel[0]))
+		}
+		if tt.state == "ERROR" {
+			if e := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "error" }); len(e) != 1 || !strings.Contains(text(e[0]), "PERMANENT") && !strings.Contains(text(e[0]), "missing") {
+				t.Errorf("DTR %s: the record's error: %s", tt.id, text(panel[0]))
+			}
+		}
+		// In India's zone, times say +05:30.
+		for _, n := range find(page, "time", nil) {
+			if v := text(n); !strings.HasSuffix(v, " +05:30") {
+				t.Errorf("a time in Asia/Kolkata shows %q", v)
+			}
+		}
+		if z := find(page, "b", func(n *html.Node) bool { return attr(n, "id") == "zone" }); len(z) != 1 || !strings.HasSuffix(text(z[0]), "(UTC+05:30)") {
+			t.Errorf("the zone in Asia/Kolkata is said %q", text(z[0]))
+		}
+	}
+	// A DTR the scheduler never saw: the detail says so.
+	unknown := "00000000-0000-4000-8000-000000000000"
+	dom := runChromium(t, browser, "--virtual-time-budget=5000", "--dump-dom", base+"/#dtr="+unknown)
+	if !strings.Contains(dom, "is not known to the scheduler") {
+		t.Errorf("an unknown DTR's detail does not say it is unknown")
+	}
+}
+
+// text is the text under n.
+func text(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.TrimSpace(b.String())
 }
 
 // longestIDs is the overview's longest-waiting DTRs, in order.
@@ -212,6 +397,12 @@ func overview(t *testing.T, base string) scheduler.Overview {
 
 func runChromium(t *testing.T, browser string, args ...string) string {
 	t.Helper()
+	return runChromiumTZ(t, browser, "", args...)
+}
+
+// runChromiumTZ runs the browser in time zone tz (empty: the machine's).
+func runChromiumTZ(t *testing.T, browser, tz string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	home := t.TempDir() // chromium writes its profile and crash reports here
@@ -219,6 +410,9 @@ func runChromium(t *testing.T, browser string, args ...string) string {
 		"--no-first-run", "--user-data-dir=" + filepath.Join(home, "profile")}, args...)
 	cmd := exec.CommandContext(ctx, browser, all...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
+	if tz != "" {
+		cmd.Env = append(cmd.Env, "TZ="+tz)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -227,12 +421,13 @@ func runChromium(t *testing.T, browser string, args ...string) string {
 	return out.String()
 }
 
-// find returns the elements named tag under n that match ok (all if nil).
+// find returns the elements named tag (any if "*") under n that match ok
+// (all if nil).
 func find(n *html.Node, tag string, ok func(*html.Node) bool) []*html.Node {
 	var out []*html.Node
 	var walk func(*html.Node)
 	walk = func(n *html.Node) {
-		if n.Type == html.ElementNode && n.Data == tag && (ok == nil || ok(n)) {
+		if n.Type == html.ElementNode && (n.Data == tag || tag == "*") && (ok == nil || ok(n)) {
 			out = append(out, n)
 		}
 		for c := n.FirstChild; c != nil; c = c.NextSibling {
