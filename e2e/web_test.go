@@ -78,7 +78,7 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 	// slot and queue behind them: a page that holds still.
 	warmup := s.submit(mkjob("warmup", "/atlas", 30, 1<<20))
 	failing := mkjob("failing", "/cms", 0, 0)
-	failing.Inputs = append(failing.Inputs, job.File{Source: fileURL(filepath.Join(s.dir, "in", "missing")), Destination: fileURL(filepath.Join(s.dir, "out", "missing"))})
+	failing.Inputs = append(failing.Inputs, job.File{Source: "file:///sluice-test/missing", Destination: fileURL(filepath.Join(s.dir, "out", "missing"))})
 	failed := s.submit(failing)
 	if ev := s.wait(warmup.JobID, time.Minute); ev.State != "finished" {
 		t.Fatalf("warm-up job %s", ev.State)
