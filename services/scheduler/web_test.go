@@ -26,7 +26,7 @@ import (
 func webScheduler(t *testing.T) (*Service, *nats.Conn, string) {
 	t.Helper()
 	nc, _ := bustest.Server(t)
-	s, err := New(Config{}, nc, quiet())
+	s, err := New(Config{MaxProcessor: 1}, nc, quiet()) // one pre-processing slot: a second DTR waits
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestTheDTREndpointShowsARecordAndWhyWithoutCredentials(t *testing.T) {
 	// grant), its URL's token hidden.
 	id := uuid.New()
 	src := "https://h.example.org/data/f?access_token=s3cr3t"
-	if _, err := nc.Request(api.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":"file:///tmp/out/f"}`, id, src), 5*time.Second); err != nil {
+	if _, err := nc.Request(api.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":"file:///sluice-test/out/f"}`, id, src), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var held WebDTR
@@ -186,6 +186,24 @@ func TestTheDTREndpointShowsARecordAndWhyWithoutCredentials(t *testing.T) {
 	}
 	if held.DTR.Source != "https://h.example.org/data/f?access_token="+dtr.Redacted {
 		t.Errorf("source shown as %q", held.DTR.Source)
+	}
+	// A second DTR waits behind it: the overview names it among the
+	// longest waits without its token.
+	if _, err := nc.Request(api.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":%q,"destination":"file:///sluice-test/out/g"}`, uuid.New(), src), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var ov Overview
+		_, body := get(t, base+"/api/overview", &ov)
+		if len(ov.Longest) == 1 {
+			if strings.Contains(body, "s3cr3t") || ov.Longest[0].Source != held.DTR.Source {
+				t.Errorf("the overview shows the source as %q", ov.Longest[0].Source)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overview's longest waits: %+v", ov.Longest)
+		}
 	}
 
 	// A final DTR's record in the store, and one only the record of recent
