@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,6 +188,7 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 
 	checkJobsFailuresTotalsAndZones(t, page, ov, warmup.JobID, failed.JobID, failed.DTRs[0].String())
 	checkDTRDetail(t, browser, base, failed.DTRs[0].String(), ov.Longest[0].DTR.String())
+	checkWorkersPanel(t, browser, base)
 
 	shot := os.Getenv("SLUICE_SCREENSHOT")
 	if shot == "" {
@@ -353,6 +356,65 @@ func checkDTRDetail(t *testing.T, browser, base, failedDTR, waitingDTR string) {
 	dom := runChromium(t, browser, "--virtual-time-budget=5000", "--dump-dom", base+"/#dtr="+unknown)
 	if !strings.Contains(dom, "is not known to the scheduler") {
 		t.Errorf("an unknown DTR's detail does not say it is unknown")
+	}
+}
+
+// checkWorkersPanel shows the page an overview that has workers (as the
+// worker heartbeats will give it): the panel lists them, a silent one
+// marked.
+func checkWorkersPanel(t *testing.T, browser, base string) {
+	t.Helper()
+	page, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(index) })
+	mux.HandleFunc("GET /api/overview", func(w http.ResponseWriter, _ *http.Request) {
+		var ov map[string]any
+		resp, err := http.Get(base + "/api/overview")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&ov)
+			resp.Body.Close()
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		now := time.Now().UTC()
+		ov["workers"] = []map[string]any{
+			{"id": "w1", "role": "delivery", "host": "node1", "pid": 41, "version": "v1", "grants": 3, "last_heartbeat": now, "silent": false},
+			{"id": "w2", "role": "processor", "host": "node2", "pid": 42, "version": "v1", "grants": 1,
+				"last_heartbeat": now.Add(-time.Minute), "silent": true, "lease_ends": now.Add(time.Minute)},
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ov)
+	})
+	mux.HandleFunc("GET /api/", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":"not here"}`, http.StatusServiceUnavailable)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	dom, err := html.Parse(strings.NewReader(runChromium(t, browser, "--virtual-time-budget=3000", "--dump-dom", srv.URL+"/")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	panel := find(dom, "div", func(n *html.Node) bool { return attr(n, "id") == "workers-panel" })
+	if len(panel) != 1 || strings.Contains(attr(panel[0], "class"), "hidden") {
+		t.Fatal("the workers panel is hidden with workers in the overview")
+	}
+	rows := find(panel[0], "tr", func(n *html.Node) bool { return attr(n, "data-worker") != "" })
+	if len(rows) != 2 {
+		t.Fatalf("%d worker rows, want 2", len(rows))
+	}
+	if field1(rows[0], "host") != "node1" || field1(rows[0], "grants") != "3" || field1(rows[0], "status") != "alive" ||
+		!zoned.MatchString(field1(rows[0], "last_heartbeat")) {
+		t.Errorf("worker w1 shows %q", text(rows[0]))
+	}
+	if attr(rows[1], "class") != "silent" || field1(rows[1], "status") != "silent" || !zoned.MatchString(field1(rows[1], "lease_ends")) {
+		t.Errorf("the silent worker w2 shows %q", text(rows[1]))
 	}
 }
 
