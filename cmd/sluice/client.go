@@ -463,6 +463,7 @@ func jobsCommand(cfg *Config) *cobra.Command {
 	}
 	clientFlags(c, cfg)
 	c.Flags().StringVar(&req.State, "state", "", "only jobs in this state: running, finished, failed, or ended (either end)")
+	completeValues(c, "state", api.JobRunning, api.JobFinished, api.JobFailed, "ended")
 	c.Flags().IntVar(&req.Limit, "limit", api.DefaultJobList, fmt.Sprintf("list at most this many (up to %d)", api.MaxJobList))
 	jsonOut = jsonFlag(c)
 	return c

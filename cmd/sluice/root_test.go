@@ -108,6 +108,19 @@ func TestCompletionAndManPagesComeFromTheCommands(t *testing.T) {
 			t.Errorf("completing help offers\n%s\nwant %q", out.String(), want)
 		}
 	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "scheduler", "--policy", ""}, "\ndirac\n"},
+		{[]string{"__complete", "simulate", "--policies", "arc,"}, "\narc,sam\n"},
+		{[]string{"__complete", "jobs", "--state", ""}, "\nfailed\n"},
+	} {
+		out.Reset()
+		if err := run(tt.args, &out); err != nil || !strings.Contains("\n"+out.String(), tt.want) {
+			t.Errorf("%q offers (%v)\n%s\nwant %q", tt.args, err, out.String(), tt.want)
+		}
+	}
 	dir := t.TempDir()
 	if err := run([]string{"man", dir}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
