@@ -22,12 +22,13 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/version"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // addAPI serves the scheduler's request/reply endpoints as a micro service.
 func (s *Service) addAPI() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: "0.1.0",
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: version.SemVer(),
 		Description: "Sluice scheduler: shares and DTRs"})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler API: %w", err)
