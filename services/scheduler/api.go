@@ -1,7 +1,7 @@
 package scheduler
 
 // The scheduler's request/reply endpoints (sluice.api.*): priority, cancel,
-// reconfigure, shares and one DTR's record.
+// reconfigure, shares, one DTR's record, and the workers (workers.go).
 
 import (
 	"bytes"
@@ -43,6 +43,7 @@ func (s *Service) addAPI() (micro.Service, error) {
 		{"priority", api.SubjectPriority, s.handlePriority},
 		{"cancel", api.SubjectCancel, s.handleCancel},
 		{"reconfigure", api.SubjectReconfigure, s.handleReconfigure},
+		{"workers", api.SubjectWorkers, s.handleWorkers},
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
@@ -272,7 +273,10 @@ func (s *Service) handleShares(r micro.Request) {
 // respondShares answers with every share's state and the limits.
 func (s *Service) respondShares(r micro.Request) {
 	var reply api.SharesReply
+	now := time.Now()
+	holders := s.workers.holders(now)
 	s.query(func() {
+		reply.Silent = silentGrants(s.core, now, holders)
 		var stats []core.ShareStats
 		stats, reply.Retrying = s.core.Shares()
 		for _, st := range stats {
@@ -295,14 +299,26 @@ func (s *Service) handleDTR(r micro.Request) {
 	}
 	var d dtr.DTR
 	var why *api.Why
+	var holder *api.Holder
+	now := time.Now()
+	holders := s.workers.holders(now)
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
-			if w, err := s.core.Explain(time.Now(), id); err == nil {
+			if w, err := s.core.Explain(now, id); err == nil {
 				aw := api.Why(w)
 				why = &aw
 			}
+			if h, held := holders[d.Grant]; held && d.State.IsActive() {
+				holder = &h.holder
+				if holder.Silent {
+					holder.LeaseEnds, _ = s.core.LeaseEnds(now, id)
+				}
+			}
 		}
 	})
+	if why != nil && holder != nil {
+		why.Reason += "; " + holderReason(*holder)
+	}
 	if !ok {
 		if b, found := s.journal.Lookup(id); found {
 			ok = json.Unmarshal(b, &d) == nil
@@ -320,7 +336,7 @@ func (s *Service) handleDTR(r micro.Request) {
 		unknown(r, c, "DTR "+id.String())
 		return
 	}
-	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why})
+	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why, Holder: holder})
 }
 
 func (s *Service) handleRetrying(r micro.Request) {
