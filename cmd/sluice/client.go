@@ -373,6 +373,7 @@ func shares(ctx context.Context, cfg *Config, args []string, stdout io.Writer) e
 		return err
 	}
 	printShares(stdout, r)
+	printSilent(stdout, r.Silent, time.Now())
 	return nil
 }
 
