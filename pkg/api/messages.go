@@ -229,12 +229,13 @@ type Progress struct {
 }
 
 // Heartbeat is the data of a heartbeat event on sluice.heartbeat.<stage>:
-// a worker process (one pool of one stage, pkg/worker) says it is alive
-// and which grants it holds, every IntervalSeconds. Its schema is
+// one stage's pool of a worker process (pkg/worker) says it is alive and
+// which grants it holds, every IntervalSeconds. Its schema is
 // schemas/heartbeat.schema.json.
 type Heartbeat struct {
-	// Worker is the process's pool's id, stable while it runs: the
-	// instance id of its NATS micro service (nats micro ls shows it).
+	// Worker is the worker process's id, stable while it runs: the
+	// instance id of its NATS micro service (nats micro ls shows it),
+	// which a processor's pre- and post-processing pools share.
 	Worker string `json:"worker"`
 	// Role is the service: "processor" or "delivery".
 	Role  string    `json:"role"`

@@ -100,8 +100,8 @@ type WorkersReply struct {
 	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
 }
 
-// Worker is one worker process (one stage's pool) as its heartbeats
-// describe it.
+// Worker is one stage's pool of a worker process as its heartbeats
+// describe it; a processor's two pools share its id.
 type Worker struct {
 	ID      string    `json:"worker"`
 	Role    string    `json:"role"`

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -18,13 +19,18 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/version"
 )
 
-// A pool shows itself: it registers as a NATS micro service
+// A worker process shows itself: it registers once as a NATS micro service
 // (sluice-processor or sluice-delivery, so `nats micro ls` lists it with
-// its stage, host, pid and workers), whose instance id is the pool's id,
-// and it publishes a heartbeat (api.Heartbeat) every Heartbeat on
-// sluice.heartbeat.<stage> with the grants it holds, so that the scheduler
-// knows who holds what and sees a worker that has gone silent before its
-// grants' leases run out. The last heartbeat, as the pool stops, says so.
+// its stages, host, pid and workers), whose instance id is the process's
+// worker id, and each of its pools publishes a heartbeat (api.Heartbeat)
+// every Heartbeat on sluice.heartbeat.<stage> with that id and the grants
+// it holds, so that the scheduler knows who holds what and sees a worker
+// that has gone silent before its grants' leases run out. The last
+// heartbeat, as the pool stops, says so.
+//
+// One micro service per connection: NATS lets a user with
+// allow_responses answer a request once, and every service on a
+// connection would get each $SRV request.
 
 // DefaultHeartbeat is how often a pool sends a heartbeat unless told.
 const DefaultHeartbeat = 5 * time.Second
@@ -38,29 +44,48 @@ func Role(s dtr.Stage) string {
 	return "processor"
 }
 
-// announce registers the pool as a micro service and takes its instance
-// id as the pool's.
-func (p *Pool) announce() (micro.Service, error) {
+// Presence is a worker process's micro service, shared by its pools.
+type Presence struct {
+	svc micro.Service
+}
+
+// Show registers the pools, all of one role and on nc, as one micro
+// service, whose instance id becomes their worker id. Stop it when they
+// have stopped. A pool that runs without one shows itself alone.
+func Show(nc *nats.Conn, pools ...*Pool) (*Presence, error) {
+	if len(pools) == 0 {
+		return nil, errors.New("no pools to show")
+	}
+	role := Role(pools[0].Stage)
+	var stages, workers []string
+	for _, p := range pools {
+		if Role(p.Stage) != role {
+			return nil, fmt.Errorf("pools of %s and %s in one process", role, Role(p.Stage))
+		}
+		stages, workers = append(stages, string(p.Stage)), append(workers, strconv.Itoa(p.Workers))
+	}
 	host, _ := os.Hostname()
-	p.mu.Lock()
-	p.host, p.started = host, time.Now()
-	p.mu.Unlock()
-	role := Role(p.Stage)
-	svc, err := micro.AddService(p.nc, micro.Config{
+	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "sluice-" + role,
 		Version:     version.SemVer(),
-		Description: fmt.Sprintf("Sluice %s: the %s stage's grants", role, p.Stage),
-		Metadata: map[string]string{"stage": string(p.Stage), "host": host,
-			"pid": strconv.Itoa(os.Getpid()), "workers": strconv.Itoa(p.Workers)},
+		Description: fmt.Sprintf("Sluice %s: the grants of %s", role, strings.Join(stages, " and ")),
+		Metadata: map[string]string{"stage": strings.Join(stages, ","), "host": host,
+			"pid": strconv.Itoa(os.Getpid()), "workers": strings.Join(workers, ",")},
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s micro service: %w", role, err)
 	}
-	p.mu.Lock()
-	p.id = svc.Info().ID
-	p.mu.Unlock()
-	return svc, nil
+	started := time.Now()
+	for _, p := range pools {
+		p.mu.Lock()
+		p.id, p.host, p.started, p.shown = svc.Info().ID, host, started, true
+		p.mu.Unlock()
+	}
+	return &Presence{svc: svc}, nil
 }
+
+// Stop removes the micro service.
+func (pr *Presence) Stop() { _ = pr.svc.Stop() }
 
 // ID returns the pool's id (its micro service's instance id) once Run has
 // started; "" before.

@@ -59,10 +59,12 @@ type Pool struct {
 	mu      sync.Mutex
 	held    map[string]*held // the grants taken and not yet answered
 	results *resultSender
-	// id is the pool's micro service instance id; host and started say
-	// where and since when it runs (presence.go). Set as Run starts.
+	// id is the process's micro service instance id; host and started
+	// say where and since when it runs; shown says they are set (Show,
+	// presence.go).
 	id, host string
 	started  time.Time
+	shown    bool
 }
 
 // held is a grant this process has taken: waiting for a worker or running.
@@ -117,11 +119,16 @@ func (p *Pool) Run(ctx context.Context) error {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
 	defer func() { _ = stop.Unsubscribe() }()
-	svc, err := p.announce()
-	if err != nil {
-		return fmt.Errorf("%s workers: %w", p.Stage, err)
+	p.mu.Lock()
+	shown := p.shown
+	p.mu.Unlock()
+	if !shown {
+		pr, err := Show(p.nc, p)
+		if err != nil {
+			return fmt.Errorf("%s workers: %w", p.Stage, err)
+		}
+		defer pr.Stop()
 	}
-	defer func() { _ = svc.Stop() }()
 	// The result sender and the lease renewals outlive the workers: the
 	// grants given back as the pool stops are sent through them.
 	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage))

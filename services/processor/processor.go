@@ -118,6 +118,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	pre.Heartbeat, post.Heartbeat = s.cfg.Heartbeat, s.cfg.Heartbeat
+	// One micro service for the process, its instance id the worker id of
+	// both pools.
+	shown, err := worker.Show(s.nc, pre, post)
+	if err != nil {
+		return err
+	}
+	defer shown.Stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return pre.Run(ctx) })
 	g.Go(func() error { return post.Run(ctx) })

@@ -692,7 +692,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		if err := s.core.Progress(now, p.DTR, p.Grant, p.Bytes); err != nil {
 			s.log.Debug("progress ignored", "dtr", p.DTR, "err", err)
 		} else {
-			s.workers.renewed(p.Worker, p)
+			s.workers.renewed(dtr.Stage(strings.TrimPrefix(m.Subject, api.SubjectProgressPrefix)), p)
 		}
 	default:
 		err := fmt.Errorf("no handler for subject %s", m.Subject)

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
@@ -27,9 +28,11 @@ import (
 // worker is silent.
 const missedBeats = 3
 
-// workerTracker keeps the last heartbeat of every worker process heard
-// from. Heartbeats come on their own subscription, renewals in the
-// scheduling loop and questions from the API: it locks.
+// workerTracker keeps the last heartbeat of every worker heard from: one
+// stage's pool of a worker process (a processor's pre- and post-processing
+// pools share the process's id). Heartbeats come on their own
+// subscription, renewals in the scheduling loop and questions from the
+// API: it locks.
 type workerTracker struct {
 	mu sync.Mutex
 	// every is the interval expected of a worker whose heartbeat does not
@@ -38,7 +41,13 @@ type workerTracker struct {
 	// forgetAfter is how long a silent worker is remembered: longer than
 	// any lease it held can last.
 	forgetAfter time.Duration
-	seen        map[string]*seenWorker
+	seen        map[workerKey]*seenWorker
+}
+
+// workerKey names one stage's pool of a worker process.
+type workerKey struct {
+	worker string
+	stage  dtr.Stage
 }
 
 type seenWorker struct {
@@ -50,7 +59,7 @@ func newWorkerTracker(every, lease time.Duration) *workerTracker {
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &workerTracker{every: every, forgetAfter: max(10*time.Minute, 2*lease), seen: map[string]*seenWorker{}}
+	return &workerTracker{every: every, forgetAfter: max(10*time.Minute, 2*lease), seen: map[workerKey]*seenWorker{}}
 }
 
 // heard takes a heartbeat that came at now. A worker that says it stops
@@ -61,11 +70,12 @@ func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	key := workerKey{hb.Worker, hb.Stage}
 	if hb.Stopping {
-		delete(t.seen, hb.Worker)
+		delete(t.seen, key)
 		return
 	}
-	t.seen[hb.Worker] = &seenWorker{hb: hb, last: now}
+	t.seen[key] = &seenWorker{hb: hb, last: now}
 	for id, w := range t.seen {
 		if now.Sub(w.last) > t.forgetAfter {
 			delete(t.seen, id)
@@ -76,13 +86,13 @@ func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) {
 // renewed takes a lease renewal that names its worker: a grant taken since
 // the worker's last heartbeat is its from now on. A renewal is no
 // heartbeat: it does not make a silent worker heard.
-func (t *workerTracker) renewed(worker string, p api.Progress) {
-	if worker == "" {
+func (t *workerTracker) renewed(stage dtr.Stage, p api.Progress) {
+	if p.Worker == "" {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w := t.seen[worker]
+	w := t.seen[workerKey{p.Worker, stage}]
 	if w == nil || slices.ContainsFunc(w.hb.Grants, func(g api.HeldGrant) bool { return g.Grant == p.Grant }) {
 		return
 	}

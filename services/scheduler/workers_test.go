@@ -54,23 +54,29 @@ func TestTheTrackerForgetsAStoppingWorkerAndLearnsGrantsFromRenewals(t *testing.
 	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
 	w := newWorkerTracker(time.Second, time.Minute)
 	d1, d2 := uuid.New(), uuid.New()
-	w.heard(api.Heartbeat{Worker: "a", Role: "processor", IntervalSeconds: 1, Grants: []api.HeldGrant{{DTR: d1, Grant: "g1"}}}, t0)
-	w.heard(api.Heartbeat{Worker: "b", Role: "delivery", IntervalSeconds: 1}, t0)
+	// A processor's two pools share its id.
+	w.heard(api.Heartbeat{Worker: "a", Role: "processor", Stage: dtr.StagePre, IntervalSeconds: 1, Grants: []api.HeldGrant{{DTR: d1, Grant: "g1"}}}, t0)
+	w.heard(api.Heartbeat{Worker: "a", Role: "processor", Stage: dtr.StagePost, IntervalSeconds: 1}, t0)
+	w.heard(api.Heartbeat{Worker: "b", Role: "delivery", Stage: dtr.StageDelivery, IntervalSeconds: 1}, t0)
+	if ws := w.list(t0); len(ws) != 3 {
+		t.Fatalf("workers %+v, want a's two pools and b", ws)
+	}
 	// A renewal names a grant that a's last heartbeat did not; one that
 	// names an unknown worker is no news.
-	w.renewed("a", api.Progress{DTR: d2, Grant: "g2"})
-	w.renewed("nobody", api.Progress{DTR: uuid.New(), Grant: "g3"})
+	w.renewed(dtr.StagePre, api.Progress{DTR: d2, Grant: "g2", Worker: "a"})
+	w.renewed(dtr.StagePre, api.Progress{DTR: uuid.New(), Grant: "g3", Worker: "nobody"})
 	hs := w.holders(t0)
-	if hs["g2"].holder.Worker != "a" || hs["g2"].dtr != d2 || hs["g1"].holder.Worker != "a" || len(hs) != 2 {
+	if hs["g2"].holder.Worker != "a" || hs["g2"].holder.Stage != dtr.StagePre || hs["g2"].dtr != d2 || hs["g1"].holder.Worker != "a" || len(hs) != 2 {
 		t.Fatalf("holders %+v", hs)
 	}
-	// The next heartbeat says all again; a stopping worker is forgotten.
-	w.heard(api.Heartbeat{Worker: "a", Role: "processor", IntervalSeconds: 1, Grants: []api.HeldGrant{{DTR: d2, Grant: "g2"}}}, t0.Add(time.Second))
-	w.heard(api.Heartbeat{Worker: "b", Stopping: true}, t0.Add(time.Second))
+	// The next heartbeat says all again; a stopping pool is forgotten.
+	w.heard(api.Heartbeat{Worker: "a", Role: "processor", Stage: dtr.StagePre, IntervalSeconds: 1, Grants: []api.HeldGrant{{DTR: d2, Grant: "g2"}}}, t0.Add(time.Second))
+	w.heard(api.Heartbeat{Worker: "a", Stage: dtr.StagePost, Stopping: true}, t0.Add(time.Second))
+	w.heard(api.Heartbeat{Worker: "b", Stage: dtr.StageDelivery, Stopping: true}, t0.Add(time.Second))
 	if hs := w.holders(t0.Add(time.Second)); len(hs) != 1 || hs["g2"].holder.Worker != "a" {
 		t.Fatalf("holders %+v", hs)
 	}
-	if ws := w.list(t0.Add(time.Second)); len(ws) != 1 || ws[0].ID != "a" {
+	if ws := w.list(t0.Add(time.Second)); len(ws) != 1 || ws[0].ID != "a" || ws[0].Stage != dtr.StagePre {
 		t.Fatalf("workers %+v", ws)
 	}
 	// A worker silent for longer than any lease is forgotten.
