@@ -424,6 +424,9 @@ func (s *Service) setUp(ctx context.Context) error {
 func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) (*commit, error) {
 	now := time.Now()
 	s.leases.step(now)
+	if s.nc.Status() != nats.CONNECTED {
+		s.workers.deafAt(now) // heartbeats are lost meanwhile: none is missed
+	}
 	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {

@@ -42,6 +42,9 @@ type workerTracker struct {
 	// any lease it held can last.
 	forgetAfter time.Duration
 	seen        map[workerKey]*seenWorker
+	// deaf is when the scheduler last could not hear (its connection to
+	// NATS down): no worker is silent for what it said meanwhile.
+	deaf time.Time
 }
 
 // workerKey names one stage's pool of a worker process.
@@ -107,9 +110,24 @@ func (t *workerTracker) interval(w *seenWorker) time.Duration {
 	return t.every
 }
 
-// silent says whether a worker has missed missedBeats heartbeats at now.
+// silent says whether a worker has missed missedBeats heartbeats at now,
+// that the scheduler could have heard.
 func (t *workerTracker) silent(w *seenWorker, now time.Time) bool {
-	return now.Sub(w.last) > missedBeats*t.interval(w)
+	return now.Sub(later(w.last, t.deaf)) > missedBeats*t.interval(w)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// deafAt says the scheduler cannot hear the workers at now.
+func (t *workerTracker) deafAt(now time.Time) {
+	t.mu.Lock()
+	t.deaf = later(t.deaf, now)
+	t.mu.Unlock()
 }
 
 // holder describes a worker as the holder of its grants.

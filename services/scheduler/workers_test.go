@@ -50,6 +50,22 @@ func TestAWorkerIsSilentOnceThreeOfItsHeartbeatsAreMissed(t *testing.T) {
 	}
 }
 
+func TestNoWorkerIsSilentForHeartbeatsTheSchedulerCouldNotHear(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
+	w := newWorkerTracker(time.Second, time.Minute)
+	w.heard(api.Heartbeat{Worker: "a", Stage: dtr.StageDelivery, IntervalSeconds: 1}, t0)
+	// The scheduler's connection is down from 1 s to 10 s.
+	for d := time.Second; d <= 10*time.Second; d += time.Second {
+		w.deafAt(t0.Add(d))
+	}
+	if ws := w.list(t0.Add(12 * time.Second)); ws[0].Silent {
+		t.Fatal("silent 2 s after the scheduler could hear again")
+	}
+	if ws := w.list(t0.Add(13500 * time.Millisecond)); !ws[0].Silent {
+		t.Fatal("not silent 3.5 s after the scheduler could hear again")
+	}
+}
+
 func TestTheTrackerForgetsAStoppingWorkerAndLearnsGrantsFromRenewals(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
 	w := newWorkerTracker(time.Second, time.Minute)
