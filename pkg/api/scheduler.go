@@ -44,7 +44,8 @@ type SharesReply struct {
 	Limits   map[string]int `json:"limits"`
 	// Silent are the grants counted as running whose worker has stopped
 	// sending heartbeats: they run nowhere, most likely, and wait for
-	// their leases to end.
+	// their leases to end. An administrator sees every one, another
+	// caller their own.
 	Silent []SilentGrant `json:"silent,omitempty"`
 }
 

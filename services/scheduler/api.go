@@ -260,23 +260,26 @@ func (s *Service) handleReconfigure(r micro.Request) {
 		return
 	}
 	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority, "by", c.String())
-	s.respondShares(r)
+	s.respondShares(r, c)
 }
 
 func (s *Service) handleShares(r micro.Request) {
-	if _, ok := s.requester(r, api.SubjectShares, auth.ScopeRead); !ok {
+	c, ok := s.requester(r, api.SubjectShares, auth.ScopeRead)
+	if !ok {
 		return
 	}
-	s.respondShares(r)
+	s.respondShares(r, c)
 }
 
-// respondShares answers with every share's state and the limits.
-func (s *Service) respondShares(r micro.Request) {
+// respondShares answers with every share's state and the limits, and the
+// grants of silent workers: every one to an administrator, the caller's
+// own to anyone else.
+func (s *Service) respondShares(r micro.Request, c auth.Caller) {
 	var reply api.SharesReply
 	now := time.Now()
 	holders := s.workers.holders(now)
 	s.query(func() {
-		reply.Silent = silentGrants(s.core, now, holders)
+		reply.Silent = silentGrants(s.core, now, holders, c.Owns)
 		var stats []core.ShareStats
 		stats, reply.Retrying = s.core.Shares()
 		for _, st := range stats {

@@ -518,7 +518,7 @@ func (s *Service) sample(now time.Time) {
 			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: d.Source})
 		}
 	}
-	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now)))
+	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil))
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is

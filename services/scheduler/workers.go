@@ -235,9 +235,9 @@ func (s *Service) handleWorkers(r micro.Request) {
 }
 
 // silentGrants returns the grants the core counts as running whose worker
-// is silent, with their shares and when their leases end. Run it in the
-// loop.
-func silentGrants(c *core.Core, now time.Time, holders map[string]heldBy) []api.SilentGrant {
+// is silent, of the DTRs whose owner owns takes (nil: all), with their
+// shares and when their leases end. Run it in the loop.
+func silentGrants(c *core.Core, now time.Time, holders map[string]heldBy, owns func(dtr.Identity) bool) []api.SilentGrant {
 	var out []api.SilentGrant
 	for grant, hb := range holders {
 		h, id := hb.holder, hb.dtr
@@ -245,7 +245,7 @@ func silentGrants(c *core.Core, now time.Time, holders map[string]heldBy) []api.
 			continue
 		}
 		d, ok := c.Get(id)
-		if !ok || d.Grant != grant || !d.State.IsActive() {
+		if !ok || d.Grant != grant || !d.State.IsActive() || owns != nil && !owns(d.Owner) {
 			continue
 		}
 		end, _ := c.LeaseEnds(now, id)

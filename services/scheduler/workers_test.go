@@ -252,6 +252,12 @@ func TestADeliveryPoolThatStopsHeartbeatingIsSilentAndItsGrantsAreMarked(t *test
 			t.Errorf("silent grant %+v", g)
 		}
 	}
+	// A user sees the share table, but no other owner's grants.
+	shares = api.SharesReply{}
+	ask(t, nc, api.UserSubject(api.SubjectShares, "alice"), nil, &shares)
+	if len(shares.Shares) == 0 || len(shares.Silent) != 0 {
+		t.Fatalf("alice's shares: %d rows, %d silent grants; want the table and none of the operator's grants", len(shares.Shares), len(shares.Silent))
+	}
 }
 
 func TestOnlyOperatorsAndAdministratorsListTheWorkers(t *testing.T) {
