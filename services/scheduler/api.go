@@ -304,15 +304,17 @@ func (s *Service) handleDTR(r micro.Request) {
 	var why *api.Why
 	var holder *api.Holder
 	now := time.Now()
-	holders := s.workers.holders(now)
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
 			if w, err := s.core.Explain(now, id); err == nil {
 				aw := api.Why(w)
 				why = &aw
 			}
-			if h, held := holders[d.Grant]; held && d.State.IsActive() {
-				holder = &h.holder
+			if !d.State.IsActive() {
+				return
+			}
+			if h, held := s.workers.holderOf(d.Grant, now); held {
+				holder = &h
 				if holder.Silent {
 					holder.LeaseEnds, _ = s.core.LeaseEnds(now, id)
 				}

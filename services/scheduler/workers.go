@@ -158,6 +158,23 @@ func (t *workerTracker) holders(now time.Time) map[string]heldBy {
 	return out
 }
 
+// holderOf returns who holds a grant, as holders would.
+func (t *workerTracker) holderOf(grant string, now time.Time) (api.Holder, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var found *seenWorker
+	for _, w := range t.seen {
+		if (found == nil || found.last.Before(w.last)) &&
+			slices.ContainsFunc(w.hb.Grants, func(g api.HeldGrant) bool { return g.Grant == grant }) {
+			found = w
+		}
+	}
+	if found == nil {
+		return api.Holder{}, false
+	}
+	return t.holder(found, now), true
+}
+
 // list returns every worker heard from, by role, host, pid and stage,
 // with the grants of its last heartbeat.
 func (t *workerTracker) list(now time.Time) []api.Worker {

@@ -46,6 +46,12 @@ func TestAWorkerIsSilentOnceThreeOfItsHeartbeatsAreMissed(t *testing.T) {
 			if h := w.holders(t0.Add(tt.after))["g1"].holder; h.Worker != "w1" || h.Silent != tt.silent || !h.LastHeartbeat.Equal(t0) {
 				t.Fatalf("holder of g1 %+v", h)
 			}
+			if h, ok := w.holderOf("g1", t0.Add(tt.after)); !ok || h != w.holders(t0.Add(tt.after))["g1"].holder {
+				t.Fatalf("holderOf g1 %+v (%v)", h, ok)
+			}
+			if _, ok := w.holderOf("g2", t0.Add(tt.after)); ok {
+				t.Fatal("a holder for a grant nobody claims")
+			}
 		})
 	}
 }
