@@ -248,6 +248,7 @@ func TestADeliveryPoolThatStopsHeartbeatingIsSilentAndItsGrantsAreMarked(t *test
 		!strings.Contains(why.Why.Reason, "; the lease ends at "+why.Holder.LeaseEnds.UTC().Format(time.RFC3339)) {
 		t.Fatalf("why: %+v, holder %+v", why.Why, why.Holder)
 	}
+	t.Logf("why: %s", why.Why.Reason)
 	var shares api.SharesReply
 	ask(t, nc, api.SubjectShares, nil, &shares)
 	if len(shares.Silent) != 3 {
