@@ -375,6 +375,7 @@ func sharesCommand(cfg *Config) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), r)
 			}
 			printShares(cmd.OutOrStdout(), r)
+			printSilent(cmd.OutOrStdout(), r.Silent, time.Now())
 			return nil
 		},
 	}

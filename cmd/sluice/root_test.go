@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dtr/sluice/pkg/version"
 )
 
 func TestHelpAndVersionExitZero(t *testing.T) {
@@ -19,7 +21,7 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 		{[]string{"-h"}, "Jobs and DTRs"},
 		{[]string{"--help"}, "Run Sluice:"},
 		{nil, "Usage:"},
-		{[]string{"--version"}, "sluice " + version()},
+		{[]string{"--version"}, "sluice " + version.String()},
 		{[]string{"submit", "-h"}, "--wait"},
 		{[]string{"help", "cp"}, "sluice cp [flags] SOURCE DESTINATION"},
 		{[]string{"simulate", "--help"}, "--policies"},

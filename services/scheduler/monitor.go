@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -34,6 +35,9 @@ type Overview struct {
 	History []Sample `json:"history"`
 	// Longest are the DTRs that have waited longest in their queue, and why.
 	Longest []Waiting `json:"longest"`
+	// Silent are the grants counted as running whose worker has stopped
+	// sending heartbeats, soonest lease end first.
+	Silent []api.SilentGrant `json:"silent"`
 }
 
 // ShareLoad is one share's load in one queue state.
@@ -113,9 +117,9 @@ func (m *monitor) final(d *dtr.DTR) {
 }
 
 // sample records the core's state at now. It runs in the scheduling loop.
-func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting) {
+func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting, silent []api.SilentGrant) {
 	stats, retrying := c.Shares()
-	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest}
+	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest, Silent: silent}
 	byState := map[dtr.State][]core.ShareStats{}
 	for _, s := range stats {
 		byState[s.State] = append(byState[s.State], s)
