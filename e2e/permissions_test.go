@@ -307,6 +307,13 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err := sub.request(api.SubjectRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
 	}
+	// It lists its jobs, and so does the client, the operator (all jobs).
+	for _, asker := range []*system{sub, {t: t, nc: client.nc}} {
+		var jobs api.JobListReply
+		if err := asker.request(api.SubjectJobList, nil, nil, &jobs); err != nil || len(jobs.Jobs) != 2 {
+			t.Fatalf("%q lists the jobs: %+v, %v", asker.user, jobs, err)
+		}
+	}
 	rejected, err := observer.nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
