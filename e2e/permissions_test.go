@@ -307,6 +307,13 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err := sub.request(api.SubjectRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
 	}
+	// It lists its jobs, and so does the client, the operator (all jobs).
+	for _, asker := range []*system{sub, {t: t, nc: client.nc}} {
+		var jobs api.JobListReply
+		if err := asker.request(api.SubjectJobList, nil, nil, &jobs); err != nil || len(jobs.Jobs) != 2 {
+			t.Fatalf("%q lists the jobs: %+v, %v", asker.user, jobs, err)
+		}
+	}
 	rejected, err := observer.nc.SubscribeSync(api.SubjectRejected)
 	if err != nil {
 		t.Fatal(err)
@@ -327,6 +334,27 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	var jobs api.JobListReply
 	if err := (&system{t: t, nc: scheduler.nc}).request(api.SubjectJobList, []byte(`{"state":"ended"}`), nil, &jobs); err != nil || len(jobs.Jobs) != 2 {
 		t.Fatalf("the scheduler asks for the ended jobs: %+v, %v", jobs, err)
+	}
+	// The workers send heartbeats that the scheduler hears, and answer as
+	// micro services: the client sees the three pools, nats micro ls them.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var workers api.WorkersReply
+		err := (&system{t: t, nc: client.nc}).request(api.SubjectWorkers, nil, nil, &workers)
+		stages := map[dtr.Stage]bool{}
+		for _, w := range workers.Workers {
+			stages[w.Stage] = !w.Silent
+		}
+		if err == nil && len(workers.Workers) == 3 && stages[dtr.StagePre] && stages[dtr.StagePost] && stages[dtr.StageDelivery] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client asks for the workers: %+v, %v", workers, err)
+		}
+	}
+	for _, service := range []string{"sluice-processor", "sluice-delivery"} {
+		if _, err := observer.nc.Request("$SRV.PING."+service, nil, 2*time.Second); err != nil {
+			t.Fatalf("%s does not answer as a micro service: %v", service, err)
+		}
 	}
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
@@ -374,6 +402,10 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		{"a submitter cancels a DTR", submitter, msg(api.SubjectCancelCommand, `{"dtr":"`+waiting.DTRs[0].String()+`"}`), ""},
 		{"a submitter deletes a stream", submitter, msg("$JS.API.STREAM.DELETE."+bus.StreamSubmit, ""), ""},
 		{"a client publishes a DTR", client, msg(api.SubjectSubmit, `{}`), ""},
+		{"a deliverer sends a processor's heartbeat", delivery, msg(api.HeartbeatSubject(dtr.StagePre), `{}`), ""},
+		{"a submitter sends a heartbeat", submitter, msg(api.HeartbeatSubject(dtr.StageDelivery), `{}`), ""},
+		{"a submitter asks for the workers", submitter, msg(api.SubjectWorkers, ""), ""},
+		{"a processor hears the heartbeats", processor, nil, api.SubjectHeartbeatPrefix + ">"},
 		{"a deliverer reads the processor's replies", delivery, nil, "_INBOX_processor.>"},
 		{"a submitter serves the job API", submitter, nil, api.SubjectJobSubmit},
 		{"a scheduler asks for a job's status", scheduler, msg(api.SubjectJobStatus, bad.JobID), ""},

@@ -375,6 +375,7 @@ func sharesCommand(cfg *Config) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), r)
 			}
 			printShares(cmd.OutOrStdout(), r)
+			printSilent(cmd.OutOrStdout(), r.Silent, time.Now())
 			return nil
 		},
 	}
@@ -463,6 +464,7 @@ func jobsCommand(cfg *Config) *cobra.Command {
 	}
 	clientFlags(c, cfg)
 	c.Flags().StringVar(&req.State, "state", "", "only jobs in this state: running, finished, failed, or ended (either end)")
+	completeValues(c, "state", api.JobRunning, api.JobFinished, api.JobFailed, "ended")
 	c.Flags().IntVar(&req.Limit, "limit", api.DefaultJobList, fmt.Sprintf("list at most this many (up to %d)", api.MaxJobList))
 	jsonOut = jsonFlag(c)
 	return c

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-dtr/sluice/internal/app"
+	"github.com/sluice-dtr/sluice/pkg/version"
 )
 
 // The command line is built with cobra: the commands, their flags and help
@@ -97,7 +98,7 @@ func newRoot(cfg *Config, envErr error, stdout io.Writer) *cobra.Command {
 		Use:           "sluice",
 		Short:         "Sluice moves files for jobs, sharing transfer slots fairly between groups of users",
 		Long:          rootLong,
-		Version:       version(),
+		Version:       version.String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -123,7 +124,7 @@ func newRoot(cfg *Config, envErr error, stdout io.Writer) *cobra.Command {
 	}
 	for _, c := range []*cobra.Command{
 		submitCommand(cfg), cpCommand(cfg), jobsCommand(cfg), statusCommand(cfg), sharesCommand(cfg), whyCommand(cfg),
-		priorityCommand(cfg), cancelCommand(cfg), reconfigureCommand(cfg),
+		priorityCommand(cfg), cancelCommand(cfg), reconfigureCommand(cfg), workersCommand(cfg),
 	} {
 		c.GroupID = "client"
 		root.AddCommand(c)
@@ -226,7 +227,7 @@ func manCommand(root *cobra.Command) *cobra.Command {
 				return err
 			}
 			root.DisableAutoGenTag = true
-			err := doc.GenManTree(root, &doc.GenManHeader{Title: "SLUICE", Section: "1", Source: "sluice " + version()}, args[0])
+			err := doc.GenManTree(root, &doc.GenManHeader{Title: "SLUICE", Section: "1", Source: "sluice " + version.String()}, args[0])
 			if err != nil {
 				return fmt.Errorf("man pages: %w", err)
 			}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dtr/sluice/pkg/version"
 )
 
 func TestHelpAndVersionExitZero(t *testing.T) {
@@ -19,7 +21,7 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 		{[]string{"-h"}, "Jobs and DTRs"},
 		{[]string{"--help"}, "Run Sluice:"},
 		{nil, "Usage:"},
-		{[]string{"--version"}, "sluice " + version()},
+		{[]string{"--version"}, "sluice " + version.String()},
 		{[]string{"submit", "-h"}, "--wait"},
 		{[]string{"help", "cp"}, "sluice cp [flags] SOURCE DESTINATION"},
 		{[]string{"simulate", "--help"}, "--policies"},
@@ -106,6 +108,19 @@ func TestCompletionAndManPagesComeFromTheCommands(t *testing.T) {
 	for _, want := range []string{"\nsubmit\n", "\npolicies\n", "\nprocessor\n"} {
 		if !strings.Contains("\n"+out.String(), want) {
 			t.Errorf("completing help offers\n%s\nwant %q", out.String(), want)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "scheduler", "--policy", ""}, "\ndirac\n"},
+		{[]string{"__complete", "simulate", "--policies", "arc,"}, "\narc,sam\n"},
+		{[]string{"__complete", "jobs", "--state", ""}, "\nfailed\n"},
+	} {
+		out.Reset()
+		if err := run(tt.args, &out); err != nil || !strings.Contains("\n"+out.String(), tt.want) {
+			t.Errorf("%q offers (%v)\n%s\nwant %q", tt.args, err, out.String(), tt.want)
 		}
 	}
 	dir := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -24,6 +25,7 @@ func serveCommands(cfg *Config) []*cobra.Command {
 		},
 	}
 	serveFlags(all.Flags(), "all", cfg)
+	completeSchedulerFlags(all)
 	cmds := []*cobra.Command{all}
 	for _, r := range []struct{ role, short string }{
 		{"scheduler", "Run the scheduler against NATS_URL: the queues, the shares and the slot grants"},
@@ -42,6 +44,9 @@ func serveCommands(cfg *Config) []*cobra.Command {
 			},
 		}
 		serveFlags(c.Flags(), role, cfg)
+		if role == "scheduler" {
+			completeSchedulerFlags(c)
+		}
 		cmds = append(cmds, c)
 	}
 	return append(cmds, demoCommand(cfg))
@@ -75,6 +80,19 @@ func serve(cmd *cobra.Command, role string, cfg *Config) error {
 	return app.Run(ctx, *cfg, roles, log)
 }
 
+// completeValues completes a flag's value from a fixed list.
+func completeValues(c *cobra.Command, flag string, values ...string) {
+	_ = c.RegisterFlagCompletionFunc(flag, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// completeSchedulerFlags completes the values of a scheduler's flags.
+func completeSchedulerFlags(c *cobra.Command) {
+	completeValues(c, "policy", app.Policies()...)
+	completeValues(c, "sharepolicy", "dn", "voms:vo", "voms:group", "voms:role")
+}
+
 // natsFlag adds --nats, the NATS server URL.
 func natsFlag(fs *pflag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.NATSURL, "nats", cfg.NATSURL, "NATS server URL, or several comma-separated (env NATS_URL)")
@@ -92,7 +110,7 @@ func serveFlags(fs *pflag.FlagSet, role string, cfg *Config) {
 		fs.IntVar(&cfg.NATSPort, "port", cfg.NATSPort, "port of the embedded NATS server on 127.0.0.1, 0 for a free one (env SLUICE_NATS_PORT)")
 	}
 	if role == "all" || role == "scheduler" {
-		fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fair-share policy: arc, dirac, sam or enstore (env SLUICE_POLICY; each reads its SLUICE_<POLICY>_* settings)")
+		fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fair-share policy: "+strings.Join(app.Policies(), ", ")+" (env SLUICE_POLICY; each reads its SLUICE_<POLICY>_* settings)")
 		fs.StringVar(&cfg.SharePolicy, "sharepolicy", cfg.SharePolicy, "share policy: dn, voms:vo, voms:group, voms:role (env SLUICE_SHAREPOLICY)")
 		fs.StringVar(&cfg.SharePriority, "sharepriority", cfg.SharePriority, "share priorities, e.g. atlas=80,cms=20 (env SLUICE_SHAREPRIORITY)")
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/services/scheduler/simulate"
 )
 
@@ -30,7 +31,7 @@ func simulateCommand(cfg *Config) *cobra.Command {
 	}
 	fs := c.Flags()
 	serveFlags(fs, "scheduler", cfg)
-	fs.StringVar(&o.policies, "policies", cfg.Policy, "policies to compare, comma-separated: arc, dirac, sam, enstore (each configured by its SLUICE_* settings)")
+	fs.StringVar(&o.policies, "policies", cfg.Policy, "policies to compare, comma-separated: "+strings.Join(app.Policies(), ", ")+" (each configured by its SLUICE_* settings)")
 	fs.BoolVar(&o.example, "example", false, "replay the built-in example workload with the policy settings of docs/scheduling.md (environment wins)")
 	fs.StringVar(&o.writeExample, "write-example", "", "write the example workload to this CSV file and stop")
 	fs.IntVar(&o.Slots, "slots", 0, "transfer slots (default: --maxdelivery, SLUICE_MAXDELIVERY)")
@@ -40,6 +41,16 @@ func simulateCommand(cfg *Config) *cobra.Command {
 	fs.DurationVar(&o.Sample, "sample", 10*time.Second, "how often the picture samples the slots")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG picture of the slots each group held over time to this file")
 	o.json = jsonFlag(c)
+	completeSchedulerFlags(c)
+	_ = c.RegisterFlagCompletionFunc("policies", func(_ *cobra.Command, _ []string, typed string) ([]string, cobra.ShellCompDirective) {
+		// A comma-separated list: offer each policy after what is typed.
+		head := typed[:strings.LastIndex(typed, ",")+1]
+		var out []string
+		for _, p := range app.Policies() {
+			out = append(out, head+p)
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+	})
 	return c
 }
 

@@ -67,7 +67,11 @@ type Config struct {
 	NATSMonitorPort int      `envconfig:"NATS_MONITOR_PORT" default:"8222" desc:"monitoring port of the NATS servers, denied to transfers on every NATS host; 0: none"`
 	// CacheDir is the cache of downloads, shared by every processor and
 	// deliverer; the scheduler routes downloads through it when it is set.
-	CacheDir string `envconfig:"CACHE_DIR" desc:"cache of downloads (ARC's cache), shared by processors and deliverers: a remote file wanted again is linked from it instead of transferred; empty: no cache"`
+	// Heartbeat is how often each processor and deliverer says it is
+	// alive and what it holds; the scheduler reads it too, for the
+	// workers that do not say their own.
+	Heartbeat time.Duration `envconfig:"HEARTBEAT" default:"5s" desc:"how often every processor and deliverer sends a heartbeat (sluice.heartbeat.<stage>) naming the grants it holds; the scheduler takes a worker that missed three to be silent (sluice workers, why, shares)"`
+	CacheDir  string        `envconfig:"CACHE_DIR" desc:"cache of downloads (ARC's cache), shared by processors and deliverers: a remote file wanted again is linked from it instead of transferred; empty: no cache"`
 	// S3Credentials names key files per S3 endpoint.
 	S3Credentials string `envconfig:"S3_CREDENTIALS" desc:"keys for S3 endpoints: host[:port]=/path/of/file holding \"ACCESS_KEY SECRET_KEY\",...; others use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"`
 	// FileRoots are the only directories file:// URLs may reach.
@@ -341,6 +345,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 		case "scheduler":
 			sc := cfg.Config
 			sc.Cache = cfg.CacheDir != ""
+			sc.Heartbeat = cfg.Heartbeat
 			sc.Meter, sc.Callers, sc.FileRoots = meter, callers, cfg.FileRoots
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
@@ -359,12 +364,12 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = s.Run
 		case "processor":
 			pc := cfg.Processor
-			pc.Client, pc.CacheDir, pc.Meter = client, cfg.CacheDir, meter
+			pc.Client, pc.CacheDir, pc.Meter, pc.Heartbeat = client, cfg.CacheDir, meter, cfg.Heartbeat
 			pc.MaxFileSize = cfg.Delivery.MaxFileSize // one limit for every copy of a source
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Client, dc.Meter = client, meter
+			dc.Client, dc.Meter, dc.Heartbeat = client, meter, cfg.Heartbeat
 			run = delivery.New(dc, nc, log).Run
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)

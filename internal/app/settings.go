@@ -3,11 +3,13 @@ package app
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
 )
 
 // Group is one heading of `sluice help`: the settings of one role.
@@ -38,7 +40,7 @@ type Setting struct {
 var Groups = []Group{
 	{Role: "common", Heading: "Common to every role: NATS, logs, credentials, storage access, HTTP, tracing",
 		Prefix: "sluice", Spec: func(c *Config) any { return c }, Extra: tracingSettings},
-	{Role: "client", Heading: "Client commands (submit, status, shares, why, priority, cancel, reconfigure)",
+	{Role: "client", Heading: "Client commands (submit, cp, jobs, status, shares, why, priority, cancel, reconfigure, workers)",
 		Prefix: "sluice", Spec: func(c *Config) any { return c }, Only: func(k string) bool { return k == "SLUICE_AS_USER" }, Extra: clientSettings},
 	{Role: "scheduler", Heading: "Scheduler", Prefix: "sluice", Spec: func(c *Config) any { return &c.Config }},
 	{Role: "policies", Heading: "Fair-share policies (read by the scheduler)", Prefix: "sluice", Spec: func(c *Config) any { return &c.Config }, Only: policySetting},
@@ -139,4 +141,9 @@ func PrintSettings(w io.Writer, role string) error {
 		}
 	}
 	return nil
+}
+
+// Policies are the names SLUICE_POLICY may take, sorted.
+func Policies() []string {
+	return slices.Sorted(maps.Keys(fairshare.Factories))
 }

@@ -23,4 +23,7 @@ const (
 	SubjectPriority    = "sluice.api.priority"
 	SubjectCancel      = "sluice.api.cancel"
 	SubjectReconfigure = "sluice.api.reconfigure"
+	// SubjectWorkers answers the worker processes the scheduler hears
+	// from (operators and administrators only).
+	SubjectWorkers = "sluice.api.workers"
 )

@@ -32,6 +32,10 @@ const (
 	// SubjectStopPrefix + grant id tells the worker holding a grant to stop
 	// (core NATS: only the holder cares, and only now).
 	SubjectStopPrefix = "sluice.stop."
+	// SubjectHeartbeatPrefix + stage carries the heartbeats of that
+	// stage's worker processes (core NATS: only the latest matters, and
+	// only to whoever listens now; the scheduler does).
+	SubjectHeartbeatPrefix = "sluice.heartbeat."
 	// SubjectDTRFinal carries every DTR that reached DONE, CANCELLED or ERROR
 	// (stream SLUICE_EVENTS).
 	SubjectDTRFinal = "sluice.event.dtr.final"
@@ -81,6 +85,9 @@ func ResultSubject(s dtr.Stage) string { return SubjectResultPrefix + string(s) 
 // ProgressSubject returns the progress subject of a stage.
 func ProgressSubject(s dtr.Stage) string { return SubjectProgressPrefix + string(s) }
 
+// HeartbeatSubject returns the heartbeat subject of a stage.
+func HeartbeatSubject(s dtr.Stage) string { return SubjectHeartbeatPrefix + string(s) }
+
 // CloudEvent types, one per message kind. The data of each is JSON; its
 // schema is documented in docs/usage.md (Messages).
 const (
@@ -99,6 +106,7 @@ const (
 	TypeJobFinished = "org.sluice.job.finished.v1"
 	TypeJobFailed   = "org.sluice.job.failed.v1"
 	TypeRejected    = "org.sluice.rejected.v1"
+	TypeHeartbeat   = "org.sluice.heartbeat.v1"
 )
 
 // Grant is the data of a grant event: the scheduler gives a DTR a slot in
@@ -215,6 +223,50 @@ type Progress struct {
 	Grant string    `json:"grant"`
 	Bytes int64     `json:"bytes"`
 	Size  int64     `json:"size,omitempty"`
+	// Worker is the id of the worker process that holds the grant (its
+	// Heartbeat's), if it says.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Heartbeat is the data of a heartbeat event on sluice.heartbeat.<stage>:
+// one stage's pool of a worker process (pkg/worker) says it is alive and
+// which grants it holds, every IntervalSeconds. Its schema is
+// schemas/heartbeat.schema.json.
+type Heartbeat struct {
+	// Worker is the worker process's id, stable while it runs: the
+	// instance id of its NATS micro service (nats micro ls shows it),
+	// which a processor's pre- and post-processing pools share.
+	Worker string `json:"worker"`
+	// Role is the service: "processor" or "delivery".
+	Role  string    `json:"role"`
+	Stage dtr.Stage `json:"stage"`
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	// Version is the build's (pkg/version).
+	Version string    `json:"version"`
+	Started time.Time `json:"started"`
+	// Workers is how many grants the pool runs at once.
+	Workers int `json:"workers"`
+	// IntervalSeconds is how often the worker sends a heartbeat
+	// (SLUICE_HEARTBEAT): it is silent once three have not come.
+	IntervalSeconds float64 `json:"interval_seconds"`
+	// Grants are the grants it holds, waiting for a worker or running.
+	Grants []HeldGrant `json:"grants"`
+	// Stopping says this is the last heartbeat: the process is stopping
+	// (and gives back what it holds); it is not missed when none follows.
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// HeldGrant is a grant a worker holds.
+type HeldGrant struct {
+	DTR   uuid.UUID `json:"dtr"`
+	Grant string    `json:"grant"`
+	State dtr.State `json:"state"`
+}
+
+// Interval returns the heartbeat's interval as a duration.
+func (h Heartbeat) Interval() time.Duration {
+	return time.Duration(h.IntervalSeconds * float64(time.Second))
 }
 
 // Cancel is the data of a cancel command.

@@ -45,6 +45,24 @@ type SharesReply struct {
 	// Warnings, in the answer of a reconfigure, name the shares it set
 	// that have no DTRs, and why none may ever come.
 	Warnings []string `json:"warnings,omitempty"`
+	// Silent are the grants counted as running whose worker has stopped
+	// sending heartbeats: they run nowhere, most likely, and wait for
+	// their leases to end. An administrator sees every one, another
+	// caller their own.
+	Silent []SilentGrant `json:"silent,omitempty"`
+}
+
+// SilentGrant is a grant held by a silent worker.
+type SilentGrant struct {
+	DTR   uuid.UUID `json:"dtr"`
+	Grant string    `json:"grant"`
+	Share string    `json:"share"`
+	State dtr.State `json:"state"`
+	// Holder is the worker that held it.
+	Holder Holder `json:"holder"`
+	// LeaseEnds is when the scheduler gives the grant up, if nothing is
+	// heard of it before.
+	LeaseEnds time.Time `json:"lease_ends,omitzero"`
 }
 
 // DTRReply is the answer of sluice.api.dtr: the DTR and, while it is
@@ -52,6 +70,69 @@ type SharesReply struct {
 type DTRReply struct {
 	DTR dtr.DTR `json:"dtr"`
 	Why *Why    `json:"why,omitempty"`
+	// Holder is the worker that holds the DTR's grant, while one does and
+	// the scheduler has heard of it.
+	Holder *Holder `json:"holder,omitempty"`
+}
+
+// Holder is the worker process holding a grant, as its heartbeats say.
+type Holder struct {
+	Worker string    `json:"worker"`
+	Role   string    `json:"role"`
+	Stage  dtr.Stage `json:"stage"`
+	Host   string    `json:"host"`
+	PID    int       `json:"pid"`
+	// LastHeartbeat is when the scheduler last heard from the worker.
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Silent says the worker's heartbeats have stopped: three intervals
+	// have passed without one.
+	Silent bool `json:"silent"`
+	// LeaseEnds is when the grant's lease ends if nothing more is heard
+	// (set for a silent worker's grant).
+	LeaseEnds time.Time `json:"lease_ends,omitzero"`
+}
+
+// String names the worker as role@host (pid N).
+func (h Holder) String() string { return fmt.Sprintf("%s@%s (pid %d)", h.Role, h.Host, h.PID) }
+
+// WorkersReply is the answer of sluice.api.workers: every worker process
+// the scheduler has heard from lately, by role, host and pid.
+type WorkersReply struct {
+	Workers []Worker `json:"workers"`
+	// HeartbeatSeconds is the scheduler's SLUICE_HEARTBEAT, the interval
+	// it expects of a worker that has not said its own.
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+}
+
+// Worker is one stage's pool of a worker process as its heartbeats
+// describe it; a processor's two pools share its id.
+type Worker struct {
+	ID      string    `json:"worker"`
+	Role    string    `json:"role"`
+	Stage   dtr.Stage `json:"stage"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Version string    `json:"version"`
+	Started time.Time `json:"started"`
+	Workers int       `json:"workers"`
+	// Grants are the grants it holds that the scheduler still counts as
+	// its: those of its last heartbeat whose DTR still runs under them.
+	Grants        []WorkerGrant `json:"grants"`
+	LastHeartbeat time.Time     `json:"last_heartbeat"`
+	// Silent says three heartbeat intervals have passed without one.
+	Silent bool `json:"silent"`
+	// LeaseEnds is, for a silent worker, when the last of its grants'
+	// leases ends: by then the scheduler has granted them again.
+	LeaseEnds time.Time `json:"lease_ends,omitzero"`
+}
+
+// WorkerGrant is a grant a worker holds, with its lease's end for a
+// silent worker.
+type WorkerGrant struct {
+	DTR       uuid.UUID `json:"dtr"`
+	Grant     string    `json:"grant"`
+	State     dtr.State `json:"state"`
+	LeaseEnds time.Time `json:"lease_ends,omitzero"`
 }
 
 // RetryingReply is the answer of sluice.api.retrying: a job's DTRs that

@@ -64,12 +64,14 @@ func keys(m map[string]json.RawMessage) []string {
 
 // TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe: schemas/ describes
 // what a publisher sends (a DTR submission, a job description) and the
-// messages between the scheduler and its workers (a grant, a result); each
-// object in it has exactly the fields of the Go type that reads it, so a
-// field added to one without the other fails here.
+// messages between the scheduler and its workers (a grant, a result, a
+// worker's heartbeat); each object in it has exactly the fields of the Go
+// type that reads it, so a field added to one without the other fails
+// here.
 func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 	dtrSchema, jobSchema := readSchema(t, "dtr.schema.json"), readSchema(t, "job.schema.json")
 	grantSchema, resultSchema := readSchema(t, "grant.schema.json"), readSchema(t, "result.schema.json")
+	heartbeatSchema := readSchema(t, "heartbeat.schema.json")
 	nested := func(raw json.RawMessage) map[string]json.RawMessage {
 		var o schemaObject
 		if err := json.Unmarshal(raw, &o); err != nil {
@@ -91,6 +93,8 @@ func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 		{"grant.schema.json", grantSchema.Properties, reflect.TypeFor[Grant]()},
 		{"result.schema.json", resultSchema.Properties, reflect.TypeFor[Result]()},
 		{"result.schema.json error", nested(resultSchema.Properties["error"]), reflect.TypeFor[dtr.Failure]()},
+		{"heartbeat.schema.json", heartbeatSchema.Properties, reflect.TypeFor[Heartbeat]()},
+		{"heartbeat.schema.json $defs/grant", heartbeatSchema.Defs["grant"].Properties, reflect.TypeFor[HeldGrant]()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,8 +4,10 @@
 // every grant in a handler, keeps the grants' leases alive with the
 // scheduler while they wait or run, stops one when the scheduler says so,
 // and publishes the results, several in one message when they are ready
-// together. A process that stops gives back the grants it holds; one that
-// dies leaves them to the scheduler's lease expiry.
+// together. It shows itself as a NATS micro service and sends heartbeats
+// with the grants it holds (presence.go). A process that stops gives back
+// the grants it holds; one that dies leaves them to the scheduler's lease
+// expiry.
 package worker
 
 import (
@@ -45,7 +47,10 @@ type Pool struct {
 	// Renew is how often the lease of a grant held is renewed; default
 	// 10s, and at most a third of the grant's lease.
 	Renew time.Duration
-	Log   *slog.Logger
+	// Heartbeat is how often the pool says it is alive and what it holds
+	// (presence.go); default DefaultHeartbeat.
+	Heartbeat time.Duration
+	Log       *slog.Logger
 
 	metrics *instruments
 	warned  atomic.Int64 // when taking grants last failed with a warning (Unix ns)
@@ -54,6 +59,12 @@ type Pool struct {
 	mu      sync.Mutex
 	held    map[string]*held // the grants taken and not yet answered
 	results *resultSender
+	// id is the process's micro service instance id; host and started
+	// say where and since when it runs; shown says they are set (Show,
+	// presence.go).
+	id, host string
+	started  time.Time
+	shown    bool
 }
 
 // held is a grant this process has taken: waiting for a worker or running.
@@ -108,6 +119,16 @@ func (p *Pool) Run(ctx context.Context) error {
 		return fmt.Errorf("%s workers: %w", p.Stage, err)
 	}
 	defer func() { _ = stop.Unsubscribe() }()
+	p.mu.Lock()
+	shown := p.shown
+	p.mu.Unlock()
+	if !shown {
+		pr, err := Show(p.nc, p)
+		if err != nil {
+			return fmt.Errorf("%s workers: %w", p.Stage, err)
+		}
+		defer pr.Stop()
+	}
 	// The result sender and the lease renewals outlive the workers: the
 	// grants given back as the pool stops are sent through them.
 	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage))
@@ -115,6 +136,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	var background sync.WaitGroup
 	background.Go(func() { p.results.run(sctx) })
 	background.Go(func() { p.renewLeases(sctx) })
+	background.Go(func() { p.heartbeats(sctx) })
 	defer func() { stopSender(); background.Wait() }()
 
 	queue := make(chan *held, maxMessagesPerPull*maxGrantsPerMessage)
@@ -524,7 +546,7 @@ func (p *Pool) renewLeases(ctx context.Context) {
 func (p *Pool) renew(ctx context.Context, h *held, sent time.Time) {
 	ctx = tracing.Context(ctx, h.parent)
 	err := p.publish(ctx, api.ProgressSubject(p.Stage), "", api.TypeProgress,
-		api.Progress{DTR: h.g.DTR.ID, Grant: h.g.ID, Bytes: h.moved.Load(), Size: h.size.Load()})
+		api.Progress{DTR: h.g.DTR.ID, Grant: h.g.ID, Bytes: h.moved.Load(), Size: h.size.Load(), Worker: p.ID()})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h.renewing = false

@@ -46,6 +46,9 @@ type Config struct {
 	Client *transfer.Client `ignored:"true"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
+	// Heartbeat is how often the pool sends a heartbeat (SLUICE_HEARTBEAT,
+	// shared; 0: worker.DefaultHeartbeat).
+	Heartbeat time.Duration `ignored:"true"`
 }
 
 // errTooSlow ends a transfer that broke a speed limit.
@@ -70,6 +73,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.Heartbeat = s.cfg.Heartbeat
 	return p.Run(ctx)
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/version"
 )
 
 // Config is the generator's configuration, read from SLUICE_GENERATOR_*.
@@ -274,7 +275,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.kv = kv
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: "0.1.0",
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: version.SemVer(),
 		Description: "Sluice generator: jobs in, DTRs out"})
 	if err != nil {
 		return fmt.Errorf("generator API: %w", err)

@@ -57,6 +57,9 @@ type Config struct {
 	StageDir         string        `envconfig:"STAGE_DIR" desc:"staging area for sources with the stage option; delivery reads the copies, so it must be shared with every deliverer (default: the temporary dir/sluice-stage)"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
+	// Heartbeat is how often each pool sends a heartbeat
+	// (SLUICE_HEARTBEAT, shared; 0: worker.DefaultHeartbeat).
+	Heartbeat time.Duration `ignored:"true"`
 	// MaxFileSize is the largest source (SLUICE_DELIVERY_MAX_FILE_SIZE,
 	// shared with delivery): a larger one fails QUERY_REPLICA, and a
 	// staging copy stops past it. 0: no limit.
@@ -114,6 +117,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pre.Heartbeat, post.Heartbeat = s.cfg.Heartbeat, s.cfg.Heartbeat
+	// One micro service for the process, its instance id the worker id of
+	// both pools.
+	shown, err := worker.Show(s.nc, pre, post)
+	if err != nil {
+		return err
+	}
+	defer shown.Stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return pre.Run(ctx) })
 	g.Go(func() error { return post.Run(ctx) })

@@ -1,7 +1,7 @@
 package scheduler
 
 // The scheduler's request/reply endpoints (sluice.api.*): priority, cancel,
-// reconfigure, shares and one DTR's record.
+// reconfigure, shares, one DTR's record, and the workers (workers.go).
 
 import (
 	"bytes"
@@ -22,12 +22,13 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/version"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // addAPI serves the scheduler's request/reply endpoints as a micro service.
 func (s *Service) addAPI() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: "0.1.0",
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: version.SemVer(),
 		Description: "Sluice scheduler: shares and DTRs"})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler API: %w", err)
@@ -42,6 +43,7 @@ func (s *Service) addAPI() (micro.Service, error) {
 		{"priority", api.SubjectPriority, s.handlePriority},
 		{"cancel", api.SubjectCancel, s.handleCancel},
 		{"reconfigure", api.SubjectReconfigure, s.handleReconfigure},
+		{"workers", api.SubjectWorkers, s.handleWorkers},
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
@@ -258,7 +260,7 @@ func (s *Service) handleReconfigure(r micro.Request) {
 		return
 	}
 	s.log.Info("share priorities reconfigured", "sharepriority", req.SharePriority, "by", c.String())
-	reply := s.shares()
+	reply := s.shares(c)
 	reply.Warnings = unknownShares(req.SharePriority, reply, s.cfg.SharePolicy)
 	for _, w := range reply.Warnings {
 		s.log.Warn("reconfigure: "+w, "by", c.String())
@@ -295,21 +297,28 @@ func unknownShares(prios map[string]int, now api.SharesReply, policy string) []s
 }
 
 func (s *Service) handleShares(r micro.Request) {
-	if _, ok := s.requester(r, api.SubjectShares, auth.ScopeRead); !ok {
+	c, ok := s.requester(r, api.SubjectShares, auth.ScopeRead)
+	if !ok {
 		return
 	}
-	s.respondShares(r)
+	s.respondShares(r, c)
 }
 
-// respondShares answers with every share's state and the limits.
-func (s *Service) respondShares(r micro.Request) {
-	_ = r.RespondJSON(s.shares())
+// respondShares answers with every share's state and the limits, and the
+// grants of silent workers: every one to an administrator, the caller's
+// own to anyone else.
+func (s *Service) respondShares(r micro.Request, c auth.Caller) {
+	_ = r.RespondJSON(s.shares(c))
 }
 
-// shares is every share's state and the limits.
-func (s *Service) shares() api.SharesReply {
+// shares is every share's state, the limits, and the grants of silent
+// workers that c may see.
+func (s *Service) shares(c auth.Caller) api.SharesReply {
 	var reply api.SharesReply
+	now := time.Now()
+	holders := s.workers.holders(now)
 	s.query(func() {
+		reply.Silent = silentGrants(s.core, now, holders, c.Owns)
 		var stats []core.ShareStats
 		stats, reply.Retrying = s.core.Shares()
 		for _, st := range stats {
@@ -330,12 +339,12 @@ func (s *Service) handleDTR(r micro.Request) {
 		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
 		return
 	}
-	d, why, from := s.lookupDTR(context.Background(), id)
+	d, why, holder, from := s.lookupDTR(context.Background(), id)
 	if from == "" || !c.Owns(d.Owner) {
 		unknown(r, c, "DTR "+id.String())
 		return
 	}
-	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why})
+	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why, Holder: holder})
 }
 
 // Where lookupDTR found a DTR's record.
@@ -346,31 +355,45 @@ const (
 )
 
 // lookupDTR returns DTR id's record and, while the core holds it, why it
-// is where it is; from says where it was found, empty if nowhere (never
-// seen, or final and its record gone).
-func (s *Service) lookupDTR(ctx context.Context, id uuid.UUID) (d dtr.DTR, why *api.Why, from string) {
+// is where it is and the worker that holds its grant (if heard of); from
+// says where it was found, empty if nowhere (never seen, or final and its
+// record gone).
+func (s *Service) lookupDTR(ctx context.Context, id uuid.UUID) (d dtr.DTR, why *api.Why, holder *api.Holder, from string) {
 	var ok bool
+	now := time.Now()
 	s.query(func() {
 		if d, ok = s.core.Get(id); ok {
-			if w, err := s.core.Explain(time.Now(), id); err == nil {
+			if w, err := s.core.Explain(now, id); err == nil {
 				aw := api.Why(w)
 				why = &aw
+			}
+			if !d.State.IsActive() {
+				return
+			}
+			if h, held := s.workers.holderOf(d.Grant, now); held {
+				holder = &h
+				if holder.Silent {
+					holder.LeaseEnds, _ = s.core.LeaseEnds(now, id)
+				}
 			}
 		}
 	})
 	if ok {
-		return d, why, heldCore
+		if why != nil && holder != nil {
+			why.Reason += "; " + holderReason(*holder)
+		}
+		return d, why, holder, heldCore
 	}
 	if b, found := s.journal.Lookup(id); found && json.Unmarshal(b, &d) == nil {
-		return d, nil, heldJournal
+		return d, nil, nil, heldJournal
 	}
 	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
 	if err == nil {
 		if e, err := kv.Get(ctx, id.String()); err == nil && json.Unmarshal(e.Value(), &d) == nil {
-			return d, nil, heldStore
+			return d, nil, nil, heldStore
 		}
 	}
-	return dtr.DTR{}, nil, ""
+	return dtr.DTR{}, nil, nil, ""
 }
 
 func (s *Service) handleRetrying(r micro.Request) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -44,6 +45,9 @@ type Overview struct {
 	// groups first; FailuresKept counts the DTRs in them.
 	Failures     []FailureGroup `json:"failures"`
 	FailuresKept int            `json:"failures_kept"`
+	// Silent are the grants counted as running whose worker has stopped
+	// sending heartbeats, soonest lease end first.
+	Silent []api.SilentGrant `json:"silent"`
 }
 
 // Totals are what the scheduler finished since it started.
@@ -169,9 +173,9 @@ func (m *monitor) failure(id uuid.UUID) (FailureRecord, bool) {
 }
 
 // sample records the core's state at now. It runs in the scheduling loop.
-func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting) {
+func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting, silent []api.SilentGrant) {
 	stats, retrying := c.Shares()
-	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest}
+	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest, Silent: silent}
 	byState := map[dtr.State][]core.ShareStats{}
 	for _, s := range stats {
 		byState[s.State] = append(byState[s.State], s)

@@ -65,6 +65,11 @@ type Config struct {
 	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
 	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
 	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
+	// Heartbeat is how often workers send heartbeats (SLUICE_HEARTBEAT,
+	// shared with them; internal/app sets it): the interval the scheduler
+	// expects of one whose heartbeat does not say its own. 0:
+	// worker.DefaultHeartbeat.
+	Heartbeat time.Duration `ignored:"true"`
 	// Cache says processors keep a cache of downloads (SLUICE_CACHE_DIR is
 	// set); internal/app sets it.
 	Cache bool `ignored:"true"`
@@ -149,6 +154,8 @@ type Service struct {
 	// parked holds the changes asked while the committer was busy with
 	// the store not full (hand); the loop answers them next.
 	parked []*loopRequest
+	// workers are the worker processes heard from (workers.go).
+	workers *workerTracker
 }
 
 // New checks the configuration and prepares a scheduler on nc.
@@ -173,6 +180,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		mon: newMonitor(cmp.Or(cfg.Policy, fairshare.Default)),
 	}
 	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
+	s.workers = newWorkerTracker(cfg.Heartbeat, cfg.Lease)
 	meter := cfg.Meter
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
@@ -228,6 +236,11 @@ func (s *Service) Run(ctx context.Context) error {
 			})
 		}()
 	}
+	heartbeats, err := s.hearWorkers()
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	defer func() { _ = heartbeats.Unsubscribe() }()
 	svc, err := s.addAPI()
 	if err != nil {
 		return err
@@ -411,6 +424,9 @@ func (s *Service) setUp(ctx context.Context) error {
 func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetstream.Msg) (*commit, error) {
 	now := time.Now()
 	s.leases.step(now)
+	if s.nc.Status() != nats.CONNECTED {
+		s.workers.deafAt(now) // heartbeats are lost meanwhile: none is missed
+	}
 	c := &commit{}
 	subs := map[jetstream.Msg]submitted{} // each submit decoded once
 	for _, m := range batch {
@@ -502,7 +518,7 @@ func (s *Service) sample(now time.Time) {
 			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: dtr.RedactURL(d.Source)})
 		}
 	}
-	s.mon.sample(now, s.core, s.longest)
+	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil))
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is
@@ -678,6 +694,8 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 		if err := s.core.Progress(now, p.DTR, p.Grant, p.Bytes); err != nil {
 			s.log.Debug("progress ignored", "dtr", p.DTR, "err", err)
+		} else {
+			s.workers.renewed(dtr.Stage(strings.TrimPrefix(m.Subject, api.SubjectProgressPrefix)), p)
 		}
 	default:
 		err := fmt.Errorf("no handler for subject %s", m.Subject)

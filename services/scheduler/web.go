@@ -184,13 +184,15 @@ func (l *jobLister) ask(ctx context.Context, req api.JobListRequest) (int, any) 
 }
 
 // WebDTR is the answer of /api/dtr/{id}: the DTR's record (redacted) and,
-// while the scheduler holds it, why it is where it is; or, for a DTR that
+// while the scheduler holds it, why it is where it is and the worker that
+// holds its grant (as its heartbeats say); or, for a DTR that
 // failed lately and whose record is gone, what the record of recent
 // failures keeps of it. From says where it was found: "scheduler" (on its
 // way), "journal" or "store" (the record of a final DTR), or "failures".
 type WebDTR struct {
 	DTR     *dtr.DTR       `json:"dtr,omitempty"`
 	Why     *api.Why       `json:"why,omitempty"`
+	Holder  *api.Holder    `json:"holder,omitempty"`
 	Failure *FailureRecord `json:"failure,omitempty"`
 	From    string         `json:"from"`
 }
@@ -210,10 +212,10 @@ func (s *Service) serveDTR(w http.ResponseWriter, r *http.Request) {
 	if fr, ok := s.mon.failure(id); ok {
 		out.Failure, out.From = &fr, "failures"
 	}
-	d, why, from := s.lookupDTR(r.Context(), id)
+	d, why, holder, from := s.lookupDTR(r.Context(), id)
 	if from != "" {
 		rd := redactDTR(d)
-		out.DTR, out.Why, out.From = &rd, why, from
+		out.DTR, out.Why, out.Holder, out.From = &rd, why, holder, from
 	}
 	if out.From == "" {
 		writeJSON(w, http.StatusNotFound, webError{fmt.Sprintf("DTR %s is not known to the scheduler: never submitted, or it ended and its record is gone (final records are kept for SLUICE_RETENTION), and it is not among the recent failures", id)})

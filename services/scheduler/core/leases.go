@@ -5,6 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -67,4 +69,22 @@ func (c *Core) expireLeases(now time.Time) {
 		c.must(d.Transition(classOf(e.queued).HungTo, now))
 		c.route(now, e)
 	}
+}
+
+// LeaseEnds returns when the lease of the grant a DTR holds runs out if
+// nothing more is heard of it, as it stands at now; false when the DTR
+// holds no grant. While the lease clock is stopped the end moves on with
+// it: it is given as if the clock started again at now.
+func (c *Core) LeaseEnds(now time.Time, id uuid.UUID) (time.Time, bool) {
+	e, ok := c.active[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	end := c.when(e.lease)
+	if !c.leasesPaused.IsZero() {
+		if d := now.Sub(c.leasesPaused); d > 0 {
+			end = end.Add(d)
+		}
+	}
+	return end, true
 }

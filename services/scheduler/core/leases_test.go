@@ -355,3 +355,31 @@ func TestLostPostProcessingIsTriedAgainNotTransferredAgain(t *testing.T) {
 		t.Fatalf("ended %s after %d attempts (transfer grant %q), want DONE after 2", got.State, got.Attempts, got.TransferGrant)
 	}
 }
+
+func TestLeaseEndsSaysWhenAGrantIsGivenUpUnlessItsWorkerIsHeard(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Lease = time.Minute
+	h := newHarness(t, cfg)
+	d := newDTR(1, "x", "")
+	g := h.transferGrant(d)
+	granted := h.now
+	if end, ok := h.c.LeaseEnds(h.now, d.ID); !ok || !end.Equal(granted.Add(time.Minute)) {
+		t.Fatalf("lease ends %s (%v), want a minute after the grant, %s", end, ok, granted.Add(time.Minute))
+	}
+	h.tick(10 * time.Second)
+	if err := h.c.Progress(h.now, d.ID, g.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if end, _ := h.c.LeaseEnds(h.now, d.ID); !end.Equal(h.now.Add(time.Minute)) {
+		t.Fatalf("after a renewal the lease ends %s, want %s", end, h.now.Add(time.Minute))
+	}
+	renewed := h.now
+	h.c.PauseLeases(h.now)
+	h.tick(20 * time.Second)
+	if end, _ := h.c.LeaseEnds(h.now, d.ID); !end.Equal(renewed.Add(80 * time.Second)) {
+		t.Fatalf("with the clock stopped for 20 s the lease ends %s, want %s", end, renewed.Add(80*time.Second))
+	}
+	if _, ok := h.c.LeaseEnds(h.now, newDTR(2, "x", "").ID); ok {
+		t.Fatal("a DTR the core does not hold has a lease")
+	}
+}
