@@ -118,6 +118,13 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// The processor's two pools are heard from within a heartbeat (their
+	// first may have come before the scheduler listened).
+	for deadline := time.Now().Add(15 * time.Second); len(overview(t, base).Workers) != 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("workers in the overview: %+v", overview(t, base).Workers)
+		}
+	}
 	dom := runChromium(t, browser, "--virtual-time-budget=5000", "--dump-dom", base+"/")
 	page, err := html.Parse(strings.NewReader(dom))
 	if err != nil {
@@ -194,7 +201,7 @@ func TestTheWebPageShowsWhatTheAPISays(t *testing.T) {
 	if shot == "" {
 		shot = filepath.Join(t.TempDir(), "sluice-web.png")
 	}
-	runChromium(t, browser, "--virtual-time-budget=5000", "--window-size=1280,2000", "--screenshot="+shot, base+"/")
+	runChromium(t, browser, "--virtual-time-budget=5000", "--window-size=1280,2300", "--screenshot="+shot, base+"/")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 10000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
@@ -300,9 +307,17 @@ func checkJobsFailuresTotalsAndZones(t *testing.T, page *html.Node, ov scheduler
 	if z := text(byID("zone")); z == "" || z == "…" {
 		t.Errorf("the page's zone is %q", z)
 	}
-	// With no worker tracker, the workers panel is hidden.
-	if !strings.Contains(attr(byID("workers-panel"), "class"), "hidden") {
-		t.Error("the workers panel shows with no workers in the overview")
+	// The workers: the processor's two pools (the deliverer stopped and
+	// was forgotten), both heard from.
+	panel := byID("workers-panel")
+	rows := find(panel, "tr", func(n *html.Node) bool { return attr(n, "data-worker") != "" })
+	if strings.Contains(attr(panel, "class"), "hidden") || len(ov.Workers) < 2 || len(rows) != len(ov.Workers) {
+		t.Errorf("%d workers in the overview, %d shown (panel %q)", len(ov.Workers), len(rows), attr(panel, "class"))
+	}
+	for i, w := range ov.Workers {
+		if i < len(rows) && (attr(rows[i], "data-worker") != w.ID || field1(rows[i], "status") != "alive" || field1(rows[i], "role") != w.Role+" ("+string(w.Stage)+")") {
+			t.Errorf("worker %s (%s) shows %q", w.ID, w.Stage, text(rows[i]))
+		}
 	}
 }
 
@@ -389,6 +404,9 @@ func checkWorkersPanel(t *testing.T, browser, base string) {
 			{"id": "w2", "role": "processor", "host": "node2", "pid": 42, "version": "v1", "grants": 1,
 				"last_heartbeat": now.Add(-time.Minute), "silent": true, "lease_ends": now.Add(time.Minute)},
 		}
+		ov["silent"] = []map[string]any{{"dtr": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "grant": "g1", "share": "atlas-download", "state": "TRANSFERRING",
+			"holder":     map[string]any{"worker": "w2", "role": "processor", "host": "node2", "pid": 42, "last_heartbeat": now.Add(-time.Minute), "silent": true},
+			"lease_ends": now.Add(time.Minute)}}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(ov)
 	})
@@ -415,6 +433,12 @@ func checkWorkersPanel(t *testing.T, browser, base string) {
 	}
 	if attr(rows[1], "class") != "silent" || field1(rows[1], "status") != "silent" || !zoned.MatchString(field1(rows[1], "lease_ends")) {
 		t.Errorf("the silent worker w2 shows %q", text(rows[1]))
+	}
+	// Its grant, with a link to the DTR's detail and when it was last heard.
+	silent := find(dom, "tr", func(n *html.Node) bool { return attr(n, "data-silent-dtr") != "" })
+	if len(silent) != 1 || len(find(silent[0], "a", func(n *html.Node) bool { return attr(n, "href") == "#dtr=6ba7b810-9dad-11d1-80b4-00c04fd430c8" })) != 1 ||
+		len(find(silent[0], "time", nil)) != 1 {
+		t.Errorf("the silent worker's grant: %d rows", len(silent))
 	}
 }
 

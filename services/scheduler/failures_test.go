@@ -57,7 +57,7 @@ func TestFailuresAreGroupedByKindAndReasonWithCountsAndTheLatestExample(t *testi
 	// A DTR that ended DONE is no failure.
 	m.final(t0, &dtr.DTR{ID: uuid.New(), State: dtr.Done, Share: "atlas-download", Bytes: 10})
 
-	m.sample(t0.Add(12*time.Second), newTestCore(), nil, nil)
+	m.sample(t0.Add(12*time.Second), newTestCore(), nil, nil, nil)
 	ov := m.overview()
 	if ov.FailuresKept != 7 || len(ov.Failures) != 3 {
 		t.Fatalf("%d failures kept in %d groups, want 7 in 3: %+v", ov.FailuresKept, len(ov.Failures), ov.Failures)
@@ -92,7 +92,7 @@ func TestFailuresAreBoundedInNumberAndAgeAndKeepNoCredentials(t *testing.T) {
 	if _, ok := m.failure(first.ID); ok {
 		t.Error("the oldest failure is kept beyond the bound")
 	}
-	m.sample(t0.Add(time.Hour+time.Minute), newTestCore(), nil, nil)
+	m.sample(t0.Add(time.Hour+time.Minute), newTestCore(), nil, nil, nil)
 	ov := m.overview()
 	if ov.FailuresKept != maxFailures {
 		t.Errorf("%d failures kept, want %d", ov.FailuresKept, maxFailures)
@@ -105,12 +105,12 @@ func TestFailuresAreBoundedInNumberAndAgeAndKeepNoCredentials(t *testing.T) {
 	again := failedDTR(dtr.ErrTemporaryRemote, "y")
 	m.final(t0.Add(2*time.Hour), again)
 	m.final(t0.Add(2*time.Hour), again)
-	m.sample(t0.Add(2*time.Hour), newTestCore(), nil, nil)
+	m.sample(t0.Add(2*time.Hour), newTestCore(), nil, nil, nil)
 	if n := m.overview().FailuresKept; n != maxFailures {
 		t.Errorf("%d failures kept after one DTR announced twice, want %d", n, maxFailures)
 	}
 	// A day later all have gone.
-	m.sample(t0.Add(failuresSpan+3*time.Hour), newTestCore(), nil, nil)
+	m.sample(t0.Add(failuresSpan+3*time.Hour), newTestCore(), nil, nil, nil)
 	if ov := m.overview(); ov.FailuresKept != 0 || len(ov.Failures) != 0 {
 		t.Errorf("after a day %d failures in %d groups", ov.FailuresKept, len(ov.Failures))
 	}
@@ -121,10 +121,10 @@ func TestTotalsCountWhatEndedAndTheRatesOverTheLastMinuteAndSinceTheStart(t *tes
 	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
 	m.started = t0
 	c := newTestCore()
-	m.sample(t0, c, nil, nil)
+	m.sample(t0, c, nil, nil, nil)
 	for i := range 120 {
 		m.final(t0, &dtr.DTR{ID: uuid.New(), State: dtr.Done, Share: "s", Bytes: 2e6})
-		m.sample(t0.Add(time.Duration(i+1)*time.Second), c, nil, nil)
+		m.sample(t0.Add(time.Duration(i+1)*time.Second), c, nil, nil, nil)
 	}
 	ov := m.overview()
 	tt := ov.Totals

@@ -48,6 +48,9 @@ type Overview struct {
 	// Silent are the grants counted as running whose worker has stopped
 	// sending heartbeats, soonest lease end first.
 	Silent []api.SilentGrant `json:"silent"`
+	// Workers are the worker pools the scheduler hears from, as
+	// sluice.api.workers answers.
+	Workers []api.Worker `json:"workers"`
 }
 
 // Totals are what the scheduler finished since it started.
@@ -173,9 +176,9 @@ func (m *monitor) failure(id uuid.UUID) (FailureRecord, bool) {
 }
 
 // sample records the core's state at now. It runs in the scheduling loop.
-func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting, silent []api.SilentGrant) {
+func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting, silent []api.SilentGrant, workers []api.Worker) {
 	stats, retrying := c.Shares()
-	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest, Silent: silent}
+	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest, Silent: silent, Workers: workers}
 	byState := map[dtr.State][]core.ShareStats{}
 	for _, s := range stats {
 		byState[s.State] = append(byState[s.State], s)

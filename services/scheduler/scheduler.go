@@ -518,7 +518,11 @@ func (s *Service) sample(now time.Time) {
 			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: dtr.RedactURL(d.Source)})
 		}
 	}
-	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil))
+	workers := s.workers.list(now)
+	for i := range workers {
+		current(s.core, now, &workers[i])
+	}
+	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil), workers)
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is
