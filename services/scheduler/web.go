@@ -212,7 +212,26 @@ func (s *Service) serveDTR(w http.ResponseWriter, r *http.Request) {
 	if fr, ok := s.mon.failure(id); ok {
 		out.Failure, out.From = &fr, "failures"
 	}
-	d, why, holder, from := s.lookupDTR(r.Context(), id)
+	type found struct {
+		d      dtr.DTR
+		why    *api.Why
+		holder *api.Holder
+		from   string
+	}
+	ch := make(chan found, 1)
+	go func() { // the loop answers between two steps; a stuck loop must not hold the page
+		var f found
+		f.d, f.why, f.holder, f.from = s.lookupDTR(context.WithoutCancel(r.Context()), id)
+		ch <- f
+	}()
+	var f found
+	select {
+	case f = <-ch:
+	case <-time.After(dtrLookupTimeout):
+		writeJSON(w, http.StatusServiceUnavailable, webError{fmt.Sprintf("the scheduler did not look DTR %s up within %s (its loop is busy or stuck); try again", id, dtrLookupTimeout)})
+		return
+	}
+	d, why, holder, from := f.d, f.why, f.holder, f.from
 	if from != "" {
 		rd := redactDTR(d)
 		out.DTR, out.Why, out.Holder, out.From = &rd, why, holder, from
@@ -223,6 +242,10 @@ func (s *Service) serveDTR(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// dtrLookupTimeout is how long /api/dtr/{id} waits for the scheduler's
+// loop and the DTR records.
+const dtrLookupTimeout = 5 * time.Second
 
 // redactDTR returns d fit to show: the credentials its URLs and error may
 // carry are replaced by xxxxx.
