@@ -147,8 +147,9 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 		s.suspect(jobID)
 	}
 	var first *dtr.DTR // the job's first failed download, if among these
+	var counted []*dtr.DTR
 	rec, err := s.update(ctx, jobID, func(r *Record) error {
-		first = nil
+		first, counted = nil, counted[:0]
 		if r.Announced {
 			return errUnchanged // ended: finals announced again change nothing
 		}
@@ -156,6 +157,7 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 			if !f.fresh {
 				continue
 			}
+			counted = append(counted, f.d)
 			failed := r.DownloadFailed
 			count(r, f.d)
 			if !failed && r.DownloadFailed {
@@ -170,6 +172,9 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 	}
 	if err != nil {
 		return err
+	}
+	for _, d := range counted {
+		s.dtrs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", dtrEvent(d.State))))
 	}
 	// The first failed download cancels the others. After a redelivery the
 	// cancels are sent again, in case the first try died before: the
@@ -368,4 +373,17 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 	s.mu.Unlock()
 	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
 	return err
+}
+
+// dtrEvent is the event of sluice_generator_dtrs_total that a final DTR
+// in state is counted under.
+func dtrEvent(state dtr.State) string {
+	switch state {
+	case dtr.Done:
+		return "finished"
+	case dtr.Cancelled:
+		return "cancelled"
+	default:
+		return "failed"
+	}
 }

@@ -254,7 +254,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
-	dtrs, err := meter.Int64Counter("sluice.generator.dtrs", metric.WithDescription("DTRs submitted for jobs"))
+	dtrs, err := meter.Int64Counter("sluice.generator.dtrs",
+		metric.WithDescription("DTRs of jobs by event: submitted, finished (done), failed or cancelled"))
 	if err != nil {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
@@ -451,7 +452,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	}
 	s.space.Stored()
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", "submitted")))
-	s.dtrs.Add(ctx, int64(len(ds)))
+	s.dtrs.Add(ctx, int64(len(ds)), metric.WithAttributes(attribute.String("event", "submitted")))
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
 }
