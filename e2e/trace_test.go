@@ -173,6 +173,54 @@ func TestEveryDTRIsOneUnbrokenTraceThroughEveryStageAndRetry(t *testing.T) {
 		}
 	})
 
+	t.Run("every span names its DTR; workers name their stage, the hosts, the bytes and the error kind", func(t *testing.T) {
+		for _, f := range ev.Files {
+			name := filepath.Base(f.Destination)
+			id := traceOf(spans, f.DTR.String())
+			for _, sp := range byTrace[id] {
+				if got := spanAttr(sp, "sluice.dtr.id"); got != f.DTR.String() {
+					t.Errorf("%s: span %q has sluice.dtr.id %q, want %s", name, sp.Name(), got, f.DTR)
+				}
+				if got := spanAttr(sp, "sluice.job.id"); got != ev.Job.ID {
+					t.Errorf("%s: span %q has sluice.job.id %q, want %s", name, sp.Name(), got, ev.Job.ID)
+				}
+				if sp.Name() != "send dtr.submit" && spanAttr(sp, "sluice.share") != "_default-download" {
+					t.Errorf("%s: span %q has sluice.share %q", name, sp.Name(), spanAttr(sp, "sluice.share"))
+				}
+				for _, stage := range []string{"pre", "delivery", "post"} {
+					if strings.HasSuffix(sp.Name(), "."+stage) && spanAttr(sp, "sluice.stage") != stage {
+						t.Errorf("%s: span %q has sluice.stage %q", name, sp.Name(), spanAttr(sp, "sluice.stage"))
+					}
+				}
+				for _, kv := range sp.Attributes() {
+					if v := kv.Value.Emit(); strings.Contains(v, "://") || strings.Contains(v, "/busy") {
+						t.Errorf("%s: span %q has a URL or a path in %s=%q", name, sp.Name(), kv.Key, v)
+					}
+				}
+				if sp.Name() != "process sluice.grant.delivery" {
+					continue
+				}
+				wantHost := ""
+				if name == "busy" {
+					wantHost = "127.0.0.1"
+				}
+				if got := spanAttr(sp, "server.address"); got != wantHost {
+					t.Errorf("%s: delivery span has server.address %q, want %q", name, got, wantHost)
+				}
+				if got := spanAttr(sp, "sluice.source.address"); got != wantHost {
+					t.Errorf("%s: delivery span has sluice.source.address %q, want %q", name, got, wantHost)
+				}
+				if sp.Status().Code == codes.Error {
+					if got := spanAttr(sp, "error.type"); got != "TEMPORARY_REMOTE" {
+						t.Errorf("%s: failed delivery span has error.type %q, want TEMPORARY_REMOTE", name, got)
+					}
+				} else if got := spanAttr(sp, "sluice.bytes"); got != fmt.Sprint(f.Size) {
+					t.Errorf("%s: delivery span has sluice.bytes %q, want %d", name, got, f.Size)
+				}
+			}
+		}
+	})
+
 	t.Run("every parent is recorded in the same trace; one root each", func(t *testing.T) {
 		roots := map[trace.TraceID]int{}
 		for _, sp := range spans {

@@ -82,6 +82,8 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 			d := &finals[i].DTR
 			// The last span of the DTR's trace.
 			_, span := tracing.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+			tracing.SetDTR(span, d, "")
+			tracing.SetResult(span, d.Bytes, finalFailure(d))
 			span.End()
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
@@ -386,4 +388,13 @@ func dtrEvent(state dtr.State) string {
 	default:
 		return "failed"
 	}
+}
+
+// finalFailure is the failure of a DTR that ended in ERROR, else nil (a
+// DTR done after a retry keeps its last attempt's failure).
+func finalFailure(d *dtr.DTR) *dtr.Failure {
+	if d.State != dtr.Error {
+		return nil
+	}
+	return d.Error
 }

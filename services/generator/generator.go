@@ -500,6 +500,7 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	for i, d := range ds {
 		// One trace per DTR, from here through every stage.
 		dctx, span := tracing.StartProducer(context.Background(), api.SubjectSubmit, d.ID.String())
+		tracing.SetDTR(span, d, "")
 		tp := tracing.TraceParent(dctx)
 		span.End()
 		b, err := codec.EncodeJSON(d.Submission())
