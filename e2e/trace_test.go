@@ -221,6 +221,22 @@ func TestEveryDTRIsOneUnbrokenTraceThroughEveryStageAndRetry(t *testing.T) {
 		}
 	})
 
+	t.Run("the job's status and the scheduler's answer about a DTR name its trace", func(t *testing.T) {
+		for _, f := range ev.Files {
+			want := traceOf(spans, f.DTR.String()).String()
+			if f.TraceID != want {
+				t.Errorf("%s: the job's status names trace %q, want %s", filepath.Base(f.Destination), f.TraceID, want)
+			}
+			var reply api.DTRReply
+			if err := s.request(api.SubjectDTR, []byte(f.DTR.String()), nil, &reply); err != nil {
+				t.Fatal(err)
+			}
+			if reply.TraceID != want {
+				t.Errorf("%s: the scheduler's answer names trace %q, want %s", filepath.Base(f.Destination), reply.TraceID, want)
+			}
+		}
+	})
+
 	t.Run("every parent is recorded in the same trace; one root each", func(t *testing.T) {
 		roots := map[trace.TraceID]int{}
 		for _, sp := range spans {

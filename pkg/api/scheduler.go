@@ -49,6 +49,9 @@ type SharesReply struct {
 type DTRReply struct {
 	DTR dtr.DTR `json:"dtr"`
 	Why *Why    `json:"why,omitempty"`
+	// TraceID is the id of the DTR's trace (32 hex digits), in which every
+	// span of its way through Sluice is found.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // RetryingReply is the answer of sluice.api.retrying: a job's DTRs that

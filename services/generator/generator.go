@@ -382,9 +382,13 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	// Every DTR's message is made, and its size checked, before anything
 	// is stored: a job whose DTR the scheduler could not take is refused
 	// whole.
-	msgs, err := s.submits(ds)
+	traces := make([]string, len(ds))
+	msgs, err := s.submits(ds, traces)
 	if err != nil {
 		return api.SubmitReply{}, err
+	}
+	for i, id := range traces {
+		refs[i].TraceID = id
 	}
 	rec := Record{JobRecord: api.JobRecord{Job: *j, State: api.JobRunning, Total: len(ds), Created: now}, Footprint: footprint}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
@@ -408,7 +412,9 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 		for i := range ds {
 			ds[i].ID, refs[i].DTR, reply.DTRs[i] = before[i].DTR, before[i].DTR, before[i].DTR
 		}
-		if msgs, err = s.submits(ds); err != nil {
+		// The DTRs taken before go on in their traces, which the file
+		// list names.
+		if msgs, err = s.submits(ds, nil); err != nil {
 			return reply, err
 		}
 	}
@@ -462,6 +468,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 func sameRefs(a, b []api.FileRef) bool {
 	return slices.EqualFunc(a, b, func(x, y api.FileRef) bool {
 		x.DTR, y.DTR = uuid.Nil, uuid.Nil
+		x.TraceID, y.TraceID = "", ""
 		return x == y
 	})
 }
@@ -472,8 +479,9 @@ const submitsPerMessage = 100
 // submits makes the messages that submit ds: Submits events of up to
 // submitsPerMessage DTRs and at most half of a message's largest size. Each
 // DTR starts its own trace here, carried in its entry. A message's id is
-// its first DTR's, so a job submitted again is stored once.
-func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
+// its first DTR's, so a job submitted again is stored once. The trace ids
+// are put in traces, if not nil.
+func (s *Service) submits(ds []*dtr.DTR, traces []string) ([]*nats.Msg, error) {
 	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
 	maxBytes := min(bus.MaxMessageBytes, int(s.nc.MaxPayload())) / 2
 	var msgs []*nats.Msg
@@ -503,6 +511,9 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 		tracing.SetDTR(span, d, "")
 		tp := tracing.TraceParent(dctx)
 		span.End()
+		if traces != nil {
+			traces[i] = span.SpanContext().TraceID().String()
+		}
 		b, err := codec.EncodeJSON(d.Submission())
 		if err != nil {
 			return nil, err
@@ -651,6 +662,9 @@ func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID
 		if !ok {
 			ev.Pending = append(ev.Pending, ref)
 			continue
+		}
+		if ref.TraceID == "" { // a job submitted before file lists named traces
+			ref.TraceID = tracing.TraceID(d.TraceParent)
 		}
 		ev.Files = append(ev.Files, api.FileStat{FileRef: ref, State: d.State, Size: d.Size, Started: d.Started,
 			Ended: d.Ended, Checksum: d.Checksum, Attempts: d.Attempts, Error: d.Error})
