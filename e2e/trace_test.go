@@ -204,9 +204,6 @@ func TestEveryDTRIsOneUnbrokenTraceThroughEveryStageAndRetry(t *testing.T) {
 				if name == "busy" {
 					wantHost = "127.0.0.1"
 				}
-				if got := spanAttr(sp, "server.address"); got != wantHost {
-					t.Errorf("%s: delivery span has server.address %q, want %q", name, got, wantHost)
-				}
 				if got := spanAttr(sp, "sluice.source.address"); got != wantHost {
 					t.Errorf("%s: delivery span has sluice.source.address %q, want %q", name, got, wantHost)
 				}

@@ -12,7 +12,9 @@ import (
 )
 
 // Sluice's own span attributes, beside the semantic conventions'
-// (messaging.*, server.address, error.type).
+// (messaging.*, error.type). A DTR has two ends, and every span of its
+// trace is a messaging span, whose server.address would be the NATS
+// server's: the ends' hosts have attributes of their own.
 const (
 	// KeyDTRID is the DTR's id: every span of a DTR's trace has it.
 	KeyDTRID = attribute.Key("sluice.dtr.id")
@@ -33,13 +35,12 @@ const (
 
 // SetDTR sets on span, if it is recorded, what makes the spans of d
 // searchable: its id, its job, its share, the stage (if not empty) and
-// the hosts of its ends; server.address is the remote end's host when
-// only one end is remote. Nothing is built for a span not recorded.
+// the hosts of its ends. Nothing is built for a span not recorded.
 func SetDTR(span trace.Span, d *dtr.DTR, stage dtr.Stage) {
 	if d == nil || !span.IsRecording() {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs, KeyDTRID.String(d.ID.String()))
 	if d.JobID != "" {
 		attrs = append(attrs, KeyJobID.String(d.JobID))
@@ -56,9 +57,6 @@ func SetDTR(span trace.Span, d *dtr.DTR, stage dtr.Stage) {
 	}
 	if dst != "" {
 		attrs = append(attrs, KeyDestinationAddress.String(dst))
-	}
-	if (src == "") != (dst == "") {
-		attrs = append(attrs, semconv.ServerAddress(src+dst))
 	}
 	span.SetAttributes(attrs...)
 }

@@ -45,8 +45,8 @@ func TestARecordedSpanNamesItsDTRJobShareStageHostsBytesAndErrorKind(t *testing.
 	}
 	want := map[attribute.Key]string{
 		"sluice.dtr.id": d.ID.String(), "sluice.job.id": "job-1", "sluice.share": "atlas-download", "sluice.stage": "delivery",
-		"sluice.source.address": "in.example.org", "server.address": "in.example.org",
-		"sluice.bytes": "1234", "error.type": string(dtr.ErrTemporaryRemote),
+		"sluice.source.address": "in.example.org",
+		"sluice.bytes":          "1234", "error.type": string(dtr.ErrTemporaryRemote),
 	}
 	if len(got) != len(want) {
 		t.Errorf("attributes %v, want %v", got, want)
