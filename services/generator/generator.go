@@ -458,7 +458,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	}
 	s.space.Stored()
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", "submitted")))
-	s.dtrs.Add(ctx, int64(len(ds)), metric.WithAttributes(attribute.String("event", "submitted")))
+	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
 }
