@@ -359,3 +359,36 @@ func TestAPublishersTraceGoesOnThroughItsDTR(t *testing.T) {
 		})
 	}
 }
+
+// A job's status names each DTR's trace while it is pending and once it
+// is final, the same one.
+func TestAJobsStatusNamesEachDTRsTraceFromTheStart(t *testing.T) {
+	// Real trace ids, as every serving process has.
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+	s := start(t, testConfig())
+	remote := filepath.Join(s.dir, "remote")
+	writeFile(t, filepath.Join(remote, "held"), 2000, 1)
+	base, release := heldStore(t, remote)
+	id := s.submit(&job.Job{Inputs: []job.File{{Source: base + "/held", Destination: fileURL(filepath.Join(s.dir, "out", "held"))}}}).JobID
+	var pending api.JobEvent
+	if err := s.request(api.SubjectJobStatus, []byte(id), nil, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending.Pending) != 1 || len(pending.Pending[0].TraceID) != 32 || strings.Trim(pending.Pending[0].TraceID, "0") == "" {
+		t.Fatalf("pending lines %+v: want one with a trace id", pending.Pending)
+	}
+	release()
+	ev := s.wait(id, time.Minute)
+	if len(ev.Files) != 1 || ev.Files[0].TraceID != pending.Pending[0].TraceID {
+		t.Fatalf("final lines %+v: want the pending line's trace %s", ev.Files, pending.Pending[0].TraceID)
+	}
+	var reply api.DTRReply
+	if err := s.request(api.SubjectDTR, []byte(ev.Files[0].DTR.String()), nil, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if reply.TraceID != ev.Files[0].TraceID {
+		t.Errorf("the scheduler's answer names trace %q, the job's status %s", reply.TraceID, ev.Files[0].TraceID)
+	}
+}

@@ -511,8 +511,8 @@ func (s *Service) submits(ds []*dtr.DTR, traces []string) ([]*nats.Msg, error) {
 		tracing.SetDTR(span, d, "")
 		tp := tracing.TraceParent(dctx)
 		span.End()
-		if traces != nil {
-			traces[i] = span.SpanContext().TraceID().String()
+		if sc := span.SpanContext(); traces != nil && sc.HasTraceID() { // none without a tracer provider
+			traces[i] = sc.TraceID().String()
 		}
 		b, err := codec.EncodeJSON(d.Submission())
 		if err != nil {
