@@ -27,7 +27,7 @@ const jaegerVersion = "v1.76.0"
 // jaegerBuildTime bounds the time a test spends building Jaeger: what the
 // build cache does not hold yet takes longer (some twenty minutes cold, on
 // two cores), and a later run goes on from what this one cached.
-const jaegerBuildTime = 5 * time.Minute
+const jaegerBuildTime = 3 * time.Minute
 
 // jaegerBinary returns a Jaeger v2 program: SLUICE_JAEGER's, else a
 // Jaeger v2 on PATH, else one built from jaegerModule in a scratch module
