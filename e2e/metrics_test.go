@@ -51,44 +51,7 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider())
 	defer otel.SetTracerProvider(old)
 
-	cfg := testConfig()
-	s := start(t, cfg, "generator") // the other roles run in one process, as `sluice all`
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := s.cfg
-	all.HTTP = ln
-	var logs syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(ctx, all, []string{"scheduler", "processor", "delivery"}, slog.New(slog.NewJSONHandler(&logs, nil)))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("services: %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
-
-	// Healthy once every role runs and the scheduler has recovered.
-	var health app.Health
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		code := getJSON(t, base+"/healthz", &health)
-		if code == http.StatusOK && health.OK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz %d %+v after 10 s", code, health)
-		}
-	}
-	for _, role := range []string{"scheduler", "processor", "delivery"} {
-		if r := health.Roles[role]; !r.OK || r.NATS != "CONNECTED" {
-			t.Fatalf("role %s in /healthz: %+v", role, r)
-		}
-	}
+	s, base, logs := startAllInOne(t)
 
 	// 20 files, one of which fails for good and one that is retried.
 	remote := filepath.Join(s.dir, "remote")
@@ -125,28 +88,37 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 		`sluice_scheduler_finished_total{outcome="failed"}`:                       1,
 		`sluice_scheduler_retries_total`:                                          1,
 		`sluice_scheduler_lease_expiries_total`:                                   0,
-		`sluice_scheduler_slots{state="TRANSFER",use="busy"}`:                     0,
-		`sluice_scheduler_slots{state="TRANSFER",use="limit"}`:                    10,
+		`sluice_scheduler_slots_used{state="TRANSFER"}`:                           0,
+		`sluice_scheduler_slots_limit{state="TRANSFER"}`:                          10,
+		`sluice_scheduler_slots_emergency{state="TRANSFER"}`:                      0,
 		`sluice_scheduler_moved_bytes_total{share="_default-download"}`:           float64(bytesWanted),
 		`sluice_worker_bytes_total{stage="delivery"}`:                             float64(bytesWanted),
 		`sluice_worker_grants_total{outcome="ok",stage="delivery"}`:               19,
 		`sluice_worker_grants_total{outcome="TEMPORARY_REMOTE",stage="delivery"}`: 1,
 		`sluice_worker_active{stage="delivery"}`:                                  0,
+		`sluice_worker_active{stage="pre"}`:                                       0,
+		`sluice_worker_active{stage="post"}`:                                      0,
+		`sluice_generator_dtrs_total{event="submitted"}`:                          20,
+		`sluice_generator_dtrs_total{event="finished"}`:                           19,
+		`sluice_generator_dtrs_total{event="failed"}`:                             1,
+		`sluice_generator_jobs_total{event="submitted"}`:                          1,
+		`sluice_generator_jobs_total{event="finished"}`:                           1,
 	}
 	var got map[string]float64
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		got = scrape(t, base+"/metrics")
 		ok := true
 		for k, v := range want {
-			ok = ok && got[k] == v
+			n, found := got[k]
+			ok = ok && found && n == v
 		}
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
 			for k, v := range want {
-				if got[k] != v {
-					t.Errorf("%s = %v, want %v", k, got[k], v)
+				if n, found := got[k]; !found || n != v {
+					t.Errorf("%s = %v (found: %v), want %v", k, n, found, v)
 				}
 			}
 			for k, v := range got {
@@ -159,6 +131,15 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	}
 	if got[`sluice_worker_duration_seconds_count{stage="pre"}`] == 0 {
 		t.Errorf("no pre-processing durations recorded")
+	}
+	info := 0
+	for k, v := range got {
+		if strings.HasPrefix(k, "sluice_build_info{") && v == 1 && strings.Contains(k, `goversion="go1.`) && strings.Contains(k, `version="`) {
+			info++
+		}
+	}
+	if info != 1 {
+		t.Errorf("%d sluice_build_info series with a version and the Go release, want 1", info)
 	}
 	if _, ok := got[`go_goroutines`]; !ok {
 		t.Errorf("no Go runtime metrics")
@@ -185,6 +166,52 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	if traced != 20 {
 		t.Errorf("%d \"dtr final\" log lines with a trace id, want 20", traced)
 	}
+}
+
+// startAllInOne runs every role in one process serving HTTP, as `sluice
+// all` does, logging JSON, and waits until /healthz says it is healthy.
+// It returns the system (whose own roles are stopped) and the HTTP base URL.
+func startAllInOne(t *testing.T) (*system, string, *syncBuffer) {
+	t.Helper()
+	s := start(t, testConfig(), "generator")
+	s.stopRole("generator")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := s.cfg
+	all.HTTP = ln
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, all, app.Roles, slog.New(slog.NewJSONHandler(logs, nil)))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("services: %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String()
+
+	// Healthy once every role runs and the scheduler has recovered.
+	var health app.Health
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code := getJSON(t, base+"/healthz", &health)
+		if code == http.StatusOK && health.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz %d %+v after 10 s", code, health)
+		}
+	}
+	for _, role := range app.Roles {
+		if r := health.Roles[role]; !r.OK || r.NATS != "CONNECTED" {
+			t.Fatalf("role %s in /healthz: %+v", role, r)
+		}
+	}
+	return s, base, logs
 }
 
 func getJSON(t *testing.T, url string, v any) int {
@@ -222,4 +249,53 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// Under `sluice all` the pre, delivery and post pools share one meter;
+// each reports its own grants in hand.
+func TestWorkerActiveCountsTheRunningTransfersWhenEveryRoleIsOneProcess(t *testing.T) {
+	s, base, _ := startAllInOne(t)
+	remote := filepath.Join(s.dir, "remote")
+	const n = 4
+	j := &job.Job{}
+	for i := range n {
+		writeFile(t, filepath.Join(remote, fmt.Sprint(i)), 1000, i)
+	}
+	web, release := heldStore(t, remote)
+	for i := range n {
+		j.Inputs = append(j.Inputs, job.File{Source: fmt.Sprintf("%s/%d", web, i), Destination: fileURL(filepath.Join(s.dir, "out", fmt.Sprint(i)))})
+	}
+	id := s.submit(j).JobID
+
+	want := map[string]float64{
+		`sluice_worker_active{stage="delivery"}`:         n,
+		`sluice_worker_active{stage="pre"}`:              0,
+		`sluice_worker_active{stage="post"}`:             0,
+		`sluice_scheduler_slots_used{state="TRANSFER"}`:  n,
+		`sluice_scheduler_slots_limit{state="TRANSFER"}`: 10,
+	}
+	var got map[string]float64
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got = scrape(t, base+"/metrics")
+		ok := true
+		for k, v := range want {
+			m, found := got[k]
+			ok = ok && found && m == v
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			for k, v := range want {
+				if m, found := got[k]; !found || m != v {
+					t.Errorf("while %d transfers run: %s = %v (found: %v), want %v", n, k, m, found, v)
+				}
+			}
+			t.FailNow()
+		}
+	}
+	release()
+	if ev := s.wait(id, time.Minute); ev.State != "finished" {
+		t.Fatalf("job %s: %v", ev.State, ev.Failures)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-dtr/sluice/internal/app"
@@ -32,11 +35,14 @@ type exportedSpan struct {
 	name    string
 }
 
-// collector is a real OTLP/HTTP receiver of traces on loopback.
+// collector is a real OTLP receiver of traces on loopback, over HTTP or
+// gRPC.
 type collector struct {
 	url   string
 	mu    sync.Mutex
 	spans []exportedSpan
+	// auth is the last authorization header (gRPC: metadata) received.
+	auth string
 }
 
 func newCollector(t *testing.T) *collector {
@@ -54,6 +60,36 @@ func newCollector(t *testing.T) *collector {
 	})
 	c.url = httpServer(t, mux)
 	return c
+}
+
+// newGRPCCollector is a collector that takes OTLP over gRPC.
+func newGRPCCollector(t *testing.T) *collector {
+	c := &collector{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	collectorpb.RegisterTraceServiceServer(srv, grpcReceiver{c: c})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	c.url = "http://" + ln.Addr().String()
+	return c
+}
+
+// grpcReceiver is the collector's OTLP trace service.
+type grpcReceiver struct {
+	collectorpb.UnimplementedTraceServiceServer
+	c *collector
+}
+
+func (g grpcReceiver) Export(ctx context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
+	auth := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("authorization")) > 0 {
+		auth = md.Get("authorization")[0]
+	}
+	g.c.store(req, auth)
+	return &collectorpb.ExportTraceServiceResponse{}, nil
 }
 
 func (c *collector) receive(r *http.Request) error {
@@ -76,8 +112,15 @@ func (c *collector) receive(r *http.Request) error {
 	if err := proto.Unmarshal(b, &req); err != nil {
 		return fmt.Errorf("decode ExportTraceServiceRequest: %w", err)
 	}
+	c.store(&req, r.Header.Get("Authorization"))
+	return nil
+}
+
+// store keeps the spans of an export request.
+func (c *collector) store(req *collectorpb.ExportTraceServiceRequest, auth string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.auth = auth
 	for _, rs := range req.ResourceSpans {
 		service := ""
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -91,7 +134,12 @@ func (c *collector) receive(r *http.Request) error {
 			}
 		}
 	}
-	return nil
+}
+
+func (c *collector) authorization() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.auth
 }
 
 func (c *collector) received() []exportedSpan {
@@ -99,6 +147,12 @@ func (c *collector) received() []exportedSpan {
 	defer c.mu.Unlock()
 	return append([]exportedSpan(nil), c.spans...)
 }
+
+// otelVariables are the variables that say where traces go, unset for a
+// test.
+var otelVariables = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME",
+	"OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"}
 
 // tracing runs app.Tracing for role for the rest of the test, and
 // returns its shutdown.
@@ -119,24 +173,37 @@ func TestTracingExportsOverOTLPUnderTheRolesServiceName(t *testing.T) {
 	tests := []struct {
 		name    string
 		role    string
+		grpc    bool              // the receiver takes OTLP over gRPC, else over HTTP
 		env     map[string]string // "{url}" is the receiver's address
 		service string            // empty: nothing is exported
 	}{
-		{"one role", "delivery", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice-delivery"},
-		{"every role", "all", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
-		{"the demo", "demo", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
-		{"OTEL_SERVICE_NAME wins", "scheduler",
+		{"one role", "delivery", false, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice-delivery"},
+		{"every role", "all", false, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
+		{"the demo", "demo", false, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice"},
+		{"OTEL_SERVICE_NAME wins", "scheduler", false,
 			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}", "OTEL_SERVICE_NAME": "site-a-scheduler"}, "site-a-scheduler"},
-		{"the traces endpoint alone", "generator",
+		{"the traces endpoint alone", "generator", false,
 			map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "{url}/v1/traces"}, "sluice-generator"},
-		{"no endpoint: ids only", "processor", nil, ""},
+		{"no endpoint: ids only", "processor", false, nil, ""},
+		{"gRPC", "delivery", true,
+			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "{url}", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "sluice-delivery"},
+		{"gRPC for traces alone", "all", true,
+			map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "{url}", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, "sluice"},
+		{"OTEL_TRACES_EXPORTER=otlp with the endpoint", "scheduler", false,
+			map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, "sluice-scheduler"},
+		{"OTEL_TRACES_EXPORTER=none: ids only", "scheduler", false,
+			map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "{url}"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCollector(t)
-			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"} {
+			if tt.grpc {
+				c = newGRPCCollector(t)
+			}
+			for _, k := range otelVariables {
 				t.Setenv(k, "")
 			}
+			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20e2e")
 			for k, v := range tt.env {
 				t.Setenv(k, strings.ReplaceAll(v, "{url}", c.url))
 			}
@@ -160,6 +227,9 @@ func TestTracingExportsOverOTLPUnderTheRolesServiceName(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != (exportedSpan{service: tt.service, trace: id, name: "work"}) {
 				t.Fatalf("received %v, want the span %s of trace %s from %s", got, "work", id, tt.service)
+			}
+			if auth := c.authorization(); auth != "Bearer e2e" {
+				t.Errorf("the receiver got authorization %q, want OTEL_EXPORTER_OTLP_HEADERS's", auth)
 			}
 		})
 	}

@@ -173,6 +173,67 @@ func TestEveryDTRIsOneUnbrokenTraceThroughEveryStageAndRetry(t *testing.T) {
 		}
 	})
 
+	t.Run("every span names its DTR; workers name their stage, the hosts, the bytes and the error kind", func(t *testing.T) {
+		for _, f := range ev.Files {
+			name := filepath.Base(f.Destination)
+			id := traceOf(spans, f.DTR.String())
+			for _, sp := range byTrace[id] {
+				if got := spanAttr(sp, "sluice.dtr.id"); got != f.DTR.String() {
+					t.Errorf("%s: span %q has sluice.dtr.id %q, want %s", name, sp.Name(), got, f.DTR)
+				}
+				if got := spanAttr(sp, "sluice.job.id"); got != ev.Job.ID {
+					t.Errorf("%s: span %q has sluice.job.id %q, want %s", name, sp.Name(), got, ev.Job.ID)
+				}
+				if sp.Name() != "send dtr.submit" && spanAttr(sp, "sluice.share") != "_default-download" {
+					t.Errorf("%s: span %q has sluice.share %q", name, sp.Name(), spanAttr(sp, "sluice.share"))
+				}
+				for _, stage := range []string{"pre", "delivery", "post"} {
+					if strings.HasSuffix(sp.Name(), "."+stage) && spanAttr(sp, "sluice.stage") != stage {
+						t.Errorf("%s: span %q has sluice.stage %q", name, sp.Name(), spanAttr(sp, "sluice.stage"))
+					}
+				}
+				for _, kv := range sp.Attributes() {
+					if v := kv.Value.Emit(); strings.Contains(v, "://") || strings.Contains(v, "/busy") {
+						t.Errorf("%s: span %q has a URL or a path in %s=%q", name, sp.Name(), kv.Key, v)
+					}
+				}
+				if sp.Name() != "process sluice.grant.delivery" {
+					continue
+				}
+				wantHost := ""
+				if name == "busy" {
+					wantHost = "127.0.0.1"
+				}
+				if got := spanAttr(sp, "sluice.source.address"); got != wantHost {
+					t.Errorf("%s: delivery span has sluice.source.address %q, want %q", name, got, wantHost)
+				}
+				if sp.Status().Code == codes.Error {
+					if got := spanAttr(sp, "error.type"); got != "TEMPORARY_REMOTE" {
+						t.Errorf("%s: failed delivery span has error.type %q, want TEMPORARY_REMOTE", name, got)
+					}
+				} else if got := spanAttr(sp, "sluice.bytes"); got != fmt.Sprint(f.Size) {
+					t.Errorf("%s: delivery span has sluice.bytes %q, want %d", name, got, f.Size)
+				}
+			}
+		}
+	})
+
+	t.Run("the job's status and the scheduler's answer about a DTR name its trace", func(t *testing.T) {
+		for _, f := range ev.Files {
+			want := traceOf(spans, f.DTR.String()).String()
+			if f.TraceID != want {
+				t.Errorf("%s: the job's status names trace %q, want %s", filepath.Base(f.Destination), f.TraceID, want)
+			}
+			var reply api.DTRReply
+			if err := s.request(api.SubjectDTR, []byte(f.DTR.String()), nil, &reply); err != nil {
+				t.Fatal(err)
+			}
+			if reply.TraceID != want {
+				t.Errorf("%s: the scheduler's answer names trace %q, want %s", filepath.Base(f.Destination), reply.TraceID, want)
+			}
+		}
+	})
+
 	t.Run("every parent is recorded in the same trace; one root each", func(t *testing.T) {
 		roots := map[trace.TraceID]int{}
 		for _, sp := range spans {
@@ -296,5 +357,38 @@ func TestAPublishersTraceGoesOnThroughItsDTR(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A job's status names each DTR's trace while it is pending and once it
+// is final, the same one.
+func TestAJobsStatusNamesEachDTRsTraceFromTheStart(t *testing.T) {
+	// Real trace ids, as every serving process has.
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+	s := start(t, testConfig())
+	remote := filepath.Join(s.dir, "remote")
+	writeFile(t, filepath.Join(remote, "held"), 2000, 1)
+	base, release := heldStore(t, remote)
+	id := s.submit(&job.Job{Inputs: []job.File{{Source: base + "/held", Destination: fileURL(filepath.Join(s.dir, "out", "held"))}}}).JobID
+	var pending api.JobEvent
+	if err := s.request(api.SubjectJobStatus, []byte(id), nil, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending.Pending) != 1 || len(pending.Pending[0].TraceID) != 32 || strings.Trim(pending.Pending[0].TraceID, "0") == "" {
+		t.Fatalf("pending lines %+v: want one with a trace id", pending.Pending)
+	}
+	release()
+	ev := s.wait(id, time.Minute)
+	if len(ev.Files) != 1 || ev.Files[0].TraceID != pending.Pending[0].TraceID {
+		t.Fatalf("final lines %+v: want the pending line's trace %s", ev.Files, pending.Pending[0].TraceID)
+	}
+	var reply api.DTRReply
+	if err := s.request(api.SubjectDTR, []byte(ev.Files[0].DTR.String()), nil, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if reply.TraceID != ev.Files[0].TraceID {
+		t.Errorf("the scheduler's answer names trace %q, the job's status %s", reply.TraceID, ev.Files[0].TraceID)
 	}
 }

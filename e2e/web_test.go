@@ -351,6 +351,9 @@ func checkDTRDetail(t *testing.T, browser, base, failedDTR, waitingDTR string) {
 		if len(state) != 1 || text(state[0]) != tt.state {
 			t.Errorf("DTR %s: the record's state is not %s:\n%s", tt.id, tt.state, text(panel[0]))
 		}
+		if tr := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "trace_id" }); len(tr) != 1 || len(text(tr[0])) != 32 {
+			t.Errorf("DTR %s: no trace id in its detail", tt.id)
+		}
 		if tt.state == "ERROR" {
 			if e := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "error" }); len(e) != 1 || !strings.Contains(text(e[0]), "PERMANENT") && !strings.Contains(text(e[0]), "missing") {
 				t.Errorf("DTR %s: the record's error: %s", tt.id, text(panel[0]))

@@ -273,7 +273,7 @@ func status(ctx context.Context, cfg *Config, id string, jsonOut bool, stdout io
 		if jsonOut {
 			return printJSON(stdout, r)
 		}
-		printDTR(stdout, r.DTR)
+		printDTR(stdout, r.DTR, r.TraceID)
 		if r.Why != nil {
 			printWhy(stdout, *r.Why)
 		}
@@ -300,7 +300,7 @@ func status(ctx context.Context, cfg *Config, id string, jsonOut bool, stdout io
 	return nil
 }
 
-func printDTR(w io.Writer, d dtr.DTR) {
+func printDTR(w io.Writer, d dtr.DTR, traceID string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	fmt.Fprintf(tw, "DTR\t%s\n", d.ID)
@@ -323,6 +323,9 @@ func printDTR(w io.Writer, d dtr.DTR) {
 	if d.Error != nil {
 		fmt.Fprintf(tw, "error\t%s in %s: %s\n", d.Error.Kind, d.Error.State, d.Error.Text)
 	}
+	if traceID != "" {
+		fmt.Fprintf(tw, "trace\t%s\n", traceID)
+	}
 	fmt.Fprintf(tw, "updated\t%s\n", d.Updated.Format(time.RFC3339Nano))
 }
 
@@ -334,13 +337,13 @@ func printJob(w io.Writer, ev api.JobEvent, current map[uuid.UUID]dtr.DTR) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintln(tw, "DTR\tDIR\tSTATE\tSIZE\tTRIES\tDESTINATION\tERROR")
+	fmt.Fprintln(tw, "DTR\tDIR\tSTATE\tSIZE\tTRIES\tTRACE\tDESTINATION\tERROR")
 	for _, f := range ev.Files {
 		e := ""
 		if f.Error != nil {
 			e = string(f.Error.Kind) + ": " + f.Error.Text
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", f.DTR, f.Direction, f.State, f.Size, f.Attempts, f.Destination, e)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", f.DTR, f.Direction, f.State, f.Size, f.Attempts, f.TraceID, f.Destination, e)
 	}
 	for _, ref := range ev.Pending {
 		state, e := "pending", ""
@@ -350,7 +353,7 @@ func printJob(w io.Writer, ev api.JobEvent, current map[uuid.UUID]dtr.DTR) {
 				e = "last try: " + string(d.Error.Kind) + ": " + d.Error.Text
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t%s\t%s\n", ref.DTR, ref.Direction, state, ref.Destination, e)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t%s\t%s\t%s\n", ref.DTR, ref.Direction, state, ref.TraceID, ref.Destination, e)
 	}
 }
 

@@ -173,9 +173,12 @@ func whyCommand(cfg *Config) *cobra.Command {
 			}
 			if r.Why == nil {
 				fmt.Fprintf(stdout, "DTR %s is %s: it waits for nothing\n", id, r.DTR.State)
-				return nil
+			} else {
+				printWhy(stdout, *r.Why)
 			}
-			printWhy(stdout, *r.Why)
+			if r.TraceID != "" {
+				fmt.Fprintf(stdout, "  trace %s\n", r.TraceID)
+			}
 			return nil
 		},
 	}

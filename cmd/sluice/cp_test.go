@@ -48,8 +48,13 @@ func TestCpCopiesOneFileAndFollowsIt(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &ev); err != nil {
 			t.Fatalf("not one JSON document: %v\n%s", err, out)
 		}
-		if ev.State != api.JobFinished || ev.Done != 1 || len(ev.Files) != 1 || ev.Files[0].Size != int64(len(data)) {
+		if ev.State != api.JobFinished || ev.Done != 1 || len(ev.Files) != 1 || ev.Files[0].Size != int64(len(data)) || len(ev.Files[0].TraceID) != 32 {
 			t.Fatalf("job %+v", ev)
+		}
+		// status names the DTR's trace.
+		out, err = runAnswered(t, "status", ev.Job.ID)
+		if err != nil || !strings.Contains(out, "TRACE") || !strings.Contains(out, ev.Files[0].TraceID) {
+			t.Fatalf("status %s (%v) does not name trace %s:\n%s", ev.Job.ID, err, ev.Files[0].TraceID, out)
 		}
 	})
 	t.Run("a file not copied is exit status 3", func(t *testing.T) {

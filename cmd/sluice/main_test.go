@@ -426,7 +426,10 @@ func runningSluice(t *testing.T, env map[string]string) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, cfg, app.Roles, slog.New(slog.DiscardHandler)) }()
+	// As sluice all runs: traced (ids on every DTR, nothing exported).
+	go func() {
+		done <- traced(ctx, "all", func() error { return app.Run(ctx, cfg, app.Roles, slog.New(slog.DiscardHandler)) })
+	}()
 	t.Cleanup(func() { stop(); <-done })
 }
 

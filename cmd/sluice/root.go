@@ -40,8 +40,11 @@ a user, whose own subjects (dtr.submit.<user>, sluice.api.*.<user>) the NATS ser
 that user publish to; a bearer token in BEARER_TOKEN or BEARER_TOKEN_FILE is sent with every
 request. A user sees and changes only their own jobs and DTRs (docs/security.md).
 
-Traces (one per DTR) go over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-when set, from the service sluice-<role> ("sluice" for all and demo) unless OTEL_SERVICE_NAME names it.
+Traces (one per DTR) are exported when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) or
+OTEL_TRACES_EXPORTER is set, over OTLP/HTTP or, with OTEL_EXPORTER_OTLP_PROTOCOL=grpc, OTLP/gRPC
+(the standard OTEL_* variables: docs/operations.md, "Traces"), from the service sluice-<role>
+("sluice" for all and demo) unless OTEL_SERVICE_NAME names it. status and why print a DTR's
+trace id.
 
 Exit status: 0 done; 1 failed (the service refused or could not be reached, a file could
 not be read...); 2 the command line is wrong; 3 the job ended failed: a file that had to be done was not

@@ -29,7 +29,7 @@ import (
 // handler serves, with the Go runtime's and the process's own metrics.
 func newMetrics(service string) (*sdkmetric.MeterProvider, http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, nil, fmt.Errorf("prometheus exporter: %w", err)

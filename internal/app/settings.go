@@ -59,9 +59,14 @@ func policySetting(key string) bool {
 // tracingSettings are the OpenTelemetry variables that Tracing and its
 // exporter read.
 var tracingSettings = []Setting{
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "where traces (one per DTR) go over OTLP/HTTP (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); empty: none are exported"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "where traces (one per DTR) go over OTLP (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); empty, and OTEL_TRACES_EXPORTER unset: none are exported"},
+	{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTLP over http/protobuf or grpc (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL for traces alone)"},
+	{"OTEL_EXPORTER_OTLP_HEADERS", "", "headers sent with every export, key=value,... (an authorization token)"},
+	{"OTEL_EXPORTER_OTLP_TIMEOUT", "10000", "milliseconds an export may take"},
+	{"OTEL_TRACES_EXPORTER", "", "otlp, console (to standard output) or none; empty: otlp if an endpoint is set, else none"},
 	{"OTEL_SERVICE_NAME", "sluice-<role>", "the service the traces come from (\"sluice\" for all and demo)"},
-	{"OTEL_TRACES_SAMPLER", "", "which traces are recorded (OpenTelemetry's names); empty: those that come in sampled, and every one when an endpoint is set"},
+	{"OTEL_RESOURCE_ATTRIBUTES", "", "more attributes of the service, key=value,..."},
+	{"OTEL_TRACES_SAMPLER", "", "which traces are recorded (OpenTelemetry's names, with OTEL_TRACES_SAMPLER_ARG); empty: those that come in sampled, and every one when spans are exported"},
 }
 
 // clientSettings are the variables only the client commands read.

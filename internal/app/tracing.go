@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -18,12 +18,17 @@ import (
 )
 
 // Tracing installs an OpenTelemetry tracer provider, so that every DTR's
-// trace has real ids that the logs can name. When OTEL_EXPORTER_OTLP_ENDPOINT
-// or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, spans are also exported
-// there over OTLP/HTTP in batches (the exporter reads the other standard
-// OTEL_EXPORTER_OTLP_* variables). The service is named "sluice-<role>",
-// or "sluice" for "all" and "demo", unless OTEL_SERVICE_NAME says
-// otherwise. The returned function exports what is left and stops.
+// trace has real ids that the logs can name. Spans are exported, in
+// batches, only when OTEL_TRACES_EXPORTER names an exporter (otlp, console;
+// none: no export) or, if it is unset, when OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (then over OTLP). The exporter
+// is made by OpenTelemetry's autoexport from the standard variables:
+// OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL (http/protobuf, the default, or
+// grpc), _ENDPOINT, _HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE and
+// the others. The service is named "sluice-<role>", or "sluice" for "all"
+// and "demo", unless OTEL_SERVICE_NAME says otherwise; the sampler is
+// OTEL_TRACES_SAMPLER's. The returned function exports what is left and
+// stops.
 func Tracing(ctx context.Context, role string) (shutdown func(context.Context) error, err error) {
 	name := "sluice-" + role
 	if role == "all" || role == "demo" {
@@ -37,7 +42,11 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 		return nil, fmt.Errorf("tracing resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	exp, err := spanExporter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if exp == nil {
 		// Nowhere to send spans: a trace this process starts is not
 		// sampled, so its spans carry ids for the logs but record nothing
 		// (recording was an eighth of a scheduler's CPU). One that comes
@@ -47,10 +56,6 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 			opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 		}
 	} else {
-		exp, err := otlptracehttp.New(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
-		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 			// The exporter's errors may quote its endpoint's URL.
@@ -65,4 +70,23 @@ func Tracing(ctx context.Context, role string) (shutdown func(context.Context) e
 	sampler := os.Getenv("OTEL_TRACES_SAMPLER")
 	tracing.SkipUnsampledSpans(sampler == "" || strings.HasPrefix(sampler, "parentbased_"))
 	return tp.Shutdown, nil
+}
+
+// spanExporter returns the exporter the OTEL_* variables ask for, or nil
+// when spans go nowhere: OTEL_TRACES_EXPORTER is "none", or it is unset
+// and no OTLP endpoint is set either.
+func spanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	if os.Getenv("OTEL_TRACES_EXPORTER") == "" &&
+		os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, nil
+	}
+	exp, err := autoexport.NewSpanExporter(ctx)
+	if err != nil {
+		// The error may quote an endpoint's URL.
+		return nil, fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*): %s", dtr.RedactText(err.Error()))
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return nil, nil
+	}
+	return exp, nil
 }

@@ -48,6 +48,9 @@ type FileRef struct {
 	Source         string        `json:"source"`
 	Destination    string        `json:"destination"`
 	FailureAllowed bool          `json:"failure_allowed,omitempty"`
+	// TraceID is the id of the DTR's trace (32 hex digits), in which every
+	// span of its way through Sluice is found.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // FileStat is the per-file statistics line of a finished job (ARC's

@@ -73,6 +73,9 @@ type DTRReply struct {
 	// Holder is the worker that holds the DTR's grant, while one does and
 	// the scheduler has heard of it.
 	Holder *Holder `json:"holder,omitempty"`
+	// TraceID is the id of the DTR's trace (32 hex digits), in which every
+	// span of its way through Sluice is found.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Holder is the worker process holding a grant, as its heartbeats say.

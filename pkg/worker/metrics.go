@@ -40,12 +40,19 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 		metric.WithDescription("grants handled, by stage and outcome (ok, or the error kind)")); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
 	}
-	if _, err = meter.Int64ObservableUpDownCounter("sluice.worker.active",
-		metric.WithDescription("grants being handled now"),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(in.active.Load(), in.ofStage)
-			return nil
-		})); err != nil {
+	// Every pool of a process (pre, post and delivery under `sluice all`)
+	// shares one meter, which hands each the same instrument: a callback
+	// given when making it would be the first pool's alone, so each pool
+	// registers its own.
+	active, err := meter.Int64ObservableUpDownCounter("sluice.worker.active",
+		metric.WithDescription("grants being handled now"))
+	if err != nil {
+		return nil, fmt.Errorf("worker metrics: %w", err)
+	}
+	if _, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(active, in.active.Load(), in.ofStage)
+		return nil
+	}, active); err != nil {
 		return nil, fmt.Errorf("worker metrics: %w", err)
 	}
 	if in.bytes, err = meter.Int64Counter("sluice.worker.bytes",

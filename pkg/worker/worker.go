@@ -410,6 +410,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	}
 	sctx, span := tracing.StartConsumerOf(ctx, h.parent, api.GrantSubject(p.Stage), g.ID, "process")
 	defer span.End()
+	tracing.SetDTR(span, g.DTR, p.Stage)
 	// The grant's logger, made only when something is logged (With costs
 	// more than the rest of a 1 KiB file's grant).
 	log := func() *slog.Logger {
@@ -455,13 +456,15 @@ func (p *Pool) run(ctx context.Context, h *held) {
 		// and then cleans up before a retry.
 		res.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: cause.Error(), Location: res.Error.Location}
 	}
+	tracing.SetResult(span, res.Bytes, res.Error)
 	if res.Error != nil {
-		span.SetStatus(codes.Error, fmt.Sprintf("%s: %s", res.Error.Kind, res.Error.Text))
+		// A library's error may quote a URL with its credentials.
+		span.SetStatus(codes.Error, dtr.RedactText(fmt.Sprintf("%s: %s", res.Error.Kind, res.Error.Text)))
 		log().Info("grant failed", "kind", res.Error.Kind, "err", res.Error.Text, "took", time.Since(start))
 	} else if p.Log.Enabled(ctx, slog.LevelDebug) {
 		log().Debug("grant done", "took", time.Since(start))
 	}
-	if err := p.sendResult(sctx, res); err != nil {
+	if err := p.sendResult(sctx, g.DTR, res); err != nil {
 		// The scheduler grants the DTR again when the lease runs out.
 		log().Error("result not published; the grant's lease will run out", "err", err)
 	}
@@ -478,8 +481,10 @@ func (p *Pool) giveBack(h *held) {
 	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
 	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
 	defer span.End()
+	tracing.SetDTR(span, h.g.DTR, p.Stage)
+	tracing.SetResult(span, res.Bytes, nil)
 	span.SetStatus(codes.Error, "given back: the worker is stopping")
-	if err := p.sendResult(ctx, res); err != nil {
+	if err := p.sendResult(ctx, h.g.DTR, res); err != nil {
 		p.Log.Warn("grant not given back; its lease will run out", "dtr", h.g.DTR.ID, "grant", h.g.ID, "err", err)
 		return
 	}
@@ -545,7 +550,7 @@ func (p *Pool) renewLeases(ctx context.Context) {
 // when ctx ends (the pool has stopped) is given up.
 func (p *Pool) renew(ctx context.Context, h *held, sent time.Time) {
 	ctx = tracing.Context(ctx, h.parent)
-	err := p.publish(ctx, api.ProgressSubject(p.Stage), "", api.TypeProgress,
+	err := p.publish(ctx, api.ProgressSubject(p.Stage), "", api.TypeProgress, h.g.DTR,
 		api.Progress{DTR: h.g.DTR.ID, Grant: h.g.ID, Bytes: h.moved.Load(), Size: h.size.Load(), Worker: p.ID()})
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -583,20 +588,23 @@ func (h *held) fence(now time.Time) error {
 	return h.lost
 }
 
-// sendResult stores a grant's result, with others of this pool's that are
-// ready at the same time, in one Results event. Its span is the result's
-// sender in the DTR's trace.
-func (p *Pool) sendResult(ctx context.Context, res api.Result) error {
+// sendResult stores the result of a grant of d, with others of this
+// pool's that are ready at the same time, in one Results event. Its span
+// is the result's sender in the DTR's trace.
+func (p *Pool) sendResult(ctx context.Context, d *dtr.DTR, res api.Result) error {
 	ctx, span := tracing.StartProducer(ctx, api.ResultSubject(p.Stage), res.Grant+".result")
 	defer span.End()
+	tracing.SetDTR(span, d, p.Stage)
+	tracing.SetResult(span, res.Bytes, res.Error)
 	res.TraceParent = tracing.TraceParent(ctx)
 	// Sent even when the pool is stopping: the sender outlives the workers
 	// and answers within its publish timeout.
 	return p.results.send(context.WithoutCancel(ctx), res)
 }
 
-// publish sends a CloudEvent to JetStream and waits for it to be stored.
-func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any) error {
+// publish sends a CloudEvent about d to JetStream and waits for it to be
+// stored.
+func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, d *dtr.DTR, data any) error {
 	ev, err := codec.NewEvent(typ, "sluice/"+string(p.Stage), "", data)
 	if err != nil {
 		return err
@@ -606,6 +614,7 @@ func (p *Pool) publish(ctx context.Context, subject, msgID, typ string, data any
 	}
 	ctx, span := tracing.StartProducer(ctx, subject, msgID)
 	defer span.End()
+	tracing.SetDTR(span, d, p.Stage)
 	m, err := codec.Encode(ctx, subject, msgID, ev)
 	if err != nil {
 		return err

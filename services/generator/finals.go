@@ -82,6 +82,8 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 			d := &finals[i].DTR
 			// The last span of the DTR's trace.
 			_, span := tracing.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+			tracing.SetDTR(span, d, "")
+			tracing.SetResult(span, d.Bytes, finalFailure(d))
 			span.End()
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
@@ -147,8 +149,9 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 		s.suspect(jobID)
 	}
 	var first *dtr.DTR // the job's first failed download, if among these
+	var counted []*dtr.DTR
 	rec, err := s.update(ctx, jobID, func(r *Record) error {
-		first = nil
+		first, counted = nil, counted[:0]
 		if r.Announced {
 			return errUnchanged // ended: finals announced again change nothing
 		}
@@ -156,6 +159,7 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 			if !f.fresh {
 				continue
 			}
+			counted = append(counted, f.d)
 			failed := r.DownloadFailed
 			count(r, f.d)
 			if !failed && r.DownloadFailed {
@@ -170,6 +174,9 @@ func (s *Service) recordFinals(ctx context.Context, jobID string, fs []*final) e
 	}
 	if err != nil {
 		return err
+	}
+	for _, d := range counted {
+		s.dtrs.Add(ctx, 1, dtrEvent(d.State))
 	}
 	// The first failed download cancels the others. After a redelivery the
 	// cancels are sent again, in case the first try died before: the
@@ -368,4 +375,35 @@ func (s *Service) announce(ctx context.Context, jobID string, finals map[uuid.UU
 	s.mu.Unlock()
 	s.log.Info("job ended", "job", jobID, "state", ev.State, "done", ev.Done, "failed", ev.Failed, "cancelled", ev.Cancelled)
 	return err
+}
+
+// The events of sluice_generator_dtrs_total, their attribute sets made
+// once (a set made at each call costs more than the count).
+var (
+	dtrSubmitted = metric.WithAttributeSet(attribute.NewSet(attribute.String("event", "submitted")))
+	dtrFinished  = metric.WithAttributeSet(attribute.NewSet(attribute.String("event", "finished")))
+	dtrFailed    = metric.WithAttributeSet(attribute.NewSet(attribute.String("event", "failed")))
+	dtrCancelled = metric.WithAttributeSet(attribute.NewSet(attribute.String("event", "cancelled")))
+)
+
+// dtrEvent is the event of sluice_generator_dtrs_total that a final DTR
+// in state is counted under.
+func dtrEvent(state dtr.State) metric.AddOption {
+	switch state {
+	case dtr.Done:
+		return dtrFinished
+	case dtr.Cancelled:
+		return dtrCancelled
+	default:
+		return dtrFailed
+	}
+}
+
+// finalFailure is the failure of a DTR that ended in ERROR, else nil (a
+// DTR done after a retry keeps its last attempt's failure).
+func finalFailure(d *dtr.DTR) *dtr.Failure {
+	if d.State != dtr.Error {
+		return nil
+	}
+	return d.Error
 }

@@ -255,7 +255,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
-	dtrs, err := meter.Int64Counter("sluice.generator.dtrs", metric.WithDescription("DTRs submitted for jobs"))
+	dtrs, err := meter.Int64Counter("sluice.generator.dtrs",
+		metric.WithDescription("DTRs of jobs by event: submitted, finished (done), failed or cancelled"))
 	if err != nil {
 		return nil, fmt.Errorf("generator metrics: %w", err)
 	}
@@ -382,9 +383,13 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	// Every DTR's message is made, and its size checked, before anything
 	// is stored: a job whose DTR the scheduler could not take is refused
 	// whole.
-	msgs, err := s.submits(ds)
+	traces := make([]string, len(ds))
+	msgs, err := s.submits(ds, traces)
 	if err != nil {
 		return api.SubmitReply{}, err
+	}
+	for i, id := range traces {
+		refs[i].TraceID = id
 	}
 	rec := Record{JobRecord: api.JobRecord{Job: *j, State: api.JobRunning, Total: len(ds), Created: now}, Footprint: footprint}
 	rec.Job.Inputs, rec.Job.Outputs = nil, nil // the files are in <job>.files
@@ -408,7 +413,9 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 		for i := range ds {
 			ds[i].ID, refs[i].DTR, reply.DTRs[i] = before[i].DTR, before[i].DTR, before[i].DTR
 		}
-		if msgs, err = s.submits(ds); err != nil {
+		// The DTRs taken before go on in their traces, which the file
+		// list names.
+		if msgs, err = s.submits(ds, nil); err != nil {
 			return reply, err
 		}
 	}
@@ -452,7 +459,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	}
 	s.space.Stored()
 	s.jobs.Add(ctx, 1, metric.WithAttributes(attribute.String("event", "submitted")))
-	s.dtrs.Add(ctx, int64(len(ds)))
+	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
 }
@@ -462,6 +469,7 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 func sameRefs(a, b []api.FileRef) bool {
 	return slices.EqualFunc(a, b, func(x, y api.FileRef) bool {
 		x.DTR, y.DTR = uuid.Nil, uuid.Nil
+		x.TraceID, y.TraceID = "", ""
 		return x == y
 	})
 }
@@ -472,8 +480,9 @@ const submitsPerMessage = 100
 // submits makes the messages that submit ds: Submits events of up to
 // submitsPerMessage DTRs and at most half of a message's largest size. Each
 // DTR starts its own trace here, carried in its entry. A message's id is
-// its first DTR's, so a job submitted again is stored once.
-func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
+// its first DTR's, so a job submitted again is stored once. The trace ids
+// are put in traces, if not nil.
+func (s *Service) submits(ds []*dtr.DTR, traces []string) ([]*nats.Msg, error) {
 	maxDTR := bus.MaxDTRBytes(s.nc.MaxPayload())
 	maxBytes := min(bus.MaxMessageBytes, int(s.nc.MaxPayload())) / 2
 	var msgs []*nats.Msg
@@ -500,8 +509,12 @@ func (s *Service) submits(ds []*dtr.DTR) ([]*nats.Msg, error) {
 	for i, d := range ds {
 		// One trace per DTR, from here through every stage.
 		dctx, span := tracing.StartProducer(context.Background(), api.SubjectSubmit, d.ID.String())
+		tracing.SetDTR(span, d, "")
 		tp := tracing.TraceParent(dctx)
 		span.End()
+		if sc := span.SpanContext(); traces != nil && sc.HasTraceID() { // none without a tracer provider
+			traces[i] = sc.TraceID().String()
+		}
 		b, err := codec.EncodeJSON(d.Submission())
 		if err != nil {
 			return nil, err
@@ -650,6 +663,9 @@ func (s *Service) status(ctx context.Context, jobID string, finals map[uuid.UUID
 		if !ok {
 			ev.Pending = append(ev.Pending, ref)
 			continue
+		}
+		if ref.TraceID == "" { // a job submitted before file lists named traces
+			ref.TraceID = tracing.TraceID(d.TraceParent)
 		}
 		ev.Files = append(ev.Files, api.FileStat{FileRef: ref, State: d.State, Size: d.Size, Started: d.Started,
 			Ended: d.Ended, Checksum: d.Checksum, Attempts: d.Attempts, Error: d.Error})

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/version"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -344,7 +345,7 @@ func (s *Service) handleDTR(r micro.Request) {
 		unknown(r, c, "DTR "+id.String())
 		return
 	}
-	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why, Holder: holder})
+	_ = r.RespondJSON(api.DTRReply{DTR: d, Why: why, Holder: holder, TraceID: tracing.TraceID(d.TraceParent)})
 }
 
 // Where lookupDTR found a DTR's record.

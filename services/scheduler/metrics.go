@@ -21,8 +21,20 @@ func (s *Service) registerMetrics(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
-	slots, err := meter.Int64ObservableGauge("sluice.scheduler.slots",
-		metric.WithDescription("slots per queue state: limit, busy, and emergency (in use above the limit)"))
+	// A limit and the use made of it are two gauges with the same labels,
+	// so that one divides by the other and neither sums to nonsense.
+	limit, err := meter.Int64ObservableGauge("sluice.scheduler.slots.limit",
+		metric.WithDescription("the slots a queue state may use at once"))
+	if err != nil {
+		return err
+	}
+	used, err := meter.Int64ObservableGauge("sluice.scheduler.slots.used",
+		metric.WithDescription("the slots of a queue state in use, emergency slots included"))
+	if err != nil {
+		return err
+	}
+	emergency, err := meter.Int64ObservableGauge("sluice.scheduler.slots.emergency",
+		metric.WithDescription("the slots of a queue state in use above its limit"))
 	if err != nil {
 		return err
 	}
@@ -69,9 +81,10 @@ func (s *Service) registerMetrics(meter metric.Meter) error {
 		}
 		for _, st := range ov.States {
 			state := attribute.String("state", st.State.String())
-			o.ObserveInt64(slots, int64(st.Limit), metric.WithAttributes(state, attribute.String("use", "limit")))
-			o.ObserveInt64(slots, int64(st.Busy), metric.WithAttributes(state, attribute.String("use", "busy")))
-			o.ObserveInt64(slots, int64(st.Emergency), metric.WithAttributes(state, attribute.String("use", "emergency")))
+			ofState := metric.WithAttributes(state)
+			o.ObserveInt64(limit, int64(st.Limit), ofState)
+			o.ObserveInt64(used, int64(st.Busy), ofState)
+			o.ObserveInt64(emergency, int64(st.Emergency), ofState)
 		}
 		c := ov.Counts
 		o.ObserveInt64(grants, int64(c.Grants-c.EmergencyGrants), metric.WithAttributes(attribute.Bool("emergency", false)))
@@ -85,7 +98,7 @@ func (s *Service) registerMetrics(meter metric.Meter) error {
 			o.ObserveInt64(moved, f.Bytes, metric.WithAttributes(attribute.String("share", share)))
 		}
 		return nil
-	}, dtrs, retrying, slots, configured, grants, retries, expiries, finished, moved)
+	}, dtrs, retrying, limit, used, emergency, configured, grants, retries, expiries, finished, moved)
 	if err != nil {
 		return fmt.Errorf("scheduler metrics: %w", err)
 	}

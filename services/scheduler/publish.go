@@ -64,6 +64,14 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 			}
 		}
 		fctx, span := tracing.StartProducer(tracing.Context(ctx, d.TraceParent), api.SubjectDTRFinal, d.ID.String()+".final")
+		if span.IsRecording() {
+			tracing.SetDTR(span, d, "")
+			var failure *dtr.Failure
+			if d.State == dtr.Error {
+				failure = d.Error // one done after a retry keeps its last failure
+			}
+			tracing.SetResult(span, d.Bytes, failure)
+		}
 		tp := tracing.TraceParent(fctx)
 		span.End()
 		if s.log.Enabled(ctx, slog.LevelInfo) { // its arguments cost even when not logged
@@ -108,6 +116,7 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	byStage := map[dtr.Stage][]encodedGrant{}
 	for _, g := range gs {
 		gctx, span := tracing.StartProducer(tracing.Context(ctx, g.DTR.TraceParent), api.GrantSubject(g.Stage), g.ID)
+		tracing.SetDTR(span, g.DTR, g.Stage)
 		// The DTR as its record was just encoded (a granted DTR is always
 		// among the changed ones), not encoded again.
 		d, ok := encoded[g.DTR.ID]

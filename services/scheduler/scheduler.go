@@ -683,6 +683,12 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				_, span = tracing.StartConsumer(ctx, m, "result")
 			}
 			r.Stage = stage
+			if span.IsRecording() {
+				if d, ok := s.core.Get(r.DTR); ok {
+					tracing.SetDTR(span, &d, stage)
+				}
+				tracing.SetResult(span, r.Bytes, r.Error)
+			}
 			err := s.core.Result(now, r)
 			span.End()
 			if err != nil {

@@ -46,8 +46,10 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 		cctx, span = tracing.StartConsumer(tracing.Context(ctx, d.TraceParent), m, "schedule")
 	}
 	d.TraceParent = tracing.TraceParent(cctx)
-	span.End()
-	if err := s.core.Submit(now, d); err != nil {
+	defer span.End()
+	err := s.core.Submit(now, d)
+	tracing.SetDTR(span, d, "") // with the share the core gave it
+	if err != nil {
 		if errors.Is(err, core.ErrDuplicate) {
 			return nil // held, though takenBefore did not see it: taken, as before
 		}

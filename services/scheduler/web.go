@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -194,7 +195,9 @@ type WebDTR struct {
 	Why     *api.Why       `json:"why,omitempty"`
 	Holder  *api.Holder    `json:"holder,omitempty"`
 	Failure *FailureRecord `json:"failure,omitempty"`
-	From    string         `json:"from"`
+	// TraceID is the DTR's trace, to look up in the tracing backend.
+	TraceID string `json:"trace_id,omitempty"`
+	From    string `json:"from"`
 }
 
 // serveDTR answers GET /api/dtr/{id}.
@@ -235,6 +238,7 @@ func (s *Service) serveDTR(w http.ResponseWriter, r *http.Request) {
 	if from != "" {
 		rd := redactDTR(d)
 		out.DTR, out.Why, out.Holder, out.From = &rd, why, holder, from
+		out.TraceID = tracing.TraceID(d.TraceParent)
 	}
 	if out.From == "" {
 		writeJSON(w, http.StatusNotFound, webError{fmt.Sprintf("DTR %s is not known to the scheduler: never submitted, or it ended and its record is gone (final records are kept for SLUICE_RETENTION), and it is not among the recent failures", id)})

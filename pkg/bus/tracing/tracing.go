@@ -146,6 +146,16 @@ func Context(ctx context.Context, traceparent string) context.Context {
 	return propagation.TraceContext{}.Extract(ctx, &traceParentCarrier{value: traceparent})
 }
 
+// TraceID returns the trace id, 32 hex digits, of a W3C traceparent
+// value; "" if it names none.
+func TraceID(traceparent string) string {
+	sc := trace.SpanContextFromContext(Context(context.Background(), traceparent))
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
 // TraceParent returns the W3C traceparent value of ctx's span.
 func TraceParent(ctx context.Context) string {
 	var c traceParentCarrier

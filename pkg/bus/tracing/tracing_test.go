@@ -36,3 +36,12 @@ func TestTraceParent(t *testing.T) {
 		}
 	})
 }
+
+func TestTheTraceIDOfATraceParentIsItsSecondField(t *testing.T) {
+	for in, want := range map[string]string{tp: "0af7651916cd43dd8448eb211c80319c", "": "", "garbage": "",
+		"00-00000000000000000000000000000000-b7ad6b7169203331-01": ""} {
+		if got := TraceID(in); got != want {
+			t.Errorf("TraceID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
