@@ -351,8 +351,23 @@ func checkDTRDetail(t *testing.T, browser, base, failedDTR, waitingDTR string) {
 		if len(state) != 1 || text(state[0]) != tt.state {
 			t.Errorf("DTR %s: the record's state is not %s:\n%s", tt.id, tt.state, text(panel[0]))
 		}
-		if tr := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "trace_id" }); len(tr) != 1 || len(text(tr[0])) != 32 {
-			t.Errorf("DTR %s: no trace id in its detail", tt.id)
+		// Its trace id, where the DTR has a trace (with tracing set up).
+		var api scheduler.WebDTR
+		if resp, err := http.Get(base + "/api/dtr/" + tt.id); err != nil {
+			t.Fatal(err)
+		} else {
+			err = json.NewDecoder(resp.Body).Decode(&api)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		shown := ""
+		if tr := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "trace_id" }); len(tr) == 1 {
+			shown = text(tr[0])
+		}
+		if shown != api.TraceID {
+			t.Errorf("DTR %s: trace id %q in its detail, %q in the API", tt.id, shown, api.TraceID)
 		}
 		if tt.state == "ERROR" {
 			if e := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "error" }); len(e) != 1 || !strings.Contains(text(e[0]), "PERMANENT") && !strings.Contains(text(e[0]), "missing") {
