@@ -12,16 +12,25 @@
 # the NATS image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+sluice_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --sluice-only) sluice_only=1 ;;
+    *) echo "build-image.sh: unknown option $arg (--sluice-only)" >&2; exit 2 ;;
+  esac
+done
 out=deploy/build
 mkdir -p "$out"
 export CGO_ENABLED=0
 go build -trimpath -ldflags='-s -w' -o "$out/sluice" ./cmd/sluice
 cp /etc/ssl/certs/ca-certificates.crt "$out/"
-mkdir -p "$out/rootfs/data" "$out/rootfs/tmp"
+# /data/stage is writable by every uid, so that processors and deliverers
+# run as another user (deploy/compose.files.yaml) still stage there.
+mkdir -p "$out/rootfs/data/stage" "$out/rootfs/tmp"
 chmod 0755 "$out/rootfs/data"
-chmod 1777 "$out/rootfs/tmp"
+chmod 1777 "$out/rootfs/data/stage" "$out/rootfs/tmp"
 docker build -q -f deploy/Dockerfile -t "${SLUICE_IMAGE:-sluice:dev}" "$out"
-if [ "${1:-}" = "--sluice-only" ]; then
+if [ "$sluice_only" = 1 ]; then
   exit 0
 fi
 busybox=$(command -v busybox || true)

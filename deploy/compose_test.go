@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,8 +90,10 @@ func (c *compose) healthy(timeout time.Duration) {
 		ids := strings.Fields(c.run("ps", "-q"))
 		var bad []string
 		for _, id := range ids {
-			out, err := exec.Command("docker", "inspect", "-f", "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}", id).Output()
-			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "running healthy") {
+			// A container without a healthcheck (Jaeger's) counts once it runs.
+			out, err := exec.Command("docker", "inspect", "-f", "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}(no healthcheck){{end}}", id).Output()
+			st := strings.TrimSpace(string(out))
+			if err != nil || !(strings.HasSuffix(st, "running healthy") || strings.HasSuffix(st, "running (no healthcheck)")) {
 				bad = append(bad, strings.TrimSpace(string(out)))
 			}
 		}
@@ -153,20 +156,38 @@ type deployment struct {
 	t       *testing.T
 	c       *compose
 	nc      *nats.Conn
-	webPort int
+	ports   ports
 	dst     string
 	job     *job.Job
 	sums    map[string][32]byte
 	jobID   string
 	started time.Time
+	// src and base: the host directory of the source files, and the URL
+	// the containers reach it at.
+	src, base string
 	// hold holds the source's downloads while on.
 	hold func(on bool)
 }
 
-// deploy builds the images (unless SLUICE_COMPOSE_NO_BUILD is set), writes
-// files source files, and brings the project up with the given extra
-// compose files; everything goes down, volumes too, when the test ends.
-func deploy(t *testing.T, files int, extra ...string) *deployment {
+// ports are the host ports of a project.
+type ports struct {
+	nats   [3]int // NATS_PORT, NATS_2_PORT, NATS_3_PORT
+	web    int    // SLUICE_WEB_PORT
+	jaeger int    // JAEGER_UI_PORT
+}
+
+// natsURLs is NATS_URL for the host's clients: every server, as user.
+func (p ports) natsURLs(user, password string) string {
+	var urls []string
+	for _, port := range p.nats {
+		urls = append(urls, fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", user, password, port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// needCompose skips the test unless SLUICE_COMPOSE_TEST=1, and builds the
+// images (Jaeger's too if jaeger) unless SLUICE_COMPOSE_NO_BUILD is set.
+func needCompose(t *testing.T, jaeger bool) {
 	if os.Getenv("SLUICE_COMPOSE_TEST") != "1" {
 		t.Skip("SKIPPED: the compose test runs with SLUICE_COMPOSE_TEST=1 and a Docker engine (.ci/run sets it when `docker info` works)")
 	}
@@ -174,11 +195,75 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 		t.Fatalf("SLUICE_COMPOSE_TEST=1 but `docker info` fails: %v", err)
 	}
 	if os.Getenv("SLUICE_COMPOSE_NO_BUILD") == "" {
-		build := exec.Command("./build-image.sh")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build-image.sh: %v\n%s", err, out)
+		args := []string{}
+		if jaeger {
+			args = append(args, "--jaeger")
 		}
+		start := time.Now()
+		build := exec.Command("./build-image.sh", args...)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build-image.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("build-image.sh %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Second))
 	}
+}
+
+// up brings a project up from compose.yaml and the given files, with env
+// besides the images and host ports, and waits until it is healthy; it
+// goes down, volumes too, when the test ends.
+func up(t *testing.T, files []string, env []string, upArgs ...string) (*compose, ports) {
+	var p ports
+	for i := range p.nats {
+		p.nats[i] = freePort(t)
+	}
+	p.web, p.jaeger = freePort(t), freePort(t)
+	project := fmt.Sprintf("sluicetest%d", os.Getpid())
+	c := newCompose(t, project, append([]string{"compose.yaml"}, files...), append([]string{
+		"NATS_IMAGE=" + envOr("SLUICE_NATS_IMAGE", "sluice-nats:dev"),
+		"SLUICE_IMAGE=" + envOr("SLUICE_IMAGE", "sluice:dev"),
+		"JAEGER_IMAGE=" + envOr("SLUICE_JAEGER_IMAGE", "sluice-jaeger:dev"),
+		"NATS_PORT=" + strconv.Itoa(p.nats[0]), "NATS_2_PORT=" + strconv.Itoa(p.nats[1]), "NATS_3_PORT=" + strconv.Itoa(p.nats[2]),
+		"SLUICE_WEB_PORT=" + strconv.Itoa(p.web), "JAEGER_UI_PORT=" + strconv.Itoa(p.jaeger),
+	}, env...))
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := c.try("logs", "--tail", "40")
+			t.Logf("logs:\n%s", out)
+		}
+		if out, err := c.try("down", "-v", "--remove-orphans", "-t", "5"); err != nil {
+			t.Errorf("down -v: %v\n%s", err, out)
+		}
+		if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("containers left after down -v: %s", out)
+		}
+		if out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("volumes left after down -v: %s", out)
+		}
+	})
+	start := time.Now()
+	c.run(append([]string{"up", "-d"}, upArgs...)...)
+	c.healthy(2 * time.Minute)
+	t.Logf("stack up and healthy in %s", time.Since(start).Round(time.Second))
+	return c, p
+}
+
+// connect connects to the project's NATS as the submitter, at the first
+// server (NATS_PORT): in a cluster nats.go learns the others from it.
+func (d *deployment) connect() {
+	var err error
+	d.nc, err = nats.Connect(fmt.Sprintf("nats://submitter:%s@127.0.0.1:%d", envOr("SLUICE_NATS_SUBMITTER_PASSWORD", "submitter-dev"), d.ports.nats[0]),
+		nats.CustomInboxPrefix("_INBOX_submitter"), nats.MaxReconnects(-1))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(d.nc.Close)
+}
+
+// deploy builds the images (unless SLUICE_COMPOSE_NO_BUILD is set), writes
+// files source files, and brings the project up with the given extra
+// compose files; everything goes down, volumes too, when the test ends.
+func deploy(t *testing.T, files int, extra ...string) *deployment {
+	needCompose(t, false)
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	for _, d := range []string{src, dst} {
@@ -190,23 +275,10 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 		}
 	}
 	base, hold := slowFiles(t, src)
-	d := &deployment{t: t, dst: dst, sums: map[string][32]byte{}, hold: hold,
+	d := &deployment{t: t, dst: dst, sums: map[string][32]byte{}, hold: hold, src: src, base: base,
 		job: &job.Job{Name: "compose", Owner: dtr.Identity{DN: "/CN=compose", FQANs: []string{"/atlas"}}}}
 	for i := 0; i < files; i++ {
-		name := fmt.Sprintf("f%03d", i)
-		b := make([]byte, 64<<10+i*97)
-		_, _ = rand.Read(b)
-		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		h, err := checksum.New("adler32")
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Write(b)
-		d.sums[name] = sha256.Sum256(b)
-		d.job.Inputs = append(d.job.Inputs, job.File{Source: base + "/" + name,
-			Destination: "file:///data/files/test/dst/" + name, Checksum: checksum.Format("adler32", h)})
+		d.addHTTPFile(fmt.Sprintf("f%03d", i), 64<<10+i*97)
 	}
 
 	// The test's own override: the files, the way to the host's HTTP
@@ -235,41 +307,28 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsPort := freePort(t)
-	d.webPort = freePort(t)
-	project := fmt.Sprintf("sluicetest%d", os.Getpid())
-	d.c = newCompose(t, project, append(append([]string{"compose.yaml"}, extra...), override), []string{
-		"NATS_IMAGE=" + envOr("SLUICE_NATS_IMAGE", "sluice-nats:dev"),
-		"SLUICE_IMAGE=" + envOr("SLUICE_IMAGE", "sluice:dev"),
-		"NATS_PORT=" + strconv.Itoa(natsPort), "SLUICE_WEB_PORT=" + strconv.Itoa(d.webPort),
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := d.c.try("logs", "--tail", "40")
-			t.Logf("logs:\n%s", out)
-		}
-		if out, err := d.c.try("down", "-v", "--remove-orphans", "-t", "5"); err != nil {
-			t.Errorf("down -v: %v\n%s", err, out)
-		}
-		if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("containers left after down -v: %s", out)
-		}
-		if out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project="+project).Output(); len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("volumes left after down -v: %s", out)
-		}
-	})
-	start := time.Now()
-	d.c.run("up", "-d", "--scale", "processor=2", "--scale", "delivery=1")
-	d.c.healthy(2 * time.Minute)
-	t.Logf("stack up and healthy in %s", time.Since(start).Round(time.Second))
-
-	d.nc, err = nats.Connect(fmt.Sprintf("nats://submitter:%s@127.0.0.1:%d", envOr("SLUICE_NATS_SUBMITTER_PASSWORD", "submitter-dev"), natsPort),
-		nats.CustomInboxPrefix("_INBOX_submitter"), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.nc.Close)
+	d.c, d.ports = up(t, append(extra, override), nil, "--scale", "processor=2", "--scale", "delivery=1")
+	d.connect()
 	return d
+}
+
+// addHTTPFile writes a source file of size random bytes, served by the
+// test's HTTP server, and adds it to the job with a destination under dst
+// and its adler32.
+func (d *deployment) addHTTPFile(name string, size int) {
+	b := make([]byte, size)
+	_, _ = rand.Read(b)
+	if err := os.WriteFile(filepath.Join(d.src, name), b, 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	h, err := checksum.New("adler32")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	h.Write(b)
+	d.sums[name] = sha256.Sum256(b)
+	d.job.Inputs = append(d.job.Inputs, job.File{Source: d.base + "/" + name,
+		Destination: "file:///data/files/test/" + filepath.Base(d.dst) + "/" + name, Checksum: checksum.Format("adler32", h)})
 }
 
 // submit submits the job as a submitter.
@@ -338,7 +397,7 @@ func (d *deployment) finish() (took time.Duration, ov scheduler.Overview) {
 	}
 	// The overview is sampled every second: give it a few to catch up.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		ov = overview(t, d.webPort)
+		ov = overview(t, d.ports.web)
 		held := 0
 		for _, st := range ov.States {
 			held += st.Busy
@@ -391,7 +450,7 @@ func TestComposeStackScalesLosesADelivererAndMovesEveryFileIntact(t *testing.T) 
 	if victim == "" {
 		t.Fatal("no delivery container has a transfer in hand to be killed in")
 	}
-	running := busy(overview(t, d.webPort), dtr.Transfer)
+	running := busy(overview(t, d.ports.web), dtr.Transfer)
 	d.kill(victim)
 	d.hold(false)
 	t.Logf("killed delivery container %.12s with transfers in hand; %d transfers running in all", victim, running)
@@ -416,6 +475,80 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	took, ov := d.finish()
 	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost one; %d lease expiries, %d retries",
 		files, took.Round(time.Second), ov.Counts.LeaseExpiries, ov.Counts.Retries)
+}
+
+// filesDeployment brings a project up with compose.files.yaml: the host
+// directory SLUICE_FILES_DIR, made here, is /data/files in the containers,
+// and processors and deliverers run as SLUICE_FILES_USER, the test's own
+// uid and gid (as root: 4242, owning the directory, so that the results'
+// owner shows whose they are). The job's sources are files made on the
+// host in in/, its destinations out/ there.
+func filesDeployment(t *testing.T, files int, env []string, upArgs ...string) (d *deployment, uid int) {
+	dir := t.TempDir()
+	host := filepath.Join(dir, "files")
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = 4242, 4242
+	}
+	d = &deployment{t: t, dst: filepath.Join(host, "out"), sums: map[string][32]byte{},
+		job: &job.Job{Name: "compose-files", Owner: dtr.Identity{DN: "/CN=compose", FQANs: []string{"/atlas"}}}}
+	if err := os.MkdirAll(filepath.Join(host, "in", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < files; i++ {
+		// Sizes from empty to 1 MiB and more; one source in a subdirectory,
+		// destinations in directories that do not exist yet.
+		size := []int{0, 1, 4095, 64 << 10, 1<<20 + 17}[i%5] + i
+		name := fmt.Sprintf("f%03d", i)
+		src, dst := "in/"+name, "out/"+name
+		if i == 1 {
+			src = "in/sub/" + name
+		}
+		if i%2 == 0 {
+			dst = "out/even/" + name
+		}
+		b := make([]byte, size)
+		_, _ = rand.Read(b)
+		if err := os.WriteFile(filepath.Join(host, src), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d.sums[strings.TrimPrefix(dst, "out/")] = sha256.Sum256(b)
+		d.job.Inputs = append(d.job.Inputs, job.File{Source: "file:///data/files/" + src, Destination: "file:///data/files/" + dst})
+	}
+	if os.Getuid() == 0 {
+		err := filepath.Walk(host, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.c, d.ports = up(t, []string{"compose.files.yaml"}, append([]string{
+		"SLUICE_FILES_DIR=" + host, fmt.Sprintf("SLUICE_FILES_USER=%d:%d", uid, gid),
+	}, env...), upArgs...)
+	d.connect()
+	return d, uid
+}
+
+func TestComposeFilesOverrideTakesAJobsFilesFromTheHostAndLeavesItsResultsThere(t *testing.T) {
+	needCompose(t, false)
+	const files = 20
+	d, uid := filesDeployment(t, files, nil)
+	d.submit()
+	took, _ := d.finish() // every destination read on the host, byte for byte
+	for name := range d.sums {
+		fi, err := os.Stat(filepath.Join(d.dst, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
+			t.Errorf("%s belongs to uid %d, want %d (SLUICE_FILES_USER)", name, st.Uid, uid)
+		}
+	}
+	t.Logf("%d files from the host directory DONE and intact in it in %s, owned by uid %d", files, took.Round(time.Second), uid)
 }
 
 // active asks a delivery container's own /metrics how many transfers it
