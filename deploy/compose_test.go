@@ -386,15 +386,7 @@ func (d *deployment) finish() (took time.Duration, ov scheduler.Overview) {
 	if ev.State != api.JobFinished || ev.Done != len(d.sums) {
 		t.Fatalf("job %s: %d done, %d failed, %d cancelled of %d", ev.State, ev.Done, ev.Failed, ev.Cancelled, len(d.sums))
 	}
-	for name, want := range d.sums {
-		b, err := os.ReadFile(filepath.Join(d.dst, name))
-		if err != nil {
-			t.Fatalf("destination %s: %v", name, err)
-		}
-		if sha256.Sum256(b) != want {
-			t.Fatalf("destination %s differs from its source", name)
-		}
-	}
+	d.checkFiles()
 	// The overview is sampled every second: give it a few to catch up.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		ov = overview(t, d.ports.web)
@@ -475,6 +467,92 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	took, ov := d.finish()
 	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost one; %d lease expiries, %d retries",
 		files, took.Round(time.Second), ov.Counts.LeaseExpiries, ov.Counts.Retries)
+
+	// The host's sluice CLI, given every server's host port, submits and
+	// waits while nats-1 stays down (stopped, whatever its restart policy
+	// did after the kill).
+	d.c.run("stop", "-t", "1", "nats")
+	if out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Status}}", ids[0]).Output(); strings.TrimSpace(string(out)) == "running" {
+		t.Fatalf("nats-1 still runs after compose stop")
+	}
+	if nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", d.ports.nats[0]), nats.Timeout(2*time.Second)); err == nil {
+		nc.Close()
+		t.Fatal("nats-1's host port still answers")
+	}
+	d.newJob("dst-cli")
+	for i := 0; i < 20; i++ {
+		d.addHTTPFile(fmt.Sprintf("c%03d", i), 32<<10+i*31)
+	}
+	urls := d.ports.natsURLs("submitter", envOr("SLUICE_NATS_SUBMITTER_PASSWORD", "submitter-dev"))
+	start := time.Now()
+	out := d.cli(t, []string{"NATS_URL=" + urls, "SLUICE_AS_USER=submitter"}, "submit", "--wait", d.jobFile())
+	if !strings.Contains(out, "submitted") {
+		t.Fatalf("sluice submit --wait says:\n%s", out)
+	}
+	d.checkFiles()
+	t.Logf("with nats-1 stopped, sluice submit --wait with NATS_URL=%s moved %d files in %s",
+		redactedURLs(urls), len(d.sums), time.Since(start).Round(time.Second))
+}
+
+// newJob starts a new job of the test's HTTP files, its destinations in dst
+// beside the first job's.
+func (d *deployment) newJob(dst string) {
+	d.dst = filepath.Join(filepath.Dir(d.dst), dst)
+	if err := os.MkdirAll(d.dst, 0o777); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Chmod(d.dst, 0o777); err != nil { // the containers run as nobody
+		d.t.Fatal(err)
+	}
+	d.sums = map[string][32]byte{}
+	d.job = &job.Job{Name: "compose-" + dst}
+}
+
+// jobFile writes the job to a file for the CLI.
+func (d *deployment) jobFile() string {
+	f := filepath.Join(d.t.TempDir(), "job.json")
+	if err := os.WriteFile(f, mustJSON(d.t, d.job), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	return f
+}
+
+// cli runs the sluice CLI, built from this repository, on the host with env
+// only (and an empty HOME: no nats context), and fails the test unless it
+// succeeds within 3 minutes.
+func (d *deployment) cli(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluice").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/sluice: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// checkFiles checks every destination of the job, on the host, against
+// its source.
+func (d *deployment) checkFiles() {
+	for name, want := range d.sums {
+		b, err := os.ReadFile(filepath.Join(d.dst, name))
+		if err != nil {
+			d.t.Fatalf("destination %s: %v", name, err)
+		}
+		if sha256.Sum256(b) != want {
+			d.t.Fatalf("destination %s differs from its source", name)
+		}
+	}
+}
+
+func redactedURLs(urls string) string {
+	return regexp.MustCompile(`:[^:@/]+@`).ReplaceAllString(urls, ":xxxxx@")
 }
 
 // filesDeployment brings a project up with compose.files.yaml: the host
