@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -627,6 +628,137 @@ func TestComposeFilesOverrideTakesAJobsFilesFromTheHostAndLeavesItsResultsThere(
 		}
 	}
 	t.Logf("%d files from the host directory DONE and intact in it in %s, owned by uid %d", files, took.Round(time.Second), uid)
+}
+
+// TestComposeConfigs checks that compose takes every combination of the
+// files and profiles, that the cluster publishes each NATS server on its
+// own host port and that compose.files.yaml mounts SLUICE_FILES_DIR for
+// SLUICE_FILES_USER, without starting anything.
+func TestComposeConfigs(t *testing.T) {
+	if os.Getenv("SLUICE_COMPOSE_TEST") != "1" {
+		t.Skip("SKIPPED: the compose test runs with SLUICE_COMPOSE_TEST=1 and a Docker engine (.ci/run sets it when `docker info` works)")
+	}
+	dir := t.TempDir()
+	for _, files := range [][]string{nil, {"compose.files.yaml"}, {"compose.cluster.yaml"}, {"compose.files.yaml", "compose.cluster.yaml"}} {
+		c := newCompose(t, "sluiceconfig", append([]string{"compose.yaml"}, files...), []string{
+			"COMPOSE_PROFILES=tracing", "JAEGER_IMAGE=", "NATS_PORT=14222", "NATS_2_PORT=14223", "NATS_3_PORT=14224",
+			"SLUICE_FILES_DIR=" + dir, "SLUICE_FILES_USER=1234:5678"})
+		out := c.run("config")
+		want := []string{"jaeger", "sluice-jaeger:dev", "14222"}
+		if len(files) > 0 && files[0] == "compose.files.yaml" {
+			want = append(want, dir, "/data/files", "1234:5678")
+		}
+		if files != nil && files[len(files)-1] == "compose.cluster.yaml" {
+			want = append(want, "nats-2", "14223", "nats-3", "14224")
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("compose.yaml %v: config has no %q:\n%s", files, w, out)
+			}
+		}
+	}
+	// Relative to deploy/ by default: deploy/files.
+	c := newCompose(t, "sluiceconfig", []string{"compose.yaml", "compose.files.yaml"}, []string{"SLUICE_FILES_DIR="})
+	if wd, _ := os.Getwd(); !strings.Contains(c.run("config"), filepath.Join(wd, "files")) {
+		t.Errorf("compose.files.yaml does not mount deploy/files by default")
+	}
+}
+
+func TestComposeTracingProfileShowsEachDTRAcrossEveryRoleInOneJaegerTrace(t *testing.T) {
+	needCompose(t, true)
+	const files = 5
+	d, _ := filesDeployment(t, files, []string{"COMPOSE_PROFILES=tracing", "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318"})
+	query := fmt.Sprintf("http://127.0.0.1:%d/api", d.ports.jaeger)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		resp, err := http.Get(query + "/services")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			err = fmt.Errorf("%s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Jaeger's query API: %v", err)
+		}
+	}
+	d.submit()
+	d.finish()
+
+	// Each DTR is one trace from its submission (generator) through the
+	// scheduler's grants to the processors' and deliverers' stages; the
+	// roles send their spans in batches, every 5 s.
+	roles := []string{"sluice-generator", "sluice-scheduler", "sluice-processor", "sluice-delivery"}
+	var complete int
+	var seen []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		complete, seen = 0, nil
+		for _, tr := range jaegerTraces(t, query, "sluice-delivery") {
+			services := map[string]bool{}
+			for _, sp := range tr.Spans {
+				services[tr.Processes[sp.ProcessID].ServiceName] = true
+			}
+			all := true
+			for _, r := range roles {
+				all = all && services[r]
+			}
+			if all {
+				complete++
+			}
+			seen = append(seen, fmt.Sprintf("%.8s: %d spans of %v", tr.TraceID, len(tr.Spans), keys(services)))
+		}
+		if complete >= files {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d traces in Jaeger hold spans of %v, want one per DTR (%d):\n%s", complete, roles, files, strings.Join(seen, "\n"))
+		}
+	}
+	t.Logf("Jaeger holds %d traces with spans of %v; e.g. %s", complete, roles, seen[0])
+}
+
+type jaegerTrace struct {
+	TraceID string `json:"traceID"`
+	Spans   []struct {
+		ProcessID     string `json:"processID"`
+		OperationName string `json:"operationName"`
+	} `json:"spans"`
+	Processes map[string]struct {
+		ServiceName string `json:"serviceName"`
+	} `json:"processes"`
+}
+
+// jaegerTraces reads the traces of the last hour that have spans of
+// service from Jaeger's query API.
+func jaegerTraces(t *testing.T, query, service string) []jaegerTrace {
+	resp, err := http.Get(query + "/traces?lookback=1h&limit=1000&service=" + service)
+	if err != nil {
+		t.Fatalf("Jaeger's query API: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data []jaegerTrace `json:"data"`
+	}
+	if resp.StatusCode == http.StatusNotFound { // no span of service yet
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		t.Fatalf("Jaeger's query API: %s: %s", resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("Jaeger's traces: %v", err)
+	}
+	return out.Data
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // active asks a delivery container's own /metrics how many transfers it
