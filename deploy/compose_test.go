@@ -485,8 +485,9 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 		d.addHTTPFile(fmt.Sprintf("c%03d", i), 32<<10+i*31)
 	}
 	urls := d.ports.natsURLs("submitter", envOr("SLUICE_NATS_SUBMITTER_PASSWORD", "submitter-dev"))
+	bin := sluiceCLI(t)
 	start := time.Now()
-	out := d.cli(t, []string{"NATS_URL=" + urls, "SLUICE_AS_USER=submitter"}, "submit", "--wait", d.jobFile())
+	out := d.cli(t, bin, []string{"NATS_URL=" + urls, "SLUICE_AS_USER=submitter"}, "submit", "--wait", d.jobFile())
 	if !strings.Contains(out, "submitted") {
 		t.Fatalf("sluice submit --wait says:\n%s", out)
 	}
@@ -518,15 +519,25 @@ func (d *deployment) jobFile() string {
 	return f
 }
 
-// cli runs the sluice CLI, built from this repository, on the host with env
-// only (and an empty HOME: no nats context), and fails the test unless it
-// succeeds within 3 minutes.
-func (d *deployment) cli(t *testing.T, env []string, args ...string) string {
-	t.Helper()
+// sluiceCLI returns the sluice binary of this repository: the one
+// build-image.sh built for the image, unless SLUICE_COMPOSE_NO_BUILD
+// skipped that; then it is built here.
+func sluiceCLI(t *testing.T) string {
+	if os.Getenv("SLUICE_COMPOSE_NO_BUILD") == "" {
+		return "build/sluice"
+	}
 	bin := filepath.Join(t.TempDir(), "sluice")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluice").CombinedOutput(); err != nil {
 		t.Fatalf("go build ../cmd/sluice: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// cli runs the sluice CLI bin on the host with env only (and an empty
+// HOME: no nats context), and fails the test unless it succeeds within 3
+// minutes.
+func (d *deployment) cli(t *testing.T, bin string, env []string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
