@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the images deploy/compose.yaml runs, with no registry: both are
+# Builds the images deploy/compose.yaml runs, with no registry: all are
 # FROM scratch and take binaries built here.
 #
 #   sluice:dev       every Sluice role (static sluice binary + CA certificates)
