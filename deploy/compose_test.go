@@ -202,10 +202,11 @@ func needCompose(t *testing.T, jaeger bool) {
 		}
 		start := time.Now()
 		build := exec.Command("./build-image.sh", args...)
+		name := strings.Join(append([]string{"build-image.sh"}, args...), " ")
 		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build-image.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("%s: %v\n%s", name, err, out)
 		}
-		t.Logf("build-image.sh %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Second))
+		t.Logf("%s: %s", name, time.Since(start).Round(time.Second))
 	}
 }
 
