@@ -31,7 +31,10 @@ done
 out=deploy/build
 mkdir -p "$out"
 export CGO_ENABLED=0
-go build -trimpath -ldflags='-s -w' -o "$out/sluice" ./cmd/sluice
+# The version the binary reports (sluice --version, heartbeats, micro
+# services, sluice_build_info): the commit, as git describes it.
+release=$(git describe --tags --always --dirty 2>/dev/null || echo devel)
+go build -trimpath -ldflags="-s -w -X github.com/sluice-dtr/sluice/pkg/version.Release=$release" -o "$out/sluice" ./cmd/sluice
 cp /etc/ssl/certs/ca-certificates.crt "$out/"
 # /data/stage is writable by every uid, so that processors and deliverers
 # run as another user (deploy/compose.files.yaml) still stage there.
