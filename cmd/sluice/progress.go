@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,14 +17,34 @@ import (
 )
 
 // waitJob polls a job's status until it has ended; each poll is passed to
-// tick, if set.
+// tick, if set. A poll that gets no answer (the NATS server it was
+// connected to died and the connection moves to another, the generator
+// restarts, or answers that it cannot read the job now) is tried again,
+// for up to waitLost; any other error the generator answers ends the wait.
 func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func(api.JobEvent)) (api.JobEvent, error) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	var lostSince time.Time
 	for {
 		ev, err := jobStatus(ctx, nc, jobID)
-		if err != nil {
+		var ae *apiError
+		switch {
+		case err == nil:
+			lostSince = time.Time{}
+		case errors.As(err, &ae) && ae.code != "503" || ctx.Err() != nil:
 			return ev, err
+		case lostSince.IsZero():
+			lostSince = time.Now()
+			continue
+		case time.Since(lostSince) > waitLost:
+			return ev, fmt.Errorf("no answer about job %s for %s: %w", jobID, waitLost, err)
+		default:
+			select {
+			case <-ctx.Done():
+				return ev, ctx.Err()
+			case <-t.C:
+			}
+			continue
 		}
 		if ev.Announced {
 			return ev, nil
@@ -38,6 +59,9 @@ func waitJob(ctx context.Context, nc *nats.Conn, jobID string, tick func(api.Job
 		}
 	}
 }
+
+// waitLost is how long waitJob goes on asking without an answer.
+const waitLost = 2 * time.Minute
 
 // retryWatch shows a job's DTRs that wait for a retry, one line for each
 // when it starts waiting and again after each further failed attempt, and

@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -74,5 +79,49 @@ func TestFmtBytesUsesBinaryUnits(t *testing.T) {
 		if got := fmtBytes(in); got != want {
 			t.Errorf("fmtBytes(%v) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestWaitingForAJobRidesOutAGeneratorThatDoesNotAnswerForAWhile(t *testing.T) {
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Nobody answers at first (no responders); then the generator answers
+	// that it cannot read the job now (503), then with the ended job.
+	var asked atomic.Int32
+	time.AfterFunc(600*time.Millisecond, func() {
+		_, _ = nc.Subscribe(api.SubjectJobStatus, func(m *nats.Msg) {
+			if asked.Add(1) <= 2 {
+				r := nats.NewMsg(m.Reply)
+				r.Header.Set(micro.ErrorHeader, "the job's records cannot be read now; try again")
+				r.Header.Set(micro.ErrorCodeHeader, "503")
+				_ = m.RespondMsg(r)
+				return
+			}
+			_ = m.Respond([]byte(`{"job":{"id":"j1"},"state":"finished","total":1,"done":1,"announced":true}`))
+		})
+	})
+	ev, err := waitJob(context.Background(), nc, "j1", nil)
+	if err != nil || ev.State != api.JobFinished || asked.Load() != 3 {
+		t.Fatalf("waitJob: %+v, %v after %d answers; want the finished job after 3", ev, err, asked.Load())
+	}
+	// An answer that is an error other than 503 ends the wait at once.
+	as.user = "x"
+	defer func() { as.user = "" }()
+	_, _ = nc.Subscribe(api.UserSubject(api.SubjectJobStatus, "x"), func(m *nats.Msg) {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(micro.ErrorHeader, `unknown job "j2", or not yours`)
+		r.Header.Set(micro.ErrorCodeHeader, "404")
+		_ = m.RespondMsg(r)
+	})
+	if _, err := waitJob(context.Background(), nc, "j2", nil); exitCode(err) != exitNotFound {
+		t.Fatalf("waitJob of a job the generator does not know: %v", err)
 	}
 }
