@@ -1216,8 +1216,9 @@ func TestASubmitsEventRunsItsGoodDTRsAndRefusesEachBadOneAlone(t *testing.T) {
 }
 
 // TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines: on a
-// server whose max_payload is 128 KiB, a job of 400 files fits (its file
-// list does), but its end event with a line per file would not. The job
+// server whose max_payload is 128 KiB, a job of 350 files fits (its file
+// list does, each line with its DTR's trace id), but its end event with a
+// line per file would not. The job
 // ends all the same: the event and the status answer leave out the lines
 // of DONE files and say how many, and the counts are whole. (It used to be
 // never announced, its last final DTRs redelivered for ever.)
@@ -1226,7 +1227,7 @@ func TestAJobWhoseEndEventWouldNotFitAMessageEndsWithoutItsFileLines(t *testing.
 	cfg.Generator.MaxFiles = 1000
 	s := startWithMaxPayload(t, cfg, 128<<10)
 	s.shares()
-	const files = 400
+	const files = 350
 	ends := watch(t, s.nc, api.SubjectJobFinished, func(m *nats.Msg) (api.JobEvent, bool) {
 		var ev api.JobEvent
 		return ev, json.Unmarshal(m.Data, &ev) == nil
