@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -45,7 +46,7 @@ func cpCommand(cfg *Config) *cobra.Command {
 			}
 			j := job.Job{Name: name, Priority: priority, Owner: owner}
 			if j.Name == "" {
-				j.Name = "sluice cp " + filepath.Base(args[0])
+				j.Name = "sluice cp " + baseName(f.Source)
 			}
 			if strings.HasPrefix(f.Destination, "file://") {
 				j.Inputs = []job.File{f}
@@ -73,6 +74,16 @@ func cpCommand(cfg *Config) *cobra.Command {
 	fs.StringArrayVar(&owner.FQANs, "fqan", nil, "owner VOMS FQAN, e.g. /atlas/Role=production (repeatable; as --dn)")
 	o.json = jsonFlag(c)
 	return c
+}
+
+// baseName is the last element of a URL's path: never its query, which
+// may hold a signed URL's token, nor its user info.
+func baseName(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Path == "" {
+		return "file"
+	}
+	return path.Base(u.Path)
 }
 
 // fileURL is arg as a URL: a URL with a scheme as it is, a local path as

@@ -146,3 +146,16 @@ func TestJobsListsTheLatestFirstByState(t *testing.T) {
 		t.Fatalf("an unknown state: %v", err)
 	}
 }
+
+func TestACopysJobNameKeepsNoQueryOrUserInfo(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://s3.example.org/b/f.root?X-Amz-Signature=abc&X-Amz-Credential=AKIA": "f.root",
+		"https://user:secret@store.example.org/run/out.dat":                         "out.dat",
+		"file:///data/a%20b.txt":    "a b.txt",
+		"https://store.example.org": "file",
+	} {
+		if got := baseName(in); got != want {
+			t.Errorf("baseName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

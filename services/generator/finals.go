@@ -253,8 +253,10 @@ const maxFailureLine = 320
 func failureLine(source, reason string) string {
 	const prefix = "Failed in data staging: "
 	room := maxFailureLine - len(prefix) - len(": ")
-	source = shorten(source, room/2)
-	return prefix + source + ": " + shorten(reason, room-len(source))
+	// Redacted before it is shortened: a cut can split a URL's password
+	// from the '@' that marks it.
+	source = shorten(dtr.RedactText(source), room/2)
+	return prefix + source + ": " + shorten(dtr.RedactText(reason), room-len(source))
 }
 
 // shorten cuts s to at most n bytes, on a rune boundary, marking the cut.

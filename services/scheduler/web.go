@@ -174,7 +174,7 @@ func (l *jobLister) ask(ctx context.Context, req api.JobListRequest) (int, any) 
 	}
 	out := WebJobs{Jobs: make([]WebJob, 0, len(reply.Jobs)), More: reply.More}
 	for _, j := range reply.Jobs {
-		wj := WebJob{ID: j.Job.ID, Name: j.Job.Name, Owner: j.Job.Owner.DN, State: j.State, Total: j.Total,
+		wj := WebJob{ID: j.Job.ID, Name: dtr.RedactText(j.Job.Name), Owner: j.Job.Owner.DN, State: j.State, Total: j.Total,
 			Done: j.Done, Failed: j.Failed, Cancelled: j.Cancelled, Created: j.Created, Ended: j.Ended}
 		for _, f := range j.Failures {
 			wj.Failures = append(wj.Failures, dtr.RedactText(f))
