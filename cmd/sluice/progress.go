@@ -141,12 +141,17 @@ type progress struct {
 	drawn   bool
 	written time.Time
 	now     func() time.Time
+	width   int // the terminal's columns (0: unknown)
 }
 
 const plainEvery = 2 * time.Second
 
 func newProgress(out io.Writer) *progress {
-	return &progress{out: out, tty: isTerminal(out), start: time.Now(), now: time.Now}
+	p := &progress{out: out, tty: isTerminal(out), start: time.Now(), now: time.Now}
+	if f, ok := out.(*os.File); ok && p.tty {
+		p.width, _, _ = term.GetSize(int(f.Fd()))
+	}
+	return p
 }
 
 // isTerminal says whether w is a terminal.
@@ -168,11 +173,18 @@ func (p *progress) show(ev api.JobEvent, retrying int, final bool) {
 	line := p.line(ev, retrying)
 	now := p.now()
 	if p.tty {
+		// One screen row, or \r\033[K would clear only the last of a
+		// wrapped line's rows.
+		if r := []rune(line); p.width > 1 && len(r) >= p.width {
+			line = string(r[:p.width-2]) + "…"
+		}
 		fmt.Fprintf(p.out, "\r\033[K%s", line)
 		p.last, p.drawn = line, true
 		return
 	}
-	figures := line[strings.Index(line, " ")+1:] // the elapsed time aside
+	// The counts and bytes, not the elapsed time and rates, which change
+	// at every poll: a job that does not move writes no more lines.
+	figures := fmt.Sprint(ev.Done, ev.Failed, ev.Cancelled, retrying, ev.Total, p.bytes(ev))
 	if figures == p.last || (!final && now.Sub(p.written) < plainEvery) {
 		return
 	}
@@ -180,15 +192,21 @@ func (p *progress) show(ev api.JobEvent, retrying int, final bool) {
 	fmt.Fprintln(p.out, line)
 }
 
+// bytes is the bytes of the job's files done (of those listed).
+func (p *progress) bytes(ev api.JobEvent) int64 {
+	var n int64
+	for _, f := range ev.Files {
+		if f.Error == nil {
+			n += f.Size
+		}
+	}
+	return n
+}
+
 // line is the progress line: elapsed time, files, bytes and rates.
 func (p *progress) line(ev api.JobEvent, retrying int) string {
 	elapsed := p.now().Sub(p.start)
-	var bytes int64
-	for _, f := range ev.Files {
-		if f.Error == nil {
-			bytes += f.Size
-		}
-	}
+	bytes := p.bytes(ev)
 	pending := max(0, ev.Total-ev.Final()-retrying)
 	s := fmt.Sprintf("%s %d/%d done, %d failed, %d retrying, %d to go", fmtElapsed(elapsed), ev.Done, ev.Total, ev.Failed, retrying, pending)
 	if ev.Cancelled > 0 {

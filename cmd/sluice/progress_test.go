@@ -74,6 +74,17 @@ func TestProgressRedrawsOneLineOnATerminal(t *testing.T) {
 	}
 }
 
+func TestProgressOnATerminalStaysOnOneRow(t *testing.T) {
+	var out bytes.Buffer
+	p, _ := fakeProgress(&out, true)
+	p.width = 40
+	p.update(jobAt(1, 0, 1000, 1<<30), 0)
+	line := strings.TrimPrefix(out.String(), "\r\033[K")
+	if n := len([]rune(line)); n >= 40 || !strings.HasSuffix(line, "…") {
+		t.Fatalf("drew %q (%d columns) on a 40-column terminal", line, n)
+	}
+}
+
 func TestFmtBytesUsesBinaryUnits(t *testing.T) {
 	for in, want := range map[float64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1.5 * (1 << 30): "1.5 GiB"} {
 		if got := fmtBytes(in); got != want {

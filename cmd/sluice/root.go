@@ -84,8 +84,13 @@ func exitCode(err error) int {
 		return e.code
 	}
 	var ae *apiError
-	if errors.As(err, &ae) && ae.code == "404" {
-		return exitNotFound
+	if errors.As(err, &ae) {
+		switch ae.code {
+		case "404":
+			return exitNotFound
+		case "400": // the service found the request malformed
+			return exitUsage
+		}
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
 		return exitUsage
@@ -278,21 +283,36 @@ func printJSON(w io.Writer, v any) error {
 // (-wait, -nats URL) go on working: an argument "-name" or "-name=value"
 // where name is a long flag of the command is read as "--name". Arguments
 // after "--" are left alone.
+// An argument that is a flag's value (--name -stage) is left as it is.
 func longFlags(root *cobra.Command, args []string) []string {
 	c, _, err := root.Find(args)
 	if err != nil {
 		return args
 	}
+	c.InitDefaultHelpFlag()
+	root.InitDefaultVersionFlag()
 	out := slices.Clone(args)
+	value := false // the argument is the value of the flag before it
 	for i, a := range out {
 		if a == "--" {
 			break
 		}
-		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+		if value {
+			value = false
 			continue
 		}
-		name, _, _ := strings.Cut(a[1:], "=")
-		if f := lookupFlag(c, name); f != nil && len(name) > 1 {
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := lookupFlag(c, name)
+		if f == nil && len(name) == 1 {
+			f = c.Flags().ShorthandLookup(name)
+		}
+		if f != nil && f.NoOptDefVal == "" && !hasValue {
+			value = true // its value comes next
+		}
+		if f != nil && a[1] != '-' && len(name) > 1 {
 			out[i] = "-" + a
 		}
 	}

@@ -50,12 +50,16 @@ func TestExitStatusSaysWhatWentWrong(t *testing.T) {
 		{"an id that is no UUID", []string{"why", "not-a-uuid"}, exitUsage},
 		{"a priority that is no number", []string{"priority", "7f0c3a4e-0000-4000-8000-000000000000", "high"}, exitUsage},
 		{"bad share priorities", []string{"reconfigure", "atlas=high"}, exitUsage},
+		{"a request the service finds malformed", nil, exitUsage},
 		{"a job file that is not there", []string{"submit", "/nonexistent/job.json"}, exitFailed},
 		{"no NATS server", []string{"shares", "--nats", "nats://127.0.0.1:1"}, exitFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := run(tt.args, &bytes.Buffer{})
+			var err error = &apiError{code: "400", text: `job list request: state "lost" is not running, finished, failed or ended`}
+			if tt.args != nil {
+				err = run(tt.args, &bytes.Buffer{})
+			}
 			if got := exitCode(err); got != tt.want {
 				t.Fatalf("sluice %s: %v, exit %d; want exit %d", strings.Join(tt.args, " "), err, got, tt.want)
 			}
@@ -86,6 +90,11 @@ func TestSingleDashLongFlagsStillWork(t *testing.T) {
 		{[]string{"submit", "-h"}, []string{"submit", "-h"}},
 		{[]string{"submit", "-nosuchflag"}, []string{"submit", "-nosuchflag"}},
 		{[]string{"submit", "--", "-wait"}, []string{"submit", "--", "-wait"}},
+		{[]string{"cp", "--name", "-stage", "a", "b"}, []string{"cp", "--name", "-stage", "a", "b"}},
+		{[]string{"submit", "-session-dir", "-wait", "j"}, []string{"submit", "--session-dir", "-wait", "j"}},
+		{[]string{"cp", "-stage", "-overwrite", "a", "b"}, []string{"cp", "--stage", "--overwrite", "a", "b"}},
+		{[]string{"status", "-help"}, []string{"status", "--help"}},
+		{[]string{"-version"}, []string{"--version"}},
 	}
 	for _, tt := range tests {
 		if got := longFlags(root, tt.in); !slices.Equal(got, tt.want) {
