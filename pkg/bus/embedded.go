@@ -45,7 +45,8 @@ func EmbeddedWith(dir string, port int, set func(*server.Options)) (*server.Serv
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
 	// The server says why it cannot start (the port taken, JetStream
-	// refused) only in its log: the first error there ends the wait.
+	// refused) only in its log: the first fatal error there ends the wait.
+	// Errors it recovers from (a partial write it cannot restore) do not.
 	failed := &firstError{}
 	ns.SetLoggerV2(failed, false, false, false)
 	go ns.Start()
@@ -77,8 +78,8 @@ func writable(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// firstError is a NATS server logger that keeps the first error or fatal
-// message and drops the rest.
+// firstError is a NATS server logger that keeps the first fatal message
+// and drops the rest.
 type firstError struct {
 	mu  sync.Mutex
 	err error
@@ -102,5 +103,5 @@ func (l *firstError) Noticef(string, ...any)         {}
 func (l *firstError) Warnf(string, ...any)           {}
 func (l *firstError) Debugf(string, ...any)          {}
 func (l *firstError) Tracef(string, ...any)          {}
-func (l *firstError) Errorf(format string, v ...any) { l.keep(format, v) }
+func (l *firstError) Errorf(string, ...any)          {}
 func (l *firstError) Fatalf(format string, v ...any) { l.keep(format, v) }

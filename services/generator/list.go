@@ -66,7 +66,24 @@ func (s *Service) handleList(ctx context.Context, r micro.Request) {
 		_ = r.Error("503", text, nil)
 		return
 	}
-	_ = r.RespondJSON(reply)
+	b, err := fitJobList(reply, s.eventLimit())
+	if err != nil {
+		_ = r.Error("500", err.Error(), nil)
+		return
+	}
+	_ = r.Respond(b)
+}
+
+// fitJobList encodes reply in at most limit bytes (a message): the latest
+// jobs that fit, with More set when some were left out.
+func fitJobList(reply api.JobListReply, limit int) ([]byte, error) {
+	for {
+		b, err := json.Marshal(reply)
+		if err != nil || len(b) <= limit || len(reply.Jobs) == 0 {
+			return b, err
+		}
+		reply.Jobs, reply.More = reply.Jobs[:len(reply.Jobs)*limit/len(b)*9/10], true
+	}
 }
 
 // List returns the records of the jobs req asks for that caller c may see

@@ -117,6 +117,9 @@ func normaliseReason(text string) string {
 // them and none older than failuresSpan, oldest first.
 type failures struct {
 	recs []FailureRecord
+	// kept holds the DTR ids of recs: a failure is recorded at a cost
+	// that does not grow with the number kept.
+	kept map[uuid.UUID]struct{}
 	// groups is recs grouped, made again when changed is set.
 	groups  []FailureGroup
 	changed bool
@@ -125,14 +128,30 @@ type failures struct {
 // add records r; a DTR recorded before (its end announced again after a
 // restart) is recorded once.
 func (f *failures) add(r FailureRecord) {
-	if i := slices.IndexFunc(f.recs, func(o FailureRecord) bool { return o.DTR == r.DTR }); i >= 0 {
-		f.recs = slices.Delete(f.recs, i, i+1)
+	if f.kept == nil {
+		f.kept = map[uuid.UUID]struct{}{}
+	}
+	if _, again := f.kept[r.DTR]; again {
+		if i := slices.IndexFunc(f.recs, func(o FailureRecord) bool { return o.DTR == r.DTR }); i >= 0 {
+			f.recs = slices.Delete(f.recs, i, i+1)
+		}
 	}
 	f.recs = append(f.recs, r)
+	f.kept[r.DTR] = struct{}{}
 	if n := len(f.recs); n > maxFailures {
-		f.recs = slices.Delete(f.recs, 0, n-maxFailures)
+		f.drop(n - maxFailures)
 	}
 	f.changed = true
+}
+
+// drop forgets the n oldest failures. The slice is cut from the front, not
+// moved: append copies the kept ones when it next needs room.
+func (f *failures) drop(n int) {
+	for _, r := range f.recs[:n] {
+		delete(f.kept, r.DTR)
+	}
+	clear(f.recs[:n])
+	f.recs = f.recs[n:]
 }
 
 // prune forgets the failures older than failuresSpan before now.
@@ -142,7 +161,7 @@ func (f *failures) prune(now time.Time) {
 		i++
 	}
 	if i > 0 {
-		f.recs = slices.Delete(f.recs, 0, i)
+		f.drop(i)
 		f.changed = true
 	}
 }

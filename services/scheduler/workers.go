@@ -56,6 +56,8 @@ type workerKey struct {
 type seenWorker struct {
 	hb   api.Heartbeat
 	last time.Time
+	// holds are the ids of hb.Grants, for renewals to look up.
+	holds map[string]bool
 }
 
 func newWorkerTracker(every, lease time.Duration) *workerTracker {
@@ -78,7 +80,18 @@ func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) {
 		delete(t.seen, key)
 		return
 	}
-	t.seen[key] = &seenWorker{hb: hb, last: now}
+	w := &seenWorker{hb: hb, last: now, holds: make(map[string]bool, len(hb.Grants))}
+	for _, g := range hb.Grants {
+		w.holds[g.Grant] = true
+	}
+	t.seen[key] = w
+	t.forget(now)
+}
+
+// forget drops the workers not heard from for forgetAfter. Called with
+// t.mu held, wherever the workers are looked at: with every worker gone,
+// no heartbeat comes to do it.
+func (t *workerTracker) forget(now time.Time) {
 	for id, w := range t.seen {
 		if now.Sub(w.last) > t.forgetAfter {
 			delete(t.seen, id)
@@ -96,10 +109,11 @@ func (t *workerTracker) renewed(stage dtr.Stage, p api.Progress) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w := t.seen[workerKey{p.Worker, stage}]
-	if w == nil || slices.ContainsFunc(w.hb.Grants, func(g api.HeldGrant) bool { return g.Grant == p.Grant }) {
+	if w == nil || w.holds[p.Grant] {
 		return
 	}
-	w.hb.Grants = append(slices.Clip(w.hb.Grants), api.HeldGrant{DTR: p.DTR, Grant: p.Grant})
+	w.holds[p.Grant] = true
+	w.hb.Grants = append(w.hb.Grants, api.HeldGrant{DTR: p.DTR, Grant: p.Grant})
 }
 
 // interval is the heartbeat interval of a worker.
@@ -147,6 +161,7 @@ type heldBy struct {
 func (t *workerTracker) holders(now time.Time) map[string]heldBy {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forget(now)
 	out := map[string]heldBy{}
 	for _, w := range t.seen {
 		for _, g := range w.hb.Grants {
@@ -162,10 +177,10 @@ func (t *workerTracker) holders(now time.Time) map[string]heldBy {
 func (t *workerTracker) holderOf(grant string, now time.Time) (api.Holder, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forget(now)
 	var found *seenWorker
 	for _, w := range t.seen {
-		if (found == nil || found.last.Before(w.last)) &&
-			slices.ContainsFunc(w.hb.Grants, func(g api.HeldGrant) bool { return g.Grant == grant }) {
+		if (found == nil || found.last.Before(w.last)) && w.holds[grant] {
 			found = w
 		}
 	}
@@ -180,6 +195,7 @@ func (t *workerTracker) holderOf(grant string, now time.Time) (api.Holder, bool)
 func (t *workerTracker) list(now time.Time) []api.Worker {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forget(now)
 	out := make([]api.Worker, 0, len(t.seen))
 	for _, w := range t.seen {
 		hb := w.hb

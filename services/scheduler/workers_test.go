@@ -101,7 +101,11 @@ func TestTheTrackerForgetsAStoppingWorkerAndLearnsGrantsFromRenewals(t *testing.
 	if ws := w.list(t0.Add(time.Second)); len(ws) != 1 || ws[0].ID != "a" || ws[0].Stage != dtr.StagePre {
 		t.Fatalf("workers %+v", ws)
 	}
-	// A worker silent for longer than any lease is forgotten.
+	// A worker silent for longer than any lease is forgotten, also when
+	// no other worker is heard from.
+	if ws := w.list(t0.Add(11 * time.Minute)); len(ws) != 0 {
+		t.Fatalf("workers %+v 11 minutes after the last heartbeat, want none", ws)
+	}
 	w.heard(api.Heartbeat{Worker: "c", IntervalSeconds: 1}, t0.Add(11*time.Minute))
 	if ws := w.list(t0.Add(11 * time.Minute)); len(ws) != 1 || ws[0].ID != "c" {
 		t.Fatalf("workers %+v", ws)
