@@ -304,5 +304,5 @@ func printJobSummary(w io.Writer, ev api.JobEvent) {
 	}
 	fmt.Fprintf(w, "job %s (%s) %s: %d done, %d failed, %d cancelled; %.1f MiB transferred between %s and %s\n",
 		ev.Job.ID, ev.Job.Name, ev.State, ev.Done, ev.Failed, ev.Cancelled, float64(size)/(1<<20),
-		first.Format("15:04:05.000"), lastEnd.Format("15:04:05.000"))
+		first.Local().Format("15:04:05.000 MST"), lastEnd.Local().Format("15:04:05.000 MST"))
 }

@@ -143,7 +143,7 @@ func clock(t, now time.Time) string {
 	}
 	d := t.Sub(now).Round(time.Second)
 	if d >= 0 {
-		return fmt.Sprintf("%s (in %s)", t.Local().Format("15:04:05"), d)
+		return fmt.Sprintf("%s (in %s)", t.Local().Format("15:04:05 MST"), d)
 	}
-	return fmt.Sprintf("%s (%s ago)", t.Local().Format("15:04:05"), -d)
+	return fmt.Sprintf("%s (%s ago)", t.Local().Format("15:04:05 MST"), -d)
 }
