@@ -2,24 +2,11 @@ package app
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dtr/sluice/pkg/version"
 )
-
-// revision is the commit the binary was built from, if known.
-func revision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
-	}
-	return ""
-}
 
 // buildInfo is the sluice_build_info gauge: always 1, its labels naming
 // the version (pkg/version), the Go release and the commit of the running
@@ -29,7 +16,7 @@ func buildInfo() prometheus.Collector {
 		Name: "sluice_build_info",
 		Help: "1, labelled with the version, the Go release and the commit of the running binary",
 		ConstLabels: prometheus.Labels{
-			"version": version.String(), "goversion": runtime.Version(), "revision": revision(),
+			"version": version.String(), "goversion": runtime.Version(), "revision": version.Revision(),
 		},
 	})
 	g.Set(1)

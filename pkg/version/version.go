@@ -46,16 +46,7 @@ func fromBuildInfo(info *debug.BuildInfo) string {
 	if v := info.Main.Version; v != "" && v != "(devel)" {
 		return v
 	}
-	var rev string
-	var dirty bool
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
+	rev, dirty := revisionOf(info)
 	if rev == "" {
 		return "devel"
 	}
@@ -66,6 +57,31 @@ func fromBuildInfo(info *debug.BuildInfo) string {
 		rev += "+dirty"
 	}
 	return rev
+}
+
+// Revision returns the full commit the binary was built from, "" if the
+// build did not record it.
+func Revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	rev, _ := revisionOf(info)
+	return rev
+}
+
+// revisionOf reads the commit and whether the tree had changes out of a
+// binary's build information.
+func revisionOf(info *debug.BuildInfo) (rev string, dirty bool) {
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	return rev, dirty
 }
 
 // SemVer returns String as a Semantic Version without a leading "v", as
