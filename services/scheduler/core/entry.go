@@ -195,6 +195,72 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	return nil
 }
 
+// Forget removes an unfinished DTR from the core as if it had never been
+// submitted or restored, and reports whether the core held it; an unknown
+// id returns false and changes nothing. It is Restore's inverse, for a
+// hot-standby scheduler that keeps a warm core by applying the records the
+// leader journals: for a DTR it holds, Forget then Restore(now, record)
+// (just Forget for a record in a final state).
+//
+// It undoes every index the entry is in: the DTRs held, its owner's use,
+// its place in a queue (a share left with nothing queued or running is
+// dropped) or its slot (per-host counts included) or its place among the
+// DTRs waiting for a retry or a cache download, its staged copy, its
+// download into the cache (DTRs waiting for that download look again and
+// find none), its place among the DTRs changed since the last Take, and
+// any grant or stop of it decided and not yet taken. It decides nothing:
+// no grant, no change record, no final DTR, no policy charge, and Counts
+// stay as they are.
+//
+// Forget then Restore of the DTR's latest record rebuilds what the record
+// carries, not the rest of the entry; what differs from the entry the
+// core had:
+//   - a queued DTR comes last among its equals (a new arrival order), its
+//     ageing starts over (AgeAfter from now), and under a policy that
+//     draws lots it draws a new place, from the core's seeded generator;
+//   - an active DTR's lease and grant time start at now;
+//   - the post-processing phase (postPhase) is not in the record: a
+//     REGISTER_REPLICA finalise given back or tried again after a lost
+//     worker (postFinaliseAgain) is granted as a cleanup if the DTR is
+//     cancelled or has an error; a file put in place (postFileInPlace)
+//     no longer keeps a DTR cancelled afterwards from ending CANCELLED;
+//     and a lost cleanup (postCleanupLost) is not done once more before
+//     the decision;
+//   - a staged copy is counted at the record's priority, not the one it
+//     was pinned at;
+//   - a download into the cache is keyed by the record's current source
+//     (not the replica it began on), and one is registered for any
+//     record with Cache "download", even after PROCESS_CACHE ended it
+//     (a DTR waiting to retry or to finalise again);
+//   - its owner's bytes are counted from the record as it is now.
+func (c *Core) Forget(id uuid.UUID) bool {
+	e, ok := c.dtrs[id]
+	if !ok {
+		return false
+	}
+	c.unpackEntry(e) // disown and release read its DTR
+	switch {
+	case c.active[id] == e:
+		c.release(e)
+	case e.index >= 0 && e.index < len(c.delayed) && c.delayed[e.index] == e:
+		heap.Remove(&c.delayed, e.index)
+	case e.share != nil && e.index >= 0 && e.index < e.share.q.Len() && e.share.q.items[e.index] == e:
+		e.share.q.remove(e)
+		c.states[e.queued].drop(e.share)
+	}
+	c.unpin(e)
+	c.uncache(e)
+	if e.dirty {
+		c.dirty = slices.DeleteFunc(c.dirty, func(o *entry) bool { return o == e })
+		e.dirty = false
+	}
+	c.out.Grants = slices.DeleteFunc(c.out.Grants, func(g Grant) bool { return g.DTR.ID == id })
+	c.out.CancelRunning = slices.DeleteFunc(c.out.CancelRunning, func(g Grant) bool { return g.DTR.ID == id })
+	c.disown(e)
+	delete(c.dtrs, id)
+	return true
+}
+
 // Result applies a worker's outcome. A result for a grant that is not the
 // DTR's current one (a worker that lost its lease, a redelivery) is refused
 // with ErrStaleResult and changes nothing.

@@ -1,0 +1,455 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// copyRecord copies a DTR record deeply: what Take hands out points into
+// the core, and Restore keeps the record it is given.
+func copyRecord(d *dtr.DTR) *dtr.DTR {
+	cp := *d
+	if d.Error != nil {
+		f := *d.Error
+		cp.Error = &f
+	}
+	cp.Replicas = slices.Clone(d.Replicas)
+	cp.Owner.FQANs = slices.Clone(d.Owner.FQANs)
+	return &cp
+}
+
+// records returns copies of every DTR a core holds, sorted by id.
+func records(c *Core) []*dtr.DTR {
+	var out []*dtr.DTR
+	for _, d := range c.DTRs() {
+		out = append(out, copyRecord(&d))
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0 })
+	return out
+}
+
+// observed is everything a core shows of its DTRs at now, its public
+// answers and its indexes, as text to compare.
+func observed(t *testing.T, c *Core, now time.Time) string {
+	t.Helper()
+	type why struct {
+		Why Why
+		Err string
+	}
+	var o struct {
+		Len      int
+		Shares   []ShareStats
+		Retrying map[string]int
+		Queued   map[string]int
+		DTRs     []*dtr.DTR
+		Owners   map[string]OwnerUse
+		Explain  []why
+		// The indexes behind them.
+		Active, Delayed, Dirty int
+		Pins                   map[string]int
+		PinPrios               map[string][101]int32
+		Hosts                  map[string]int
+		Caching                map[string]string
+		Pending                int
+	}
+	o.Len = c.Len()
+	o.Shares, o.Retrying = c.Shares()
+	o.Queued = map[string]int{}
+	for _, s := range dtr.QueueStates {
+		o.Queued[s.String()] = c.Queued(s)
+	}
+	o.DTRs = records(c)
+	o.Owners = map[string]OwnerUse{}
+	for _, d := range o.DTRs {
+		o.Owners[d.Owner.DN] = c.Owner(d.Owner.DN)
+		w, err := c.Explain(now, d.ID)
+		var msg string
+		if err != nil {
+			msg = err.Error()
+		}
+		o.Explain = append(o.Explain, why{w, msg})
+	}
+	o.Active, o.Delayed, o.Dirty = len(c.active), len(c.delayed), len(c.dirty)
+	o.Pins, o.PinPrios = map[string]int{}, map[string][101]int32{}
+	for share, p := range c.pins.byShare {
+		o.Pins[share], o.PinPrios[share] = p.n, p.byPrio
+	}
+	o.Hosts = map[string]int{}
+	for h, n := range c.hosts.running {
+		o.Hosts[c.names[h-1]] = n
+	}
+	o.Caching = map[string]string{}
+	for src, e := range c.caching {
+		o.Caching[src] = c.peekEntry(e).ID.String()
+	}
+	o.Pending = len(c.out.Grants) + len(c.out.CancelRunning) + len(c.out.Final)
+	b, err := json.MarshalIndent(o, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// pending counts decisions.
+func pending(out Decisions) string {
+	return fmt.Sprintf("%d grants, %d changed, %d final, %d to stop", len(out.Grants), len(out.Changed), len(out.Final), len(out.CancelRunning))
+}
+
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// firstDiff returns the first line where two texts differ, with context.
+func firstDiff(a, b string) string {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < max(len(la), len(lb)); i++ {
+		var x, y string
+		if i < len(la) {
+			x = la[i]
+		}
+		if i < len(lb) {
+			y = lb[i]
+		}
+		if x != y {
+			lo := max(0, i-8)
+			return fmt.Sprintf("line %d:\n  want %s\n  got  %s\nwant from line %d:\n%s\ngot:\n%s", i+1, x, y, lo+1,
+				strings.Join(la[lo:min(len(la), i+4)], "\n"), strings.Join(lb[lo:min(len(lb), i+4)], "\n"))
+		}
+	}
+	return "no difference"
+}
+
+// step drives a core one way: the clock moves on by dt, it ticks, and
+// every DTR that holds a grant is answered with success, in id order. It
+// returns the decisions of the tick and those of the answers, as text.
+func step(t *testing.T, c *Core, now time.Time) string {
+	t.Helper()
+	c.Tick(now)
+	var out []Decisions
+	out = append(out, c.Take())
+	for _, d := range records(c) {
+		if !d.State.IsActive() {
+			continue
+		}
+		r := Result{DTR: d.ID, Grant: d.Grant, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
+		if err := c.Result(now, r); err != nil {
+			t.Fatalf("result for %s in %s: %v", d.ID, d.State, err)
+		}
+		out = append(out, c.Take())
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// place drives a leader harness until one of its DTRs rests where a case
+// wants it. respond answers a grant: nil holds it (its worker works on).
+type place struct {
+	name  string
+	cfg   func() Config
+	dtrs  func() []*dtr.DTR
+	steps int
+	dt    time.Duration
+	// respond answers the grants in step i; a nil result holds the grant.
+	respond func(i int, g Grant) *Result
+	// then, if set, acts on the leader after its steps (a cancel).
+	then func(h *harness)
+	// holds reports whether the leader holds the DTR in the place.
+	holds func(h *harness) bool
+}
+
+func ok(g Grant) *Result {
+	return &Result{DTR: g.DTR.ID, Grant: g.ID, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
+}
+
+func holdIn(s dtr.State) func(int, Grant) *Result {
+	return func(_ int, g Grant) *Result {
+		if g.State == s {
+			return nil
+		}
+		return ok(g)
+	}
+}
+
+// holdsIn reports whether a DTR of the leader is in state s, and further
+// (if set) is true of it.
+func holdsIn(s dtr.State, further func(h *harness, d dtr.DTR) bool) func(h *harness) bool {
+	return func(h *harness) bool {
+		for _, d := range h.c.DTRs() {
+			if d.State == s && (further == nil || further(h, d)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// lead drives a leader to the place and returns it with the records it
+// held after each step before the last, the earlier records a standby
+// may hold.
+func (p place) lead(t *testing.T) (h *harness, earlier [][]*dtr.DTR) {
+	cfg := DefaultConfig()
+	if p.cfg != nil {
+		cfg = p.cfg()
+	}
+	h = newHarness(t, cfg)
+	h.submit(p.dtrs()...)
+	dt := p.dt
+	if dt == 0 {
+		dt = time.Second
+	}
+	for i := 0; i < p.steps; i++ {
+		for _, g := range h.tick(dt) {
+			r := p.respond(i, g)
+			if r == nil {
+				continue
+			}
+			delete(h.running, g.ID)
+			if err := h.c.Result(h.now, *r); err != nil {
+				t.Fatalf("result for %s in %s: %v", g.DTR.ID, g.State, err)
+			}
+			h.collect()
+		}
+		earlier = append(earlier, records(h.c))
+	}
+	if p.then != nil {
+		p.then(h)
+		h.collect()
+	}
+	if !p.holds(h) {
+		t.Fatalf("the leader does not hold a DTR %s: %s", p.name, observed(t, h.c, h.now))
+	}
+	return h, earlier
+}
+
+func forgetPlaces() []place {
+	three := func() []*dtr.DTR {
+		return []*dtr.DTR{newDTR(1, "alice", dtr.Download), newDTR(2, "alice", dtr.Download), newDTR(3, "bob", dtr.Upload)}
+	}
+	narrow := func() Config {
+		cfg := DefaultConfig()
+		cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 1, 1, 0
+		cfg.MaxPerHost = 1
+		return cfg
+	}
+	packed := func(h *harness, d dtr.DTR) bool { return h.c.dtrs[d.ID].d == nil }
+	staged := func() []*dtr.DTR {
+		return []*dtr.DTR{stagedDTR(1, "alice", 50), stagedDTR(2, "alice", 60), stagedDTR(3, "alice", 40)}
+	}
+	sameFile := func() []*dtr.DTR {
+		return []*dtr.DTR{newDTR(1, "alice", dtr.Download), newDTR(3, "bob", dtr.Download)}
+	}
+	waitForIt := func(h *harness) {
+		b := newDTR(2, "alice", dtr.Download)
+		b.Source = newDTR(1, "alice", dtr.Download).Source
+		b.UserPriority = 80 // its wait raises the download's priority
+		h.submit(b)
+	}
+	return []place{
+		{
+			name: "queued and packed", cfg: narrow, dtrs: three, steps: 2,
+			respond: holdIn(dtr.QueryingReplica),
+			holds:   holdsIn(dtr.QueryReplica, packed),
+		},
+		{
+			name: "active in pre-processing", cfg: narrow, dtrs: three, steps: 3,
+			respond: holdIn(dtr.PreCleaning),
+			holds:   holdsIn(dtr.PreCleaning, nil),
+		},
+		{
+			name: "active in delivery", cfg: narrow, dtrs: three, steps: 6,
+			respond: holdIn(dtr.Transferring),
+			holds:   holdsIn(dtr.Transferring, nil),
+		},
+		{
+			name: "active in post-processing", cfg: narrow, dtrs: three, steps: 8,
+			respond: holdIn(dtr.RegisteringReplica),
+			holds:   holdsIn(dtr.RegisteringReplica, nil),
+		},
+		{
+			name: "cancelled while transferring", cfg: narrow, dtrs: three, steps: 6,
+			respond: holdIn(dtr.Transferring),
+			then: func(h *harness) {
+				for _, g := range h.running {
+					if err := h.c.Cancel(h.now, g.DTR.ID); err != nil {
+						h.t.Fatal(err)
+					}
+				}
+			},
+			holds: holdsIn(dtr.TransferringCancel, nil),
+		},
+		{
+			name: "pinned, with another waiting for MaxPrepared",
+			cfg: func() Config {
+				cfg := DefaultConfig()
+				cfg.MaxPrepared, cfg.MaxEmergency = 1, 0
+				return cfg
+			},
+			dtrs: staged, steps: 6,
+			respond: holdIn(dtr.Transferring),
+			holds: holdsIn(dtr.Transferring, func(h *harness, d dtr.DTR) bool {
+				return h.c.dtrs[d.ID].pinned && h.c.Queued(dtr.StagePrepare) > 0
+			}),
+		},
+		{
+			name: "downloading into the cache, another waiting for it",
+			cfg:  cacheConfig, dtrs: sameFile, steps: 4,
+			respond: func(_ int, g Grant) *Result {
+				switch g.State {
+				case dtr.Transferring:
+					return nil
+				case dtr.CheckingCache:
+					r := ok(g)
+					r.Cache, r.CacheFile = dtr.CacheDownload, "file:///cache/"+g.DTR.Source
+					return r
+				}
+				return ok(g)
+			},
+			then:  waitForIt,
+			holds: holdsIn(dtr.CacheWait, func(h *harness, d dtr.DTR) bool { return len(h.c.caching) > 0 }),
+		},
+		{
+			name: "waiting for a retry",
+			cfg: func() Config {
+				cfg := DefaultConfig()
+				cfg.RetryBase = 10 * time.Minute
+				return cfg
+			},
+			dtrs: three, steps: 8,
+			respond: func(_ int, g Grant) *Result {
+				r := ok(g)
+				if g.State == dtr.Transferring && g.DTR.ID == newDTR(1, "alice", dtr.Download).ID {
+					r.Error = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503"}
+				}
+				return r
+			},
+			holds: holdsIn(dtr.New, func(_ *harness, d dtr.DTR) bool { return !d.NextProcess.IsZero() }),
+		},
+		{
+			name: "waiting to finalise again",
+			cfg: func() Config {
+				cfg := DefaultConfig()
+				cfg.RetryBase = 10 * time.Minute
+				return cfg
+			},
+			dtrs: three, steps: 8,
+			respond: func(_ int, g Grant) *Result {
+				r := ok(g)
+				if g.State == dtr.RegisteringReplica && g.DTR.ID == newDTR(2, "alice", dtr.Download).ID {
+					r.Error = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "disk full"}
+				}
+				return r
+			},
+			holds: holdsIn(dtr.CacheProcessed, func(_ *harness, d dtr.DTR) bool { return !d.NextProcess.IsZero() }),
+		},
+	}
+}
+
+// A standby core that restored earlier records and then forgets and
+// restores each DTR with its latest record holds the same as a core that
+// restored only the latest records, and goes on to decide the same.
+func TestForgetThenRestoreIsLikeRestoringTheLatestRecordOnly(t *testing.T) {
+	for _, p := range forgetPlaces() {
+		t.Run(p.name, func(t *testing.T) {
+			leader, snaps := p.lead(t)
+			for i, earlier := range snaps {
+				t.Run(fmt.Sprintf("holding the records of step %d", i), func(t *testing.T) {
+					forgetAndRestore(t, p, leader, earlier)
+				})
+			}
+		})
+	}
+}
+
+// forgetAndRestore checks that a standby that holds earlier records and
+// forgets and restores each of the leader's latest ones is like a core
+// that restored the latest only.
+func forgetAndRestore(t *testing.T, p place, leader *harness, earlier []*dtr.DTR) {
+	latest := records(leader.c)
+	now := leader.now
+	cfg := leader.c.Config()
+
+	// Both cores started an hour before the leader's records came.
+	// (Times in a core count from the first it computes, and a
+	// grant at that very instant is taken for no grant in the
+	// average of how long grants take: a core's first tick keeps
+	// the two cores' averages alike.)
+	before := now.Add(-time.Hour)
+	plain := New(cfg)
+	plain.Tick(before)
+	for _, d := range latest {
+		if err := plain.Restore(now, copyRecord(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The standby held earlier records, and had gone on with them
+	// on its own (grants and changes not yet taken) before it
+	// learnt the latest ones.
+	standby := New(cfg)
+	standby.Tick(before)
+	for _, d := range earlier {
+		if err := standby.Restore(before, copyRecord(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	standby.Tick(before)
+	for _, d := range earlier {
+		if !slices.ContainsFunc(latest, func(l *dtr.DTR) bool { return l.ID == d.ID }) {
+			if !standby.Forget(d.ID) {
+				t.Fatalf("Forget(%s) of a DTR it held = false", d.ID)
+			}
+		}
+	}
+	counts := standby.Counts()
+	for _, d := range latest {
+		held := slices.ContainsFunc(earlier, func(e *dtr.DTR) bool { return e.ID == d.ID })
+		if got := standby.Forget(d.ID); got != held {
+			t.Fatalf("Forget(%s) = %v, want %v", d.ID, got, held)
+		}
+		if err := standby.Restore(now, copyRecord(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := standby.Counts(); got != counts {
+		t.Fatalf("Forget changed the counts: %+v, were %+v", got, counts)
+	}
+	if want, got := observed(t, plain, now), observed(t, standby, now); want != got {
+		t.Fatalf("after Forget and Restore the standby differs from a plain restore at %s", firstDiff(want, got))
+	}
+	if want, got := pending(plain.Take()), pending(standby.Take()); want != got {
+		t.Fatalf("decisions pending after restore: plain %s, standby %s", want, got)
+	}
+	dt := time.Second
+	if p.name == "waiting for a retry" || p.name == "waiting to finalise again" {
+		dt = time.Minute
+	}
+	for i := 0; i < 200 && plain.Len() > 0; i++ {
+		now = now.Add(dt)
+		want, got := step(t, plain, now), step(t, standby, now)
+		if want != got {
+			t.Fatalf("step %d: decisions differ:\n  plain   %s\n  standby %s", i, want, got)
+		}
+		if want, got := observed(t, plain, now), observed(t, standby, now); want != got {
+			t.Fatalf("step %d: the cores differ at %s", i, firstDiff(want, got))
+		}
+	}
+	if plain.Len() != 0 {
+		t.Fatalf("the plain core still holds %d DTRs", plain.Len())
+	}
+}
