@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -451,5 +453,155 @@ func forgetAndRestore(t *testing.T, p place, leader *harness, earlier []*dtr.DTR
 	}
 	if plain.Len() != 0 {
 		t.Fatalf("the plain core still holds %d DTRs", plain.Len())
+	}
+}
+
+func TestForgetRemovesTheDTRAndDecidesNothing(t *testing.T) {
+	narrow := func() Config {
+		cfg := DefaultConfig()
+		cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 1, 1, 0
+		return cfg
+	}
+	// Each case submits DTRs of its own: the core keeps what it is given.
+	two := func() (*dtr.DTR, *dtr.DTR) { return newDTR(1, "alice", dtr.Download), newDTR(2, "alice", dtr.Download) }
+	tests := []struct {
+		name string
+		cfg  func() Config
+		run  func(t *testing.T, h *harness)
+	}{
+		{"an unknown DTR is not held and nothing changes", narrow, func(t *testing.T, h *harness) {
+			h.submit(newDTR(1, "alice", dtr.Download), newDTR(2, "bob", dtr.Upload))
+			h.tick(time.Second)
+			before := observed(t, h.c, h.now)
+			if h.c.Forget(uuid.NewSHA1(uuid.NameSpaceOID, []byte("never submitted"))) {
+				t.Fatal("Forget of an unknown DTR = true")
+			}
+			if got := observed(t, h.c, h.now); got != before {
+				t.Fatalf("Forget of an unknown DTR changed the core at %s", firstDiff(before, got))
+			}
+		}},
+		{"a forgotten DTR is not held any more", narrow, func(t *testing.T, h *harness) {
+			h.submit(newDTR(1, "alice", dtr.Download))
+			h.tick(time.Second)
+			id := newDTR(1, "alice", dtr.Download).ID
+			if !h.c.Forget(id) {
+				t.Fatal("Forget of a held DTR = false")
+			}
+			if h.c.Forget(id) {
+				t.Fatal("a second Forget = true")
+			}
+			if _, ok := h.c.Get(id); ok || h.c.Len() != 0 || h.c.Owner("alice") != (OwnerUse{}) {
+				t.Fatalf("after Forget: held %v, %d DTRs, alice holds %+v", ok, h.c.Len(), h.c.Owner("alice"))
+			}
+			if stats, retrying := h.c.Shares(); len(stats) != 0 || len(retrying) != 0 {
+				t.Fatalf("after Forget the shares are %+v, %v", stats, retrying)
+			}
+		}},
+		{"the counts stay as they are", func() Config {
+			cfg := narrow()
+			cfg.RetryBase = time.Hour
+			return cfg
+		}, func(t *testing.T, h *harness) {
+			a, b, c := newDTR(1, "alice", dtr.Download), newDTR(2, "alice", dtr.Download), newDTR(3, "bob", dtr.Download)
+			h.submit(a, b, c)
+			for len(h.final) == 0 {
+				for _, g := range h.tick(time.Second) {
+					var f *dtr.Failure
+					if g.State == dtr.Transferring && g.DTR.ID == a.ID {
+						f = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503"}
+					}
+					h.answer(g, f)
+				}
+			}
+			// One waits for a retry, one runs or waits in a queue.
+			counts := h.c.Counts()
+			for _, id := range []uuid.UUID{a.ID, b.ID, c.ID} {
+				h.c.Forget(id)
+				if got := h.c.Counts(); got != counts {
+					t.Fatalf("Forget changed the counts to %+v from %+v", got, counts)
+				}
+			}
+			if out := h.collect(); len(out.Grants)+len(out.Changed)+len(out.Final)+len(out.CancelRunning) != 0 {
+				t.Fatalf("Forget decided %+v", out)
+			}
+		}},
+		{"an active DTR's slot is free for the next", narrow, func(t *testing.T, h *harness) {
+			first, second := two()
+			h.submit(first, second)
+			gs := h.tick(time.Second)
+			if len(gs) != 1 || gs[0].DTR.ID != first.ID {
+				t.Fatalf("first grants %v, want one to the first DTR", gs)
+			}
+			if got := h.tick(time.Second); len(got) != 0 {
+				t.Fatalf("grants %v while the only slot is held", got)
+			}
+			h.c.Forget(first.ID)
+			gs = h.tick(time.Second)
+			if len(gs) != 1 || gs[0].DTR.ID != second.ID || gs[0].State != dtr.QueryingReplica {
+				t.Fatalf("after Forget the grants are %v, want the second DTR's", gs)
+			}
+		}},
+		{"a grant decided and not taken is not handed out", narrow, func(t *testing.T, h *harness) {
+			first, second := two()
+			h.submit(first, second)
+			h.collect()
+			h.now = h.now.Add(time.Second)
+			h.c.Tick(h.now)
+			h.c.Forget(first.ID)
+			out := h.collect()
+			if len(out.Grants) != 0 || len(out.Changed) != 0 {
+				t.Fatalf("after Forget Take hands out grants %v and changes %v of a DTR not held", out.Grants, out.Changed)
+			}
+			// The slot was freed with it: the second DTR gets it.
+			if gs := h.tick(time.Second); len(gs) != 1 || gs[0].DTR.ID != second.ID {
+				t.Fatalf("then the grants are %v, want the second DTR's", gs)
+			}
+		}},
+		{"a stop decided and not taken is not handed out", narrow, func(t *testing.T, h *harness) {
+			first, _ := two()
+			h.submit(first)
+			h.tick(time.Second)
+			if err := h.c.Cancel(h.now, first.ID); err != nil {
+				t.Fatal(err)
+			}
+			h.c.Forget(first.ID)
+			if out := h.collect(); len(out.CancelRunning) != 0 || len(out.Changed) != 0 {
+				t.Fatalf("after Forget Take stops %v and changes %v", out.CancelRunning, out.Changed)
+			}
+		}},
+		{"a DTR waiting for a forgotten download into the cache checks the cache itself", cacheConfig, func(t *testing.T, h *harness) {
+			first, waiter := two()
+			waiter.Source = first.Source
+			h.submit(first)
+			gs := h.tick(time.Second)
+			if len(gs) != 1 || gs[0].State != dtr.CheckingCache {
+				t.Fatalf("first grants %v, want a cache check", gs)
+			}
+			delete(h.running, gs[0].ID)
+			r := Result{DTR: first.ID, Grant: gs[0].ID, Cache: dtr.CacheDownload, CacheFile: "file:///cache/x"}
+			if err := h.c.Result(h.now, r); err != nil {
+				t.Fatal(err)
+			}
+			h.submit(waiter)
+			h.collect()
+			if got, _ := h.c.Get(waiter.ID); got.State != dtr.CacheWait {
+				t.Fatalf("the second DTR for the file is in %s, want CACHE_WAIT", got.State)
+			}
+			h.c.Forget(first.ID)
+			var states []dtr.State
+			for range 5 {
+				for _, g := range h.tick(time.Second) {
+					states = append(states, g.State)
+				}
+			}
+			if len(states) == 0 || states[0] != dtr.CheckingCache {
+				t.Fatalf("after Forget of the download the waiter is granted %v, want a cache check", states)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.run(t, newHarness(t, tt.cfg()))
+		})
 	}
 }
