@@ -3,7 +3,9 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -603,5 +605,167 @@ func TestForgetRemovesTheDTRAndDecidesNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.run(t, newHarness(t, tt.cfg()))
 		})
+	}
+}
+
+// A standby that applies every record a leader journals, in order, with
+// Forget then Restore (just Forget for a final record), holds what the
+// leader holds after each batch: the same DTRs in the same states, and the
+// same queued, running and retrying DTRs in each share.
+func TestAStandbyThatAppliesEveryRecordHoldsWhatTheLeaderHolds(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			cfg := DefaultConfig()
+			cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 3, 2, 1
+			cfg.MaxPrepared, cfg.MaxPerHost = 2, 2
+			cfg.MaxTransferTries = 3
+			cfg.RetryBase, cfg.Lease = 2*time.Second, 30*time.Second
+			cfg.Cache, cfg.CacheWait = seed%2 == 0, time.Second
+			cfg.SharePolicy = PolicyDN
+			leader := New(cfg)
+			standby := New(cfg)
+			now := t0
+			standby.PauseLeases(now)
+			running := map[string]Grant{}
+			var ids []uuid.UUID
+			sources := []string{"http://a.example/f", "http://b.example/g", "https://c.example/h"}
+
+			apply := func() {
+				out := leader.Take()
+				for _, g := range out.Grants {
+					running[g.ID] = g
+				}
+				// The journal: copies of the changed and final records,
+				// in the order Take gives them.
+				var batch []*dtr.DTR
+				for _, d := range out.Changed {
+					batch = append(batch, copyRecord(d))
+				}
+				for _, d := range out.Final {
+					batch = append(batch, copyRecord(d))
+				}
+				for _, d := range batch {
+					standby.Forget(d.ID)
+					if !d.State.Final() {
+						if err := standby.Restore(now, copyRecord(d)); err != nil {
+							t.Fatalf("standby restore of %s in %s: %v", d.ID, d.State, err)
+						}
+					}
+				}
+				standby.Take()
+				compareStandby(t, leader, standby)
+			}
+
+			for i := 0; i < 600; i++ {
+				switch op := rng.IntN(20); {
+				case op < 5: // a new DTR
+					n := len(ids)
+					dir := []dtr.Direction{dtr.Download, dtr.Upload}[rng.IntN(2)]
+					d := newDTR(n, []string{"alice", "bob", "carol"}[rng.IntN(3)], dir)
+					if rng.IntN(3) == 0 {
+						d.Source = sources[rng.IntN(len(sources))] // a file others fetch too
+					}
+					d.Options.Stage = rng.IntN(5) == 0
+					d.JobID = fmt.Sprintf("job-%d", rng.IntN(4))
+					d.UserPriority = 1 + rng.IntN(100)
+					if err := leader.Submit(now, d); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, d.ID)
+				case op < 12: // a worker answers
+					if len(running) == 0 {
+						break
+					}
+					keys := make([]string, 0, len(running))
+					for k := range running {
+						keys = append(keys, k)
+					}
+					sort.Strings(keys)
+					g := running[keys[rng.IntN(len(keys))]]
+					delete(running, g.ID)
+					r := Result{DTR: g.DTR.ID, Grant: g.ID, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
+					switch g.State {
+					case dtr.CheckingCache:
+						r.Cache, r.CacheFile = []string{dtr.CacheDownload, dtr.CacheHit, dtr.CacheLocked, ""}[rng.IntN(4)], "file:///cache/x"
+					case dtr.StagingPreparing:
+						r.TURL = "file:///stage/x"
+					}
+					switch k := rng.IntN(10); {
+					case k == 0:
+						continue // the worker is lost: its lease runs out
+					case k == 1:
+						r.Returned = true
+					case k == 2:
+						r.Error = &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503", Location: dtr.LocationSource}
+					case k == 3:
+						r.Error = &dtr.Failure{Kind: dtr.ErrPermanentRemote, Text: "404"}
+					}
+					if err := leader.Result(now, r); err != nil && !errors.Is(err, ErrStaleResult) && !errors.Is(err, ErrUnknownDTR) {
+						t.Fatal(err)
+					}
+				case op < 13 && len(ids) > 0: // a user cancels
+					if err := leader.Cancel(now, ids[rng.IntN(len(ids))]); err != nil && !errors.Is(err, ErrUnknownDTR) {
+						t.Fatal(err)
+					}
+				case op < 14 && len(ids) > 0:
+					if err := leader.SetPriority(now, ids[rng.IntN(len(ids))], 1+rng.IntN(100)); err != nil && !errors.Is(err, ErrUnknownDTR) {
+						t.Fatal(err)
+					}
+				default:
+					dt := time.Duration(1+rng.IntN(3000)) * time.Millisecond
+					if rng.IntN(40) == 0 {
+						dt = 40 * time.Second // past the leases of lost workers
+					}
+					now = now.Add(dt)
+					leader.Tick(now)
+				}
+				apply()
+			}
+			if leader.Counts().Grants == 0 || leader.Counts().Done == 0 {
+				t.Fatalf("the leader did little: %+v", leader.Counts())
+			}
+		})
+	}
+}
+
+// compareStandby checks that a standby holds the leader's DTRs in the same
+// states, and the same load in each share.
+func compareStandby(t *testing.T, leader, standby *Core) {
+	t.Helper()
+	states := func(c *Core) string {
+		var b strings.Builder
+		for _, d := range records(c) {
+			fmt.Fprintf(&b, "%s %s\n", d.ID, d.State)
+		}
+		return b.String()
+	}
+	if want, got := states(leader), states(standby); want != got {
+		t.Fatalf("the standby's DTRs differ at %s", firstDiff(want, got))
+	}
+	load := func(c *Core) string {
+		var b strings.Builder
+		stats, retrying := c.Shares()
+		for _, s := range stats {
+			fmt.Fprintf(&b, "%s %s queued %d running %d\n", s.State, s.Share, s.Queued, s.Running)
+		}
+		shares := make([]string, 0, len(retrying))
+		for s := range retrying {
+			shares = append(shares, s)
+		}
+		sort.Strings(shares)
+		for _, s := range shares {
+			fmt.Fprintf(&b, "%s retrying %d\n", s, retrying[s])
+		}
+		for _, dn := range []string{"alice", "bob", "carol"} {
+			fmt.Fprintf(&b, "%s holds %d\n", dn, c.Owner(dn).DTRs)
+		}
+		for _, s := range dtr.QueueStates {
+			fmt.Fprintf(&b, "%s queued %d\n", s, c.Queued(s))
+		}
+		return b.String()
+	}
+	if want, got := load(leader), load(standby); want != got {
+		t.Fatalf("the standby's load differs at %s", firstDiff(want, got))
 	}
 }
