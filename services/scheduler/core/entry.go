@@ -212,27 +212,37 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 // no grant, no change record, no final DTR, no policy charge, and Counts
 // stay as they are.
 //
+// What the core learnt from the DTR and keeps beyond it stays: the
+// average time its grants took, what the policy was charged for them, a
+// cancelled job's mark, interned names. Restore keeps the record it is
+// given, so a standby passes it a copy of its own.
+//
 // Forget then Restore of the DTR's latest record rebuilds what the record
 // carries, not the rest of the entry; what differs from the entry the
 // core had:
 //   - a queued DTR comes last among its equals (a new arrival order), its
 //     ageing starts over (AgeAfter from now), and under a policy that
-//     draws lots it draws a new place, from the core's seeded generator;
+//     draws lots it draws a new place, which also moves the core's seeded
+//     generator on;
 //   - an active DTR's lease and grant time start at now;
-//   - the post-processing phase (postPhase) is not in the record: a
-//     REGISTER_REPLICA finalise given back or tried again after a lost
-//     worker (postFinaliseAgain) is granted as a cleanup if the DTR is
-//     cancelled or has an error; a file put in place (postFileInPlace)
-//     no longer keeps a DTR cancelled afterwards from ending CANCELLED;
-//     and a lost cleanup (postCleanupLost) is not done once more before
-//     the decision;
+//   - the post-processing phase (postPhase) is not in the record: a DTR
+//     queued in REGISTER_REPLICA to finalise again (given back, or after a
+//     lost worker: postFinaliseAgain) is granted a cleanup instead if it
+//     is cancelled or has an error; a DTR queued in PROCESS_CACHE (or
+//     holding a cleanup grant there) whose file was put in place
+//     (postFileInPlace) and which was cancelled afterwards ends CANCELLED,
+//     not DONE; and a DTR in PROCESS_CACHE after a lost cleanup
+//     (postCleanupLost) is decided without that cleanup being done once
+//     more;
 //   - a staged copy is counted at the record's priority, not the one it
-//     was pinned at;
+//     was pinned at (they differ after SetPriority or ageing);
 //   - a download into the cache is keyed by the record's current source
-//     (not the replica it began on), and one is registered for any
-//     record with Cache "download", even after PROCESS_CACHE ended it
-//     (a DTR waiting to retry or to finalise again);
-//   - its owner's bytes are counted from the record as it is now.
+//     (not the replica it began on), and one is registered for any record
+//     with Cache "download", even after PROCESS_CACHE ended it (a DTR
+//     waiting to retry in NEW or to finalise again): until that DTR starts
+//     over, another DTR of the same source waits in CACHE_WAIT;
+//   - its owner's bytes are counted from the record as it is now (its
+//     source may be another replica than at Submit).
 func (c *Core) Forget(id uuid.UUID) bool {
 	e, ok := c.dtrs[id]
 	if !ok {
