@@ -125,6 +125,11 @@ type Grant struct {
 	Cleanup bool `json:"cleanup,omitempty"`
 	// Emergency marks a grant on one of the state's emergency slots.
 	Emergency bool `json:"emergency,omitempty"`
+	// Term is the term of the scheduler that issued the grant (the
+	// journal sequence at which it began to lead): it only grows, and a
+	// worker drops a grant of an older term than one it has seen. 0 from a
+	// scheduler that does not say.
+	Term uint64 `json:"term,omitempty"`
 	// TraceParent names the scheduler's span that sent this grant, so that
 	// the worker's span joins the DTR's trace when the grant comes in a
 	// Grants event with others.
@@ -279,6 +284,8 @@ type Cancel struct {
 type Stop struct {
 	DTR   uuid.UUID `json:"dtr"`
 	Grant string    `json:"grant"`
+	// Term is the term of the scheduler that sent it (Grant.Term).
+	Term uint64 `json:"term,omitempty"`
 }
 
 // StateChanges is the data of a DTR states event: every DTR that changed

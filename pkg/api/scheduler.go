@@ -210,3 +210,16 @@ func ParseSharePriorities(s string) (map[string]int, error) {
 	}
 	return out, nil
 }
+
+// Leader says which scheduler leads: the value of its key in the bucket
+// sluice_leader, and the leader named in the scheduler's answers.
+type Leader struct {
+	// Name is the scheduler's SLUICE_SCHEDULER_NAME, by default its host
+	// name; Instance is the id of its run.
+	Name     string `json:"name"`
+	Instance string `json:"instance"`
+	// Term is the leader's term (Grant.Term); 0 until it has begun.
+	Term uint64 `json:"term,omitempty"`
+	// Since is when it began to lead.
+	Since time.Time `json:"since"`
+}

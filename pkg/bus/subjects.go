@@ -34,11 +34,15 @@ const (
 	StreamRejections = "SLUICE_REJECTIONS"
 	// StreamJournal is the scheduler's journal of changed DTR records
 	// (services/scheduler/journal.go); only the scheduler uses it.
-	StreamJournal   = "SLUICE_JOURNAL"
-	ConsumerSched   = "scheduler"
-	ConsumerGen     = "generator"
-	BucketDTRs      = "sluice_dtrs"
-	BucketJobs      = "sluice_jobs"
+	StreamJournal = "SLUICE_JOURNAL"
+	ConsumerSched = "scheduler"
+	ConsumerGen   = "generator"
+	BucketDTRs    = "sluice_dtrs"
+	BucketJobs    = "sluice_jobs"
+	// BucketLeader holds the key of the scheduler that leads (its
+	// election, services/scheduler/leader.go); its TTL removes the key of
+	// a leader that stops renewing it.
+	BucketLeader    = "sluice_leader"
 	MaxMessageBytes = 1 << 20
 )
 
@@ -73,7 +77,13 @@ type Setup struct {
 	ExpiringRecords bool
 	// Limits are the most bytes each stream and bucket may hold.
 	Limits Limits
+	// LeaderTTL is how long the scheduler's leader key lives without a
+	// renewal (the TTL of BucketLeader); 0: DefaultLeaderTTL.
+	LeaderTTL time.Duration
 }
+
+// DefaultLeaderTTL is the TTL of the scheduler's leader key by default.
+const DefaultLeaderTTL = 3 * time.Second
 
 // Limits are the most bytes each stream and bucket may hold; 0 is no
 // limit. A full work-queue stream (SLUICE_SUBMIT, SLUICE_GRANTS,
@@ -199,6 +209,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			return fmt.Errorf("bucket %s: %w", b.name, reserveHint(err))
 		}
 	}
+	if err := ensureLeaderBucket(ctx, js, s); err != nil {
+		return err
+	}
 	if s.ExpiringRecords {
 		// Allowed on a bucket made before; never turned off again, since
 		// records stored with a TTL may remain.
@@ -212,6 +225,36 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 				return fmt.Errorf("bucket %s: allow records with a time to live (NATS 2.11 or later): %w", BucketDTRs, err)
 			}
 		}
+	}
+	return nil
+}
+
+// ensureLeaderBucket creates the leader bucket, or gives it the TTL and
+// copies wanted.
+func ensureLeaderBucket(ctx context.Context, js jetstream.JetStream, s Setup) error {
+	ttl := s.LeaderTTL
+	if ttl <= 0 {
+		ttl = DefaultLeaderTTL
+	}
+	if st, err := js.Stream(ctx, "KV_"+BucketLeader); err == nil {
+		cfg := st.CachedInfo().Config
+		if cfg.MaxAge == ttl && cfg.Replicas == s.Replicas {
+			return nil
+		}
+		cfg.MaxAge, cfg.Replicas = ttl, s.Replicas
+		if cfg.Duplicates > ttl {
+			cfg.Duplicates = ttl
+		}
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bucket %s: TTL %s, %d copies: %w", BucketLeader, ttl, s.Replicas, err)
+		}
+		return nil
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BucketLeader, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, TTL: ttl,
+		Description: "the scheduler that leads: its key lives for the TTL unless renewed",
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", BucketLeader, reserveHint(err))
 	}
 	return nil
 }

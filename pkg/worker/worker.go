@@ -65,6 +65,28 @@ type Pool struct {
 	id, host string
 	started  time.Time
 	shown    bool
+	// term is the highest scheduler term seen in a grant or a stop
+	// (api.Grant.Term): a deposed scheduler's are dropped (admitTerm).
+	term atomic.Uint64
+}
+
+// admitTerm reports whether a grant or stop of scheduler term t may be
+// acted on: one of an older term than a grant or stop seen before comes
+// from a scheduler that has been deposed since, and is not. A newer term
+// is remembered; 0 (not said) is always admitted.
+func (p *Pool) admitTerm(t uint64) bool {
+	if t == 0 {
+		return true
+	}
+	for {
+		seen := p.term.Load()
+		if t < seen {
+			return false
+		}
+		if t == seen || p.term.CompareAndSwap(seen, t) {
+			return true
+		}
+	}
 }
 
 // held is a grant this process has taken: waiting for a worker or running.
@@ -289,6 +311,10 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 	}
 	var out []*held
 	for i, g := range grants {
+		if !p.admitTerm(g.Term) {
+			p.Log.Warn("grant of a deposed scheduler dropped", "dtr", g.DTR.ID, "grant", g.ID, "term", g.Term, "current_term", p.term.Load())
+			continue
+		}
 		h := &held{g: g, issued: since, renewed: since, acked: since, parent: parents[i]}
 		// A grant that cannot be started within its lease has surely been
 		// (or is about to be) given up by the scheduler.
@@ -379,6 +405,11 @@ func withDTRs(gs []api.Grant) []api.Grant {
 
 func (p *Pool) onStop(m *nats.Msg) {
 	grant := strings.TrimPrefix(m.Subject, api.SubjectStopPrefix)
+	var stop api.Stop
+	if _, err := codec.DecodeData(context.Background(), m, api.TypeStop, &stop); err == nil && !p.admitTerm(stop.Term) {
+		p.Log.Warn("stop from a deposed scheduler ignored", "grant", grant, "term", stop.Term, "current_term", p.term.Load())
+		return
+	}
 	var cancel context.CancelCauseFunc
 	p.mu.Lock()
 	if h := p.held[grant]; h != nil {

@@ -1,9 +1,7 @@
 package scheduler
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -41,10 +39,12 @@ type record struct {
 	final bool   // the DTR is in a final state
 }
 
-// pendingRecord is a DTR record journaled and not yet checkpointed.
+// pendingRecord is a DTR record journaled and not yet checkpointed; seq is
+// the journal message that holds it.
 type pendingRecord struct {
 	data  []byte
 	final bool
+	seq   uint64
 }
 
 // journal appends records to the journal and checkpoints them. Append and
@@ -76,6 +76,15 @@ type journal struct {
 	// refuses for want of space is tried again until stored (a
 	// checkpoint is not: it fails and the next one tries again).
 	full *bus.Space
+	// fenced is set while this scheduler leads (leader.go): every journal
+	// message is appended, and every checkpoint record put, on the
+	// condition that the stream's last sequence is last (the journal's)
+	// or bucketLast (the checkpoint bucket's), so that the server refuses
+	// the writes of a leader deposed since. deposed hears a checkpoint
+	// that was refused so.
+	fenced     bool
+	bucketLast uint64
+	deposed    chan<- error
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -86,8 +95,7 @@ func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger,
 // messages packs records into journal messages of at most maxBytes (a
 // record larger than that goes alone). Each has a message id, so that one
 // published again while NATS fails over is stored once.
-func (j *journal) messages(recs []record) []*nats.Msg {
-	var msgs []*nats.Msg
+func (j *journal) messages(recs []record) (msgs []*nats.Msg, counts []int) {
 	for len(recs) > 0 {
 		// As many records as fit, at least one.
 		n, size := 1, len(recs[0].data)+1
@@ -103,33 +111,60 @@ func (j *journal) messages(recs []record) []*nats.Msg {
 		m := nats.NewMsg(bus.SubjectJournal)
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
-		msgs = append(msgs, m)
+		msgs, counts = append(msgs, m), append(counts, n)
 		recs = recs[n:]
 	}
-	return msgs
+	return msgs, counts
 }
 
 // Append stores the records in the journal and returns once they are
-// stored; within recs each DTR appears once.
+// stored; within recs each DTR appears once. Its messages are appended one
+// after the other; fenced, each on the condition that the journal ends
+// where the last one did, and a refusal is errDeposed.
 func (j *journal) Append(ctx context.Context, recs []record) error {
-	if len(recs) == 0 {
-		return nil
+	msgs, counts := j.messages(recs)
+	for k, m := range msgs {
+		seq, err := j.appendOne(ctx, m)
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		j.mu.Lock()
+		j.last = max(j.last, seq)
+		for _, r := range recs[:counts[k]] {
+			j.dirty[r.id] = pendingRecord{r.data, r.final, seq}
+		}
+		j.mu.Unlock()
+		recs = recs[counts[k]:]
+	}
+	return nil
+}
+
+// appendOne appends one journal message and returns its sequence.
+func (j *journal) appendOne(ctx context.Context, m *nats.Msg) (uint64, error) {
+	j.mu.Lock()
+	fenced, last := j.fenced, j.last
+	j.mu.Unlock()
+	if fenced {
+		conditional(m, last)
 	}
 	out := bus.NewBatch(ctx, j.js)
 	out.Full = j.full
-	for _, m := range j.messages(recs) {
-		out.Add(m)
+	out.Add(m)
+	err := out.Wait(ctx)
+	if err == nil || !fenced || !isWrongLast(err) {
+		return out.Last, err
 	}
-	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("journal: %w", err)
+	// Sent again after an acknowledgement was lost, a message stored the
+	// first time is refused as if the journal had moved on: it has, by
+	// this very message.
+	if actual, ok := wrongLastSequence(err); ok && actual == last+1 {
+		if st, serr := j.js.Stream(ctx, bus.StreamJournal); serr == nil {
+			if sm, gerr := st.GetMsg(ctx, actual); gerr == nil && sm.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) {
+				return actual, nil
+			}
+		}
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.last = max(j.last, out.Last)
-	for _, r := range recs {
-		j.dirty[r.id] = pendingRecord{r.data, r.final}
-	}
-	return nil
+	return 0, fmt.Errorf("%w: another scheduler has written the journal since its sequence %d (%v)", errDeposed, last, err)
 }
 
 // Lookup returns the latest record of a DTR that is not yet checkpointed.
@@ -185,7 +220,16 @@ func (j *journal) Wait() { j.wg.Wait() }
 // store puts the records in the bucket and then purges the journal up to
 // and including upTo.
 func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64) error {
+	j.mu.Lock()
+	fenced, base := j.fenced, j.bucketLast
+	j.mu.Unlock()
 	out := bus.NewBatch(ctx, j.js)
+	var refusal error // the first record the server refused
+	out.Refused = func(_ int, err error) error {
+		refusal = err
+		return err
+	}
+	next := base // fenced: the bucket's last sequence before each record
 	ttl := ""
 	if j.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(j.retention, time.Second)/time.Second), 10) + "s"
@@ -196,9 +240,30 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 		if h.final && ttl != "" {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
 		}
+		if fenced {
+			conditional(m, next)
+			next++
+		}
 		out.Add(m)
 	}
-	if err := out.Wait(ctx); err != nil {
+	err := out.Wait(ctx)
+	if fenced {
+		// Records after a refused one are refused too (each expects the
+		// one before it); those before it are stored.
+		stored := max(base, out.Last)
+		j.mu.Lock()
+		j.bucketLast = max(j.bucketLast, stored)
+		j.mu.Unlock()
+		if actual, ok := wrongLastSequence(refusal); ok && actual != stored {
+			err = fmt.Errorf("%w: another scheduler has written the checkpoints since their sequence %d", errDeposed, stored)
+			select {
+			case j.deposed <- err:
+			default:
+			}
+			return err
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("store records: %w", err)
 	}
 	st, err := j.js.Stream(ctx, bus.StreamJournal)
@@ -211,40 +276,64 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 	return nil
 }
 
-// Replay reads the journal from its first message to its last and hands
-// each record to apply, in the order written; it keeps them as not yet
+// Keep marks a record read from journal message seq as not yet
 // checkpointed.
-func (j *journal) Replay(ctx context.Context, apply func(data []byte)) error {
-	st, err := j.js.Stream(ctx, bus.StreamJournal)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	state := st.CachedInfo().State
-	if state.Msgs == 0 {
-		j.last = state.LastSeq
-		return nil
-	}
-	for seq := state.FirstSeq; seq <= state.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // a gap left by a duplicate refused, say
-		}
-		if err != nil {
-			return fmt.Errorf("journal message %d: %w", seq, err)
-		}
-		for line := range bytes.Lines(m.Data) {
-			if line = bytes.TrimSuffix(line, []byte{'\n'}); len(line) > 0 {
-				apply(line)
-			}
-		}
-	}
-	j.last = state.LastSeq
-	return nil
-}
-
-// Keep marks a replayed record as not yet checkpointed.
-func (j *journal) Keep(id uuid.UUID, data []byte, final bool) {
+func (j *journal) Keep(id uuid.UUID, data []byte, final bool, seq uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.dirty[id] = pendingRecord{data, final}
+	j.dirty[id] = pendingRecord{data, final, seq}
+	j.last = max(j.last, seq)
+}
+
+// Read records that the journal has read up to seq (a standby's barrier
+// message, say, which holds no record).
+func (j *journal) Read(seq uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.last = max(j.last, seq)
+}
+
+// ReadUpTo is the last journal sequence read or appended.
+func (j *journal) ReadUpTo() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last
+}
+
+// Prune forgets the records kept from journal messages before first, the
+// journal's first sequence: a checkpoint has put them in the bucket.
+func (j *journal) Prune(first uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for id, r := range j.dirty {
+		if r.seq < first {
+			delete(j.dirty, id)
+		}
+	}
+}
+
+// bucketLastNow is the checkpoint bucket's last sequence as last known.
+func (j *journal) bucketLastNow() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.bucketLast
+}
+
+// reset forgets everything kept, for a standby that starts over; a
+// checkpoint that runs is waited for.
+func (j *journal) reset() {
+	j.wg.Wait()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dirty, j.flushing = map[uuid.UUID]pendingRecord{}, nil
+	j.last, j.bucketLast, j.fenced, j.deposed = 0, 0, false, nil
+	j.running = false
+}
+
+// Lead makes every later write conditional (fenced): the journal ends at
+// term, the leader's barrier, and the checkpoint bucket at bucketLast.
+func (j *journal) Lead(term, bucketLast uint64, deposed chan<- error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.fenced, j.last, j.bucketLast, j.deposed = true, term, bucketLast, deposed
 }

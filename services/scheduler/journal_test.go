@@ -78,7 +78,7 @@ func TestAJournalMessageHoldsWholeRecordsUpToItsSize(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j := &journal{maxBytes: tt.maxBytes}
-			msgs := j.messages(tt.recs)
+			msgs, _ := j.messages(tt.recs)
 			var got []int
 			ids := map[string]bool{}
 			for _, m := range msgs {
@@ -215,10 +215,8 @@ func TestRecoveryReplaysTheJournalOverTheCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
-	if err := s.recover(ctx, kv); err != nil {
-		t.Fatal(err)
-	}
+	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	recoverAll(t, s)
 	for _, tt := range []struct {
 		d    dtr.DTR
 		want dtr.State
@@ -375,5 +373,35 @@ func TestWithoutARetentionNoRecordExpires(t *testing.T) {
 	}
 	if ttl := m.Header.Get(jetstream.MsgTTLHeader); ttl != "" {
 		t.Errorf("the record has a time to live %q", ttl)
+	}
+}
+
+// recoverAll builds s's copy of the saved DTRs as a standby does: the
+// checkpoints, then the journal up to its last message.
+func recoverAll(t *testing.T, s *Service) {
+	t.Helper()
+	ctx := context.Background()
+	tail, err := s.warmUp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tail.cc.Stop()
+	st, err := s.js.Stream(ctx, bus.StreamJournal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.journal.ReadUpTo() < info.State.LastSeq {
+		select {
+		case m := <-tail.msgs:
+			if err := s.applyTail(tail, m); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the journal tail read up to %d of %d", s.journal.ReadUpTo(), info.State.LastSeq)
+		}
 	}
 }

@@ -22,6 +22,9 @@ const historyLength = 600
 type Overview struct {
 	Time   time.Time `json:"time"`
 	Policy string    `json:"policy"`
+	// Scheduler says what the scheduler serving the page is in the
+	// leader election, and who leads.
+	Scheduler SchedulerRole `json:"scheduler"`
 	// Shares is every share's load in every queue state that has work, with
 	// the slots it has under the split and the slots its configured weight
 	// alone would give it.
@@ -276,6 +279,18 @@ func (m *monitor) overview() Overview {
 	ov := m.now
 	ov.History = slices.Clone(ov.History)
 	return ov
+}
+
+// SchedulerRole is a scheduler's part in the leader election.
+type SchedulerRole struct {
+	// Role is "leader" or "standby" (empty while it starts); Name and Term
+	// are its own (Term while it leads).
+	Role string `json:"role"`
+	Name string `json:"name"`
+	Term uint64 `json:"term,omitempty"`
+	// Leader is who leads, as the leader key says (absent while no one
+	// does).
+	Leader *api.Leader `json:"leader,omitempty"`
 }
 
 // jain returns Jain's fairness index of x: (Σx)² / (n·Σx²), 1 when all are

@@ -129,7 +129,7 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 		}
 		// The grant without its DTR, and then the DTR's JSON appended.
 		data := g
-		data.DTR, data.TraceParent = nil, tracing.TraceParent(gctx)
+		data.DTR, data.TraceParent, data.Term = nil, tracing.TraceParent(gctx), s.term.Load()
 		span.End()
 		b, err := codec.EncodeJSON(data)
 		if err != nil {

@@ -78,7 +78,10 @@ type Config struct {
 	StateFile string `envconfig:"STATE_FILE" desc:"dtr.state file rewritten every second (ARC format); its .prio file changes priorities"`
 	// StreamReplicas is the replica count of the streams, consumers and
 	// buckets that the scheduler sets up.
-	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
+	// LeaderTTL and Name are for the leader election (leader.go).
+	LeaderTTL      time.Duration `envconfig:"LEADER_TTL" default:"3s" desc:"how long the leader's key lives unless renewed (every third of it): a standby takes over this long after a leader dies without resigning; a leader that could not renew steps down a quarter of it earlier"`
+	Name           string        `envconfig:"SCHEDULER_NAME" desc:"the name this scheduler gives in the leader election and on the web page (default: the host name)"`
+	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"copies of every stream, consumer and bucket that the scheduler sets up: 1 on a single NATS server, 3 on a 3-node cluster"`
 	// Retention is how long the record of a final DTR, and an ended job's
 	// records, are kept.
 	Retention time.Duration `envconfig:"RETENTION" default:"720h" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept (720h: 30 days); 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
@@ -156,7 +159,20 @@ type Service struct {
 	parked []*loopRequest
 	// workers are the worker processes heard from (workers.go).
 	workers *workerTracker
+	// kv is the checkpoint bucket; election this scheduler's part in
+	// the leader election, term the term it leads (0 while it stands by),
+	// role what it is now (roleStandby, roleLeader; empty while starting).
+	kv       jetstream.KeyValue
+	election *election
+	term     atomic.Uint64
+	role     atomic.Value
 }
+
+// The roles a scheduler has in the election.
+const (
+	roleStandby = "standby"
+	roleLeader  = "leader"
+)
 
 // New checks the configuration and prepares a scheduler on nc.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
@@ -191,16 +207,24 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	return s, nil
 }
 
-// Run recovers the saved DTRs and schedules until ctx ends.
+// Run takes part in the leader election until ctx ends: it stands by
+// with a warm copy of the leader's state (standby.go) and, once it has won
+// a term (leader.go), schedules until ctx ends or it is deposed, when it
+// starts over as a standby.
 func (s *Service) Run(ctx context.Context) error {
 	defer close(s.stopped)
 	if err := s.setUp(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+	var err error
+	if s.kv, err = s.js.KeyValue(ctx, bus.BucketDTRs); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	lkv, err := s.js.KeyValue(ctx, bus.BucketLeader)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	s.election = newElection(lkv, s.cfg.LeaderTTL, s.cfg.Name)
 	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
 	every, atMost := s.cfg.CheckpointEvery, s.cfg.CheckpointRecords
 	if every <= 0 {
@@ -209,15 +233,74 @@ func (s *Service) Run(ctx context.Context) error {
 	if atMost <= 0 {
 		atMost = 20000
 	}
-	s.journal = newJournal(s.js, kv, s.log, int(s.nc.MaxPayload())/2, every, atMost)
+	s.journal = newJournal(s.js, s.kv, s.log, int(s.nc.MaxPayload())/2, every, atMost)
 	s.journal.retention = s.cfg.Retention
-	if err := s.recover(ctx, kv); err != nil {
-		return fmt.Errorf("scheduler recovery: %w", err)
+	heartbeats, err := s.hearWorkers()
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
 	}
+	defer func() { _ = heartbeats.Unsubscribe() }()
+	for {
+		err := s.runTerm(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, errDeposed) && !errors.Is(err, errResync) {
+			return err
+		}
+		s.log.Warn("starting over as a standby", "err", err)
+		s.reset()
+	}
+}
+
+// runTerm builds the standby's copy, stands by until this scheduler wins
+// a term, and leads until ctx ends or it is deposed.
+func (s *Service) runTerm(ctx context.Context) error {
+	tail, err := s.warmUp(ctx)
+	if err != nil {
+		return err
+	}
+	defer tail.cc.Stop()
+	s.ready.Store(true)
+	defer s.ready.Store(false)
+	s.role.Store(roleStandby)
+	term, err := s.standBy(ctx, tail)
+	if err != nil {
+		return err
+	}
+	defer s.election.resign(context.WithoutCancel(ctx))
+	return s.lead(ctx, term)
+}
+
+// reset forgets the copy and the state of a term lost, to build them
+// again.
+func (s *Service) reset() {
+	cc, _ := s.cfg.CoreConfig() // checked by New
+	s.core = core.New(cc)
+	s.leases = newLeaseClock(s.nc, s.js, s.core, s.log, s.cfg.Tick)
+	s.finished = newRecentIDs(finishedSpan(s.cfg.Retention))
+	s.stored = seen{}
+	s.journal.reset()
+	s.parked = nil
+	s.term.Store(0)
+}
+
+// lead schedules as the leader of term until ctx ends or it is deposed.
+func (s *Service) lead(ctx context.Context, term uint64) error {
+	s.term.Store(term)
+	s.election.me.Term = term
+	deposed := make(chan error, 2)
+	s.journal.Lead(term, s.journal.bucketLastNow(), deposed)
+	s.log.Info("leading", "term", term, "dtrs", s.core.Len())
+	s.role.Store(roleLeader)
+	defer s.role.Store(roleStandby)
+	lctx, stopLeading := context.WithCancel(ctx)
+	defer stopLeading()
+	go s.election.keepLeading(lctx, deposed)
 	// The restored grants' workers may have said more than the stored
 	// records know: no lease runs out before that is taken.
-	s.leases.stop(time.Now(), "the scheduler (re)started")
-	ctx, cancel := context.WithCancel(ctx) // stops the consumers when Run returns
+	s.leases.stop(time.Now(), "this scheduler took over")
+	ctx, cancel := context.WithCancel(ctx) // stops the consumers when lead returns
 	defer cancel()
 	// Results (and progress) come before submissions: they free slots
 	// and move DTRs on, while a burst of new DTRs only fills queues.
@@ -236,18 +319,12 @@ func (s *Service) Run(ctx context.Context) error {
 			})
 		}()
 	}
-	heartbeats, err := s.hearWorkers()
-	if err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	}
-	defer func() { _ = heartbeats.Unsubscribe() }()
 	svc, err := s.addAPI()
 	if err != nil {
 		return err
 	}
 	defer svc.Stop()
-	s.ready.Store(true)
-	defer s.ready.Store(false)
+	kv := s.kv
 
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
@@ -299,6 +376,8 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-deposed:
+			return err
 		case err := <-failed:
 			// What was not acknowledged is redelivered: a restart
 			// recovers from the last durable state.
@@ -398,7 +477,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	var logged time.Time
 	for {
 		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
-			Limits: s.cfg.Limits()})
+			Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL})
 		if err == nil {
 			return nil
 		}
@@ -486,7 +565,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	// Best-effort notices: workers to stop, observers of state changes
 	// (one event for the step).
 	for _, g := range dec.CancelRunning {
-		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID}); m != nil {
+		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID, Term: s.term.Load()}); m != nil {
 			c.notices = append(c.notices, m)
 		}
 	}

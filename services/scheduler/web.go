@@ -32,8 +32,10 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(webFiles, "web")
 	mux.Handle("GET /", http.FileServerFS(static))
-	mux.HandleFunc("GET /api/overview", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.mon.overview())
+	mux.HandleFunc("GET /api/overview", func(w http.ResponseWriter, r *http.Request) {
+		ov := s.mon.overview()
+		ov.Scheduler = s.roleNow(r.Context())
+		writeJSON(w, http.StatusOK, ov)
 	})
 	jobs := &jobLister{nc: s.nc, timeout: jobListTimeout}
 	mux.HandleFunc("GET /api/jobs", jobs.serve)
@@ -269,6 +271,22 @@ func redactDTR(d dtr.DTR) dtr.DTR {
 		d.Error = &e
 	}
 	return d
+}
+
+// roleNow says what this scheduler is in the election, and who leads.
+func (s *Service) roleNow(ctx context.Context) SchedulerRole {
+	r := SchedulerRole{Term: s.term.Load()}
+	r.Role, _ = s.role.Load().(string)
+	if s.election == nil {
+		return r
+	}
+	r.Name = s.election.me.Name
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if l, ok, err := s.election.current(ctx); err == nil && ok {
+		r.Leader = &l
+	}
+	return r
 }
 
 // Ready reports whether the scheduler has recovered its DTRs, takes input

@@ -1,0 +1,248 @@
+package scheduler
+
+// Leading and standing by. Any number of schedulers may run on one NATS;
+// one leads and the others stand by, warm.
+//
+// The election is a key in the bucket sluice_leader, whose TTL removes it
+// unless it is renewed: a scheduler that creates the key leads, renews it
+// every third of the TTL by a revision-checked update, and steps down
+// before the TTL since its last good renewal is over. The others try to
+// create the key four times a second, and keep a copy of the leader's
+// state meanwhile (standby.go).
+//
+// The election decides who should lead; fencing makes sure that no one
+// else can. A scheduler that wins begins its term with a barrier: a
+// message appended to the journal on the condition that the journal's last
+// sequence is the last one it has read (Nats-Expected-Last-Sequence), and
+// a record put in the bucket of checkpoints on the same condition. Every
+// later journal append and checkpoint write of the leader carries the same
+// condition, so once the barrier is in, a deposed leader (frozen, cut off,
+// or one that does not know yet) has every write refused by the server,
+// and with its journal records it publishes no grant, final DTR or stop.
+// The barrier's journal sequence is the term: it only grows, grants and
+// stops carry it, and workers drop those of an older term than one they
+// have seen.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+)
+
+// leaderKey is the election's key in bus.BucketLeader.
+const leaderKey = "scheduler"
+
+// termKey is the key of the checkpoint bucket that each term's barrier
+// writes (its value is the term); it is not a DTR.
+const termKey = "term"
+
+// errDeposed is the error of a leader that lost its term: its renewal
+// was refused or came too late, or the server refused one of its writes
+// because another scheduler has begun a term since. The scheduler starts
+// over as a standby.
+var errDeposed = errors.New("no longer the leader")
+
+// election is this scheduler's part in the election.
+type election struct {
+	kv  jetstream.KeyValue
+	ttl time.Duration
+	me  api.Leader
+	// rev is the revision of the key while this scheduler holds it;
+	// renewed is when the update that last succeeded was sent.
+	rev     uint64
+	renewed time.Time
+}
+
+func newElection(kv jetstream.KeyValue, ttl time.Duration, name string) *election {
+	if ttl <= 0 {
+		ttl = bus.DefaultLeaderTTL
+	}
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return &election{kv: kv, ttl: ttl, me: api.Leader{Name: name, Instance: uuid.NewString()}}
+}
+
+// renewEvery is how often the leader renews its key.
+func (e *election) renewEvery() time.Duration { return e.ttl / 3 }
+
+// holdsUntil is when the leader must have stepped down if no renewal
+// succeeds before: a quarter of the TTL before the key could expire,
+// counted from when the last good renewal was sent (the server counts the
+// TTL from later than that).
+func (e *election) holdsUntil() time.Time { return e.renewed.Add(e.ttl - e.ttl/4) }
+
+// campaign tries to create the key; true if this scheduler now holds it.
+func (e *election) campaign(ctx context.Context) (bool, error) {
+	e.me.Since, e.me.Term = time.Now().UTC(), 0
+	v, _ := json.Marshal(e.me)
+	sent := time.Now()
+	rev, err := e.kv.Create(ctx, leaderKey, v)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("leader election: %w", err)
+	}
+	e.rev, e.renewed = rev, sent
+	return true, nil
+}
+
+// renew updates the key if it is still this scheduler's; a refusal (the
+// key expired and was taken, or deleted) is errDeposed.
+func (e *election) renew(ctx context.Context) error {
+	v, _ := json.Marshal(e.me)
+	sent := time.Now()
+	rev, err := e.kv.Update(ctx, leaderKey, v, e.rev)
+	if isWrongLast(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("%w: its key was taken or removed (%v)", errDeposed, err)
+	}
+	if err != nil {
+		return fmt.Errorf("renew the leader key: %w", err)
+	}
+	e.rev, e.renewed = rev, sent
+	return nil
+}
+
+// resign removes the key if it is still this scheduler's, so that a
+// standby takes over at once rather than after the TTL.
+func (e *election) resign(ctx context.Context) {
+	if e.rev != 0 {
+		_ = e.kv.Delete(ctx, leaderKey, jetstream.LastRevision(e.rev))
+		e.rev = 0
+	}
+}
+
+// current reads who leads now; ok is false when no one does.
+func (e *election) current(ctx context.Context) (l api.Leader, ok bool, err error) {
+	entry, err := e.kv.Get(ctx, leaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return l, false, nil
+	}
+	if err != nil {
+		return l, false, err
+	}
+	if err := json.Unmarshal(entry.Value(), &l); err != nil {
+		return l, false, fmt.Errorf("leader key: %w", err)
+	}
+	return l, true, nil
+}
+
+// keepLeading renews the key every renewEvery until ctx ends, and reports
+// on deposed (once) when the term is lost: a renewal refused, or none
+// succeeded by holdsUntil. It runs apart from the scheduling loop, so that
+// a busy loop does not lose the term; a frozen process loses it, and finds
+// out as it resumes.
+func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
+	t := time.NewTicker(min(e.renewEvery(), 250*time.Millisecond))
+	defer t.Stop()
+	next := time.Now().Add(e.renewEvery())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if now.After(e.holdsUntil()) {
+				deposed <- fmt.Errorf("%w: no renewal of the leader key succeeded for %s", errDeposed, now.Sub(e.renewed).Round(time.Millisecond))
+				return
+			}
+			if now.Before(next) {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, e.ttl/4)
+			err := e.renew(rctx)
+			cancel()
+			if errors.Is(err, errDeposed) {
+				deposed <- err
+				return
+			}
+			if err == nil {
+				next = now.Add(e.renewEvery())
+			}
+		}
+	}
+}
+
+// isWrongLast reports whether err is the server's refusal of a write whose
+// expected last sequence was not the stream's (10071, or 10164 from a
+// replicated stream, which does not say the actual one).
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// wrongLastSequence reads the stream's actual last sequence from a refusal
+// of a write whose expected last sequence was not the stream's; ok is
+// false for any other error.
+func wrongLastSequence(err error) (actual uint64, ok bool) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, false
+	}
+	// "wrong last sequence: 123"
+	i := strings.LastIndexByte(apiErr.Description, ' ')
+	n, perr := strconv.ParseUint(strings.TrimSpace(apiErr.Description[i+1:]), 10, 64)
+	return n, perr == nil
+}
+
+// conditional sets the header that makes the server store m only if the
+// stream's last sequence is last.
+func conditional(m *nats.Msg, last uint64) *nats.Msg {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
+	return m
+}
+
+// beginTerm writes the barriers of a term won: to the journal, on the
+// condition that its last sequence is the one the standby has read up to
+// (behind is true, and nothing is written, if the journal has more), then
+// to the checkpoint bucket, on the condition that nothing was put there
+// since its last sequence was read. It returns the term (the barrier's
+// journal sequence) and the bucket's last sequence.
+func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who string) (term, bucketLast uint64, behind bool, err error) {
+	m := conditional(nats.NewMsg(bus.SubjectJournal), readUpTo)
+	m.Header.Set("Sluice-Term-Of", who)
+	ack, err := js.PublishMsg(ctx, m)
+	if isWrongLast(err) {
+		return 0, 0, true, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("journal barrier: %w", err)
+	}
+	term = ack.Sequence
+	st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+	}
+	for try := 0; ; try++ {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+		}
+		b := conditional(nats.NewMsg("$KV."+bus.BucketDTRs+"."+termKey), info.State.LastSeq)
+		b.Data = strconv.AppendUint(nil, term, 10)
+		ack, err := js.PublishMsg(ctx, b)
+		if isWrongLast(err) && try < 100 {
+			continue // a deposed leader's checkpoint came in between
+		}
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+		}
+		return term, ack.Sequence, false, nil
+	}
+}

@@ -1,0 +1,180 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+func leaderBucket(t *testing.T, js jetstream.JetStream, ttl time.Duration) jetstream.KeyValue {
+	t.Helper()
+	ctx := context.Background()
+	if err := bus.Ensure(ctx, js, bus.Setup{LeaderTTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketLeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func TestOneSchedulerWinsTheElectionAndAnotherOnlyOnceItsKeyIsGone(t *testing.T) {
+	_, js, _ := journalServer(t)
+	kv := leaderBucket(t, js, time.Second)
+	ctx := context.Background()
+	a, b := newElection(kv, time.Second, "a"), newElection(kv, time.Second, "b")
+	if won, err := a.campaign(ctx); !won || err != nil {
+		t.Fatalf("the first campaign: won %v, %v", won, err)
+	}
+	if won, err := b.campaign(ctx); won || err != nil {
+		t.Fatalf("a second scheduler's campaign while the key is held: won %v, %v", won, err)
+	}
+	if err := a.renew(ctx); err != nil {
+		t.Fatalf("the leader's renewal: %v", err)
+	}
+	l, ok, err := b.current(ctx)
+	if err != nil || !ok || l.Name != "a" {
+		t.Fatalf("who leads: %+v %v %v, want a", l, ok, err)
+	}
+	// Not renewed, the key expires with the bucket's TTL and the other
+	// wins; the old leader's renewal is then refused as deposed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		won, err := b.campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if won {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key of a leader that stopped renewing did not expire within 10 s of its 1 s TTL")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := a.renew(ctx); !errors.Is(err, errDeposed) {
+		t.Fatalf("the deposed leader's renewal: %v, want errDeposed", err)
+	}
+	// A leader that resigns lets the next one in at once.
+	b.resign(ctx)
+	if won, err := a.campaign(ctx); !won || err != nil {
+		t.Fatalf("a campaign after the leader resigned: won %v, %v", won, err)
+	}
+}
+
+func TestALeaderThatCannotRenewStepsDownBeforeItsKeyCouldExpire(t *testing.T) {
+	nc, js, _ := journalServer(t)
+	leaderBucket(t, js, time.Second)
+	// The leader's own connection, which is then cut.
+	own, err := nats.Connect(nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ojs, _ := jetstream.New(own)
+	kv, err := ojs.KeyValue(context.Background(), bus.BucketLeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newElection(kv, time.Second, "a")
+	if won, err := e.campaign(context.Background()); !won || err != nil {
+		t.Fatalf("campaign: won %v, %v", won, err)
+	}
+	own.Close()
+	deposed := make(chan error, 1)
+	e.keepLeading(context.Background(), deposed)
+	select {
+	case err := <-deposed:
+		if !errors.Is(err, errDeposed) {
+			t.Fatalf("deposed with %v", err)
+		}
+		if held := time.Since(e.renewed); held >= time.Second {
+			t.Fatalf("stepped down %s after its last renewal, not before the 1 s TTL", held)
+		}
+	default:
+		t.Fatal("keepLeading returned without stepping down")
+	}
+}
+
+func TestADeposedLeadersJournalAndCheckpointWritesAreRefused(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	old := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	term, bucketLast, behind, err := beginTerm(ctx, js, 0, "old")
+	if err != nil || behind {
+		t.Fatalf("the first term: behind %v, %v", behind, err)
+	}
+	oldDeposed := make(chan error, 1)
+	old.Lead(term, bucketLast, oldDeposed)
+	d := newDTR("x")
+	if err := old.Append(ctx, []record{rec(t, d, dtr.Transfer, time.Now())}); err != nil {
+		t.Fatalf("the leader's append: %v", err)
+	}
+	// A barrier that has not read the journal's last message is refused.
+	if _, _, behind, err := beginTerm(ctx, js, term, "new"); err != nil || !behind {
+		t.Fatalf("a barrier behind the journal: behind %v, %v", behind, err)
+	}
+	// Another scheduler begins a term after reading everything.
+	newTerm, _, behind, err := beginTerm(ctx, js, old.ReadUpTo(), "new")
+	if err != nil || behind || newTerm <= term {
+		t.Fatalf("the second term %d after %d: behind %v, %v", newTerm, term, behind, err)
+	}
+	// The old leader's writes are refused from now on.
+	err = old.Append(ctx, []record{rec(t, d, dtr.Transferring, time.Now())})
+	if !errors.Is(err, errDeposed) {
+		t.Fatalf("the deposed leader's append: %v, want errDeposed", err)
+	}
+	old.Checkpoint(ctx)
+	old.Wait()
+	select {
+	case err := <-oldDeposed:
+		if !errors.Is(err, errDeposed) {
+			t.Fatalf("the deposed leader's checkpoint: %v", err)
+		}
+	default:
+		t.Fatal("the deposed leader's checkpoint was not refused")
+	}
+	if _, err := kv.Get(ctx, d.ID.String()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the deposed leader's checkpoint stored a record: %v", err)
+	}
+	if n := journalMsgs(t, js); n != 3 {
+		t.Fatalf("the journal holds %d messages, want 3 (a barrier, a record, a barrier)", n)
+	}
+}
+
+func TestTheLeadersOwnWritesFollowOneAnother(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	j := newJournal(js, kv, quiet(), 300, time.Hour, 1000) // small messages: an append is several
+	term, bucketLast, _, err := beginTerm(ctx, js, 0, "only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Lead(term, bucketLast, make(chan error, 1))
+	var recs []record
+	for i := range 20 {
+		recs = append(recs, rec(t, newDTR(string(rune('a'+i))), dtr.Transfer, time.Now()))
+	}
+	for range 3 {
+		if err := j.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		j.Checkpoint(ctx)
+		j.Wait()
+	}
+	for _, r := range recs {
+		if _, err := kv.Get(ctx, r.id.String()); err != nil {
+			t.Fatalf("record %s not checkpointed: %v", r.id, err)
+		}
+	}
+	if n := journalMsgs(t, js); n != 0 {
+		t.Fatalf("journal holds %d messages after the checkpoints, want 0", n)
+	}
+}
