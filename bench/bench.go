@@ -33,6 +33,9 @@ type Options struct {
 	Queued, Restart int
 	// Latency is the number of DTRs timed one by one on an idle system.
 	Latency int
+	// Failover is the number of DTRs queued when the leading scheduler is
+	// lost (0: not measured).
+	Failover int
 	// Saturate is the number of 200 ms downloads per share of the
 	// saturated run, ScalePerReplica the number of 100 ms downloads per
 	// delivery replica of the scale-out runs.
@@ -49,13 +52,13 @@ type Options struct {
 // Quick are options for a run of a minute or two.
 func Quick() Options {
 	return Options{Files: 1000, Queued: 100_000, Restart: 10_000, Latency: 50, Saturate: 150, ScalePerReplica: 100,
-		Load: 50_000, LoadBad: 100, LoadCLI: 1000}
+		Load: 50_000, LoadBad: 100, LoadCLI: 1000, Failover: 100_000}
 }
 
 // Full are the options of the figures in BENCHMARKS.md.
 func Full() Options {
 	return Options{Files: 5000, Queued: 1_000_000, Restart: 100_000, Latency: 200, Saturate: 300, ScalePerReplica: 200,
-		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000}
+		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000, Failover: 1_000_000}
 }
 
 // Figure is one measured line of the report.
@@ -214,6 +217,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Scheduler restart to first grant, %d DTRs stored as queued", o.Restart),
 		Value: fmt.Sprintf("%.2f s", rs.Seconds()), Target: "≤ 2 s", Met: met(rs <= 2*time.Second)})
+
+	for _, cutOff := range []bool{false, true} {
+		if o.Failover <= 0 {
+			break
+		}
+		how, name := "killed (its connection gone, the process stopped)", "failover-killed"
+		if cutOff {
+			how, name = "cut off from NATS (it runs on, and steps down by itself)", "failover-cut"
+		}
+		say("failover: the leading scheduler %s with %d queued…", how, o.Failover)
+		f, err := Failover(ctx, dir(name), o.Failover, cutOff)
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Failover: %d DTRs queued, the leading scheduler %s, a warm standby (SLUICE_LEADER_TTL %s)", o.Failover, how, FailoverTTL),
+			Value: fmt.Sprintf("first grant of the standby %.2f s after the loss; standby warm %.1f s after its start; %d held + %d final of %d, %d granted twice",
+				f.Gap.Seconds(), f.Warm.Seconds(), f.Held, f.Final, o.Failover, f.Twice),
+			Target: "≤ 5 s, none lost or granted twice", Met: met(f.Gap <= 5*time.Second && f.Held+f.Final >= o.Failover && f.Twice == 0)})
+	}
 
 	var rates []float64
 	for _, n := range []int{1, 2, 4} {

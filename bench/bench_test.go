@@ -212,3 +212,20 @@ func TestTimesRoundsDownSoThatARatioBelowOneNeverReadsOne(t *testing.T) {
 		}
 	}
 }
+
+func TestFailoverGrantsAgainWithNothingLostOrGrantedTwice(t *testing.T) {
+	for _, cutOff := range []bool{false, true} {
+		r, err := Failover(context.Background(), t.TempDir(), 20000, cutOff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cut off %v: warm in %s, first grant %s after the leader was lost; held %d, final %d, granted twice %d",
+			cutOff, r.Warm, r.Gap, r.Held, r.Final, r.Twice)
+		if r.Held+r.Final < 20000 {
+			t.Errorf("cut off %v: the new leader holds %d and %d are final, of 20000", cutOff, r.Held, r.Final)
+		}
+		if r.Twice != 0 {
+			t.Errorf("cut off %v: %d DTR states granted twice", cutOff, r.Twice)
+		}
+	}
+}

@@ -173,7 +173,8 @@ type deployment struct {
 // ports are the host ports of a project.
 type ports struct {
 	nats   [3]int // NATS_PORT, NATS_2_PORT, NATS_3_PORT
-	web    int    // SLUICE_WEB_PORT
+	web    int    // SLUICE_WEB_PORT (the scheduler's web page)
+	web2   int    // SLUICE_WEB_2_PORT (scheduler-2's)
 	jaeger int    // JAEGER_UI_PORT
 }
 
@@ -218,14 +219,14 @@ func up(t *testing.T, files []string, env []string, upArgs ...string) (*compose,
 	for i := range p.nats {
 		p.nats[i] = freePort(t)
 	}
-	p.web, p.jaeger = freePort(t), freePort(t)
+	p.web, p.web2, p.jaeger = freePort(t), freePort(t), freePort(t)
 	project := fmt.Sprintf("sluicetest%d", os.Getpid())
 	c := newCompose(t, project, append([]string{"compose.yaml"}, files...), append([]string{
 		"NATS_IMAGE=" + envOr("SLUICE_NATS_IMAGE", "sluice-nats:dev"),
 		"SLUICE_IMAGE=" + envOr("SLUICE_IMAGE", "sluice:dev"),
 		"JAEGER_IMAGE=" + envOr("SLUICE_JAEGER_IMAGE", "sluice-jaeger:dev"),
 		"NATS_PORT=" + strconv.Itoa(p.nats[0]), "NATS_2_PORT=" + strconv.Itoa(p.nats[1]), "NATS_3_PORT=" + strconv.Itoa(p.nats[2]),
-		"SLUICE_WEB_PORT=" + strconv.Itoa(p.web), "JAEGER_UI_PORT=" + strconv.Itoa(p.jaeger),
+		"SLUICE_WEB_PORT=" + strconv.Itoa(p.web), "SLUICE_WEB_2_PORT=" + strconv.Itoa(p.web2), "JAEGER_UI_PORT=" + strconv.Itoa(p.jaeger),
 	}, env...))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -301,10 +302,12 @@ func deploy(t *testing.T, files int, extra ...string) *deployment {
   delivery:`+testService+`
       SLUICE_DELIVERY_WORKERS: "10"
   scheduler:
-    environment:
+    environment: &scheduler
       SLUICE_MAXDELIVERY: "30"
       SLUICE_MAXPROCESSOR: "20"
-      SLUICE_LEASE: "30s"
+      SLUICE_LEASE: "40s"
+  scheduler-2:
+    environment: *scheduler
 `), 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +394,8 @@ func (d *deployment) finish() (took time.Duration, ov scheduler.Overview) {
 	d.checkFiles()
 	// The overview is sampled every second: give it a few to catch up.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		ov = overview(t, d.ports.web)
+		_, port := d.leader()
+		ov = overview(t, port)
 		held := 0
 		for _, st := range ov.States {
 			held += st.Busy
@@ -444,10 +448,15 @@ func TestComposeStackScalesLosesADelivererAndMovesEveryFileIntact(t *testing.T) 
 	if victim == "" {
 		t.Fatal("no delivery container has a transfer in hand to be killed in")
 	}
-	running := busy(overview(t, d.ports.web), dtr.Transfer)
+	_, web := d.leader()
+	running := busy(overview(t, web), dtr.Transfer)
 	d.kill(victim)
 	d.hold(false)
 	t.Logf("killed delivery container %.12s with transfers in hand; %d transfers running in all", victim, running)
+
+	// And the scheduler that leads, with transfers running.
+	d.waitFinal(files * 6 / 10)
+	d.killLeader()
 
 	took, ov := d.finish()
 	t.Logf("%d files DONE and intact in %s; %.0f files/s with 1 deliverer, %.0f files/s overall; %d lease expiries, %d retries",
@@ -466,6 +475,19 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	d.kill(ids[0]) // the server every role named first
 	ev := d.status()
 	t.Logf("killed NATS server nats-1 with %d of %d files final", ev.Final(), files)
+	// Then the server the leading scheduler is connected to, now, and
+	// the leader itself: the standby takes over on the two left.
+	d.waitFinal(files / 2)
+	d.c.healthy(2 * time.Minute) // nats-1 is back after its kill
+	victim := d.leadersNATS()
+	if victim != "" {
+		d.c.run("stop", "-t", "1", victim)
+		t.Logf("stopped %s, which the leader was connected to", victim)
+	}
+	d.killLeader()
+	if victim != "" {
+		d.c.run("start", victim)
+	}
 	took, ov := d.finish()
 	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost one; %d lease expiries, %d retries",
 		files, took.Round(time.Second), ov.Counts.LeaseExpiries, ov.Counts.Retries)
@@ -495,6 +517,45 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	d.checkFiles()
 	t.Logf("with nats-1 stopped, sluice submit --wait with NATS_URL=%s moved %d files in %s",
 		redactedURLs(urls), len(d.sums), time.Since(start).Round(time.Second))
+}
+
+// leadersNATS returns the NATS service whose server the leading
+// scheduler is connected to (from each server's connz), or "" if none
+// says.
+func (d *deployment) leadersNATS() string {
+	d.t.Helper()
+	leader, _ := d.leader()
+	ids := d.c.containers(leader)
+	if len(ids) != 1 {
+		return ""
+	}
+	ip, err := exec.Command("docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", ids[0]).Output()
+	if err != nil {
+		return ""
+	}
+	for _, svc := range []string{"nats", "nats-2", "nats-3"} {
+		for _, id := range d.c.containers(svc) {
+			out, err := exec.Command("docker", "exec", id, "wget", "-qO-", "http://127.0.0.1:8222/connz?limit=4096").Output()
+			if err != nil {
+				continue
+			}
+			var connz struct {
+				Connections []struct {
+					IP   string `json:"ip"`
+					Name string `json:"name"`
+				} `json:"connections"`
+			}
+			if json.Unmarshal(out, &connz) != nil {
+				continue
+			}
+			for _, c := range connz.Connections {
+				if c.Name == "sluice-scheduler" && strings.Contains(" "+string(ip), " "+c.IP+" ") {
+					return svc
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // newJob starts a new job of the test's HTTP files, its destinations in dst
@@ -791,16 +852,67 @@ func active(t *testing.T, id string) int {
 
 func overview(t *testing.T, port int) scheduler.Overview {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/overview", port))
+	ov, err := tryOverview(port)
 	if err != nil {
 		t.Fatalf("web page of the scheduler: %v", err)
 	}
-	defer resp.Body.Close()
-	var ov scheduler.Overview
-	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil {
-		t.Fatal(err)
-	}
 	return ov
+}
+
+func tryOverview(port int) (scheduler.Overview, error) {
+	var ov scheduler.Overview
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/api/overview", port))
+	if err != nil {
+		return ov, err
+	}
+	defer resp.Body.Close()
+	return ov, json.NewDecoder(resp.Body).Decode(&ov)
+}
+
+// leader returns the scheduler service that leads, as its web page says,
+// and the host port of that page.
+func (d *deployment) leader() (service string, web int) {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range []struct {
+			name string
+			port int
+		}{{"scheduler", d.ports.web}, {"scheduler-2", d.ports.web2}} {
+			if ov, err := tryOverview(s.port); err == nil && ov.Scheduler.Role == "leader" {
+				return s.name, s.port
+			}
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatal("no scheduler's web page says it leads")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// killLeader kills the scheduler container that leads and waits for the
+// other to lead; it returns the services, the killed one first.
+func (d *deployment) killLeader() (killed, leads string) {
+	d.t.Helper()
+	killed, _ = d.leader()
+	ids := d.c.containers(killed)
+	if len(ids) != 1 {
+		d.t.Fatalf("%d containers of service %s", len(ids), killed)
+	}
+	d.kill(ids[0])
+	start := time.Now()
+	for {
+		leads, _ = d.leader()
+		if leads != killed {
+			d.t.Logf("killed the leader %s; %s leads %s later", killed, leads, time.Since(start).Round(100*time.Millisecond))
+			return killed, leads
+		}
+		if time.Since(start) > time.Minute {
+			d.t.Fatalf("%s still leads a minute after its container was killed", killed)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
 
 func busy(ov scheduler.Overview, s dtr.State) int {

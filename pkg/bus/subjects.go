@@ -82,6 +82,17 @@ type Setup struct {
 	LeaderTTL time.Duration
 }
 
+// withDefaults fills in what is not set.
+func (s Setup) withDefaults() Setup {
+	if s.Replicas <= 0 {
+		s.Replicas = 1
+	}
+	if s.AckWait <= 0 {
+		s.AckWait = 30 * time.Second
+	}
+	return s
+}
+
 // DefaultLeaderTTL is the TTL of the scheduler's leader key by default.
 const DefaultLeaderTTL = 3 * time.Second
 
@@ -107,12 +118,7 @@ var ensureMu sync.Mutex
 func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	ensureMu.Lock()
 	defer ensureMu.Unlock()
-	if s.Replicas <= 0 {
-		s.Replicas = 1
-	}
-	if s.AckWait <= 0 {
-		s.AckWait = 30 * time.Second
-	}
+	s = s.withDefaults()
 	l := s.Limits
 	if err := l.Check(); err != nil {
 		return err
@@ -154,24 +160,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			return fmt.Errorf("stream %s: %w", cfg.Name, reserveHint(err))
 		}
 	}
-	consumers := []struct {
-		stream string
-		cfg    jetstream.ConsumerConfig
-	}{
-		{StreamSubmit, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
-		{StreamResults, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
-		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: api.SubjectDTRFinal, MaxAckPending: 20000}},
-	}
-	for _, st := range dtr.Stages {
-		consumers = append(consumers, struct {
-			stream string
-			cfg    jetstream.ConsumerConfig
-		}{StreamGrants, jetstream.ConsumerConfig{Durable: string(st), FilterSubject: api.GrantSubject(st), MaxAckPending: 10000}})
-	}
-	for _, c := range consumers {
-		c.cfg.AckPolicy = jetstream.AckExplicitPolicy
-		c.cfg.AckWait = s.AckWait
-		c.cfg.Replicas = s.Replicas
+	for _, c := range consumerConfigs(s) {
 		if cons, err := js.Consumer(ctx, c.stream, c.cfg.Durable); err == nil && sameConsumer(cons.CachedInfo().Config, c.cfg) {
 			continue
 		}
@@ -227,6 +216,53 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		}
 	}
 	return nil
+}
+
+// consumerSpec is a durable consumer and its stream.
+type consumerSpec struct {
+	stream string
+	cfg    jetstream.ConsumerConfig
+}
+
+// consumerConfigs are the durable consumers Ensure makes.
+func consumerConfigs(s Setup) []consumerSpec {
+	consumers := []consumerSpec{
+		{StreamSubmit, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
+		{StreamResults, jetstream.ConsumerConfig{Durable: ConsumerSched, MaxAckPending: 20000}},
+		{StreamEvents, jetstream.ConsumerConfig{Durable: ConsumerGen, FilterSubject: api.SubjectDTRFinal, MaxAckPending: 20000}},
+	}
+	for _, st := range dtr.Stages {
+		consumers = append(consumers, consumerSpec{StreamGrants, jetstream.ConsumerConfig{Durable: string(st), FilterSubject: api.GrantSubject(st), MaxAckPending: 10000}})
+	}
+	for i := range consumers {
+		c := &consumers[i].cfg
+		c.AckPolicy = jetstream.AckExplicitPolicy
+		c.AckWait = s.AckWait
+		c.Replicas = s.Replicas
+	}
+	return consumers
+}
+
+// ResetConsumer deletes a durable consumer that Ensure makes and creates
+// it again: what it had delivered to a taker that never acknowledged it
+// (a scheduler that died or was deposed) is delivered again at once, not
+// after AckWait. Messages stay in their work-queue stream until
+// acknowledged, so nothing is lost.
+func ResetConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string, s Setup) error {
+	s = s.withDefaults()
+	for _, c := range consumerConfigs(s) {
+		if c.stream != stream || c.cfg.Durable != durable {
+			continue
+		}
+		if err := js.DeleteConsumer(ctx, stream, durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("reset consumer %s on %s: %w", durable, stream, err)
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, stream, c.cfg); err != nil {
+			return fmt.Errorf("reset consumer %s on %s: %w", durable, stream, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("reset consumer %s on %s: not one of Sluice's", durable, stream)
 }
 
 // ensureLeaderBucket creates the leader bucket, or gives it the TTL and

@@ -62,8 +62,9 @@ type journal struct {
 	// dirty holds the latest record of each DTR changed since the last
 	// checkpoint began; flushing, those the running checkpoint stores.
 	dirty, flushing map[uuid.UUID]pendingRecord
-	// last is the journal sequence of the last message appended.
-	last uint64
+	// last is the journal sequence of the last message appended (or
+	// read, standing by); purged is the last one a checkpoint purged.
+	last, purged uint64
 	// running is set while a checkpoint runs; checkpointed is when the
 	// last one began.
 	running      bool
@@ -182,15 +183,19 @@ func (j *journal) Lookup(id uuid.UUID) ([]byte, bool) {
 func (j *journal) Due(now time.Time) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return !j.running && len(j.dirty) > 0 && (len(j.dirty) >= j.atMost || now.Sub(j.checkpointed) >= j.every)
+	return !j.running && j.toCheckpoint() && (len(j.dirty) >= j.atMost || now.Sub(j.checkpointed) >= j.every)
 }
+
+// toCheckpoint says whether there is anything to checkpoint: records, or
+// journal messages not yet purged that hold none (a term's barrier).
+func (j *journal) toCheckpoint() bool { return len(j.dirty) > 0 || j.fenced && j.last > j.purged }
 
 // Checkpoint begins a checkpoint of what is appended so far, in the
 // background; it does nothing while one runs. Call it between Appends.
 func (j *journal) Checkpoint(ctx context.Context) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.running || len(j.dirty) == 0 {
+	if j.running || !j.toCheckpoint() {
 		return
 	}
 	j.running, j.checkpointed = true, time.Now()
@@ -209,6 +214,8 @@ func (j *journal) Checkpoint(ctx context.Context) {
 					j.dirty[id] = d
 				}
 			}
+		} else {
+			j.purged = max(j.purged, upTo)
 		}
 		j.flushing, j.running = nil, false
 	})
@@ -326,7 +333,7 @@ func (j *journal) reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.dirty, j.flushing = map[uuid.UUID]pendingRecord{}, nil
-	j.last, j.bucketLast, j.fenced, j.deposed = 0, 0, false, nil
+	j.last, j.purged, j.bucketLast, j.fenced, j.deposed = 0, 0, 0, false, nil
 	j.running = false
 }
 

@@ -6,9 +6,10 @@
 //
 // scheduler.go holds the configuration and the loop of steps; submit.go
 // takes new DTRs, commit.go publishes a step's output in order, publish.go
-// encodes grants and final DTRs, recover.go reloads the DTRs at start,
-// api.go serves the control requests, journal.go and seen.go keep the
-// records, and core/ decides.
+// encodes grants and final DTRs, recover.go loads the checkpoints,
+// leader.go holds the election and fences a term, standby.go keeps a
+// standby's copy warm, api.go serves the control requests, journal.go and
+// seen.go keep the records, and core/ decides.
 package scheduler
 
 import (
@@ -306,6 +307,11 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	// and move DTRs on, while a burst of new DTRs only fills queues.
 	submits, results := make(chan jetstream.Msg, 4096), make(chan jetstream.Msg, 4096)
 	for src, in := range map[string]chan jetstream.Msg{bus.StreamSubmit: submits, bus.StreamResults: results} {
+		// What the last leader took and never acknowledged comes back at
+		// once, not after the consumer's acknowledgement wait.
+		if err := bus.ResetConsumer(ctx, s.js, src, bus.ConsumerSched, s.setup()); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
 		cons, err := s.js.Consumer(ctx, src, bus.ConsumerSched)
 		if err != nil {
 			return fmt.Errorf("scheduler: consumer on %s: %w", src, err)
@@ -465,6 +471,12 @@ func drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetst
 	return batch
 }
 
+// setup is how the scheduler sets up streams, consumers and buckets.
+func (s *Service) setup() bus.Setup {
+	return bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
+		Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL}
+}
+
 // setUp creates or checks every stream, consumer and bucket (bus.Ensure).
 // While NATS cannot be reached or its JetStream is not ready (a scheduler
 // started before its server, or while it restarts) it tries again after
@@ -476,8 +488,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	wait := bus.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	var logged time.Time
 	for {
-		err := bus.Ensure(ctx, s.js, bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
-			Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL})
+		err := bus.Ensure(ctx, s.js, s.setup())
 		if err == nil {
 			return nil
 		}

@@ -77,6 +77,8 @@ func (s *Service) startTail(ctx context.Context) (*journalTail, error) {
 	if info.State.Msgs == 0 {
 		t.first = info.State.LastSeq + 1
 	}
+	// What was purged before is in the checkpoints, read next.
+	s.journal.Read(t.first - 1)
 	return t, nil
 }
 

@@ -273,10 +273,16 @@ func redactDTR(d dtr.DTR) dtr.DTR {
 	return d
 }
 
+// Role says what this scheduler is in the leader election now: "leader",
+// "standby", or "" while it starts.
+func (s *Service) Role() string {
+	r, _ := s.role.Load().(string)
+	return r
+}
+
 // roleNow says what this scheduler is in the election, and who leads.
 func (s *Service) roleNow(ctx context.Context) SchedulerRole {
-	r := SchedulerRole{Term: s.term.Load()}
-	r.Role, _ = s.role.Load().(string)
+	r := SchedulerRole{Term: s.term.Load(), Role: s.Role()}
 	if s.election == nil {
 		return r
 	}

@@ -1,0 +1,246 @@
+package e2e
+
+// Failover: two schedulers, a and b, as processes of the real binary on
+// one NATS server; a leads, b stands by. The leader fails in the middle of
+// a job, in each of the ways a machine fails: killed, frozen past its
+// term and then resumed, or cut off from NATS and then back. The standby
+// must take over, and the job must finish with every file byte-exact,
+// fetched once, final once, and every slot free; a leader that comes back
+// must stand by.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/job"
+)
+
+// failoverTTL is the leader key's TTL in these tests.
+const failoverTTL = 1500 * time.Millisecond
+
+func TestAStandbyTakesOverFromALeaderThatFails(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// fail makes the leader a fail; heal, if set, undoes it once the
+		// job has finished.
+		fail func(g *gauntlet, p *natsProxy)
+		heal func(g *gauntlet, p *natsProxy)
+	}{
+		{name: "killed", fail: func(g *gauntlet, _ *natsProxy) { g.kill("scheduler-a") }},
+		{name: "frozen past its term, then resumed",
+			fail: func(g *gauntlet, _ *natsProxy) { g.signal("scheduler-a", syscall.SIGSTOP) },
+			heal: func(g *gauntlet, _ *natsProxy) { g.signal("scheduler-a", syscall.SIGCONT) }},
+		{name: "cut off from NATS, then back",
+			fail: func(_ *gauntlet, p *natsProxy) { p.cut() },
+			heal: func(_ *gauntlet, p *natsProxy) { p.heal() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// A lease longer than the consumers' 30 s AckWait: inputs
+			// that a failed leader took and never acknowledged come
+			// back within it.
+			g := newGauntlet(t, "SLUICE_LEADER_TTL="+failoverTTL.String(), "SLUICE_LEASE=40s")
+			proxy := newNATSProxy(t, g.ns.Load().Addr().String())
+			srcDir, dstDir := t.TempDir(), t.TempDir()
+			src, gets := slowSource(t, srcDir, 256<<10)
+			j := &job.Job{Name: "failover"}
+			want := map[string][]byte{}
+			for i := range 40 {
+				name := "f" + strconv.Itoa(i)
+				writeFile(t, filepath.Join(srcDir, name), 160<<10, i)
+				want[name], _ = os.ReadFile(filepath.Join(srcDir, name))
+				j.Inputs = append(j.Inputs, job.File{Source: src + "/" + name, Destination: fileURL(filepath.Join(dstDir, name))})
+			}
+			g.startAs("scheduler-a", "scheduler", "SLUICE_SCHEDULER_NAME=a", "NATS_URL=nats://"+proxy.addr())
+			waitFor(t, 30*time.Second, "a to lead", func() bool { return leaderOf(t, g.sys.nc).Name == "a" })
+			first := leaderOf(t, g.sys.nc)
+			g.startAs("scheduler-b", "scheduler", "SLUICE_SCHEDULER_NAME=b")
+			for _, r := range []string{"generator", "processor", "delivery"} {
+				g.start(r)
+			}
+			grants := watchGrants(t, g.sys.nc)
+			r := g.sys.submit(j)
+			waitFor(t, 30*time.Second, "ten transfers to run", func() bool {
+				n := 0
+				for i := range 40 {
+					n += min(gets("/f"+strconv.Itoa(i)), 1)
+				}
+				return n >= 10
+			})
+			failed := time.Now()
+			tt.fail(g, proxy)
+			waitFor(t, 30*time.Second, "b to lead", func() bool {
+				l := leaderOf(t, g.sys.nc)
+				return l.Name == "b" && l.Term > first.Term
+			})
+			ev := g.sys.wait(r.JobID, 3*time.Minute)
+			took, gap := grants.gapAfter(failed)
+			t.Logf("b leads; its first grant came %s after the failure; the longest gap without grants was %s", took, gap)
+			if tt.heal != nil {
+				tt.heal(g, proxy)
+				waitFor(t, 30*time.Second, "a to stand by again", func() bool {
+					return g.logGrep("scheduler-a", "starting over as a standby", 1) != ""
+				})
+			}
+			if ev.State != "finished" || ev.Done != len(want) {
+				t.Errorf("job %s with %d of %d DONE", ev.State, ev.Done, len(want))
+			}
+			for name, data := range want {
+				got, err := os.ReadFile(filepath.Join(dstDir, name))
+				if err != nil || !bytes.Equal(got, data) {
+					t.Errorf("destination %s: %d bytes, %v; want the source's %d", name, len(got), err, len(data))
+				}
+				if n := gets("/" + name); n != 1 {
+					t.Errorf("source %s fetched %d times, want once", name, n)
+				}
+			}
+			if l := leaderOf(t, g.sys.nc); l.Name != "b" {
+				t.Errorf("after the leader came back, %q leads, want b still", l.Name)
+			}
+			if tt.heal != nil && g.logGrep("scheduler-a", "leading", 2) == "" {
+				t.Error("a never said it led")
+			}
+			g.settled()
+		})
+	}
+}
+
+// leaderOf reads who leads from the leader key.
+func leaderOf(t *testing.T, nc *nats.Conn) api.Leader {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, bus.BucketLeader)
+	if err != nil {
+		return api.Leader{}
+	}
+	e, err := kv.Get(ctx, "scheduler")
+	if err != nil {
+		return api.Leader{}
+	}
+	var l api.Leader
+	_ = json.Unmarshal(e.Value(), &l)
+	return l
+}
+
+// grantLog records when grants were published.
+type grantLog struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func watchGrants(t *testing.T, nc *nats.Conn) *grantLog {
+	t.Helper()
+	l := &grantLog{}
+	sub, err := nc.Subscribe("sluice.grant.>", func(*nats.Msg) {
+		l.mu.Lock()
+		l.times = append(l.times, time.Now())
+		l.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return l
+}
+
+// gapAfter returns how long after from the next grant came, and the
+// longest time without a grant from the last one before from on.
+func (l *grantLog) gapAfter(from time.Time) (next, longest time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var prev time.Time
+	for _, at := range l.times {
+		if at.Before(from) {
+			prev = at
+			continue
+		}
+		if next == 0 {
+			next = at.Sub(from)
+		}
+		if !prev.IsZero() {
+			longest = max(longest, at.Sub(prev))
+		}
+		prev = at
+	}
+	return next, longest
+}
+
+// natsProxy forwards TCP connections to a NATS server until it is cut:
+// then it closes them all and refuses new ones until healed.
+type natsProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cutOff bool
+	conns  []net.Conn
+}
+
+func newNATSProxy(t *testing.T, target string) *natsProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &natsProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refused := p.cutOff
+			p.mu.Unlock()
+			if refused {
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *natsProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *natsProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOff = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *natsProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOff = false
+}
