@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -153,8 +154,10 @@ func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track boo
 	shareOf := make([]int, len(work))
 	index := map[string]int{}
 	files := map[string]int{} // by base share
+	dtrs := make([]*dtr.DTR, len(work))
 	for i, a := range work {
 		d := arrivalDTR(i, a)
+		dtrs[i] = d
 		base := router.Policy().Share(d)
 		name := core.SubShare(base, d.Direction)
 		k, ok := index[name]
@@ -171,11 +174,16 @@ func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track boo
 		r.shares[k].shard = shardOf[r.shares[k].base]
 	}
 	for n := 0; n < sh.Shards; n++ {
-		r.shards = append(r.shards, &shard{c: core.New(cfg), byID: map[uuid.UUID]*info{}, stats: map[string]*GroupResult{}, waits: map[string]time.Duration{}})
+		r.shards = append(r.shards, &shard{c: core.New(cfg), stats: map[string]*GroupResult{}, waits: map[string]time.Duration{},
+			transfers: map[string]int{}, byShare: make([]int32, len(r.shares))})
 	}
 	for i, a := range work {
 		s := r.shards[r.shares[shareOf[i]].shard]
-		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i]})
+		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i], group: a.Group(), dtr: dtrs[i]})
+	}
+	for _, s := range r.shards {
+		s.byID = make(map[uuid.UUID]*info, len(s.work))
+		s.infos = make([]info, len(s.work))
 	}
 	if sh.Shards > 1 {
 		total := map[dtr.State]int{}
@@ -305,10 +313,13 @@ func (r *multiRun) run() error {
 	}
 }
 
-// arrival is an arrival with its place in the whole workload and its share.
+// arrival is an arrival with its place in the whole workload, its share,
+// its group and its DTR.
 type arrival struct {
 	Arrival
 	index, share int
+	group        string
+	dtr          *dtr.DTR
 }
 
 type info struct {
@@ -332,6 +343,7 @@ type shard struct {
 	work       []arrival
 	next, done int
 	byID       map[uuid.UUID]*info
+	infos      []info // what byID points to, one per arrival
 	held       []running
 	stats      map[string]*GroupResult
 	waits      map[string]time.Duration
@@ -344,6 +356,10 @@ type shard struct {
 	// files waited).
 	pending map[int]int
 	split   [][]int32 // by step, then by share index (only this shard's)
+	// Buffers of a step.
+	transfers map[string]int
+	byShare   []int32
+	due       []running
 }
 
 func (s *shard) group(name string) *GroupResult {
@@ -364,12 +380,13 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 		}
 		for ; s.next < len(s.work) && s.work[s.next].At <= el; s.next++ {
 			a := s.work[s.next]
-			d := arrivalDTR(a.index, a.Arrival)
-			if err := s.c.Submit(now, d); err != nil {
+			if err := s.c.Submit(now, a.dtr); err != nil {
 				return fmt.Errorf("workload arrival %d: %w", a.index+1, err)
 			}
-			s.byID[d.ID] = &info{a: a}
-			s.group(a.Group())
+			s.infos[s.next] = info{a: a}
+			s.byID[a.dtr.ID] = &s.infos[s.next]
+			s.work[s.next].dtr = nil // the core has it now
+			s.group(a.group)
 			if r.track {
 				if s.pending == nil {
 					s.pending = map[int]int{}
@@ -387,7 +404,7 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 				if !in.started {
 					in.started = true
 					w := now.Sub(r.start) - in.a.At
-					gr := s.group(in.a.Group())
+					gr := s.group(in.a.group)
 					s.waits[gr.Group] += w
 					gr.MaxWait = max(gr.MaxWait, w)
 					if r.track {
@@ -399,7 +416,7 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 		}
 		for _, f := range out.Final {
 			in := s.byID[f.ID]
-			gr := s.group(in.a.Group())
+			gr := s.group(in.a.group)
 			if f.State == dtr.Done {
 				gr.Files++
 				gr.Bytes += in.a.Bytes
@@ -408,20 +425,15 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 			s.done++
 		}
 		// The step: slots held, then what ends.
-		transfers := map[string]int{}
-		var byShare map[int]int32
-		if r.track {
-			byShare = map[int]int32{}
-		}
+		transfers, byShare := s.transfers, s.byShare
+		clear(transfers)
+		clear(byShare)
 		for _, h := range s.held {
 			if h.g.State == dtr.Transferring {
 				in := s.byID[h.g.DTR.ID]
-				g := in.a.Group()
-				transfers[g]++
-				s.group(g).SlotTime += opt.Step
-				if r.track {
-					byShare[in.a.share]++
-				}
+				transfers[in.a.group]++
+				s.group(in.a.group).SlotTime += opt.Step
+				byShare[in.a.share]++
 			}
 		}
 		n := 0
@@ -440,12 +452,12 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 			s.split = append(s.split, row)
 		}
 		if el >= s.nextSample {
-			s.samples = append(s.samples, Sample{At: el, Running: transfers})
+			s.samples = append(s.samples, Sample{At: el, Running: maps.Clone(transfers)})
 			s.nextSample += opt.Sample
 		}
 		after := now.Add(opt.Step)
 		kept := s.held[:0]
-		var due []running
+		due := s.due[:0]
 		for _, h := range s.held {
 			if h.end.After(after) {
 				kept = append(kept, h)
@@ -454,6 +466,7 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 			}
 		}
 		s.held = kept
+		s.due = due
 		sort.Slice(due, func(i, j int) bool { return due[i].g.ID < due[j].g.ID })
 		for _, h := range due {
 			in := s.byID[h.g.DTR.ID]
