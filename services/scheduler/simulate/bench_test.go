@@ -30,10 +30,7 @@ func BenchmarkDecisions(b *testing.B) {
 			var decisions uint64
 			for b.Loop() {
 				b.StopTimer()
-				r, err := newRun(cfg, work, opt, Sharding{Shards: shards, By: ShardByLoad, Period: time.Second}, false)
-				if err != nil {
-					b.Fatal(err)
-				}
+				r := newRun(cfg, work, opt, Sharding{Shards: shards, By: ShardByLoad, Period: time.Second}, false)
 				b.StartTimer()
 				if err := r.run(); err != nil {
 					b.Fatal(err)

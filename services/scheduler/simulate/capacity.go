@@ -48,10 +48,7 @@ func MeasureCapacity(cfg core.Config, work []Arrival, opt Options, sh Sharding, 
 	}
 	out := Capacity{Shards: sh.Shards, Runs: max(runs, 1), DTRs: len(work)}
 	for i := 0; i < out.Runs; i++ {
-		r, err := newRun(cfg, instant, opt, sh, false)
-		if err != nil {
-			return Capacity{}, err
-		}
+		r := newRun(cfg, instant, opt, sh, false)
 		began := time.Now()
 		if err := r.run(); err != nil {
 			return Capacity{}, fmt.Errorf("capacity run with %d shards: %w", sh.Shards, err)
@@ -61,9 +58,7 @@ func MeasureCapacity(cfg core.Config, work []Arrival, opt Options, sh Sharding, 
 			out.Wall = wall
 		}
 		out.Decisions = r.decisions()
-		if r, err = newRun(cfg, instant, opt, sh, false); err != nil {
-			return Capacity{}, err
-		}
+		r = newRun(cfg, instant, opt, sh, false)
 		r.timeShards = true
 		began = time.Now()
 		if err := r.run(); err != nil {

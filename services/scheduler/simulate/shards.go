@@ -95,10 +95,7 @@ func RunSharded(cfg core.Config, work []Arrival, opt Options, sh Sharding) (Shar
 		return ShardedResult{}, err
 	}
 	opt.defaults()
-	r, err := newRun(cfg, work, opt, sh, true)
-	if err != nil {
-		return ShardedResult{}, err
-	}
+	r := newRun(cfg, work, opt, sh, true)
 	if err := r.run(); err != nil {
 		return ShardedResult{}, err
 	}
@@ -134,11 +131,14 @@ type multiRun struct {
 	track  bool // record the split per step
 	// timeShards runs the shards of a period one after another and adds
 	// the slowest one's time to slowest, every one's to shardTime.
+	// held and saturated are the split so far (addSplit).
 	timeShards         bool
 	slowest, shardTime time.Duration
+	held               []int64
+	saturated          int
 }
 
-func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track bool) (*multiRun, error) {
+func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track bool) *multiRun {
 	cfg.MaxDelivery = opt.Slots
 	cfg.MaxProcessor = max(cfg.MaxProcessor, 10*opt.Slots) // processing is instant here
 	cfg.Lease = 365 * 24 * time.Hour
@@ -192,7 +192,7 @@ func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track boo
 		}
 		r.alloc = NewAllocator(total, sh.Shards)
 	}
-	return r, nil
+	return r
 }
 
 // assignShards maps each base share to its shard.
@@ -298,6 +298,9 @@ func (r *multiRun) run() error {
 			}
 			wg.Wait()
 		}
+		if r.track {
+			r.addSplit()
+		}
 		for k, err := range errs {
 			if errors.Is(err, errLimit) {
 				done := 0
@@ -355,7 +358,10 @@ type shard struct {
 	// transfer, and per step the transfers each share held (-1: none of its
 	// files waited).
 	pending map[int]int
-	split   [][]int32 // by step, then by share index (only this shard's)
+	// split holds splitRows steps since the last addSplit, then its rows
+	// to reuse, each by share index (only this shard's are set).
+	split     [][]int32
+	splitRows int
 	// Buffers of a step.
 	transfers map[string]int
 	byShare   []int32
@@ -442,14 +448,17 @@ func (s *shard) steps(r *multiRun, from, to int) error {
 		}
 		s.loads = append(s.loads, stepLoad{queued: int32(s.c.Queued(dtr.Transfer)), running: int32(n)})
 		if r.track {
-			row := make([]int32, len(r.shares))
+			if s.splitRows == len(s.split) {
+				s.split = append(s.split, make([]int32, len(r.shares)))
+			}
+			row := s.split[s.splitRows]
+			s.splitRows++
 			for k := range row {
 				row[k] = -1
 				if s.pending[k] > 0 {
 					row[k] = byShare[k]
 				}
 			}
-			s.split = append(s.split, row)
 		}
 		if el >= s.nextSample {
 			s.samples = append(s.samples, Sample{At: el, Running: maps.Clone(transfers)})
@@ -572,30 +581,7 @@ func (r *multiRun) decisions() uint64 {
 // steps in which every share had files waiting, against its part of the
 // configured priorities.
 func (r *multiRun) split() (time.Duration, []ShareSplit) {
-	held := make([]int64, len(r.shares))
-	var saturated int
-	for i := 0; ; i++ {
-		any, all := false, true
-		for k := range r.shares {
-			s := r.shards[r.shares[k].shard]
-			if i < len(s.split) {
-				any = true
-				all = all && s.split[i][k] >= 0
-			} else {
-				all = false
-			}
-		}
-		if !any {
-			break
-		}
-		if !all {
-			continue
-		}
-		saturated++
-		for k := range r.shares {
-			held[k] += int64(r.shards[r.shares[k].shard].split[i][k])
-		}
-	}
+	held := r.held
 	var sumHeld int64
 	var sumPrio int
 	for k, sh := range r.shares {
@@ -617,5 +603,40 @@ func (r *multiRun) split() (time.Duration, []ShareSplit) {
 	if sumHeld == 0 {
 		return 0, nil
 	}
-	return time.Duration(saturated) * r.opt.Step, out
+	return time.Duration(r.saturated) * r.opt.Step, out
+}
+
+// addSplit adds the steps the shards recorded since the last call to the
+// split: each share's transfers in the steps where every share had files
+// waiting. A shard that has ended recorded fewer steps; its shares wait
+// for nothing after them.
+func (r *multiRun) addSplit() {
+	if r.held == nil {
+		r.held = make([]int64, len(r.shares))
+	}
+	for i := 0; ; i++ {
+		any, all := false, true
+		for k := range r.shares {
+			s := r.shards[r.shares[k].shard]
+			if i < s.splitRows {
+				any = true
+				all = all && s.split[i][k] >= 0
+			} else {
+				all = false
+			}
+		}
+		if !any {
+			break
+		}
+		if !all {
+			continue
+		}
+		r.saturated++
+		for k := range r.shares {
+			r.held[k] += int64(r.shards[r.shares[k].shard].split[i][k])
+		}
+	}
+	for _, s := range r.shards {
+		s.splitRows = 0
+	}
 }

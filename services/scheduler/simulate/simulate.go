@@ -179,10 +179,7 @@ func Run(cfg core.Config, work []Arrival, opt Options) (Result, error) {
 	if err := sh.defaults(); err != nil {
 		return Result{}, err
 	}
-	r, err := newRun(cfg, work, opt, sh, false)
-	if err != nil {
-		return Result{}, err
-	}
+	r := newRun(cfg, work, opt, sh, false)
 	if err := r.run(); err != nil {
 		return Result{Policy: r.policy}, err
 	}
