@@ -309,8 +309,11 @@ func (r *multiRun) run() error {
 				}
 				return fmt.Errorf("%s: %d of %d files done after %s of virtual time", r.policy, done, r.total, r.opt.Limit)
 			}
-			if err != nil {
+			if err != nil && len(r.shards) > 1 {
 				return fmt.Errorf("shard %d: %w", k, err)
+			}
+			if err != nil {
+				return err // one core: the error as Run always gave it
 			}
 		}
 	}
@@ -325,11 +328,14 @@ type arrival struct {
 	dtr          *dtr.DTR
 }
 
+// info is what a shard knows of one of its files: the arrival, and whether
+// its transfer has started (its wait ends at the first).
 type info struct {
 	a       arrival
 	started bool
 }
 
+// running is a grant a worker holds until end.
 type running struct {
 	g   core.Grant
 	end time.Time

@@ -8,6 +8,29 @@ import (
 	"time"
 )
 
+// The decision capacity counts every decision of the run, with transfers
+// that take no time, whatever the number of shards.
+func TestCapacityCountsTheSameDecisionsAtEveryNumberOfShards(t *testing.T) {
+	cfg, opt, err := ScaleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := scaleWorkload(20, time.Minute)
+	var want uint64
+	for _, shards := range []int{1, 2, 4} {
+		c, err := MeasureCapacity(cfg, work, opt, Sharding{Shards: shards}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == 0 {
+			want = c.Decisions
+		}
+		if c.Decisions != want || c.DTRs != len(work) || c.DecisionsPerSecond <= 0 || c.DecisionsPerSecondCriticalPath <= 0 {
+			t.Errorf("%d shards: %+v, want %d decisions", shards, c, want)
+		}
+	}
+}
+
 // BenchmarkDecisions measures the decision capacity of 1, 2 and 4 shards
 // on docs/scale.md's workload (ScaleExample) with transfers that take no
 // virtual time: every file queued at the start, the cores decide as fast
