@@ -272,15 +272,20 @@ func shardedTable(w io.Writer, r shardedRun) error {
 	if err := r.Table(w); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d shards (shares by %s, budgets every %s): the split of transfer slot-time over the %s every share had files waiting\n",
-		r.Shards, r.By, r.Period, r.Saturated.Round(time.Second))
-	fmt.Fprintf(w, "%-24s %5s %8s %10s %9s %9s\n", "SHARE", "SHARD", "PRIORITY", "CONFIGURED", "REALISED", "ERROR")
-	for _, s := range r.Split {
-		fmt.Fprintf(w, "%-24s %5d %8d %9.2f%% %8.2f%% %+6.2f pp\n", s.Share, s.Shard, s.Priority, s.Configured, s.Realised, s.ErrorPP)
+	if len(r.Split) == 0 {
+		fmt.Fprintf(w, "%d shards (shares by %s, budgets every %s): no moment when every share had files waiting, no split to measure\n", r.Shards, r.By, r.Period)
+	} else {
+		fmt.Fprintf(w, "%d shards (shares by %s, budgets every %s): the split of transfer slot-time over the %s every share had files waiting\n",
+			r.Shards, r.By, r.Period, r.Saturated.Round(time.Second))
+		fmt.Fprintf(w, "%-24s %5s %8s %10s %9s %9s\n", "SHARE", "SHARD", "PRIORITY", "CONFIGURED", "REALISED", "ERROR")
+		for _, s := range r.Split {
+			fmt.Fprintf(w, "%-24s %5d %8d %9.2f%% %8.2f%% %+6.2f pp\n", s.Share, s.Shard, s.Priority, s.Configured, s.Realised, s.ErrorPP)
+		}
+		fmt.Fprintf(w, "largest error %.2f pp\n", r.MaxErrorPP)
 	}
 	c := r.Capacity
-	_, err := fmt.Fprintf(w, "largest error %.2f pp\ndecision capacity (transfers taking no time, every file queued at the start; fastest of %d): %d decisions for %d DTRs in %s: %.0f decisions/s, %.0f DTRs/s; critical path (each shard timed alone): %.0f decisions/s\n",
-		r.MaxErrorPP, c.Runs, c.Decisions, c.DTRs, c.Wall.Round(time.Millisecond), c.DecisionsPerSecond, c.DTRsPerSecond, c.DecisionsPerSecondCriticalPath)
+	_, err := fmt.Fprintf(w, "decision capacity (transfers taking no time, every file queued at the start; fastest of %d): %d decisions for %d DTRs in %s: %.0f decisions/s, %.0f DTRs/s; critical path (each shard timed alone): %.0f decisions/s\n",
+		c.Runs, c.Decisions, c.DTRs, c.Wall.Round(time.Millisecond), c.DecisionsPerSecond, c.DTRsPerSecond, c.DecisionsPerSecondCriticalPath)
 	return err
 }
 
@@ -294,7 +299,11 @@ func shardComparison(w io.Writer, runs []shardedRun, files, slots int) error {
 	fmt.Fprintf(w, "%6s %10s %10s %13s %8s %15s %8s %10s\n", "SHARDS", "MAX ERROR", "SATURATED", "DECISIONS/S", "×FIRST", "CRITICAL PATH/S", "×FIRST", "DTRS/S")
 	for _, r := range runs {
 		c := r.Capacity
-		fmt.Fprintf(w, "%6d %7.2f pp %10s %13.0f %7.2f× %15.0f %7.2f× %10.0f\n", r.Shards, r.MaxErrorPP, r.Saturated.Round(time.Second),
+		maxError := fmt.Sprintf("%7.2f pp", r.MaxErrorPP)
+		if len(r.Split) == 0 {
+			maxError = "-" // no moment when every share had files waiting
+		}
+		fmt.Fprintf(w, "%6d %10s %10s %13.0f %7.2f× %15.0f %7.2f× %10.0f\n", r.Shards, maxError, r.Saturated.Round(time.Second),
 			c.DecisionsPerSecond, c.DecisionsPerSecond/first.Capacity.DecisionsPerSecond,
 			c.DecisionsPerSecondCriticalPath, c.DecisionsPerSecondCriticalPath/first.Capacity.DecisionsPerSecondCriticalPath, c.DTRsPerSecond)
 	}
