@@ -33,8 +33,10 @@ func main() {
 
 // run runs the command line args, printing what it prints to stdout.
 func run(args []string, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "simulate" && simulateExample(args[1:]) {
-		setExampleSettings()
+	if len(args) > 0 && args[0] == "simulate" {
+		if settings := simulateExampleSettings(args[1:]); settings != nil {
+			setExampleSettings(settings)
+		}
 	}
 	// The environment is read here, once, for every command; a command
 	// that needs no settings (help, completion, man, --version) runs even

@@ -143,6 +143,9 @@ type Core struct {
 	active  map[uuid.UUID]*entry
 	seq     uint64
 	nextAge time.Time
+	// limits holds the slot limits SetLimit set, plus one, by queue state
+	// (0: the Config's).
+	limits [256]int32
 	// leasesPaused is when the lease clock stopped (zero: it runs): the
 	// scheduler could not hear from workers since (leases.go).
 	leasesPaused time.Time

@@ -5,7 +5,11 @@ package core
 // they are indexed for the hot path and their pools read from the Config,
 // so that no code of the core asks "is this TRANSFER?".
 
-import "github.com/sluice-dtr/sluice/pkg/dtr"
+import (
+	"fmt"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
 
 // slotClass is a queue state's slot class (pkg/dtr's state table) with the
 // Config field that its pool names.
@@ -56,12 +60,29 @@ func classOf(q dtr.State) *slotClass { return slotTable[q] }
 // state waits for or holds.
 func queueOf(s dtr.State) (dtr.State, bool) { return slotQueue[s], hasSlot[s] }
 
-// Limit returns the slot limit of a queue state.
+// Limit returns the slot limit of a queue state: the one SetLimit set, else
+// its pool's from the Config.
 func (c *Core) Limit(s dtr.State) int {
+	if n := c.limits[s]; n > 0 {
+		return int(n - 1)
+	}
 	if k := classOf(s); k != nil {
 		return k.limit(&c.cfg)
 	}
 	return c.cfg.MaxProcessor
+}
+
+// SetLimit sets the slot limit of one queue state in place of its pool's
+// (MaxProcessor or MaxDelivery), for a scheduler whose slots are leased to
+// it from a budget shared with others; n < 0 goes back to the Config's. The
+// split follows at the next tick. Grants above a lowered limit run to their
+// end, and no new one starts until the state is below it.
+func (c *Core) SetLimit(s dtr.State, n int) error {
+	if classOf(s) == nil {
+		return fmt.Errorf("set the slot limit of %s: not a queue state", s)
+	}
+	c.limits[s] = int32(max(n+1, 0))
+	return nil
 }
 
 // stageOf returns the worker stage of a queue, active or cancelling state,

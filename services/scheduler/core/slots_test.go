@@ -2,6 +2,7 @@ package core
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -52,5 +53,60 @@ func TestTheSlotTableCoversEveryQueueStateWithLegalMoves(t *testing.T) {
 	}
 	if c := New(cfg); c.Limit(dtr.Transfer) != cfg.MaxDelivery || c.Limit(dtr.Resolve) != cfg.MaxProcessor {
 		t.Errorf("Limit reads the wrong Config field")
+	}
+}
+
+// A limit set on one state replaces its pool's limit there and nowhere
+// else, holds back new grants while the state is at it, and can be taken
+// back to the Config's.
+func TestSetLimitReplacesOneStatesLimitUntilTakenBack(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency = 4, 0
+	c := New(cfg)
+	if err := c.SetLimit(dtr.Transferring, 2); err == nil {
+		t.Fatalf("an active state took a limit")
+	}
+	tests := []struct {
+		name string
+		set  int
+		want int
+	}{
+		{"a budget below the Config's", 2, 2},
+		{"a budget of nothing", 0, 0},
+		{"a budget above the Config's", 7, 7},
+		{"taken back", -1, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := c.SetLimit(dtr.Transfer, tt.set); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Limit(dtr.Transfer); got != tt.want {
+				t.Errorf("Limit(TRANSFER) = %d, want %d", got, tt.want)
+			}
+			if got := c.Limit(dtr.PreClean); got != cfg.MaxProcessor {
+				t.Errorf("Limit(PRE_CLEAN) = %d, want the Config's %d", got, cfg.MaxProcessor)
+			}
+		})
+	}
+	if err := c.SetLimit(dtr.Transfer, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		d := queuedDTR(i, 1)
+		if err := c.Restore(t0, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Tick(t0)
+	if n := len(c.Take().Grants); n != 2 {
+		t.Fatalf("%d grants under a limit of 2", n)
+	}
+	if err := c.SetLimit(dtr.Transfer, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(t0.Add(time.Second))
+	if n := len(c.Take().Grants); n != 0 {
+		t.Fatalf("%d grants with 2 running above a lowered limit of 1", n)
 	}
 }

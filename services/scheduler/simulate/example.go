@@ -2,9 +2,12 @@ package simulate
 
 import (
 	"encoding/csv"
+	"fmt"
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // Example is a workload of one hour of arrivals that shows how the
@@ -64,4 +67,74 @@ func WriteWorkload(w io.Writer, work []Arrival) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// scaleSlots is the transfer slots of ScaleExample's site.
+const scaleSlots = 200
+
+// scaleVOs are the shares of ScaleExample and their configured priorities.
+var scaleVOs = []struct {
+	vo       string
+	priority int
+}{
+	{"atlas", 90}, {"cms", 80}, {"lhcb", 60}, {"alice", 55}, {"belle", 45}, {"dune", 40},
+	{"icecube", 35}, {"ligo", 30}, {"km3net", 25}, {"cta", 20}, {"lofar", 18}, {"skao", 15},
+}
+
+// ScaleExample is the workload of docs/scale.md: twelve VOs of configured
+// priorities 90 down to 15 (ScaleSettings) on 200 transfer slots of
+// 100 MB/s, each sending 1 GB files for 30 minutes at 1.25 times the rate
+// its part of the slots moves (1 s of overhead a file), so that every VO
+// has files waiting from its first arrival to near the end: 40,915 files.
+func ScaleExample() []Arrival { return scaleWorkload(scaleSlots, 30*time.Minute) }
+
+// scaleWorkload is ScaleExample's VOs sending for span at 1.25 times what
+// their part of slots transfer slots moves.
+func scaleWorkload(slots int, span time.Duration) []Arrival {
+	const perFile, overload = 11.0, 1.25 // perFile: seconds a 1 GB file holds a slot
+	sum := 0
+	for _, v := range scaleVOs {
+		sum += v.priority
+	}
+	var out []Arrival
+	for _, v := range scaleVOs {
+		rate := overload * float64(slots) / perFile * float64(v.priority) / float64(sum) // files a second
+		every := time.Duration(float64(time.Second) / rate)
+		for t := time.Duration(0); t < span; t += every {
+			out = append(out, Arrival{At: t, DN: "/CN=" + v.vo + "-production", FQAN: "/" + v.vo + "/Role=production", Bytes: 1e9, Priority: 50})
+		}
+	}
+	return out
+}
+
+// ScaleSettings are the settings docs/scale.md uses with ScaleExample, as
+// SLUICE_* variables.
+var ScaleSettings = func() map[string]string {
+	prios := ""
+	for i, v := range scaleVOs {
+		if i > 0 {
+			prios += ","
+		}
+		prios += v.vo + "=" + strconv.Itoa(v.priority)
+	}
+	return map[string]string{
+		"SLUICE_SHAREPOLICY":   "voms:vo",
+		"SLUICE_SHAREPRIORITY": prios,
+		"SLUICE_MAXDELIVERY":   strconv.Itoa(scaleSlots),
+	}
+}()
+
+// ScaleConfig is the core's configuration and the site's options that
+// docs/scale.md uses with ScaleExample (ScaleSettings, ARC's policy).
+func ScaleConfig() (core.Config, Options, error) {
+	cfg := core.DefaultConfig()
+	var err error
+	if cfg.SharePolicy, err = core.ParseSharePolicy(ScaleSettings["SLUICE_SHAREPOLICY"]); err != nil {
+		return cfg, Options{}, fmt.Errorf("scale settings: %w", err)
+	}
+	cfg.SharePriority = map[string]int{}
+	for _, v := range scaleVOs {
+		cfg.SharePriority[v.vo] = v.priority
+	}
+	return cfg, Options{Slots: scaleSlots, Overhead: time.Second}, nil
 }

@@ -10,12 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
@@ -178,139 +175,15 @@ type Sample struct {
 // Run replays work through a core made with cfg.
 func Run(cfg core.Config, work []Arrival, opt Options) (Result, error) {
 	opt.defaults()
-	cfg.MaxDelivery = opt.Slots
-	cfg.MaxProcessor = max(cfg.MaxProcessor, 10*opt.Slots) // processing is instant here
-	cfg.Lease = 365 * 24 * time.Hour
-	c := core.New(cfg)
-	res := Result{Policy: c.Policy().Name()}
-	work = append([]Arrival(nil), work...)
-	sort.SliceStable(work, func(i, j int) bool { return work[i].At < work[j].At })
-
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	type info struct {
-		a       Arrival
-		started bool
+	sh := Sharding{Shards: 1}
+	if err := sh.defaults(); err != nil {
+		return Result{}, err
 	}
-	byID := map[uuid.UUID]*info{}
-	type running struct {
-		g   core.Grant
-		end time.Time
+	r := newRun(cfg, work, opt, sh, false)
+	if err := r.run(); err != nil {
+		return Result{Policy: r.policy}, err
 	}
-	var held []running
-	stats := map[string]*GroupResult{}
-	waits := map[string]time.Duration{}
-	group := func(name string) *GroupResult {
-		if stats[name] == nil {
-			stats[name] = &GroupResult{Group: name}
-		}
-		return stats[name]
-	}
-	next, done := 0, 0
-	var busy, offered time.Duration
-	nextSample := time.Duration(0)
-	for now := start; done < len(work); now = now.Add(opt.Step) {
-		el := now.Sub(start)
-		if el > opt.Limit {
-			return res, fmt.Errorf("%s: %d of %d files done after %s of virtual time", res.Policy, done, len(work), opt.Limit)
-		}
-		for ; next < len(work) && work[next].At <= el; next++ {
-			a := work[next]
-			d := &dtr.DTR{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "sim-%d", next)),
-				Source:      fmt.Sprintf("https://source.example/%s/%d", a.Group(), next),
-				Destination: fmt.Sprintf("file:///sim/%d", next),
-				Owner:       dtr.Identity{DN: a.DN}, UserPriority: a.Priority, Direction: a.Direction}
-			if a.FQAN != "" {
-				d.Owner.FQANs = []string{a.FQAN}
-			}
-			if err := c.Submit(now, d); err != nil {
-				return res, fmt.Errorf("workload arrival %d: %w", next+1, err)
-			}
-			byID[d.ID] = &info{a: a}
-			group(a.Group())
-		}
-		c.Tick(now)
-		out := c.Take()
-		for _, g := range out.Grants {
-			end := now
-			if g.State == dtr.Transferring {
-				in := byID[g.DTR.ID]
-				end = now.Add(opt.Overhead + time.Duration(float64(in.a.Bytes)/opt.SlotRate*float64(time.Second)))
-				if !in.started {
-					in.started = true
-					w := now.Sub(start) - in.a.At
-					gr := group(in.a.Group())
-					waits[gr.Group] += w
-					gr.MaxWait = max(gr.MaxWait, w)
-				}
-			}
-			held = append(held, running{g: g, end: end})
-		}
-		for _, f := range out.Final {
-			in := byID[f.ID]
-			gr := group(in.a.Group())
-			if f.State == dtr.Done {
-				gr.Files++
-				gr.Bytes += in.a.Bytes
-			}
-			gr.Finished = now.Sub(start)
-			done++
-		}
-		// The step: slots held, then what ends.
-		transfers := map[string]int{}
-		for _, r := range held {
-			if r.g.State == dtr.Transferring {
-				g := byID[r.g.DTR.ID].a.Group()
-				transfers[g]++
-				group(g).SlotTime += opt.Step
-			}
-		}
-		n := 0
-		for _, v := range transfers {
-			n += v
-		}
-		if c.Queued(dtr.Transfer) > 0 {
-			offered += time.Duration(opt.Slots) * opt.Step
-			busy += time.Duration(min(n, opt.Slots)) * opt.Step
-		}
-		if el >= nextSample {
-			res.Samples = append(res.Samples, Sample{At: el, Running: transfers})
-			nextSample += opt.Sample
-		}
-		after := now.Add(opt.Step)
-		kept := held[:0]
-		var due []running
-		for _, r := range held {
-			if r.end.After(after) {
-				kept = append(kept, r)
-			} else {
-				due = append(due, r)
-			}
-		}
-		held = kept
-		sort.Slice(due, func(i, j int) bool { return due[i].g.ID < due[j].g.ID })
-		for _, r := range due {
-			in := byID[r.g.DTR.ID]
-			result := core.Result{DTR: r.g.DTR.ID, Grant: r.g.ID, Size: in.a.Bytes}
-			if r.g.State == dtr.Transferring {
-				result.Bytes = in.a.Bytes
-			}
-			if err := c.Result(after, result); err != nil {
-				return res, fmt.Errorf("result: %w", err)
-			}
-		}
-		res.Duration = after.Sub(start)
-	}
-	for name, gr := range stats {
-		if gr.Files > 0 {
-			gr.MeanWait = waits[name] / time.Duration(gr.Files)
-		}
-		res.Groups = append(res.Groups, *gr)
-	}
-	sort.Slice(res.Groups, func(i, j int) bool { return res.Groups[i].Group < res.Groups[j].Group })
-	if offered > 0 {
-		res.Utilisation = float64(busy) / float64(offered)
-	}
-	return res, nil
+	return r.result(), nil
 }
 
 // Table writes the per-group results as text columns, and a fairness
