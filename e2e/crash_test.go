@@ -53,6 +53,16 @@ type cluster struct {
 	procs map[string]*process
 	// exits are the roles that exited without being killed, with how.
 	exits []string
+	// named are processes known by another name than their role's (a
+	// second scheduler), with their role and environment: start and the
+	// restarts use them.
+	named map[string]namedProcess
+}
+
+// namedProcess is a process's role and its own environment.
+type namedProcess struct {
+	role string
+	env  []string
 }
 
 func buildBinary(t *testing.T) string {
@@ -65,7 +75,14 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func (c *cluster) start(role string) { c.t.Helper(); c.startAs(role, role) }
+func (c *cluster) start(name string) {
+	c.t.Helper()
+	if n, ok := c.named[name]; ok {
+		c.startAs(name, n.role, n.env...)
+		return
+	}
+	c.startAs(name, name)
+}
 
 // startAs runs a role as a process known by name (its log is
 // <name>.log), with extra environment variables: several processes of
@@ -259,8 +276,9 @@ const (
 	chaosNATSDown = 2 * time.Second
 )
 
-// chaosRoles are the roles the chaos test runs, each as its own process.
-var chaosRoles = []string{"scheduler", "generator", "processor", "delivery"}
+// chaosRoles are the processes the chaos test runs: each role, and a
+// second scheduler (a standby while the other leads).
+var chaosRoles = []string{"scheduler", "scheduler-b", "generator", "processor", "delivery"}
 
 // chaosRun is one run of the chaos test: its cluster, its job, what the
 // driver did and what the run saw.
@@ -297,6 +315,7 @@ type chaosRun struct {
 
 	attempts int // the attempts of every file, counted by the file check
 	events   int // the final DTR events, counted by their check
+	grants   *grantLog
 }
 
 // startChaosCluster builds sluice, starts an embedded NATS server and
@@ -316,7 +335,10 @@ func startChaosCluster(t *testing.T, files int) *chaosRun {
 	r.ns.Store(first)
 	t.Cleanup(func() { r.ns.Load().Shutdown() })
 	r.port = first.Addr().(*net.TCPAddr).Port
-	r.c = &cluster{t: t, bin: bin, dir: r.dir, procs: map[string]*process{}, env: []string{
+	r.c = &cluster{t: t, bin: bin, dir: r.dir, procs: map[string]*process{}, named: map[string]namedProcess{
+		"scheduler":   {"scheduler", []string{"SLUICE_SCHEDULER_NAME=scheduler"}},
+		"scheduler-b": {"scheduler", []string{"SLUICE_SCHEDULER_NAME=scheduler-b"}},
+	}, env: []string{
 		"NATS_URL=" + first.ClientURL(), "SLUICE_LOG_LEVEL=warn", "SLUICE_LOG_FORMAT=text", "SLUICE_HTTP_ADDR=127.0.0.1:0",
 		"SLUICE_ALLOW_NETWORKS=127.0.0.0/8", // the test's storage servers are on loopback
 		"SLUICE_LEASE=4s", "SLUICE_RETRY_BASE=100ms", "SLUICE_MAXTRANSFERTRIES=20",
@@ -334,6 +356,7 @@ func startChaosCluster(t *testing.T, files int) *chaosRun {
 	}
 	t.Cleanup(r.s.nc.Close)
 	r.s.js, _ = jetstream.New(r.s.nc)
+	r.grants = watchGrants(t, r.s.nc)
 	return r
 }
 
@@ -463,9 +486,12 @@ chaos:
 			r.restartNATS()
 		}
 		r.restartExitedRoles()
-		role := []string{"scheduler", "scheduler", "processor", "delivery", "generator"}[rng.IntN(5)]
-		r.c.kill(role)
+		role := []string{"leader", "leader", "standby", "processor", "delivery", "generator"}[rng.IntN(6)]
 		r.kills[role]++
+		if role == "leader" || role == "standby" {
+			role = r.scheduler(role == "leader")
+		}
+		r.c.kill(role)
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 		r.c.start(role)
 	}
@@ -478,6 +504,20 @@ chaos:
 	} else {
 		r.t.Logf("the job had not ended after %.1fs", r.took.Seconds())
 	}
+}
+
+// scheduler returns the scheduler process that leads now (or, not
+// leader, the other one); the first if none leads.
+func (r *chaosRun) scheduler(leader bool) string {
+	l := leaderOf(r.t, r.s.nc).Name
+	other := map[string]string{"scheduler": "scheduler-b", "scheduler-b": "scheduler"}
+	if _, ok := other[l]; !ok {
+		return "scheduler"
+	}
+	if leader {
+		return l
+	}
+	return other[l]
 }
 
 // keepRolesUpUntilTheJobEnds waits, with no more kills, for the job's
@@ -510,11 +550,12 @@ func (r *chaosRun) restartExitedRoles() {
 func (r *chaosRun) restartNATS() {
 	old := r.ns.Load()
 	at := time.Since(r.began)
-	r.c.kill("scheduler")
-	r.kills["scheduler"]++
+	leader := r.scheduler(true)
+	r.c.kill(leader)
+	r.kills["leader"]++
 	old.Shutdown()
 	old.WaitForShutdown()
-	r.c.start("scheduler")
+	r.c.start(leader)
 	time.Sleep(chaosNATSDown) // long enough for every client to notice
 	next, err := bus.Embedded(r.store, r.port)
 	for try := 0; err != nil && try < 20; try++ {
@@ -737,11 +778,13 @@ func (r *chaosRun) everySlotIsFree(t *testing.T) {
 // logSummary logs what the run did, once every check has passed.
 func (r *chaosRun) logSummary() {
 	k := r.kills
+	gap, at := r.grants.longestGap(r.began, r.began.Add(r.took))
 	r.t.Logf("%d files, every one DONE once, intact, its adler32 verified; %d attempts in all; %d final DTRs announced on the stream; "+
-		"kills %d (scheduler %d, generator %d, processor %d, delivery %d); NATS restarted at %.1fs for %.1fs with %d DTRs final; "+
-		"%.1fs from submit to the job's end: %.1f DTR/s (%.1fs in all, the build and the checks included)",
-		r.files, r.attempts, r.events, r.totalKills(), k["scheduler"], k["generator"], k["processor"], k["delivery"],
-		r.restartedAt.Seconds(), r.restartedFor.Seconds(), r.restartedAtFinal, r.took.Seconds(), float64(r.files)/r.took.Seconds(), time.Since(r.testStart).Seconds())
+		"kills %d (leading scheduler %d, standby %d, generator %d, processor %d, delivery %d); NATS restarted at %.1fs for %.1fs with %d DTRs final; "+
+		"%.1fs from submit to the job's end: %.1f DTR/s (%.1fs in all, the build and the checks included); the longest time without a grant was %.1fs, from %.1fs",
+		r.files, r.attempts, r.events, r.totalKills(), k["leader"], k["standby"], k["generator"], k["processor"], k["delivery"],
+		r.restartedAt.Seconds(), r.restartedFor.Seconds(), r.restartedAtFinal, r.took.Seconds(), float64(r.files)/r.took.Seconds(), time.Since(r.testStart).Seconds(),
+		gap.Seconds(), at.Sub(r.began).Seconds())
 }
 
 // kvJSON reads a key's JSON value.

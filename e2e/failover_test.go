@@ -181,6 +181,24 @@ func (l *grantLog) gapAfter(from time.Time) (next, longest time.Duration) {
 	return next, longest
 }
 
+// longestGap returns the longest time without a grant between from and
+// to, and when it began.
+func (l *grantLog) longestGap(from, to time.Time) (longest time.Duration, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := from
+	for _, t := range append(l.times, to) {
+		if t.Before(from) || t.After(to) {
+			continue
+		}
+		if d := t.Sub(prev); d > longest {
+			longest, at = d, prev
+		}
+		prev = t
+	}
+	return longest, at
+}
+
 // natsProxy forwards TCP connections to a NATS server until it is cut:
 // then it closes them all and refuses new ones until healed.
 type natsProxy struct {

@@ -434,3 +434,91 @@ func TestTheFenceRefusesOnceTheLastAcknowledgedRenewalIsALeaseLessTheMarginOld(t
 		t.Errorf("margins %s, %s", fenceMargin(lease), fenceMargin(2*time.Second))
 	}
 }
+
+// termGrant publishes one pre-processing grant of scheduler term term.
+func (r *rig) termGrant(term uint64) api.Grant {
+	id := uuid.New()
+	g := api.Grant{ID: id.String() + ".1", Stage: dtr.StagePre, State: dtr.QueryingReplica, Term: term, LeaseSeconds: 60,
+		DTR: &dtr.DTR{ID: id, Source: "file:///in/" + id.String(), Destination: "file:///out/" + id.String()}}
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", api.Grants{Grants: []api.Grant{g}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.publish(ev)
+	return g
+}
+
+func TestGrantsAndStopsOfADeposedSchedulersTermAreDropped(t *testing.T) {
+	r := newRig(t)
+	ran := make(chan string, 10)
+	stopped := make(chan string, 10)
+	release := make(chan struct{})
+	r.start(2, func(ctx context.Context, g api.Grant, _ func(int64, int64)) api.Result {
+		ran <- g.ID
+		if g.DTR.Source == "file:///in/block" {
+			select {
+			case <-ctx.Done():
+				stopped <- g.ID
+			case <-release:
+			}
+		}
+		return api.Result{}
+	})
+	expect := func(what string, ch chan string, want string) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			if want == "" {
+				t.Fatalf("%s: %s, want none", what, got)
+			}
+			if got != want {
+				t.Fatalf("%s: %s, want %s", what, got, want)
+			}
+		case <-time.After(time.Second):
+			if want != "" {
+				t.Fatalf("%s: none within a second, want %s", what, want)
+			}
+		}
+	}
+	g7 := r.termGrant(7)
+	expect("a grant of term 7", ran, g7.ID)
+	r.termGrant(5)
+	expect("a grant of term 5 after one of term 7", ran, "")
+	r.streamEmpty() // taken and dropped, not left to come back
+	g0 := r.termGrant(0)
+	expect("a grant that does not say its term", ran, g0.ID)
+	g9 := r.termGrant(9)
+	expect("a grant of a newer term", ran, g9.ID)
+	r.termGrant(8)
+	expect("a grant of term 8 after one of term 9", ran, "")
+
+	// A stop of an older term leaves the grant running; one of the
+	// current term stops it.
+	id := uuid.New()
+	block := api.Grant{ID: id.String() + ".1", Stage: dtr.StagePre, State: dtr.QueryingReplica, Term: 9, LeaseSeconds: 60,
+		DTR: &dtr.DTR{ID: id, Source: "file:///in/block", Destination: "file:///out/block"}}
+	ev, err := codec.NewEvent(api.TypeGrants, "sluice/scheduler", "", api.Grants{Grants: []api.Grant{block}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.publish(ev)
+	expect("the grant to stop", ran, block.ID)
+	stop := func(term uint64) {
+		ev, err := codec.NewEvent(api.TypeStop, "sluice/scheduler", "", api.Stop{DTR: id, Grant: block.ID, Term: term})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := codec.Encode(context.Background(), api.SubjectStopPrefix+block.ID, "", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop(8)
+	expect("a stop of term 8", stopped, "")
+	stop(9)
+	expect("a stop of term 9", stopped, block.ID)
+	close(release)
+}
