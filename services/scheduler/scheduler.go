@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -160,6 +161,8 @@ type Service struct {
 	parked []*loopRequest
 	// workers are the worker processes heard from (workers.go).
 	workers *workerTracker
+	// name is its name in the election (Config.Name, or the host name).
+	name string
 	// kv is the checkpoint bucket; election this scheduler's part in
 	// the leader election, term the term it leads (0 while it stands by),
 	// role what it is now (roleStandby, roleLeader; empty while starting).
@@ -198,6 +201,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
 	s.workers = newWorkerTracker(cfg.Heartbeat, cfg.Lease)
+	if s.name = cfg.Name; s.name == "" {
+		s.name, _ = os.Hostname()
+	}
 	meter := cfg.Meter
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
@@ -225,7 +231,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	s.election = newElection(lkv, s.cfg.LeaderTTL, s.cfg.Name)
+	s.election = newElection(lkv, s.cfg.LeaderTTL, s.name)
 	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
 	every, atMost := s.cfg.CheckpointEvery, s.cfg.CheckpointRecords
 	if every <= 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -282,14 +283,14 @@ func (s *Service) Role() string {
 
 // roleNow says what this scheduler is in the election, and who leads.
 func (s *Service) roleNow(ctx context.Context) SchedulerRole {
-	r := SchedulerRole{Term: s.term.Load(), Role: s.Role()}
-	if s.election == nil {
-		return r
-	}
-	r.Name = s.election.me.Name
+	r := SchedulerRole{Term: s.term.Load(), Role: s.Role(), Name: s.name}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if l, ok, err := s.election.current(ctx); err == nil && ok {
+	kv, err := s.js.KeyValue(ctx, bus.BucketLeader)
+	if err != nil {
+		return r
+	}
+	if l, ok, err := (&election{kv: kv}).current(ctx); err == nil && ok {
 		r.Leader = &l
 	}
 	return r

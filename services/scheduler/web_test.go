@@ -195,6 +195,9 @@ func TestTheDTREndpointShowsARecordAndWhyWithoutCredentials(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var ov Overview
 		_, body := get(t, base+"/api/overview", &ov)
+		if sc := ov.Scheduler; sc.Role != roleLeader || sc.Term == 0 || sc.Leader == nil || sc.Leader.Name != sc.Name {
+			t.Fatalf("the overview says of the scheduler %+v; want the leader, with its term, naming itself", sc)
+		}
 		if len(ov.Longest) == 1 {
 			if strings.Contains(body, "s3cr3t") || ov.Longest[0].Source != held.DTR.Source {
 				t.Errorf("the overview shows the source as %q", ov.Longest[0].Source)
