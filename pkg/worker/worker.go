@@ -312,7 +312,12 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 	var out []*held
 	for i, g := range grants {
 		if !p.admitTerm(g.Term) {
-			p.Log.Warn("grant of a deposed scheduler dropped", "dtr", g.DTR.ID, "grant", g.ID, "term", g.Term, "current_term", p.term.Load())
+			// Given back unrun: the scheduler that leads now knows the
+			// grant (its records were journaled before its term began)
+			// and queues the DTR again at once, rather than when the
+			// lease runs out.
+			p.Log.Warn("grant of a deposed scheduler given back unrun", "dtr", g.DTR.ID, "grant", g.ID, "term", g.Term, "current_term", p.term.Load())
+			go p.giveBack(&held{g: g, parent: parents[i]})
 			continue
 		}
 		h := &held{g: g, issued: since, renewed: since, acked: since, parent: parents[i]}

@@ -482,9 +482,19 @@ func TestGrantsAndStopsOfADeposedSchedulersTermAreDropped(t *testing.T) {
 	}
 	g7 := r.termGrant(7)
 	expect("a grant of term 7", ran, g7.ID)
-	r.termGrant(5)
+	g5 := r.termGrant(5)
 	expect("a grant of term 5 after one of term 7", ran, "")
-	r.streamEmpty() // taken and dropped, not left to come back
+	r.streamEmpty() // taken, not left to come back
+	waitFor(t, "the grant of term 5 given back", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, res := range r.results {
+			if res.Grant == g5.ID {
+				return res.Returned && res.Error == nil
+			}
+		}
+		return false
+	})
 	g0 := r.termGrant(0)
 	expect("a grant that does not say its term", ran, g0.ID)
 	g9 := r.termGrant(9)
@@ -521,4 +531,14 @@ func TestGrantsAndStopsOfADeposedSchedulersTermAreDropped(t *testing.T) {
 	stop(9)
 	expect("a stop of term 9", stopped, block.ID)
 	close(release)
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
 }

@@ -162,11 +162,20 @@ func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, e.ttl/4)
+			sent := time.Now()
 			err := e.renew(rctx)
 			cancel()
 			if errors.Is(err, errDeposed) {
 				deposed <- err
 				return
+			}
+			if bus.StoreFull(err) {
+				// No one can take over while the store refuses writes
+				// (a standby's key and barrier are writes too), and a
+				// barrier written once space returns fences this
+				// leader's writes: it holds on, and does not step down
+				// with a full store.
+				e.renewed = sent
 			}
 			if err == nil {
 				next = now.Add(e.renewEvery())

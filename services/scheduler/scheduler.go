@@ -247,16 +247,29 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	defer func() { _ = heartbeats.Unsubscribe() }()
+	// Whatever ends a term (deposed, a commit that failed, NATS gone
+	// while it stood by) starts it over: the records in NATS are the
+	// state, and the copy is built again from them. Failures in a row
+	// wait longer, up to half a second.
+	wait := bus.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	var logged time.Time
 	for {
+		began := time.Now()
 		err := s.runTerm(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !errors.Is(err, errDeposed) && !errors.Is(err, errResync) {
-			return err
+		if time.Since(began) > time.Minute {
+			wait.Reset()
 		}
-		s.log.Warn("starting over as a standby", "err", err)
+		if errors.Is(err, errDeposed) || errors.Is(err, errResync) || time.Since(logged) > 30*time.Second {
+			logged = time.Now()
+			s.log.Warn("starting over as a standby", "err", err)
+		}
 		s.reset()
+		if !errors.Is(err, errDeposed) && !errors.Is(err, errResync) && !wait.Sleep(ctx) {
+			return nil
+		}
 	}
 }
 
@@ -331,11 +344,6 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			})
 		}()
 	}
-	svc, err := s.addAPI()
-	if err != nil {
-		return err
-	}
-	defer svc.Stop()
 	kv := s.kv
 
 	tick := time.NewTicker(s.cfg.Tick)
@@ -373,6 +381,13 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			<-committed
 		}
 	}()
+	// Served while this scheduler leads, and stopped first as it stops
+	// leading, before the committer is waited for.
+	svc, err := s.addAPI()
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
 	var batch []jetstream.Msg
 	for {
 		batch = batch[:0]
@@ -491,7 +506,7 @@ func (s *Service) setup() bus.Setup {
 // (a stream with other settings that it will not change, say) is returned
 // at once, and so is the end of ctx.
 func (s *Service) setUp(ctx context.Context) error {
-	wait := bus.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+	wait := bus.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	var logged time.Time
 	for {
 		err := bus.Ensure(ctx, s.js, s.setup())

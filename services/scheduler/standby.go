@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -106,14 +107,31 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 	defer prune.Stop()
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
+	// While the store is too full for anyone to be elected, this standby
+	// answers the queries (and refuses changes), as a leader would.
+	var readOnly micro.Service
+	defer func() {
+		if readOnly != nil {
+			readOnly.Stop()
+		}
+	}()
 	try := true
 	for {
 		s.looped.Store(time.Now().UnixNano())
 		if try {
 			try = false
-			term, err := s.tryToLead(ctx, tail)
+			term, full, err := s.tryToLead(ctx, tail)
 			if err != nil || term != 0 {
 				return term, err
+			}
+			switch {
+			case full && readOnly == nil:
+				if readOnly, err = s.addAPI(); err != nil {
+					readOnly = nil
+				}
+			case !full && readOnly != nil:
+				readOnly.Stop()
+				readOnly = nil
 			}
 		}
 		select {
@@ -128,10 +146,13 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 		case <-prune.C:
 			s.pruneKept(ctx)
 		case q := <-s.queries:
-			if q.change {
-				q.err = errStandby
-			} else {
+			switch full, _, _ := bus.SpaceOf(s.nc).Full(); {
+			case !q.change:
 				q.f()
+			case full:
+				q.err = errStoreFull
+			default:
+				q.err = errStandby
 			}
 			close(q.done)
 		case now := <-sample.C:
@@ -141,20 +162,31 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 }
 
 // tryToLead campaigns; won, it catches up with the journal and begins
-// its term. 0 and no error: it does not lead (yet).
-func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (uint64, error) {
+// its term. 0 and no error: it does not lead (yet); full says the store
+// refused the campaign for want of space.
+func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (term uint64, full bool, err error) {
+	space := bus.SpaceOf(s.nc)
 	won, err := s.election.campaign(ctx)
+	if bus.StoreFull(err) {
+		if space.Refused(err) {
+			s.log.Warn("the store is full: no scheduler can be elected until it has room; answering queries meanwhile", "err", err)
+		}
+		return 0, true, nil
+	}
 	if err != nil {
 		s.log.Warn("cannot take part in the leader election; trying again", "err", err)
-		return 0, nil
+		return 0, false, nil
+	}
+	if d := space.Stored(); d > 0 {
+		s.log.Info("JetStream store has room again", "held_back", d.Round(time.Millisecond))
 	}
 	if !won {
-		return 0, nil
+		return 0, false, nil
 	}
 	for try := 0; ; try++ {
 		if err := s.drainTail(tail); err != nil {
 			s.election.resign(ctx)
-			return 0, err
+			return 0, false, err
 		}
 		bctx, cancel := context.WithTimeout(ctx, s.election.ttl/2)
 		term, bucketLast, behind, err := beginTerm(bctx, s.js, s.journal.ReadUpTo(), s.election.me.Name+" "+s.election.me.Instance)
@@ -162,30 +194,30 @@ func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (uint64, err
 		if err != nil {
 			s.log.Warn("won the election but could not begin the term; standing by", "err", err)
 			s.election.resign(ctx)
-			return 0, nil
+			return 0, bus.StoreFull(err), nil
 		}
 		if !behind {
 			tail.cc.Stop()
 			s.pruneKept(ctx)
 			s.journal.Lead(term, bucketLast, nil)
-			return term, nil
+			return term, false, nil
 		}
 		// The journal has more than the tail brought: wait for it.
 		if time.Now().After(s.election.holdsUntil().Add(-s.election.ttl/4)) || try == 100 {
 			s.log.Warn("won the election but could not catch up with the journal in time; standing by")
 			s.election.resign(ctx)
-			return 0, nil
+			return 0, false, nil
 		}
 		select {
 		case m := <-tail.msgs:
 			if err := s.applyTail(tail, m); err != nil {
 				s.election.resign(ctx)
-				return 0, err
+				return 0, false, err
 			}
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
 			s.election.resign(context.WithoutCancel(ctx))
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
 	}
 }
