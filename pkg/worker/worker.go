@@ -312,12 +312,18 @@ func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
 	var out []*held
 	for i, g := range grants {
 		if !p.admitTerm(g.Term) {
+			p.mu.Lock()
+			_, running := p.held[g.ID]
+			p.mu.Unlock()
+			if running {
+				continue // a copy of a grant this process runs: it runs once
+			}
 			// Given back unrun: the scheduler that leads now knows the
 			// grant (its records were journaled before its term began)
 			// and queues the DTR again at once, rather than when the
 			// lease runs out.
 			p.Log.Warn("grant of a deposed scheduler given back unrun", "dtr", g.DTR.ID, "grant", g.ID, "term", g.Term, "current_term", p.term.Load())
-			go p.giveBack(&held{g: g, parent: parents[i]})
+			go p.returnUnrun(g, parents[i])
 			continue
 		}
 		h := &held{g: g, issued: since, renewed: since, acked: since, parent: parents[i]}
@@ -514,12 +520,23 @@ func (p *Pool) giveBack(h *held) {
 		delete(p.held, h.g.ID)
 		p.mu.Unlock()
 	}()
-	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: h.moved.Load()}
+	p.sendBack(h.g, h.parent, h.moved.Load(), "given back: the worker is stopping")
+}
+
+// returnUnrun gives back a grant that was never held here.
+func (p *Pool) returnUnrun(g api.Grant, parent string) {
+	p.sendBack(g, parent, 0, "given back unrun: the scheduler that granted it was deposed since")
+}
+
+// sendBack sends a grant's Returned result.
+func (p *Pool) sendBack(g api.Grant, parent string, moved int64, why string) {
+	h := &held{g: g, parent: parent}
+	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: moved}
 	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
 	defer span.End()
 	tracing.SetDTR(span, h.g.DTR, p.Stage)
 	tracing.SetResult(span, res.Bytes, nil)
-	span.SetStatus(codes.Error, "given back: the worker is stopping")
+	span.SetStatus(codes.Error, why)
 	if err := p.sendResult(ctx, h.g.DTR, res); err != nil {
 		p.Log.Warn("grant not given back; its lease will run out", "dtr", h.g.DTR.ID, "grant", h.g.ID, "err", err)
 		return

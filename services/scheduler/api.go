@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
@@ -27,11 +28,28 @@ import (
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
-// addAPI serves the scheduler's request/reply endpoints as a micro service.
-func (s *Service) addAPI() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-scheduler", Version: version.SemVer(),
+// api is the scheduler's request/reply endpoints, served on a connection
+// of their own, closed when they stop: closing removes them from the
+// server at once, where a service stopped while the connection is down
+// would be subscribed again when it comes back.
+type apiService struct {
+	nc *nats.Conn
+}
+
+// Stop stops serving.
+func (a *apiService) Stop() { a.nc.Close() }
+
+// addAPI serves the scheduler's request/reply endpoints as a micro
+// service, on a connection of its own made with the scheduler's options.
+func (s *Service) addAPI() (*apiService, error) {
+	nc, err := s.nc.Opts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler API: %w", err)
+	}
+	svc, err := micro.AddService(nc, micro.Config{Name: "sluice-scheduler", Version: version.SemVer(),
 		Description: "Sluice scheduler: shares and DTRs"})
 	if err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("scheduler API: %w", err)
 	}
 	for _, e := range []struct {
@@ -48,13 +66,15 @@ func (s *Service) addAPI() (micro.Service, error) {
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
+			nc.Close()
 			return nil, err
 		}
 		if err := svc.AddEndpoint(e.name+"-user", e.h, micro.WithEndpointSubject(e.base+".*")); err != nil {
+			nc.Close()
 			return nil, err
 		}
 	}
-	return svc, nil
+	return &apiService{nc: nc}, nil
 }
 
 // decodeRequest reads a control request strictly: unknown fields and

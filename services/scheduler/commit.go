@@ -59,10 +59,9 @@ func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) b
 var errStoreFull = errors.New("503 store full: JetStream has no space for the scheduler's records; nothing was changed; try again later")
 
 // commit is what one step leaves to do, in order: journal the records of
-// the changed DTRs (and publish rejections); publish grants and final
-// DTRs; journal the records of the final DTRs; send the best-effort
-// notices; and only then acknowledge the step's inputs (or terminate the
-// refused ones).
+// the changed DTRs, final ones too (and publish rejections); publish
+// grants and final DTRs; send the best-effort notices; and only then
+// acknowledge the step's inputs (or terminate the refused ones).
 type commit struct {
 	records, finals     []record
 	rejections, publish []*nats.Msg
@@ -197,16 +196,18 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 		}
 		return recs
 	}
-	// A final DTR is announced before its record says final: if the
-	// scheduler dies in between, the input that finished it is
-	// redelivered and it is announced again (the generator takes a final
+	// Every record, final ones too, is journaled before anything is
+	// published: a leader deposed since has its append refused and
+	// publishes nothing. A final DTR whose announcement was lost (the
+	// scheduler died in between) is announced again by the next leader,
+	// from the journal (announceKeptFinals; the generator takes a final
 	// DTR once).
 	for _, c := range cs {
 		for _, m := range c.rejections {
 			out.Add(m)
 		}
 	}
-	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.records })); err != nil {
+	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
 		return fmt.Errorf("persist: %w", err)
 	}
 	if err := out.Wait(ctx); err != nil {
@@ -220,8 +221,11 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	if err := s.journal.Append(ctx, records(func(c *commit) []record { return c.finals })); err != nil {
-		return fmt.Errorf("persist final: %w", err)
+	// Acknowledgements write nothing fenced: a leader whose term may have
+	// passed (it was frozen between the step and now) leaves its inputs
+	// to the next one.
+	if s.election != nil && s.election.lapsed(time.Now()) {
+		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
 	}
 	for _, c := range cs {
 		for _, m := range c.notices {

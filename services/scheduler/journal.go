@@ -80,12 +80,12 @@ type journal struct {
 	// fenced is set while this scheduler leads (leader.go): every journal
 	// message is appended, and every checkpoint record put, on the
 	// condition that the stream's last sequence is last (the journal's)
-	// or bucketLast (the checkpoint bucket's), so that the server refuses
+	// or bucketLastID (the id of the checkpoint bucket's last message), so that the server refuses
 	// the writes of a leader deposed since. deposed hears a checkpoint
 	// that was refused so.
-	fenced     bool
-	bucketLast uint64
-	deposed    chan<- error
+	fenced       bool
+	bucketLastID string
+	deposed      chan<- error
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -228,19 +228,26 @@ func (j *journal) Wait() { j.wg.Wait() }
 // and including upTo.
 func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64) error {
 	j.mu.Lock()
-	fenced, base := j.fenced, j.bucketLast
+	fenced, prev := j.fenced, j.bucketLastID
 	j.mu.Unlock()
 	out := bus.NewBatch(ctx, j.js)
-	var refusal error // the first record the server refused
-	out.Refused = func(_ int, err error) error {
-		refusal = err
+	refused := -1 // the first record the server refused, by index
+	var refusal error
+	out.Refused = func(i int, err error) error {
+		refused, refusal = i, err
 		return err
 	}
-	next := base // fenced: the bucket's last sequence before each record
 	ttl := ""
 	if j.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(j.retention, time.Second)/time.Second), 10) + "s"
 	}
+	// Fenced, each record is stored only if the bucket's last message is
+	// the one before it: the first follows the last this leader stored
+	// (or its term's barrier). Chained by message id, not sequence: once
+	// another scheduler has written, none of the records after it can
+	// match again.
+	ids := make([]string, 0, len(recs))
+	ours := map[string]bool{prev: true}
 	for id, h := range recs {
 		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + id.String())
 		m.Data = h.data
@@ -248,26 +255,36 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
 		}
 		if fenced {
-			conditional(m, next)
-			next++
+			mid := uuid.NewString()
+			m.Header.Set(jetstream.MsgIDHeader, mid)
+			m.Header.Set(jetstream.ExpectedLastMsgIDHeader, prev)
+			prev = mid
+			ids, ours[mid] = append(ids, mid), true
 		}
 		out.Add(m)
 	}
 	err := out.Wait(ctx)
 	if fenced {
-		// Records after a refused one are refused too (each expects the
-		// one before it); those before it are stored.
-		stored := max(base, out.Last)
-		j.mu.Lock()
-		j.bucketLast = max(j.bucketLast, stored)
-		j.mu.Unlock()
-		if actual, ok := wrongLastSequence(refusal); ok && actual != stored {
-			err = fmt.Errorf("%w: another scheduler has written the checkpoints since their sequence %d", errDeposed, stored)
+		// The records before the first refused one are stored; those
+		// after it are refused too (each expects the one before).
+		switch {
+		case err == nil && len(ids) > 0:
+			j.setBucketLastID(ids[len(ids)-1])
+		case refused > 0:
+			j.setBucketLastID(ids[refused-1])
+		}
+		if last, ok := wrongLastMsgID(refusal); ok && !ours[last] {
+			err = fmt.Errorf("%w: another scheduler has written the checkpoints since this one's last record", errDeposed)
 			select {
 			case j.deposed <- err:
 			default:
 			}
 			return err
+		}
+		if err != nil && refused < 0 {
+			// Not refused, yet not acknowledged: where the bucket ends
+			// is read back, and taken only if it is this leader's.
+			j.recoverBucketLastID(ctx, ours)
 		}
 	}
 	if err != nil {
@@ -307,6 +324,24 @@ func (j *journal) ReadUpTo() uint64 {
 	return j.last
 }
 
+// KeptFinals returns the final records not yet checkpointed.
+func (j *journal) KeptFinals() [][]byte {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out [][]byte
+	for _, r := range j.dirty {
+		if r.final {
+			out = append(out, r.data)
+		}
+	}
+	for id, r := range j.flushing {
+		if _, newer := j.dirty[id]; r.final && !newer {
+			out = append(out, r.data)
+		}
+	}
+	return out
+}
+
 // Prune forgets the records kept from journal messages before first, the
 // journal's first sequence: a checkpoint has put them in the bucket.
 func (j *journal) Prune(first uint64) {
@@ -319,11 +354,31 @@ func (j *journal) Prune(first uint64) {
 	}
 }
 
-// bucketLastNow is the checkpoint bucket's last sequence as last known.
-func (j *journal) bucketLastNow() uint64 {
+func (j *journal) setBucketLastID(id string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.bucketLast
+	j.bucketLastID = id
+}
+
+// recoverBucketLastID reads the id of the checkpoint bucket's last
+// message after a checkpoint whose end is not known (acknowledgements
+// lost), and takes it if it is one of this leader's.
+func (j *journal) recoverBucketLastID(ctx context.Context, ours map[string]bool) {
+	st, err := j.js.Stream(ctx, "KV_"+bus.BucketDTRs)
+	if err != nil {
+		return
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return
+	}
+	m, err := st.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		return
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); ours[id] {
+		j.setBucketLastID(id)
+	}
 }
 
 // reset forgets everything kept, for a standby that starts over; a
@@ -333,14 +388,22 @@ func (j *journal) reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.dirty, j.flushing = map[uuid.UUID]pendingRecord{}, nil
-	j.last, j.purged, j.bucketLast, j.fenced, j.deposed = 0, 0, 0, false, nil
+	j.last, j.purged, j.bucketLastID, j.fenced, j.deposed = 0, 0, "", false, nil
 	j.running = false
 }
 
 // Lead makes every later write conditional (fenced): the journal ends at
-// term, the leader's barrier, and the checkpoint bucket at bucketLast.
-func (j *journal) Lead(term, bucketLast uint64, deposed chan<- error) {
+// term, the leader's barrier, and the checkpoint bucket at the message
+// bucketLastID (the barrier's there).
+func (j *journal) Lead(term uint64, bucketLastID string, deposed chan<- error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.fenced, j.last, j.bucketLast, j.deposed = true, term, bucketLast, deposed
+	j.fenced, j.last, j.bucketLastID, j.deposed = true, term, bucketLastID, deposed
+}
+
+// Deposed sets where a refused checkpoint is reported.
+func (j *journal) Deposed(deposed chan<- error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.deposed = deposed
 }

@@ -396,8 +396,8 @@ func recoverAll(t *testing.T, s *Service) {
 	}
 	for s.journal.ReadUpTo() < info.State.LastSeq {
 		select {
-		case m := <-tail.msgs:
-			if err := s.applyTail(tail, m); err != nil {
+		case <-tail.ready:
+			if err := s.applyTail(tail, tail.take()); err != nil {
 				t.Fatal(err)
 			}
 		case <-time.After(10 * time.Second):

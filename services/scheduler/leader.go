@@ -31,6 +31,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,9 +61,10 @@ type election struct {
 	ttl time.Duration
 	me  api.Leader
 	// rev is the revision of the key while this scheduler holds it;
-	// renewed is when the update that last succeeded was sent.
+	// renewed is when the update that last succeeded was sent (Unix
+	// ns; the loop and the committer read it, the renewals write it).
 	rev     uint64
-	renewed time.Time
+	renewed atomic.Int64
 }
 
 func newElection(kv jetstream.KeyValue, ttl time.Duration, name string) *election {
@@ -82,7 +84,13 @@ func (e *election) renewEvery() time.Duration { return e.ttl / 3 }
 // succeeds before: a quarter of the TTL before the key could expire,
 // counted from when the last good renewal was sent (the server counts the
 // TTL from later than that).
-func (e *election) holdsUntil() time.Time { return e.renewed.Add(e.ttl - e.ttl/4) }
+func (e *election) holdsUntil() time.Time {
+	return time.Unix(0, e.renewed.Load()).Add(e.ttl - e.ttl/4)
+}
+
+// lapsed reports whether the term may have passed to another scheduler
+// (holdsUntil is past): nothing more is acted on.
+func (e *election) lapsed(now time.Time) bool { return now.After(e.holdsUntil()) }
 
 // campaign tries to create the key; true if this scheduler now holds it.
 func (e *election) campaign(ctx context.Context) (bool, error) {
@@ -96,7 +104,8 @@ func (e *election) campaign(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("leader election: %w", err)
 	}
-	e.rev, e.renewed = rev, sent
+	e.rev = rev
+	e.renewed.Store(sent.UnixNano())
 	return true, nil
 }
 
@@ -112,7 +121,8 @@ func (e *election) renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew the leader key: %w", err)
 	}
-	e.rev, e.renewed = rev, sent
+	e.rev = rev
+	e.renewed.Store(sent.UnixNano())
 	return nil
 }
 
@@ -148,14 +158,14 @@ func (e *election) current(ctx context.Context) (l api.Leader, ok bool, err erro
 func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
 	t := time.NewTicker(min(e.renewEvery(), 250*time.Millisecond))
 	defer t.Stop()
-	next := time.Now().Add(e.renewEvery())
+	next := time.Now() // at once: the campaign may have been a while ago
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			if now.After(e.holdsUntil()) {
-				deposed <- fmt.Errorf("%w: no renewal of the leader key succeeded for %s", errDeposed, now.Sub(e.renewed).Round(time.Millisecond))
+				deposed <- fmt.Errorf("%w: no renewal of the leader key succeeded for %s", errDeposed, now.Sub(time.Unix(0, e.renewed.Load())).Round(time.Millisecond))
 				return
 			}
 			if now.Before(next) {
@@ -175,7 +185,7 @@ func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
 				// barrier written once space returns fences this
 				// leader's writes: it holds on, and does not step down
 				// with a full store.
-				e.renewed = sent
+				e.renewed.Store(sent.UnixNano())
 			}
 			if err == nil {
 				next = now.Add(e.renewEvery())
@@ -191,6 +201,22 @@ func isWrongLast(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// errCodeWrongLastMsgID is JetStream's error code for a write whose
+// expected last message id was not the stream's.
+const errCodeWrongLastMsgID jetstream.ErrorCode = 10070
+
+// wrongLastMsgID reads the id of the stream's actual last message from a
+// refusal of a write whose expected last message id was not the
+// stream's; ok is false for any other error.
+func wrongLastMsgID(err error) (actual string, ok bool) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeWrongLastMsgID {
+		return "", false
+	}
+	_, actual, ok = strings.Cut(apiErr.Description, "wrong last msg ID: ")
+	return strings.TrimSpace(actual), ok
 }
 
 // wrongLastSequence reads the stream's actual last sequence from a refusal
@@ -222,36 +248,39 @@ func conditional(m *nats.Msg, last uint64) *nats.Msg {
 // (behind is true, and nothing is written, if the journal has more), then
 // to the checkpoint bucket, on the condition that nothing was put there
 // since its last sequence was read. It returns the term (the barrier's
-// journal sequence) and the bucket's last sequence.
-func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who string) (term, bucketLast uint64, behind bool, err error) {
+// journal sequence) and the message id of the bucket's barrier, which the
+// leader's first checkpoint record names as the one before it.
+func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who string) (term uint64, bucketBarrier string, behind bool, err error) {
 	m := conditional(nats.NewMsg(bus.SubjectJournal), readUpTo)
 	m.Header.Set("Sluice-Term-Of", who)
 	ack, err := js.PublishMsg(ctx, m)
 	if isWrongLast(err) {
-		return 0, 0, true, nil
+		return 0, "", true, nil
 	}
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("journal barrier: %w", err)
+		return 0, "", false, fmt.Errorf("journal barrier: %w", err)
 	}
 	term = ack.Sequence
 	st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+		return 0, "", false, fmt.Errorf("checkpoint barrier: %w", err)
 	}
 	for try := 0; ; try++ {
 		info, err := st.Info(ctx)
 		if err != nil {
-			return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+			return 0, "", false, fmt.Errorf("checkpoint barrier: %w", err)
 		}
 		b := conditional(nats.NewMsg("$KV."+bus.BucketDTRs+"."+termKey), info.State.LastSeq)
 		b.Data = strconv.AppendUint(nil, term, 10)
-		ack, err := js.PublishMsg(ctx, b)
+		id := "term-" + strconv.FormatUint(term, 10) + "-" + strconv.Itoa(try)
+		b.Header.Set(jetstream.MsgIDHeader, id)
+		_, err = js.PublishMsg(ctx, b)
 		if isWrongLast(err) && try < 100 {
 			continue // a deposed leader's checkpoint came in between
 		}
 		if err != nil {
-			return 0, 0, false, fmt.Errorf("checkpoint barrier: %w", err)
+			return 0, "", false, fmt.Errorf("checkpoint barrier: %w", err)
 		}
-		return term, ack.Sequence, false, nil
+		return term, id, false, nil
 	}
 }

@@ -95,7 +95,7 @@ func TestALeaderThatCannotRenewStepsDownBeforeItsKeyCouldExpire(t *testing.T) {
 		if !errors.Is(err, errDeposed) {
 			t.Fatalf("deposed with %v", err)
 		}
-		if held := time.Since(e.renewed); held >= time.Second {
+		if held := time.Since(time.Unix(0, e.renewed.Load())); held >= time.Second {
 			t.Fatalf("stepped down %s after its last renewal, not before the 1 s TTL", held)
 		}
 	default:

@@ -30,6 +30,12 @@ const maxFinalsPerMessage = 100
 // ids: announced again after a crash, the same DTRs are stored once, and
 // other groupings of them are taken (the generator takes each DTR once).
 func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
+	return s.announce(ctx, now, ds, encoded, true)
+}
+
+// announce encodes final DTRs as finals does; count says they end now
+// (and count in the figures), not that they are announced again.
+func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]*nats.Msg, error) {
 	maxBytes := int(s.nc.MaxPayload()) / 2
 	var msgs []*nats.Msg
 	var data []byte // the Finals event's data, written here: each DTR's JSON is ready
@@ -55,7 +61,9 @@ func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, enco
 	}
 	for _, d := range ds {
 		s.finished.Add(d.ID, now)
-		s.mon.final(now, d)
+		if count {
+			s.mon.final(now, d)
+		}
 		b, ok := encoded[d.ID]
 		if !ok {
 			var err error
@@ -200,4 +208,28 @@ func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
 		return nil
 	}
 	return m
+}
+
+// keptFinals is a commit that announces again the final DTRs whose
+// records the journal keeps (not yet checkpointed): the leader before may
+// have journaled them and died before it announced them. nil if there
+// are none.
+func (s *Service) keptFinals(ctx context.Context, now time.Time) (*commit, error) {
+	recs := s.journal.KeptFinals()
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	var ds []*dtr.DTR
+	encoded := make(map[uuid.UUID][]byte, len(recs))
+	for i, d := range decodeRecords(recs, s.log) {
+		if d != nil {
+			ds = append(ds, d)
+			encoded[d.ID] = recs[i]
+		}
+	}
+	msgs, err := s.announce(ctx, now, ds, encoded, false)
+	if err != nil {
+		return nil, err
+	}
+	return &commit{publish: msgs}, nil
 }

@@ -267,7 +267,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("starting over as a standby", "err", err)
 		}
 		s.reset()
-		if !errors.Is(err, errDeposed) && !errors.Is(err, errResync) && !wait.Sleep(ctx) {
+		if !errors.Is(err, errDeposed) && !wait.Sleep(ctx) {
 			return nil
 		}
 	}
@@ -310,13 +310,25 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	s.term.Store(term)
 	s.election.me.Term = term
 	deposed := make(chan error, 2)
-	s.journal.Lead(term, s.journal.bucketLastNow(), deposed)
+	s.journal.Deposed(deposed)
 	s.log.Info("leading", "term", term, "dtrs", s.core.Len())
 	s.role.Store(roleLeader)
 	defer s.role.Store(roleStandby)
+	// Changes asked and parked when the term ends are answered: the
+	// scheduler stops leading.
+	defer func() {
+		for _, q := range s.parked {
+			q.err = errStopped
+			close(q.done)
+		}
+		s.parked = nil
+	}()
+	// The renewals stop, and are waited for, before runTerm resigns.
+	var keeping sync.WaitGroup
+	defer keeping.Wait()
 	lctx, stopLeading := context.WithCancel(ctx)
 	defer stopLeading()
-	go s.election.keepLeading(lctx, deposed)
+	keeping.Go(func() { s.election.keepLeading(lctx, deposed) })
 	// The restored grants' workers may have said more than the stored
 	// records know: no lease runs out before that is taken.
 	s.leases.stop(time.Now(), "this scheduler took over")
@@ -337,13 +349,35 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		}
 		go func() {
 			_ = bus.Each(ctx, cons, 1000, func(m jetstream.Msg) {
+				if s.election.lapsed(time.Now()) {
+					// Taken after the term may have passed (a frozen leader
+					// resumed): delivered again at once, to whoever leads.
+					_ = m.Nak()
+					return
+				}
 				select {
 				case in <- m:
 				case <-ctx.Done():
+					_ = m.Nak()
 				}
 			})
 		}()
 	}
+	// What was taken and not yet stepped on when the term ends goes back
+	// at once to be delivered again.
+	defer func() {
+		for _, in := range []chan jetstream.Msg{submits, results} {
+			for {
+				select {
+				case m := <-in:
+					_ = m.Nak()
+					continue
+				default:
+				}
+				break
+			}
+		}
+	}()
 	kv := s.kv
 
 	tick := time.NewTicker(s.cfg.Tick)
@@ -381,6 +415,12 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			<-committed
 		}
 	}()
+	// The final DTRs the last leader may not have announced.
+	if c, err := s.keptFinals(ctx, time.Now()); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	} else if c != nil && !s.hand(ctx, commits, c) {
+		return nil
+	}
 	// Served while this scheduler leads, and stopped first as it stops
 	// leading, before the committer is waited for.
 	svc, err := s.addAPI()
@@ -399,6 +439,11 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 				return err
 			}
 			continue
+		}
+		if now := time.Now(); s.election.lapsed(now) {
+			// Frozen, say, past the term: found out before the next step
+			// (keepLeading says so too, a moment later).
+			return fmt.Errorf("%w: no renewal of the leader key succeeded before %s", errDeposed, s.election.holdsUntil().Format(time.RFC3339Nano))
 		}
 		select {
 		case <-ctx.Done():

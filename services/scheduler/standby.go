@@ -23,10 +23,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -39,13 +39,27 @@ var errResync = errors.New("the journal moved on past this standby's copy")
 // errStandby answers changes asked of a standby (its web page's).
 var errStandby = errors.New("503 this scheduler stands by: the leader makes changes (sluice shares, priority and cancel reach it); try again")
 
-// journalTail reads the journal as it is written.
+// journalTail reads the journal as it is written. What it brings waits in
+// a queue of its own however long the standby is busy (loading the
+// checkpoints, say), so that a busy leader's purges do not overtake it.
 type journalTail struct {
-	cc   jetstream.ConsumeContext
-	msgs chan jetstream.Msg
+	cc    jetstream.ConsumeContext
+	mu    sync.Mutex
+	queue []jetstream.Msg
+	// ready hears that the queue has messages.
+	ready chan struct{}
 	// first is the latest sequence the first message may have; last is
 	// the sequence of the last message read (0: none yet).
 	first, last uint64
+}
+
+// take returns the messages queued so far.
+func (t *journalTail) take() []jetstream.Msg {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.queue
+	t.queue = nil
+	return q
 }
 
 // startTail starts reading the journal from its first message.
@@ -54,11 +68,14 @@ func (s *Service) startTail(ctx context.Context) (*journalTail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal tail: %w", err)
 	}
-	t := &journalTail{msgs: make(chan jetstream.Msg, 1024)}
+	t := &journalTail{ready: make(chan struct{}, 1)}
 	t.cc, err = cons.Consume(func(m jetstream.Msg) {
+		t.mu.Lock()
+		t.queue = append(t.queue, m)
+		t.mu.Unlock()
 		select {
-		case t.msgs <- m:
-		case <-ctx.Done():
+		case t.ready <- struct{}{}:
+		default:
 		}
 	})
 	if err != nil {
@@ -109,7 +126,7 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 	defer sample.Stop()
 	// While the store is too full for anyone to be elected, this standby
 	// answers the queries (and refuses changes), as a leader would.
-	var readOnly micro.Service
+	var readOnly *apiService
 	defer func() {
 		if readOnly != nil {
 			readOnly.Stop()
@@ -137,8 +154,8 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case m := <-tail.msgs:
-			if err := s.applyTail(tail, m); err != nil {
+		case <-tail.ready:
+			if err := s.applyTail(tail, tail.take()); err != nil {
 				return 0, err
 			}
 		case <-campaign.C:
@@ -209,8 +226,8 @@ func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (term uint64
 			return 0, false, nil
 		}
 		select {
-		case m := <-tail.msgs:
-			if err := s.applyTail(tail, m); err != nil {
+		case <-tail.ready:
+			if err := s.applyTail(tail, tail.take()); err != nil {
 				s.election.resign(ctx)
 				return 0, false, err
 			}
@@ -224,56 +241,41 @@ func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (term uint64
 
 // drainTail applies what the tail has brought so far.
 func (s *Service) drainTail(tail *journalTail) error {
-	for {
-		select {
-		case m := <-tail.msgs:
-			if err := s.applyTail(tail, m); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-	}
+	return s.applyTail(tail, tail.take())
 }
 
-// applyTail applies a journal message, and those that came with it, to
-// the copy.
-func (s *Service) applyTail(tail *journalTail, m jetstream.Msg) error {
-	var recs [][]byte
-	var seqs []uint64
-	for {
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("journal tail: %w", err)
-		}
-		seq := md.Sequence.Stream
-		if tail.last == 0 && seq > tail.first || tail.last != 0 && seq != tail.last+1 {
-			return fmt.Errorf("%w: journal message %d came after %d (the first to expect was %d)", errResync, seq, tail.last, tail.first)
-		}
-		tail.last = seq
-		s.journal.Read(seq)
-		for line := range bytes.Lines(m.Data()) {
-			if line = bytes.TrimSuffix(line, []byte{'\n'}); len(line) > 0 {
-				recs, seqs = append(recs, line), append(seqs, seq)
+// applyTail applies journal messages to the copy, in order.
+func (s *Service) applyTail(tail *journalTail, msgs []jetstream.Msg) error {
+	for len(msgs) > 0 {
+		var recs [][]byte
+		var seqs []uint64
+		for len(msgs) > 0 && len(recs) < 8192 {
+			m := msgs[0]
+			msgs = msgs[1:]
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("journal tail: %w", err)
+			}
+			seq := md.Sequence.Stream
+			if tail.last == 0 && seq > tail.first || tail.last != 0 && seq != tail.last+1 {
+				return fmt.Errorf("%w: journal message %d came after %d (the first to expect was %d)", errResync, seq, tail.last, tail.first)
+			}
+			tail.last = seq
+			s.journal.Read(seq)
+			for line := range bytes.Lines(m.Data()) {
+				if line = bytes.TrimSuffix(line, []byte{'\n'}); len(line) > 0 {
+					recs, seqs = append(recs, line), append(seqs, seq)
+				}
 			}
 		}
-		if len(recs) >= 8192 {
-			break
+		now := time.Now()
+		for i, d := range decodeRecords(recs, s.log) {
+			if d != nil {
+				s.applyRecord(now, d, recs[i], seqs[i])
+			}
 		}
-		select {
-		case m = <-tail.msgs:
-			continue
-		default:
-		}
-		break
+		s.core.Take() // the copy decides nothing: what Restore routed is dropped
 	}
-	now := time.Now()
-	for i, d := range decodeRecords(recs, s.log) {
-		if d != nil {
-			s.applyRecord(now, d, recs[i], seqs[i])
-		}
-	}
-	s.core.Take() // the copy decides nothing: what Restore routed is dropped
 	return nil
 }
 
