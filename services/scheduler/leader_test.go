@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,6 +118,16 @@ func TestADeposedLeadersJournalAndCheckpointWritesAreRefused(t *testing.T) {
 	if err := old.Append(ctx, []record{rec(t, d, dtr.Transfer, time.Now())}); err != nil {
 		t.Fatalf("the leader's append: %v", err)
 	}
+	// More records journaled and not yet checkpointed: a checkpoint of
+	// several records, whose later ones must not slip in after a barrier.
+	var more []dtr.DTR
+	for i := range 5 {
+		m := newDTR(fmt.Sprint("more", i))
+		more = append(more, m)
+		if err := old.Append(ctx, []record{rec(t, m, dtr.Transfer, time.Now())}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A barrier that has not read the journal's last message is refused.
 	if _, _, behind, err := beginTerm(ctx, js, term, "new"); err != nil || !behind {
 		t.Fatalf("a barrier behind the journal: behind %v, %v", behind, err)
@@ -141,11 +152,13 @@ func TestADeposedLeadersJournalAndCheckpointWritesAreRefused(t *testing.T) {
 	default:
 		t.Fatal("the deposed leader's checkpoint was not refused")
 	}
-	if _, err := kv.Get(ctx, d.ID.String()); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the deposed leader's checkpoint stored a record: %v", err)
+	for _, x := range append(more, d) {
+		if _, err := kv.Get(ctx, x.ID.String()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("the deposed leader's checkpoint stored the record of %s: %v", x.Source, err)
+		}
 	}
-	if n := journalMsgs(t, js); n != 3 {
-		t.Fatalf("the journal holds %d messages, want 3 (a barrier, a record, a barrier)", n)
+	if n := journalMsgs(t, js); n != 8 {
+		t.Fatalf("the journal holds %d messages, want 8 (a barrier, six records, a barrier)", n)
 	}
 }
 
