@@ -20,9 +20,10 @@ func benchCommand(cfg *Config) *cobra.Command {
 	var o benchOptions
 	c := &cobra.Command{
 		Use:   "bench [flags]",
-		Short: "Measure throughput, latency, slot use, memory, restart and scale-out; write BENCHMARKS.md",
-		Long: "Measure throughput, latency, slot use, memory, restart and scale-out against a bare JetStream\n" +
-			"pipeline on the same machine, and write the figures to BENCHMARKS.md (or --out).",
+		Short: "Measure throughput, latency, slot use, memory, restart, failover and scale-out; write BENCHMARKS.md",
+		Long: "Measure throughput, latency, slot use, memory, restart, failover to a standby scheduler and\n" +
+			"scale-out against a bare JetStream pipeline on the same machine, and write the figures to\n" +
+			"BENCHMARKS.md (or --out).",
 		Args: exactArgs(0, "bench takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var given []string
