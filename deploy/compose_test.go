@@ -478,7 +478,8 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	// Then the server the leading scheduler is connected to, now, and
 	// the leader itself: the standby takes over on the two left.
 	d.waitFinal(files / 2)
-	d.c.healthy(2 * time.Minute) // nats-1 is back after its kill
+	d.c.run("start", "nats") // nats-1 back after its kill: a cluster of three again
+	d.c.healthy(2 * time.Minute)
 	victim := d.leadersNATS()
 	if victim != "" {
 		d.c.run("stop", "-t", "1", victim)
@@ -489,7 +490,7 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 		d.c.run("start", victim)
 	}
 	took, ov := d.finish()
-	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost one; %d lease expiries, %d retries",
+	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost a server, then another with the leader; %d lease expiries, %d retries",
 		files, took.Round(time.Second), ov.Counts.LeaseExpiries, ov.Counts.Retries)
 
 	// The host's sluice CLI, given every server's host port, submits and
