@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/netcut"
 	"github.com/sluice-dtr/sluice/pkg/worker"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
@@ -103,12 +103,12 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	cfg := scheduler.Config{MaxDelivery: 10, MaxProcessor: 10, MaxEmergency: 1, MaxTransferTries: 10,
 		RetryBase: time.Second, Lease: time.Hour, LeaderTTL: FailoverTTL}
 	// The leader reaches NATS through a proxy that is cut to lose it.
-	proxy, err := newCutProxy(ns.Addr().String())
+	proxy, err := netcut.New(ns.Addr().String())
 	if err != nil {
 		return r, err
 	}
-	defer proxy.close()
-	ncA, err := nats.Connect("nats://"+proxy.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	defer proxy.Close()
+	ncA, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		return r, fmt.Errorf("failover: %w", err)
 	}
@@ -145,7 +145,7 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	time.Sleep(FailoverTTL) // the leader goes on granting meanwhile, the standby following
 
 	lost := time.Now()
-	proxy.cut()
+	proxy.Cut()
 	if !cutOff {
 		stopA() // its connection is gone: it can neither write nor resign
 	}
@@ -298,60 +298,3 @@ func (f *finalCount) take(m *nats.Msg) {
 }
 
 func (f *finalCount) count() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.ids) }
-
-// cutProxy forwards TCP connections until cut, then closes them and
-// refuses new ones.
-type cutProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	cutOff bool
-	conns  []net.Conn
-}
-
-func newCutProxy(target string) (*cutProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &cutProxy{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refused := p.cutOff
-			p.mu.Unlock()
-			if refused {
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return p, nil
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutOff = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *cutProxy) close() { p.cut(); p.ln.Close() }

@@ -12,8 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,6 +26,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/pkg/netcut"
 )
 
 // failoverTTL is the leader key's TTL in these tests.
@@ -38,23 +37,27 @@ func TestAStandbyTakesOverFromALeaderThatFails(t *testing.T) {
 		name string
 		// fail makes the leader a fail; heal, if set, undoes it once the
 		// job has finished.
-		fail func(g *gauntlet, p *natsProxy)
-		heal func(g *gauntlet, p *natsProxy)
+		fail func(g *gauntlet, p *netcut.Proxy)
+		heal func(g *gauntlet, p *netcut.Proxy)
 	}{
-		{name: "killed", fail: func(g *gauntlet, _ *natsProxy) { g.kill("scheduler-a") }},
+		{name: "killed", fail: func(g *gauntlet, _ *netcut.Proxy) { g.kill("scheduler-a") }},
 		{name: "frozen past its term, then resumed",
-			fail: func(g *gauntlet, _ *natsProxy) { g.signal("scheduler-a", syscall.SIGSTOP) },
-			heal: func(g *gauntlet, _ *natsProxy) { g.signal("scheduler-a", syscall.SIGCONT) }},
+			fail: func(g *gauntlet, _ *netcut.Proxy) { g.signal("scheduler-a", syscall.SIGSTOP) },
+			heal: func(g *gauntlet, _ *netcut.Proxy) { g.signal("scheduler-a", syscall.SIGCONT) }},
 		{name: "cut off from NATS, then back",
-			fail: func(_ *gauntlet, p *natsProxy) { p.cut() },
-			heal: func(_ *gauntlet, p *natsProxy) { p.heal() }},
+			fail: func(_ *gauntlet, p *netcut.Proxy) { p.Cut() },
+			heal: func(_ *gauntlet, p *netcut.Proxy) { p.Heal() }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// A lease longer than the consumers' 30 s AckWait: inputs
 			// that a failed leader took and never acknowledged come
 			// back within it.
 			g := newGauntlet(t, "SLUICE_LEADER_TTL="+failoverTTL.String(), "SLUICE_LEASE=40s")
-			proxy := newNATSProxy(t, g.ns.Load().Addr().String())
+			proxy, err := netcut.New(g.ns.Load().Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
 			srcDir, dstDir := t.TempDir(), t.TempDir()
 			src, gets := slowSource(t, srcDir, 256<<10)
 			j := &job.Job{Name: "failover"}
@@ -65,7 +68,7 @@ func TestAStandbyTakesOverFromALeaderThatFails(t *testing.T) {
 				want[name], _ = os.ReadFile(filepath.Join(srcDir, name))
 				j.Inputs = append(j.Inputs, job.File{Source: src + "/" + name, Destination: fileURL(filepath.Join(dstDir, name))})
 			}
-			g.startAs("scheduler-a", "scheduler", "SLUICE_SCHEDULER_NAME=a", "NATS_URL=nats://"+proxy.addr())
+			g.startAs("scheduler-a", "scheduler", "SLUICE_SCHEDULER_NAME=a", "NATS_URL=nats://"+proxy.Addr())
 			waitFor(t, 30*time.Second, "a to lead", func() bool { return leaderOf(t, g.sys.nc).Name == "a" })
 			first := leaderOf(t, g.sys.nc)
 			g.startAs("scheduler-b", "scheduler", "SLUICE_SCHEDULER_NAME=b")
@@ -207,68 +210,4 @@ func (l *grantLog) longestGap(from, to time.Time) (longest time.Duration, at tim
 		prev = t
 	}
 	return longest, at
-}
-
-// natsProxy forwards TCP connections to a NATS server until it is cut:
-// then it closes them all and refuses new ones until healed.
-type natsProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cutOff bool
-	conns  []net.Conn
-}
-
-func newNATSProxy(t *testing.T, target string) *natsProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &natsProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refused := p.cutOff
-			p.mu.Unlock()
-			if refused {
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *natsProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *natsProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutOff = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *natsProxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutOff = false
 }
