@@ -170,6 +170,8 @@ type Service struct {
 	election *election
 	term     atomic.Uint64
 	role     atomic.Value
+	// campaignLogged is when a failed campaign was last logged.
+	campaignLogged time.Time
 }
 
 // The roles a scheduler has in the election.

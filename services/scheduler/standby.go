@@ -191,7 +191,10 @@ func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (term uint64
 		return 0, true, nil
 	}
 	if err != nil {
-		s.log.Warn("cannot take part in the leader election; trying again", "err", err)
+		if time.Since(s.campaignLogged) > 30*time.Second { // tried four times a second
+			s.campaignLogged = time.Now()
+			s.log.Warn("cannot take part in the leader election; trying again", "err", err)
+		}
 		return 0, false, nil
 	}
 	if d := space.Stored(); d > 0 {
