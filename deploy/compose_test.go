@@ -485,9 +485,16 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 		d.c.run("stop", "-t", "1", victim)
 		t.Logf("stopped %s, which the leader was connected to", victim)
 	}
-	d.killLeader()
+	killed, _ := d.killLeader()
+	// Both back, as a supervisor would bring them, and the cluster whole
+	// and current again before the rest of the test stops nats-1.
 	if victim != "" {
 		d.c.run("start", victim)
+	}
+	d.c.run("start", killed)
+	d.c.healthy(2 * time.Minute)
+	for _, svc := range []string{"nats", "nats-2", "nats-3"} {
+		d.natsCurrent(svc, 2*time.Minute)
 	}
 	took, ov := d.finish()
 	t.Logf("%d files DONE and intact in %s over a 3-server cluster that lost a server, then another with the leader; %d lease expiries, %d retries",
@@ -518,6 +525,23 @@ func TestComposeClusterGoesOnWhenANATSServerDies(t *testing.T) {
 	d.checkFiles()
 	t.Logf("with nats-1 stopped, sluice submit --wait with NATS_URL=%s moved %d files in %s",
 		redactedURLs(urls), len(d.sums), time.Since(start).Round(time.Second))
+}
+
+// natsCurrent waits until a NATS server of the cluster says that its
+// JetStream is current: every stream and consumer it holds caught up.
+func (d *deployment) natsCurrent(svc string, timeout time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ids := d.c.containers(svc)
+		if len(ids) == 1 && exec.Command("docker", "exec", ids[0], "wget", "-q", "--spider", "http://127.0.0.1:8222/healthz").Run() == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("NATS server %s not current after %s", svc, timeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // leadersNATS returns the NATS service whose server the leading
