@@ -138,11 +138,20 @@ func (s *system) publish(m *nats.Msg) (msgID string, seq uint64) {
 	if m.Header.Get(nats.MsgIdHdr) == "" {
 		m.Header.Set(nats.MsgIdHdr, uuid.NewString())
 	}
-	ack, err := s.js.PublishMsg(context.Background(), m)
-	if err != nil {
-		s.t.Fatalf("publish to %s: %v", m.Subject, err)
+	// The streams appear once the scheduler has set them up, a moment
+	// after the roles start.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ack, err := s.js.PublishMsg(context.Background(), m)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			s.t.Fatalf("publish to %s: %v", m.Subject, err)
+		}
+		return m.Header.Get(nats.MsgIdHdr), ack.Sequence
 	}
-	return m.Header.Get(nats.MsgIdHdr), ack.Sequence
 }
 
 // event builds a binary-mode CloudEvent message as Sluice's own services
