@@ -136,7 +136,15 @@ func askShares(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	reply, err := nc.Request(api.SubjectShares, nil, 10*time.Second)
+	// A scheduler is healthy once warm, a moment before it has won its
+	// term and serves.
+	var reply *nats.Msg
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		reply, err = nc.Request(api.SubjectShares, nil, 10*time.Second)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("sluice.api.shares: %v", err)
 	}
