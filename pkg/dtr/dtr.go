@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -47,6 +48,70 @@ type Options struct {
 	Stage bool `json:"stage,omitempty"`
 	// NoCache keeps a download out of the cache (ARC's cache=no).
 	NoCache bool `json:"no_cache,omitempty"`
+	// Activity is what the transfer is for, in FTS3's and Rucio's words
+	// ("Production Input", "User Subscriptions"): at most 64 printable
+	// characters. Empty is "default".
+	Activity string `json:"activity,omitempty"`
+	// TPC says whether the file may be moved by an HTTP third-party copy,
+	// storage to storage, instead of through a deliverer.
+	TPC TPCMode `json:"tpc,omitempty"`
+}
+
+// TPCMode says whether a transfer may be a third-party copy.
+type TPCMode string
+
+// The TPC modes. Empty is TPCAuto.
+const (
+	// TPCAuto copies storage to storage when both ends are HTTP(S) or
+	// WebDAV and the storage accepts; otherwise, or when it refuses, the
+	// bytes go through a deliverer.
+	TPCAuto TPCMode = "auto"
+	// TPCOnly fails the transfer if no third-party copy can be made.
+	TPCOnly TPCMode = "only"
+	// TPCNever always moves the bytes through a deliverer.
+	TPCNever TPCMode = "never"
+)
+
+// MaxActivity is the longest activity name, in bytes.
+const MaxActivity = 64
+
+// Check reports what is wrong with the options, each problem named by its
+// field ("checksum: ...", "activity: ...").
+func (o Options) Check() []error {
+	var errs []error
+	if o.Checksum != "" {
+		if _, _, err := ParseChecksum(o.Checksum); err != nil {
+			errs = append(errs, fmt.Errorf("checksum: %w", err))
+		}
+	}
+	if err := CheckActivity(o.Activity); err != nil {
+		errs = append(errs, err)
+	}
+	switch o.TPC {
+	case "", TPCAuto, TPCOnly, TPCNever:
+	default:
+		errs = append(errs, fmt.Errorf("tpc: %q is none of auto, only, never", o.TPC))
+	}
+	return errs
+}
+
+// CheckActivity checks an activity name: at most MaxActivity bytes of
+// printable UTF-8, no leading or trailing space.
+func CheckActivity(a string) error {
+	switch {
+	case len(a) > MaxActivity:
+		return fmt.Errorf("activity: %d bytes, more than %d", len(a), MaxActivity)
+	case !utf8.ValidString(a):
+		return errors.New("activity: not UTF-8")
+	case strings.TrimSpace(a) != a:
+		return fmt.Errorf("activity %q: leading or trailing space", a)
+	}
+	for _, r := range a {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("activity %q: holds a character that is not printable", a)
+		}
+	}
+	return nil
 }
 
 // ErrorKind classifies a failure as ARC's DTR errors do.
@@ -212,11 +277,7 @@ func (d *DTR) Validate() error {
 	if d.Direction != "" && d.Direction != Download && d.Direction != Upload {
 		errs = append(errs, fmt.Errorf("direction %q is neither download nor upload", d.Direction))
 	}
-	if d.Options.Checksum != "" {
-		if _, _, err := ParseChecksum(d.Options.Checksum); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, d.Options.Check()...)
 	return errors.Join(errs...)
 }
 
@@ -350,7 +411,7 @@ const recordOverhead = 512
 // Footprint is about how many bytes d's record takes, in memory and in the
 // store: what the per-owner limit SLUICE_OWNER_MAX_BYTES counts.
 func Footprint(d *DTR) int64 {
-	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum)
+	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum) + len(d.Options.Activity)
 	for _, r := range d.Replicas {
 		n += len(r)
 	}

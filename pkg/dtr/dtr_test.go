@@ -1,6 +1,7 @@
 package dtr
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -91,6 +92,33 @@ func TestValidateRefusesAJobIDTheGeneratorCannotUse(t *testing.T) {
 			}
 			if ValidJobID(tt.jobID) != (tt.ok && tt.jobID != "") {
 				t.Fatalf("ValidJobID(%q) = %v", tt.jobID, !tt.ok)
+			}
+		})
+	}
+}
+
+func TestOptionsCheckNamesTheFieldOfEachProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  Options
+		want string // "" for none
+	}{
+		{"empty", Options{}, ""},
+		{"activity and tpc", Options{Activity: "Production Input", TPC: TPCOnly}, ""},
+		{"every tpc mode", Options{TPC: TPCNever}, ""},
+		{"long activity", Options{Activity: strings.Repeat("a", MaxActivity+1)}, "activity: 65 bytes"},
+		{"activity with a newline", Options{Activity: "a\nb"}, "not printable"},
+		{"activity with trailing space", Options{Activity: "User "}, "trailing space"},
+		{"unknown tpc", Options{TPC: "sometimes"}, `tpc: "sometimes" is none of auto, only, never`},
+		{"bad checksum", Options{Checksum: "adler32:xyz"}, "checksum: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := errors.Join(tc.opt.Check()...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Check: %v, want no problem", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Check: %v, want one saying %q", err, tc.want)
 			}
 		})
 	}

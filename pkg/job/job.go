@@ -59,6 +59,12 @@ type File struct {
 	// Replicas are other URLs of the same source file: when one fails the
 	// next is tried before a retry is spent.
 	Replicas []string `json:"replicas,omitempty"`
+	// Activity is what the transfer is for (FTS3's field): at most 64
+	// printable characters.
+	Activity string `json:"activity,omitempty"`
+	// TPC is auto (the default), only or never: whether the file may be
+	// moved by an HTTP third-party copy, storage to storage.
+	TPC dtr.TPCMode `json:"tpc,omitempty"`
 }
 
 // Parse reads a job description in either format: JSON when its first
@@ -138,10 +144,8 @@ func (j *Job) Validate() error {
 				seen[key] = field
 			}
 		}
-		if f.Checksum != "" {
-			if _, _, err := dtr.ParseChecksum(f.Checksum); err != nil {
-				errs = append(errs, fmt.Errorf("%s.checksum: %w", field, err))
-			}
+		for _, err := range (dtr.Options{Checksum: f.Checksum, Activity: f.Activity, TPC: f.TPC}).Check() {
+			errs = append(errs, fmt.Errorf("%s.%w", field, err))
 		}
 		for k, r := range f.Replicas {
 			if err := dtr.ValidateURL(r); err != nil {
@@ -217,6 +221,8 @@ func (j *Job) DTRs(now time.Time) []*dtr.DTR {
 				FailureAllowed: f.FailureAllowed,
 				Stage:          f.Stage,
 				NoCache:        f.NoCache,
+				Activity:       f.Activity,
+				TPC:            f.TPC,
 			},
 			State:   dtr.New,
 			Created: now,

@@ -45,6 +45,8 @@ var (
 		"stage":           boolShape,
 		"no_cache":        boolShape,
 		"replicas":        {kind: kArray, elem: stringShape},
+		"activity":        stringShape,
+		"tpc":             stringShape,
 	}}
 	jobShape = &shape{kind: kObject, fields: map[string]*shape{
 		"id":   stringShape,

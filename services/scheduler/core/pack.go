@@ -98,6 +98,8 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, d.Cache)
 	b = appendString(b, d.CacheFile)
 	b = appendString(b, d.ChecksumMismatch)
+	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
+	b = appendString(b, string(d.Options.TPC))
 	c.scratch = b
 	return string(b)
 }
@@ -162,6 +164,8 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Cache = r.str()
 	d.CacheFile = r.str()
 	d.ChecksumMismatch = r.str()
+	d.Options.Activity = c.names[r.uvarint()]
+	d.Options.TPC = dtr.TPCMode(r.str())
 	return d
 }
 
