@@ -71,7 +71,10 @@ type Tokens struct {
 	// is fetched from it (discovery, then jwks_uri) when the server
 	// starts and by RefreshIssuerKeys.
 	Issuer string
-	// Audience are the audiences accepted; at least one.
+	// Audience are the audiences accepted besides the server's own HTTPS
+	// URL (Server.HTTPS, https://127.0.0.1:<port>, as transfer.Audience
+	// writes it), which is always accepted: a storage is the audience of
+	// tokens for it.
 	Audience []string
 	// BasePath is the directory of the export that scopes are relative
 	// to; "": "/".
@@ -115,8 +118,10 @@ func Start(t testing.TB, opt Options) *Server {
 	if opt.CA == nil {
 		opt.CA = NewCA(t)
 	}
-	if opt.Tokens != nil && len(opt.Tokens.Audience) == 0 {
-		t.Fatal("xrootdtest: Tokens needs at least one audience")
+	if opt.Tokens != nil && !opt.HTTP {
+		// Tokens reach xrootd over HTTP here: go-hep's root:// client,
+		// Sluice's, speaks none of xrootd's token protocols (ztn).
+		t.Fatal("xrootdtest: Tokens need HTTP")
 	}
 	base, err := os.MkdirTemp("", "xrootdtest-")
 	if err != nil {
@@ -142,7 +147,6 @@ func Start(t testing.TB, opt Options) *Server {
 		s.write(t, filepath.Join(base, "cadir", "ca.pem"), opt.CA.PEM, 0o644)
 	}
 	if opt.Tokens != nil {
-		s.writeSciTokensConfig(t)
 		s.RefreshIssuerKeys(t)
 	}
 	log := &syncBuffer{}
@@ -161,6 +165,9 @@ func Start(t testing.TB, opt Options) *Server {
 		}
 		cfg := filepath.Join(base, "xrootd.cfg")
 		s.write(t, cfg, []byte(s.config(rootPort, httpPort)), 0o644)
+		if opt.Tokens != nil {
+			s.writeSciTokensConfig(t, fmt.Sprintf("https://127.0.0.1:%d", httpPort))
+		}
 		args := []string{"-c", cfg, "-n", "xrootdtest"}
 		if runAs != "" {
 			args = append(args, "-R", runAs)
@@ -197,9 +204,20 @@ func Start(t testing.TB, opt Options) *Server {
 // plugins opt needs are installed; it returns the path of xrootd.
 func Require(t testing.TB, opt Options) string {
 	t.Helper()
-	bin, err := exec.LookPath("xrootd")
-	if err != nil {
-		t.Skipf("real xrootd tests skipped: no xrootd on PATH; install %s", Install)
+	if why := Missing(opt); why != "" {
+		t.Skip(why)
+	}
+	bin, _ := exec.LookPath("xrootd")
+	return bin
+}
+
+// Missing says why a server with opt cannot run here, as the banner of a
+// skipped test: "" when xrootd and the plugins opt needs are installed. A
+// test that runs real xrootd beside other servers uses it to leave out
+// xrootd's part rather than skip the whole test.
+func Missing(opt Options) string {
+	if _, err := exec.LookPath("xrootd"); err != nil {
+		return "real xrootd tests skipped: no xrootd on PATH; install " + Install
 	}
 	var plugins []string
 	if opt.HTTP || opt.TPC {
@@ -213,10 +231,10 @@ func Require(t testing.TB, opt Options) string {
 	}
 	for _, p := range plugins {
 		if !pluginInstalled(p) {
-			t.Skipf("real xrootd tests skipped: no %s; install %s", p, Install)
+			return "real xrootd tests skipped: no " + p + "; install " + Install
 		}
 	}
-	return bin
+	return ""
 }
 
 // pluginInstalled says whether the loader finds the plugin library in one
@@ -266,10 +284,10 @@ func (s *Server) config(rootPort, httpPort int) string {
 }
 
 // writeSciTokensConfig writes the configuration of XrdAccSciTokens.
-func (s *Server) writeSciTokensConfig(t testing.TB) {
+func (s *Server) writeSciTokensConfig(t testing.TB, self string) {
 	t.Helper()
 	tok := s.opt.Tokens
-	aud, err := json.Marshal(tok.Audience)
+	aud, err := json.Marshal(append([]string{self}, tok.Audience...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,6 +129,7 @@ func TestTheRealXrootdWithSciTokensAllowsOnlyTokensForItsAudienceAndPath(t *test
 	}{
 		{"no token", "", http.StatusForbidden},
 		{"the right audience and path", mint(aud, "storage.read:/data"), http.StatusOK},
+		{"the server's own URL as audience", mint(s.HTTPS, "storage.read:/data/f"), http.StatusOK},
 		{"another audience", mint("https://elsewhere.example", "storage.read:/data"), http.StatusForbidden},
 		{"another path", mint(aud, "storage.read:/other"), http.StatusForbidden},
 		{"a scope to write only", mint(aud, "storage.create:/data"), http.StatusForbidden},
