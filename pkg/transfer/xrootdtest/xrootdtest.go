@@ -72,9 +72,9 @@ type Tokens struct {
 	// starts and by RefreshIssuerKeys.
 	Issuer string
 	// Audience are the audiences accepted besides the server's own HTTPS
-	// URL (Server.HTTPS, https://127.0.0.1:<port>, as transfer.Audience
-	// writes it), which is always accepted: a storage is the audience of
-	// tokens for it.
+	// URLs (Server.HTTPS, https://127.0.0.1:<port>, as transfer.Audience
+	// writes it, and https://localhost:<port>), which are always
+	// accepted: a storage is the audience of tokens for it.
 	Audience []string
 	// BasePath is the directory of the export that scopes are relative
 	// to; "": "/".
@@ -166,7 +166,7 @@ func Start(t testing.TB, opt Options) *Server {
 		cfg := filepath.Join(base, "xrootd.cfg")
 		s.write(t, cfg, []byte(s.config(rootPort, httpPort)), 0o644)
 		if opt.Tokens != nil {
-			s.writeSciTokensConfig(t, fmt.Sprintf("https://127.0.0.1:%d", httpPort))
+			s.writeSciTokensConfig(t, fmt.Sprintf("https://127.0.0.1:%d", httpPort), fmt.Sprintf("https://localhost:%d", httpPort))
 		}
 		args := []string{"-c", cfg, "-n", "xrootdtest"}
 		if runAs != "" {
@@ -284,10 +284,10 @@ func (s *Server) config(rootPort, httpPort int) string {
 }
 
 // writeSciTokensConfig writes the configuration of XrdAccSciTokens.
-func (s *Server) writeSciTokensConfig(t testing.TB, self string) {
+func (s *Server) writeSciTokensConfig(t testing.TB, self ...string) {
 	t.Helper()
 	tok := s.opt.Tokens
-	aud, err := json.Marshal(append([]string{self}, tok.Audience...))
+	aud, err := json.Marshal(append(self, tok.Audience...))
 	if err != nil {
 		t.Fatal(err)
 	}
