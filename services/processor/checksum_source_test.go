@@ -65,3 +65,19 @@ func TestPostProcessingAsksTheStorageForTheChecksumOfWhatItStored(t *testing.T) 
 		})
 	}
 }
+
+// The source check of a file on a storage that keeps no checksums (the
+// real xrootd without xrootd.chksum, which answers a HEAD asking for one
+// 405) finds it and its size: the refusal is of the Want-Digest, not of
+// the file.
+func TestTheSourceCheckFindsAFileOnAStorageWithoutChecksums(t *testing.T) {
+	srv := xrootdtest.Start(t, xrootdtest.Options{HTTP: true})
+	srv.WriteFile(t, "/in/f", []byte("no checksum kept"))
+	s := New(Config{Client: transfer.New(srv.Client()).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
+	for _, src := range []string{srv.HTTPS + "/in/f", "davs://" + srv.HTTPS[len("https://"):] + "/in/f"} {
+		res, err := s.queryReplica(context.Background(), dtr.DTR{ID: uuid.New(), Source: src, Destination: "file:///out/f"})
+		if err != nil || res.Size != int64(len("no checksum kept")) {
+			t.Fatalf("source check of %s: %+v, %v", src, res, err)
+		}
+	}
+}
