@@ -218,10 +218,13 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 // finalise verifies the delivered file and puts it in place. For a file://
 // destination the checksum is computed again from the bytes on disk and must
 // match both the expected value (if the job gave one) and what delivery
-// computed while streaming; an http(s) destination is checked against what
-// delivery sent. A mismatch deletes the file and is a TRANSFER_SPEED error,
-// as in ARC; the scheduler copies the file afresh once, and a second
-// mismatch of the expected checksum fails the DTR for good.
+// computed while streaming; a remote destination is checked against what
+// delivery sent, and, where its protocol can state the checksum it keeps
+// (HTTP's Digest), that checksum against delivery's (storageChecksum; the
+// result then says the storage confirmed it). A mismatch deletes the file
+// and is a TRANSFER_SPEED error, as in ARC; the scheduler copies the file
+// afresh once, and a second mismatch of the expected checksum fails the
+// DTR for good.
 func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
