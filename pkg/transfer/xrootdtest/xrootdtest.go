@@ -95,6 +95,10 @@ type Server struct {
 	// HTTPS is the https:// URL of the export, without a trailing slash;
 	// "" unless HTTP or TPC was asked for.
 	HTTPS string
+	// HTTP is the same port spoken to in plain http (XrdHttp takes both),
+	// for a client that cannot be given the CA; "" unless HTTP or TPC was
+	// asked for.
+	HTTP string
 	// CA signed the server's certificate.
 	CA *CA
 
@@ -186,6 +190,7 @@ func Start(t testing.TB, opt Options) *Server {
 		s.Root = fmt.Sprintf("root://127.0.0.1:%d/", rootPort)
 		if opt.HTTP {
 			s.HTTPS = fmt.Sprintf("https://127.0.0.1:%d", httpPort)
+			s.HTTP = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 		}
 		err := s.waitReady(rootPort, httpPort)
 		if err == nil {
