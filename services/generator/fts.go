@@ -106,8 +106,14 @@ func ftsError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"status": httpStatus(code), "message": msg})
 }
 
-// httpStatus is "404 Not Found", as fts-rest writes a status.
-func httpStatus(code int) string { return fmt.Sprintf("%d %s", code, http.StatusText(code)) }
+// httpStatus is "404 Not Found", as fts-rest writes a status; a job's
+// http_status of 200 is "200 Ok", exactly, which Rucio compares.
+func httpStatus(code int) string {
+	if code == http.StatusOK {
+		return "200 Ok"
+	}
+	return fmt.Sprintf("%d %s", code, http.StatusText(code))
+}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)

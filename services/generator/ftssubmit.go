@@ -91,7 +91,7 @@ func (s *ftsSubmission) fail(format string, args ...any) {
 func ignoredParam(why string) func(*ftsSubmission, string, json.RawMessage) {
 	return func(s *ftsSubmission, name string, raw json.RawMessage) {
 		switch strings.TrimSpace(string(raw)) {
-		case "null", "false", "0", "-1", `""`:
+		case "null", "false", "0", "-1", `""`, `"standard"`:
 			return
 		}
 		s.warn("params.%s: ignored: %s", name, why)
