@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
@@ -401,5 +402,61 @@ func TestABadFTS3SubmissionIsRefusedNamingTheFieldAndLeavesNothing(t *testing.T)
 	var one map[string]any
 	if code := c.do("GET", "/jobs/none-such", nil, &one); code != http.StatusNotFound || one["http_status"] != "404 Not Found" {
 		t.Fatalf("an unknown job: %d %v", code, one)
+	}
+}
+
+// TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished: the generator,
+// logged in with only its own NATS permissions, reads the scheduler's DTR
+// records for the live state of a job's file (ACTIVE while its source
+// holds the transfer), then the end.
+func TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished(t *testing.T) {
+	ns, passwords, serverLog := permissionsServer(t)
+	is := tokentest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolesAs(t, ns, passwords, func(c *app.Config) {
+		c.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{"https://sluice.test"}, Leeway: time.Second}
+		c.FTS = ln
+	})
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	slow := pausingSource(t, 3*time.Second)
+	c := &ftsClient{t: t, base: "http://" + ln.Addr().String(), token: mint(t, is, "rucio", []string{"/atlas"})}
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	body := `{"files": [{"sources": ["` + slow + `/f"], "destinations": ["` + storage + `/f"]}]}`
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code := c.do("POST", "/jobs", []byte(body), &sub); code == http.StatusOK {
+			break
+		} else if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("submit: %d", code)
+		}
+	}
+	seen := map[string]bool{}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var j struct {
+			JobState string `json:"job_state"`
+			Files    []struct {
+				FileState string `json:"file_state"`
+			} `json:"files"`
+		}
+		if code := c.do("GET", "/jobs/"+sub.JobID+"?files=file_state", nil, &j); code != http.StatusOK || len(j.Files) != 1 {
+			t.Fatalf("poll: %d %+v", code, j)
+		}
+		seen[j.JobState+"/"+j.Files[0].FileState] = true
+		if j.JobState == "FINISHED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is %s after a minute; seen %v", j.JobState, seen)
+		}
+	}
+	if !seen["ACTIVE/ACTIVE"] {
+		t.Errorf("the file was never seen ACTIVE while its source held it: %v", seen)
+	}
+	if v := serverLog.violations(); len(v) > 0 {
+		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
 	}
 }
