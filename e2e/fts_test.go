@@ -221,6 +221,7 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 		Reason      *string         `json:"reason"`
 		JobMetadata json.RawMessage `json:"job_metadata"`
 		SubmitTime  string          `json:"submit_time"`
+		JobFinished *string         `json:"job_finished"`
 		Files       []file          `json:"files"`
 	}
 	final := map[string]bool{"FINISHED": true, "FINISHEDDIRTY": true, "FAILED": true, "CANCELED": true}
@@ -243,6 +244,9 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 		}
 		if _, err := time.Parse("2006-01-02T15:04:05", j.SubmitTime); err != nil {
 			t.Errorf("submit_time %q is not in FTS3's format: %v", j.SubmitTime, err)
+		}
+		if j.JobFinished == nil {
+			t.Errorf("job %s is FINISHED with no job_finished", j.JobID)
 		}
 		var meta struct {
 			Issuer       string `json:"issuer"`

@@ -144,7 +144,14 @@ func (j *ftsJob) view() map[string]any {
 	st, reason := j.state()
 	var finished time.Time
 	if st != ftsSubmitted && st != ftsActive {
+		// The job's end, once announced; before, its last file's end
+		// (or the cancel).
 		finished = j.rec.Ended
+		for _, d := range j.finals {
+			if finished.IsZero() || j.rec.Ended.IsZero() && d.Updated.After(finished) {
+				finished = d.Updated
+			}
+		}
 		if finished.IsZero() {
 			finished = j.fts.Cancelled
 		}
