@@ -126,7 +126,7 @@ func startFTS(t *testing.T) (string, *tokentest.Issuer, *system) {
 // scopes.
 func mint(t *testing.T, is *tokentest.Issuer, sub string, groups []string, scopes ...string) string {
 	if len(scopes) == 0 {
-		scopes = []string{"compute.create", "compute.read", "compute.cancel"}
+		scopes = []string{"compute.create", "compute.read", "compute.modify", "compute.cancel"}
 	}
 	return is.Mint(t, tokentest.Mint{Subject: sub, Audience: []string{"https://sluice.test"}, Groups: groups, Scopes: scopes})
 }
@@ -338,6 +338,16 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	if code := rucio.do("POST", "/jobs", []byte(body), &slow); code != http.StatusOK {
 		t.Fatalf("submit the stalling job: %d", code)
 	}
+	// Rucio changes its priority, as its throttler does; DIRAC may not.
+	var reprioritised struct {
+		Priority int `json:"priority"`
+	}
+	if code := rucio.do("POST", "/jobs/"+slow.JobID, []byte(`{"params": {"priority": 1}}`), &reprioritised); code != http.StatusOK || reprioritised.Priority != 1 {
+		t.Fatalf("priority 5 to 1: %d %+v", code, reprioritised)
+	}
+	if code := dirac.do("POST", "/jobs/"+slow.JobID, []byte(`{"params": {"priority": 1}}`), &e); code != http.StatusNotFound {
+		t.Fatalf("DIRAC changes the priority of Rucio's job: %d %+v", code, e)
+	}
 	var cancelled jobView
 	if code := rucio.do("DELETE", "/jobs/"+slow.JobID, nil, &cancelled); code != http.StatusOK || cancelled.JobState != "CANCELED" {
 		t.Fatalf("cancel: %d %s, want 200 CANCELED", code, cancelled.JobState)
@@ -436,6 +446,18 @@ func TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished(t *testing.T) {
 			break
 		} else if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
 			t.Fatalf("submit: %d", code)
+		}
+	}
+	// A priority change goes to the scheduler with the caller's token.
+	// (503 until the scheduler, which has just started, serves.)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var e struct{ Message string }
+		code := c.do("POST", "/jobs/"+sub.JobID, []byte(`{"params": {"priority": 5}}`), &e)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("priority: %d %s", code, e.Message)
 		}
 	}
 	seen := map[string]bool{}

@@ -8,6 +8,7 @@ package generator
 //	GET    /jobs/<id>[,<id>...] one job, or several (as Rucio polls them);
 //	                            ?files=<field>,... adds its files
 //	GET    /jobs/<id>/files     a job's files
+//	POST   /jobs/<id>           change its priority ({"params": {"priority": 4}})
 //	DELETE /jobs/<id>[,<id>...] cancel
 //	GET    /whoami              the caller, as the token names it
 //
@@ -27,7 +28,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
@@ -53,6 +56,7 @@ var ftsRoutes = []struct {
 	{http.MethodPost, "/jobs", (*ftsAPI).submit},
 	{http.MethodGet, "/jobs/{ids}", (*ftsAPI).jobs},
 	{http.MethodGet, "/jobs/{id}/files", (*ftsAPI).files},
+	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify},
 	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel},
 	{http.MethodGet, "/whoami", (*ftsAPI).whoami},
 }
@@ -391,6 +395,77 @@ func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error
 	}
 	s.log.Info("FTS3 job cancelled by its owner", "job", j.rec.Job.ID, "caller", c.String(), "dtrs", len(pending))
 	return s.cancelDTRs(ctx, j.rec.Job.ID, pending, "cancelled by its owner over the FTS3 API")
+}
+
+// modify changes the priority of a job's unfinished files, as Rucio does
+// with {"params": {"priority": N}}. Each DTR's priority is asked of the
+// scheduler with the caller's own token, so that the scheduler checks the
+// caller's right to it (compute.modify) as for any other request.
+func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
+	if err := c.Allow(auth.ScopeModify); err != nil {
+		ftsError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	var req struct {
+		Params struct {
+			Priority *int `json:"priority"`
+		} `json:"params"`
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || req.Params.Priority == nil {
+		ftsError(w, http.StatusBadRequest, `the body is not {"params": {"priority": <1–5>}}`)
+		return
+	}
+	sluicePriority, ok := ftsPriority[*req.Params.Priority]
+	if !ok {
+		ftsError(w, http.StatusBadRequest, fmt.Sprintf("params.priority: %d is outside FTS3's 1–5", *req.Params.Priority))
+		return
+	}
+	list := ids(r, "ids")
+	if len(list) != 1 {
+		ftsError(w, http.StatusBadRequest, "the priority of one job at a time: name one job id")
+		return
+	}
+	id := list[0]
+	j, err := a.load(r.Context(), c, id)
+	switch {
+	case errors.Is(err, errNotYours):
+		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
+		return
+	case err != nil:
+		a.s.log.Error("FTS3 API: a job's records cannot be read", "job", id, "err", err)
+		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
+		return
+	}
+	for _, ref := range j.refs {
+		if _, final := j.finals[ref.DTR]; final {
+			continue
+		}
+		b, _ := json.Marshal(api.PriorityRequest{DTR: ref.DTR, Priority: sluicePriority})
+		m := nats.NewMsg(api.SubjectPriority)
+		m.Data = b
+		m.Header.Set("Authorization", r.Header.Get("Authorization"))
+		reply, err := a.s.nc.RequestMsgWithContext(r.Context(), m)
+		if err != nil {
+			ftsError(w, http.StatusServiceUnavailable, "the scheduler did not answer ("+err.Error()+"); try again")
+			return
+		}
+		// 404: the DTR has finished meanwhile, which leaves nothing to change.
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" && code != "404" {
+			ftsError(w, http.StatusForbidden, "priority refused: "+reply.Header.Get(micro.ErrorHeader))
+			return
+		}
+	}
+	j.fts.Priority = *req.Params.Priority
+	if b, err := json.Marshal(j.fts); err == nil {
+		if _, err := a.s.kv.Put(r.Context(), id+ftsSuffix, b); err != nil {
+			a.s.log.Error("FTS3 API: note a job's priority", "job", id, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, j.view())
 }
 
 // ftsWhoami is the answer of GET /whoami.
