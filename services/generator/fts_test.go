@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,55 @@ func TestAnFTS3SubmissionBecomesAJobOfOutputsWithReplicasAndMappedPriority(t *te
 	}
 	if f := sub.job.Outputs[0]; f.SciTag != 200 || f.Checksum != "" || sub.rec.Files[0].Checksum != "ADLER32:0A0B0C0D" {
 		t.Fatalf("an administrator's file %+v (kept checksum %q)", f, sub.rec.Files[0].Checksum)
+	}
+}
+
+// ftsBenchJob is a Rucio-shaped submission of n files.
+func ftsBenchJob(n int) []byte {
+	var files []string
+	for i := range n {
+		files = append(files, `{"sources": ["https://a.example.org/dd/mc23/EVNT.`+strconv.Itoa(i)+`.root"],
+		"destinations": ["https://b.example.org/dd/mc23/EVNT.`+strconv.Itoa(i)+`.root"],
+		"metadata": {"request_id": "`+uuid.NewString()+`", "scope": "mc23", "name": "EVNT.`+strconv.Itoa(i)+`.root", "src_rse": "A", "dst_rse": "B", "filesize": 4096, "adler32": "0a0b0c0d"},
+		"filesize": 4096, "checksum": "ADLER32:0a0b0c0d", "selection_strategy": "orderly", "activity": "Production Input"}`)
+	}
+	return []byte(`{"files": [` + strings.Join(files, ",") + `], "params": {"verify_checksum": "both", "copy_pin_lifetime": 172800,
+		"job_metadata": {"issuer": "rucio", "multi_sources": false}, "overwrite": true, "priority": 3}}`)
+}
+
+// BenchmarkFTS3SubmissionOf200FilesRead reads a 200-file Rucio-shaped
+// submission into a job: the API's own cost of a POST /jobs.
+func BenchmarkFTS3SubmissionOf200FilesRead(b *testing.B) {
+	body := ftsBenchJob(200)
+	c := auth.Caller{Via: auth.ViaToken}
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := parseFTSSubmission(body, c, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFTS3JobOf200FilesShown builds the answer of GET
+// /jobs/<id>?files=... for a finished 200-file job, encoded.
+func BenchmarkFTS3JobOf200FilesShown(b *testing.B) {
+	sub, err := parseFTSSubmission(ftsBenchJob(200), auth.Caller{Via: auth.ViaToken}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	j := &ftsJob{fts: sub.rec, finals: map[uuid.UUID]*dtr.DTR{}}
+	now := time.Now()
+	for _, f := range sub.rec.Files {
+		id := uuid.New()
+		j.refs = append(j.refs, api.FileRef{DTR: id})
+		j.finals[id] = &dtr.DTR{ID: id, State: dtr.Done, Source: f.Sources[0], Size: 4096, Checksum: "adler32:0a0b0c0d",
+			Started: now, Ended: now.Add(time.Second), Updated: now}
+	}
+	for b.Loop() {
+		v := j.view()
+		v["files"] = j.fileViews()
+		if _, err := json.Marshal(v); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

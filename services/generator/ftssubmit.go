@@ -227,8 +227,7 @@ func ignoredToken(s *ftsSubmission, field string, raw json.RawMessage, _ *ftsFil
 // decodeInto decodes raw into v, failing the submission with the field's
 // name and what it must be if it cannot.
 func decodeInto(s *ftsSubmission, field string, raw json.RawMessage, v any, want string) bool {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(raw, v); err != nil {
 		s.fail("%s: %s is not %s", field, shorten(string(raw), 64), want)
 		return false
 	}
