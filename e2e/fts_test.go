@@ -417,6 +417,15 @@ func TestABadFTS3SubmissionIsRefusedNamingTheFieldAndLeavesNothing(t *testing.T)
 	if code := c.do("GET", "/jobs/none-such", nil, &one); code != http.StatusNotFound || one["http_status"] != "404 Not Found" {
 		t.Fatalf("an unknown job: %d %v", code, one)
 	}
+	// A token signed by a key the issuer rotated to while it cannot be
+	// reached may be good: 503, not 403.
+	is.Rotate(t)
+	rotated := mint(t, is, "rucio", []string{"/atlas"})
+	is.SetDown(true)
+	var e struct{ Status, Message string }
+	if code := c.as(rotated).do("GET", "/whoami", nil, &e); code != http.StatusServiceUnavailable {
+		t.Fatalf("a token of an issuer that cannot be reached: %d %+v, want 503", code, e)
+	}
 }
 
 // TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished: the generator,

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token"
 )
 
 // maxFTSBody bounds the body of a submission: 2,000 files of long URLs
@@ -90,6 +91,10 @@ func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, h
 	case errors.Is(err, auth.ErrNoToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		ftsError(w, http.StatusUnauthorized, err.Error())
+		return
+	case errors.Is(err, token.ErrUnreachable):
+		// The token may well be good: its issuer cannot be asked now.
+		ftsError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	case err != nil:
 		ftsError(w, http.StatusForbidden, err.Error())
