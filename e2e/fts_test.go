@@ -160,7 +160,15 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	r := strings.NewReplacer(repl...)
 
 	rucio := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas", "/atlas/production"})}
-	dirac := rucio.as(mint(t, is, "dirac", []string{"/lhcb"}))
+	// DIRAC's FTS3 client joins its endpoint and paths with a slash of its
+	// own (//jobs), and reads the API's version when it starts.
+	dirac := &ftsClient{t: t, base: base + "/", token: mint(t, is, "dirac", []string{"/lhcb"})}
+	var version struct {
+		API struct{ Major, Minor, Patch int } `json:"api"`
+	}
+	if code := dirac.do("GET", "/", nil, &version); code != http.StatusOK || version.API.Major != 3 {
+		t.Fatalf("GET //: %d %+v", code, version)
+	}
 
 	// Refused: no token, a token that does not verify, a token for
 	// another audience, a token without the scope.

@@ -11,6 +11,7 @@ package generator
 //	POST   /jobs/<id>           change its priority ({"params": {"priority": 4}})
 //	DELETE /jobs/<id>[,<id>...] cancel
 //	GET    /whoami              the caller, as the token names it
+//	GET    /                    the API's version, as FTS3's client asks
 //
 // A bearer token is the only way in: it is checked as the NATS API checks
 // one (the same issuers, audience and scopes), and its holder sees only
@@ -60,6 +61,7 @@ var ftsRoutes = []struct {
 	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify},
 	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel},
 	{http.MethodGet, "/whoami", (*ftsAPI).whoami},
+	{http.MethodGet, "/{$}", (*ftsAPI).version},
 }
 
 // ftsAPI serves the FTS3 API of a generator.
@@ -78,7 +80,32 @@ func (s *Service) FTSHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		ftsError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of the FTS3 API that Sluice serves", r.Method, r.URL.Path))
 	})
-	return mux
+	// FTS3's Python client joins its endpoint and paths with a slash of
+	// its own, so that its requests are for //jobs, //whoami and //: taken
+	// as /jobs, /whoami and /, not redirected (a redirected POST would be
+	// lost).
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "//") {
+			r2 := *r
+			u := *r.URL
+			u.Path, u.RawPath = squeezeSlashes(u.Path), ""
+			r2.URL = &u
+			r = &r2
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// squeezeSlashes replaces each run of slashes in a path with one.
+func squeezeSlashes(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && i > 0 && p[i-1] == '/' {
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }
 
 // serve establishes the caller from its bearer token and waits for the
@@ -471,6 +498,20 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		}
 	}
 	writeJSON(w, http.StatusOK, j.view())
+}
+
+// ftsVersion is what GET / answers: the versions FTS3's Python client
+// reads when it makes its context (the API version of fts-rest whose
+// subset is served).
+var ftsVersion = map[string]any{
+	"api":        map[string]int{"major": 3, "minor": 12, "patch": 0},
+	"schema":     map[string]int{"major": 8, "minor": 0, "patch": 0},
+	"delegation": map[string]int{"major": 1, "minor": 0, "patch": 0},
+	"server":     "sluice",
+}
+
+func (a *ftsAPI) version(w http.ResponseWriter, _ *http.Request, _ auth.Caller) {
+	writeJSON(w, http.StatusOK, ftsVersion)
 }
 
 // ftsWhoami is the answer of GET /whoami.

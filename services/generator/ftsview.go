@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -144,12 +146,17 @@ func (j *ftsJob) view() map[string]any {
 	st, reason := j.state()
 	var finished time.Time
 	if st != ftsSubmitted && st != ftsActive {
-		// The job's end, once announced; before, its last file's end
-		// (or the cancel).
+		// The job's end, once announced; before, its last file's end (a
+		// final DTR's, or a live record's that is final before the
+		// generator has heard of it), or the cancel.
 		finished = j.rec.Ended
-		for _, d := range j.finals {
-			if finished.IsZero() || j.rec.Ended.IsZero() && d.Updated.After(finished) {
-				finished = d.Updated
+		if finished.IsZero() {
+			for _, ds := range []map[uuid.UUID]*dtr.DTR{j.finals, j.live} {
+				for _, d := range ds {
+					if d.State.Final() && d.Updated.After(finished) {
+						finished = d.Updated
+					}
+				}
 			}
 		}
 		if finished.IsZero() {
