@@ -1,8 +1,17 @@
 package app
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/internal/app/securetest"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
 func TestTheFTS3APIListensInClearOnLoopbackOnly(t *testing.T) {
@@ -35,5 +44,51 @@ func TestTheFTS3APIListensInClearOnLoopbackOnly(t *testing.T) {
 	}
 	if ln, err := (Config{FTSListen: "127.0.0.1:0"}).ftsListener([]string{"delivery"}, false); ln != nil || err != nil {
 		t.Errorf("a process without the generator serves the FTS3 API: %v %v", ln, err)
+	}
+}
+
+func TestTheFTS3APIServesHTTPSWithTheHTTPServersCertificate(t *testing.T) {
+	pki := securetest.NewPKI(t)
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	cfg := defaults(t)
+	cfg.NATSURL = ns.ClientURL()
+	cfg.HTTPTLSCert, cfg.HTTPTLSKey = pki.ServerCert, pki.ServerKey
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.FTS = ln
+	r := runRoles(t, cfg, "generator")
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(pki.CA)
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	url := "https://" + ln.Addr().String() + "/whoami"
+	var resp *http.Response
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err = client.Get(url); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	// No token: 401, over HTTPS.
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("GET /whoami without a token: %s", resp.Status)
+	}
+	if resp, err := http.Get("http://" + ln.Addr().String() + "/whoami"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized {
+			t.Fatal("plain HTTP served the FTS3 API")
+		}
+	}
+	if !strings.Contains(r.log.String(), "serving HTTPS: the FTS3 REST API") {
+		t.Fatalf("log:\n%s", r.log)
 	}
 }
