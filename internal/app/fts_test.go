@@ -3,6 +3,7 @@ package app
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -90,5 +91,15 @@ func TestTheFTS3APIServesHTTPSWithTheHTTPServersCertificate(t *testing.T) {
 	}
 	if !strings.Contains(r.log.String(), "serving HTTPS: the FTS3 REST API") {
 		t.Fatalf("log:\n%s", r.log)
+	}
+}
+
+func TestAnUnusableSciTagSettingStopsTheProcessAtStart(t *testing.T) {
+	cfg := defaults(t)
+	cfg.HTTPAddr = ""
+	cfg.SciTags.Experiments = "atlas=2048"
+	err := Run(t.Context(), cfg, []string{"delivery"}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `SLUICE_SCITAG_EXPERIMENTS: entry "atlas=2048"`) {
+		t.Fatalf("start with an experiment id past 1023: %v", err)
 	}
 }
