@@ -217,3 +217,11 @@ func BenchmarkFTS3JobOf200FilesShown(b *testing.B) {
 		}
 	}
 }
+
+func TestAnFTS3FieldRefusedIsQuotedWithoutAPassword(t *testing.T) {
+	_, err := parseFTSSubmission([]byte(`{"files": [{"sources": "https://alice:s3cret@a.example.org/f", "destinations": ["https://b.example.org/f"]}]}`),
+		auth.Caller{Via: auth.ViaToken}, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "files[0].sources") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("a sources field that is a string with a password: %v", err)
+	}
+}

@@ -127,7 +127,7 @@ var ftsParams = map[string]func(*ftsSubmission, string, json.RawMessage){
 		}
 		verify, ok := ftsVerify[key]
 		if !ok {
-			s.fail("params.%s: %s is none of true, false, \"both\", \"source\", \"destination\", \"target\", \"none\"", name, shorten(string(raw), 64))
+			s.fail("params.%s: %s is none of true, false, \"both\", \"source\", \"destination\", \"target\", \"none\"", name, shorten(dtr.RedactText(string(raw)), 64))
 			return
 		}
 		s.verify, s.rec.VerifyChecksum = verify, key
@@ -228,7 +228,7 @@ func ignoredToken(s *ftsSubmission, field string, raw json.RawMessage, _ *ftsFil
 // name and what it must be if it cannot.
 func decodeInto(s *ftsSubmission, field string, raw json.RawMessage, v any, want string) bool {
 	if err := json.Unmarshal(raw, v); err != nil {
-		s.fail("%s: %s is not %s", field, shorten(string(raw), 64), want)
+		s.fail("%s: %s is not %s", field, shorten(dtr.RedactText(string(raw)), 64), want)
 		return false
 	}
 	return true
@@ -288,7 +288,7 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 	var params map[string]json.RawMessage
 	if raw, ok := top["params"]; ok && strings.TrimSpace(string(raw)) != "null" {
 		if err := json.Unmarshal(raw, &params); err != nil {
-			return nil, fmt.Errorf("params: %s is not an object", shorten(string(raw), 64))
+			return nil, fmt.Errorf("params: %s is not an object", shorten(dtr.RedactText(string(raw)), 64))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(params)) {
