@@ -285,6 +285,10 @@ func (s *Service) liveDTRs(ctx context.Context, refs []api.FileRef, finals map[u
 	return out
 }
 
+// maxJobsAsked bounds the jobs one request may name: Rucio asks for a few
+// hundred at most.
+const maxJobsAsked = 1000
+
 // ids splits a path's comma-separated job ids.
 func ids(r *http.Request, name string) []string {
 	var out []string
@@ -333,8 +337,12 @@ func (a *ftsAPI) jobs(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 // http_status (207), as fts-rest does.
 func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, answer func(*ftsJob) map[string]any) {
 	list := ids(r, "ids")
-	if len(list) == 0 {
+	switch {
+	case len(list) == 0:
 		ftsError(w, http.StatusBadRequest, "no job id in the path")
+		return
+	case len(list) > maxJobsAsked:
+		ftsError(w, http.StatusBadRequest, fmt.Sprintf("%d job ids; at most %d may be asked at once", len(list), maxJobsAsked))
 		return
 	}
 	out := make([]map[string]any, 0, len(list))
