@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/scitag"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
@@ -95,6 +96,12 @@ type Config struct {
 	// HTTPTLSCert and HTTPTLSKey make that server serve HTTPS.
 	HTTPTLSCert string `envconfig:"HTTP_TLS_CERT" desc:"PEM certificate (its chain after it) of the HTTP server: set with SLUICE_HTTP_TLS_KEY, it serves HTTPS only"`
 	HTTPTLSKey  string `envconfig:"HTTP_TLS_KEY" desc:"PEM private key of SLUICE_HTTP_TLS_CERT"`
+	// FTSListen is where the generator serves the FTS3 REST API; FTS, if
+	// set, is a listener to use instead.
+	FTSListen string       `envconfig:"FTS_LISTEN" desc:"address of the FTS3 REST API that the generator serves (POST /jobs, GET /jobs/<id>, DELETE /jobs/<id>, GET /whoami; bearer tokens only): host:port, or a port alone for 127.0.0.1:<port>; HTTPS with SLUICE_HTTP_TLS_CERT and _KEY, which any address but loopback requires; empty: not served"`
+	FTS       net.Listener `ignored:"true"`
+	// SciTags maps owners and activities to packet markings (pkg/scitag).
+	SciTags scitag.Config `envconfig:"SCITAG"`
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
@@ -297,6 +304,18 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	if ln != nil {
 		defer ln.Close()
 	}
+	tags, err := scitag.New(cfg.SciTags)
+	if err != nil {
+		return err
+	}
+	fts, err := cfg.ftsListener(roles, cert != nil)
+	if err != nil {
+		return err
+	}
+	if fts != nil {
+		defer fts.Close()
+		cfg.FTS = fts // denied to transfers by the guard
+	}
 	var client *transfer.Client
 	if slices.Contains(roles, "processor") || slices.Contains(roles, "delivery") {
 		if client, err = cfg.transferClient(ln); err != nil {
@@ -362,6 +381,9 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 				return err
 			}
 			run = s.Run
+			if fts != nil {
+				g.Go(func() error { return serveHTTP(ctx, fts, s.FTSHandler(), cert, log, "the FTS3 REST API") })
+			}
 		case "processor":
 			pc := cfg.Processor
 			pc.Client, pc.CacheDir, pc.Meter, pc.Heartbeat = client, cfg.CacheDir, meter, cfg.Heartbeat
@@ -369,7 +391,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Client, dc.Meter, dc.Heartbeat = client, meter, cfg.Heartbeat
+			dc.Client, dc.Meter, dc.Heartbeat, dc.SciTags = client, meter, cfg.Heartbeat, tags
 			run = delivery.New(dc, nc, log).Run
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)
@@ -387,7 +409,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	}
 	mux.Handle("/", site)
 	if ln != nil {
-		g.Go(func() error { return serveHTTP(ctx, ln, mux, cert, log) })
+		g.Go(func() error { return serveHTTP(ctx, ln, mux, cert, log, "/healthz, /metrics") })
 	}
 	return g.Wait()
 }

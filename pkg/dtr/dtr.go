@@ -55,7 +55,19 @@ type Options struct {
 	// TPC says whether the file may be moved by an HTTP third-party copy,
 	// storage to storage, instead of through a deliverer.
 	TPC TPCMode `json:"tpc,omitempty"`
+	// SciTag is the packet marking (SciTags: experiment << 6 | activity)
+	// that the transfer's requests carry, chosen by a trusted caller
+	// (65–65535); 0 lets the site's mapping of the owner's VO and the
+	// activity decide. Only trusted callers and administrators may set it.
+	SciTag int `json:"scitag,omitempty"`
 }
+
+// The range of a SciTag: an experiment id of at least 1 in the high ten
+// bits, an activity id in the low six (FTS3 takes the same range).
+const (
+	MinSciTag = 65
+	MaxSciTag = 65535
+)
 
 // TPCMode says whether a transfer may be a third-party copy.
 type TPCMode string
@@ -86,6 +98,9 @@ func (o Options) Check() []error {
 	}
 	if err := CheckActivity(o.Activity); err != nil {
 		errs = append(errs, err)
+	}
+	if o.SciTag != 0 && (o.SciTag < MinSciTag || o.SciTag > MaxSciTag) {
+		errs = append(errs, fmt.Errorf("scitag: %d is outside %d–%d", o.SciTag, MinSciTag, MaxSciTag))
 	}
 	switch o.TPC {
 	case "", TPCAuto, TPCOnly, TPCNever:

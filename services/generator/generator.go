@@ -148,6 +148,10 @@ type Service struct {
 	members map[string]map[uuid.UUID]struct{}
 	// owners holds what each owner's running jobs hold, by DN (owners.go).
 	owners map[string]ownerUse
+	// started is closed once Run has the job records' bucket: the FTS3
+	// API waits for it.
+	started   chan struct{}
+	startOnce sync.Once
 }
 
 // suspect marks a job for reconcile.
@@ -262,7 +266,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
 		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{},
-		owners: map[string]ownerUse{}}, nil
+		owners: map[string]ownerUse{}, started: make(chan struct{})}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -276,6 +280,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.kv = kv
+	s.startOnce.Do(func() { close(s.started) })
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: version.SemVer(),
 		Description: "Sluice generator: jobs in, DTRs out"})
 	if err != nil {
@@ -340,6 +345,13 @@ func (s *Service) Run(ctx context.Context) error {
 // same job id again submits the same DTR ids, which the scheduler takes
 // only once.
 func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.SubmitReply, error) {
+	return s.submit(ctx, c, j, nil)
+}
+
+// submit is Submit; sidecar, if set, is stored under <job>.fts with the
+// job's other records (what the FTS3 API keeps of a submission), and
+// removed with them if the job is refused for want of space.
+func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar []byte) (api.SubmitReply, error) {
 	if err := c.Allow(auth.ScopeCreate); err != nil {
 		return api.SubmitReply{}, err
 	}
@@ -401,6 +413,12 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	// Refused for want of space before the DTRs, what this call created is
 	// removed again: nothing of the job is left.
 	var created []string
+	if sidecar != nil {
+		if _, err := s.kv.Create(ctx, j.ID+ftsSuffix, sidecar); err != nil {
+			return reply, s.refuseFull(ctx, j.ID, created, fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
+		}
+		created = append(created, j.ID+ftsSuffix)
+	}
 	var before []api.FileRef // the file list of this job submitted before
 	sameFiles := func(stored []byte) bool {
 		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)

@@ -101,6 +101,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
 	b = appendString(b, string(d.Options.TPC))
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
+	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
 	c.scratch = b
 	return string(b)
 }
@@ -168,6 +169,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Options.Activity = c.names[r.uvarint()]
 	d.Options.TPC = dtr.TPCMode(r.str())
 	d.ChecksumSource = c.names[r.uvarint()]
+	d.Options.SciTag = int(r.uvarint())
 	return d
 }
 

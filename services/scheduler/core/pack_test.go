@@ -17,7 +17,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Source: "https://storage.example.org/data/f ü.root", Destination: "file:///scratch/f.root",
 		Owner:     dtr.Identity{DN: "/DC=org/CN=Alice", FQANs: []string{"/atlas/Role=production", "/atlas"}},
 		Direction: dtr.Upload, UserPriority: 77,
-		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true, NoCache: true, Activity: "Production Input", TPC: dtr.TPCOnly},
+		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true, NoCache: true, Activity: "Production Input", TPC: dtr.TPCOnly, SciTag: 2<<6 | 3},
 		Share:   "atlas-upload", Priority: 38, State: dtr.RegisterReplica, Attempts: 3, MaxAttempts: 10,
 		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring, Location: dtr.LocationSource},
 		Cancel: true, Size: 1 << 40, Bytes: -1, Checksum: "md5:0123",
