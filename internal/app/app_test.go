@@ -288,7 +288,7 @@ func waitFinal(t *testing.T, nc *nats.Conn, id uuid.UUID) dtr.DTR {
 func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 	is := tokentest.Start(t)
 	client := is.Client(t)
-	cfg := Config{StorageTokens: token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, RenewBefore: time.Minute}}
+	cfg := Config{StorageTokens: token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, Margin: time.Minute}}
 	source, err := cfg.storageTokens()
 	if err != nil || source == nil {
 		t.Fatalf("storage tokens: %v, %v", source, err)
