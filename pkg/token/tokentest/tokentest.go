@@ -432,7 +432,9 @@ func (s *store) ValidateTokenExchangeRequest(_ context.Context, req op.TokenExch
 	return nil
 }
 
-func (s *store) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error { return nil }
+func (s *store) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error {
+	return nil
+}
 
 // GetPrivateClaimsFromTokenExchangeRequest gives the exchanged token its
 // scope, the subject's groups and the client that acts for the subject.
