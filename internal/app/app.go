@@ -209,7 +209,9 @@ func (cfg Config) callers(ctx context.Context, roles []string, log *slog.Logger)
 
 // storageTokens returns what asks the storage token issuer for a token
 // per storage and path (WLCG: aud is the storage, the scope
-// storage.read:<path> or storage.modify:<path>); nil if none is set.
+// storage.read:<path>, storage.create:<path> or storage.modify:<path>):
+// the submitter's rights by token exchange for work submitted with a
+// token, Sluice's client's otherwise; nil if no issuer is set.
 func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if cfg.StorageTokens.Issuer == "" {
 		return nil, nil
@@ -218,13 +220,9 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage tokens (SLUICE_STORAGE_TOKEN_*): %w", err)
 	}
-	return func(ctx context.Context, u *url.URL, write bool) (string, error) {
-		scope := "storage.read:"
-		if write {
-			scope = "storage.modify:"
-		}
+	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		// The path as escaped in the URL: a space in it cannot add a scope.
-		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.EscapedPath(), "/"))
+		return src.ForRequest(ctx, transfer.Audience(u), string(access)+":"+cmp.Or(u.EscapedPath(), "/"))
 	}, nil
 }
 

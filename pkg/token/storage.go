@@ -305,3 +305,39 @@ func (s *StorageSource) endpoint(ctx context.Context) (string, error) {
 	s.mu.Unlock()
 	return d.TokenEndpoint, nil
 }
+
+// Subject gives the bearer token that the work running in a context was
+// submitted with, read when a storage token is first needed (from where
+// the scheduler keeps it, never from the work's record).
+type Subject func(ctx context.Context) (string, error)
+
+// subjectKey is the context key of a Subject.
+type subjectKey struct{}
+
+// WithSubject returns a context whose storage tokens are obtained by
+// exchanging the token that s gives: the submitter's rights, not Sluice's.
+func WithSubject(ctx context.Context, s Subject) context.Context {
+	return context.WithValue(ctx, subjectKey{}, s)
+}
+
+// SubjectOf is the Subject of WithSubject; nil for work submitted without
+// a token, which gets Sluice's own storage tokens.
+func SubjectOf(ctx context.Context) Subject {
+	s, _ := ctx.Value(subjectKey{}).(Subject)
+	return s
+}
+
+// ForRequest returns the storage token of a request to audience with
+// scope, for the work of ctx: the submitter's, by Exchange, when ctx has a
+// Subject; else Sluice's own, by Token.
+func (s *StorageSource) ForRequest(ctx context.Context, audience, scope string) (string, error) {
+	sub := SubjectOf(ctx)
+	if sub == nil {
+		return s.Token(ctx, audience, scope)
+	}
+	raw, err := sub(ctx)
+	if err != nil {
+		return "", fmt.Errorf("token: storage token for %q: %w", audience, err)
+	}
+	return s.Exchange(ctx, raw, audience, scope)
+}

@@ -180,14 +180,10 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 	h := newHops(t)
 	var mu sync.Mutex
 	var asked []string
-	source := func(_ context.Context, u *url.URL, write bool) (string, error) {
+	source := func(_ context.Context, u *url.URL, access transfer.Access) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		scope := "storage.read:"
-		if write {
-			scope = "storage.modify:"
-		}
-		asked = append(asked, transfer.Audience(u)+" "+scope+u.Path)
+		asked = append(asked, transfer.Audience(u)+" "+string(access)+":"+u.Path)
 		if u.Path == "/fails" {
 			return "", errors.New("token service down")
 		}
@@ -220,7 +216,7 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 	if _, err := c.Copy(ctx, fileURL(src), h.a.URL+"/up", transfer.CopyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := take(), []string{audA + " storage.modify:/up"}; !slices.Equal(got, want) {
+	if got, want := take(), []string{audA + " storage.create:/up"}; !slices.Equal(got, want) {
 		t.Errorf("an upload asked %q, want %q", got, want)
 	}
 	h.take()
