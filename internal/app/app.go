@@ -345,6 +345,8 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			sc.Cache = cfg.CacheDir != ""
 			sc.Heartbeat = cfg.Heartbeat
 			sc.Meter, sc.Callers, sc.FileRoots = meter, callers, cfg.FileRoots
+			sc.StorageTokens = scheduler.StorageTokens{Keep: cfg.StorageTokens.Issuer != "",
+				TTL: cfg.StorageTokens.SubjectTTL, FloorRate: cfg.StorageTokens.FloorRate}
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err

@@ -221,6 +221,13 @@ func (r *Resolver) Caller(ctx context.Context, base, subject string, h nats.Head
 	return c, nil
 }
 
+// Bearer returns the token of a message's "Authorization: Bearer" header,
+// "" if it has none: what a caller established ViaToken sent.
+func Bearer(h nats.Header) string {
+	tok, _ := bearer(h)
+	return tok
+}
+
 // bearer returns the token of an "Authorization: Bearer" header.
 func bearer(h nats.Header) (string, bool) {
 	v := strings.TrimSpace(h.Get("Authorization"))

@@ -21,10 +21,14 @@ import (
 // StorageConfig is read from the environment with the prefix
 // SLUICE_STORAGE_TOKEN (SLUICE_STORAGE_TOKEN_ISSUER, ...).
 type StorageConfig struct {
-	Issuer           string        `envconfig:"ISSUER" desc:"URL of the issuer of storage tokens (https, or http on 127.0.0.1, ::1 or localhost); its token endpoint comes from <issuer>/.well-known/openid-configuration; empty: no storage tokens"`
-	ClientID         string        `envconfig:"CLIENT_ID" desc:"OAuth2 client of Sluice at that issuer: allowed the client-credentials grant for the storage audiences and storage.read/storage.create/storage.modify scopes it asks for (work submitted without a token), and the token-exchange grant (RFC 8693) for work submitted with one"`
-	ClientSecretFile string        `envconfig:"CLIENT_SECRET_FILE" desc:"file holding that client's secret (read at every token request; white space around it is ignored)"`
-	Margin           time.Duration `envconfig:"MARGIN" default:"2m" desc:"a storage token is used for a transfer only if it stays valid this long past the transfer's expected end (the grant's expected duration); a cached token that does not is replaced by a new one, when a transfer asks, never before"`
+	Issuer           string `envconfig:"ISSUER" desc:"URL of the issuer of storage tokens (https, or http on 127.0.0.1, ::1 or localhost); its token endpoint comes from <issuer>/.well-known/openid-configuration; empty: no storage tokens"`
+	ClientID         string `envconfig:"CLIENT_ID" desc:"OAuth2 client of Sluice at that issuer: allowed the client-credentials grant for the storage audiences and storage.read/storage.create/storage.modify scopes it asks for (work submitted without a token), and the token-exchange grant (RFC 8693) for work submitted with one"`
+	ClientSecretFile string `envconfig:"CLIENT_SECRET_FILE" desc:"file holding that client's secret (read at every token request; white space around it is ignored)"`
+	// FloorRate and SubjectTTL are the scheduler's: it says how long each
+	// transfer is expected to take, and keeps the submitters' tokens.
+	FloorRate  float64       `envconfig:"FLOOR_RATE" default:"1000000" desc:"bytes/s a transfer is expected to move at least on a link whose recent throughput the scheduler has not seen (else half that throughput): with the DTR's size it gives the grant's expected duration, which storage tokens must outlive"`
+	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"how long the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; a DTR that waits longer fails as if the token had expired"`
+	Margin     time.Duration `envconfig:"MARGIN" default:"2m" desc:"a storage token is used for a transfer only if it stays valid this long past the transfer's expected end (the grant's expected duration); a cached token that does not is replaced by a new one, when a transfer asks, never before"`
 }
 
 // StorageSource obtains tokens for storage endpoints from an issuer: a

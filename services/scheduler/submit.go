@@ -98,6 +98,9 @@ type submitted struct {
 	dtrs   []Submitted
 	err    error
 	caller auth.Caller
+	// tokenRef names the caller's bearer token in the bucket
+	// sluice_subject_tokens, if it is kept (tokens.go).
+	tokenRef string
 }
 
 // Submitted is one DTR of a message on dtr.submit, or why it is refused.
