@@ -176,8 +176,8 @@ type Service struct {
 	// are the links' recent throughputs (tokens.go).
 	keeper *tokenKeeper
 	rates  *linkRates
-	term     atomic.Uint64
-	role     atomic.Value
+	term   atomic.Uint64
+	role   atomic.Value
 	// campaignLogged is when a failed campaign was last logged.
 	campaignLogged time.Time
 }
