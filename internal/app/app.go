@@ -98,6 +98,10 @@ type Config struct {
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
+	// StorageHTTP, if set, is the HTTP client that transfers use (one
+	// that trusts a test's certificate authority); nil: Go's default,
+	// which trusts the system's.
+	StorageHTTP *http.Client `ignored:"true"`
 }
 
 // AuthConfig is auth.Config under a name of its own, so that Config can
@@ -248,7 +252,7 @@ func (cfg Config) transferClient(ln net.Listener) (*transfer.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := transfer.New(nil).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
+	client := transfer.New(cfg.StorageHTTP).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
 	if len(cfg.FileRoots) > 0 {
 		roots := append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
 		if cfg.CacheDir != "" {

@@ -84,6 +84,7 @@ type dtrWire struct {
 	CacheFile     string        `json:"cache_file,omitempty"`
 
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	TokenRef         string `json:"token_ref,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -100,5 +101,6 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Bytes: d.Bytes, Checksum: d.Checksum, Created: d.Created, Updated: d.Updated, Started: unlessZero(&d.Started),
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
-		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch}
+		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
+		TokenRef: d.TokenRef}
 }

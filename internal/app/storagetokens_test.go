@@ -1,0 +1,348 @@
+package app
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token"
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+)
+
+// wlcgStorage is an HTTPS storage on loopback that authorises as a WLCG
+// storage does: a request needs a bearer token of the issuer whose aud is
+// this storage and whose scope grants what the request does on its path
+// (storage.read for reads, storage.create or storage.modify for a new
+// file, storage.modify for other changes).
+type wlcgStorage struct {
+	srv      *httptest.Server
+	audience string
+	verifier *token.Verifier
+
+	mu    sync.Mutex
+	files map[string][]byte
+	seen  []seenRequest // every authorised request
+	delay map[string]time.Duration
+	// refused are the requests whose token did not allow them.
+	refused []string
+}
+
+// seenRequest is a request the storage authorised, with what its token
+// said.
+type seenRequest struct {
+	method, path, subject string
+	scopes                []string
+	raw                   string
+}
+
+func startWLCGStorage(t *testing.T, iss *tokentest.Issuer) *wlcgStorage {
+	t.Helper()
+	s := &wlcgStorage{files: map[string][]byte{}, delay: map[string]time.Duration{}}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.StartTLS()
+	t.Cleanup(s.srv.Close)
+	s.audience = transfer.Audience(mustParse(t, s.srv.URL))
+	v, err := token.NewVerifier(t.Context(), token.Config{Issuers: []string{iss.URL}, Audience: []string{s.audience},
+		Leeway: time.Second, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.verifier = v
+	return s
+}
+
+// grants says which scope verbs allow a request of method.
+var grants = map[string][]string{
+	http.MethodGet: {"storage.read"}, http.MethodHead: {"storage.read"}, "PROPFIND": {"storage.read"},
+	http.MethodPut: {"storage.create", "storage.modify"}, "MKCOL": {"storage.create", "storage.modify"},
+}
+
+func (s *wlcgStorage) serve(w http.ResponseWriter, r *http.Request) {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		http.Error(w, "no bearer token", http.StatusUnauthorized)
+		return
+	}
+	c, err := s.verifier.Verify(r.Context(), raw)
+	if err != nil {
+		http.Error(w, "token refused", http.StatusForbidden)
+		return
+	}
+	verbs, ok := grants[r.Method]
+	if !ok {
+		verbs = []string{"storage.modify"}
+	}
+	p := path.Clean(r.URL.Path)
+	allowed := false
+	for _, sc := range c.Scopes {
+		verb, dir, _ := strings.Cut(sc, ":")
+		dir = path.Clean(dir)
+		if slices.Contains(verbs, verb) && (p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")) {
+			allowed = true
+		}
+	}
+	if !allowed {
+		s.mu.Lock()
+		s.refused = append(s.refused, r.Method+" "+p+" by "+c.Subject+" with scopes "+strings.Join(c.Scopes, " "))
+		s.mu.Unlock()
+		http.Error(w, "the token does not allow "+r.Method+" on "+p, http.StatusForbidden)
+		return
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, seenRequest{method: r.Method, path: p, subject: c.Subject, scopes: c.Scopes, raw: raw})
+	d := s.delay[p]
+	delete(s.delay, p)
+	s.mu.Unlock()
+	time.Sleep(d)
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.mu.Lock()
+		b, ok := s.files[p]
+		s.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeContent(w, r, p, time.Time{}, strings.NewReader(string(b)))
+	case http.MethodPut:
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.files[p] = b
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	case http.MethodDelete:
+		s.mu.Lock()
+		delete(s.files, p)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		http.Error(w, "not here", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *wlcgStorage) put(p, content string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files[p] = []byte(content)
+}
+
+func (s *wlcgStorage) file(p string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.files[p]
+	return string(b), ok
+}
+
+// requests returns the requests authorised on paths under prefix.
+func (s *wlcgStorage) requests(prefix string) []seenRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []seenRequest
+	for _, r := range s.seen {
+		if strings.HasPrefix(r.path, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (s *wlcgStorage) allTokens() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.seen {
+		out = append(out, r.raw)
+	}
+	return out
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath
+// runs every role against a real OIDC issuer and a WLCG-style HTTPS
+// storage: a DTR submitted with alice's token reads and writes with
+// tokens exchanged from hers, each scoped to exactly the path of its
+// request; a path beyond her rights is refused by the issuer, with a clear
+// error and no retry; her token expiring half way fails the DTR naming
+// that; work without a token keeps Sluice's own client credentials; and
+// no token shows in the logs, the events or the DTR records.
+func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t *testing.T) {
+	const sluiceAud = "https://sluice.example.org"
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's first file")
+	storage.put("/data/alice/slow", "a file behind a slow stat")
+	storage.put("/data/bob/f2", "bob's file")
+	aliceScopes := []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes})
+	// One that runs out while its DTR's source is looked at.
+	aliceShort := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes,
+		Expiry: time.Now().Add(3 * time.Second)})
+
+	var logs syncBuffer
+	oldLog := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(oldLog) })
+
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	cfg := defaults(t)
+	cfg.NATSURL = ns.ClientURL()
+	cfg.AllowNetworks = []string{"127.0.0.0/8"}
+	cfg.RetryBase = 100 * time.Millisecond
+	cfg.Processor.StageDir = t.TempDir()
+	cfg.Tokens.Issuers, cfg.Tokens.Audience = []string{iss.URL}, []string{sluiceAud}
+	cfg.StorageTokens.Issuer, cfg.StorageTokens.ClientID, cfg.StorageTokens.ClientSecretFile = iss.URL, client.ID, client.SecretFile
+	cfg.StorageHTTP = storage.srv.Client()
+	r := runRoles(t, cfg, Roles...)
+	r.healthy(t, nil)
+
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var events syncBuffer
+	evSub, err := nc.Subscribe("sluice.event.>", func(m *nats.Msg) { events.Write(append(m.Data, '\n')) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evSub.Unsubscribe()
+	js, _ := jetstream.New(nc)
+	submit := func(bearer, src, dst string) uuid.UUID {
+		t.Helper()
+		id := uuid.New()
+		b, _ := json.Marshal(map[string]string{"id": id.String(), "source": src, "destination": dst})
+		m := nats.NewMsg(api.SubjectSubmit)
+		m.Data = b
+		if bearer != "" {
+			m.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		if _, err := js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	at := storage.srv.URL
+
+	// Alice's own files: read and written with her rights, each request's
+	// token scoped to exactly its path.
+	ok := submit(alice, at+"/data/alice/f1", at+"/out/alice/f1")
+	if d := waitFinal(t, nc, ok); d.State != dtr.Done {
+		t.Fatalf("alice's DTR: %s (%+v), want DONE; the storage refused %q; token_ref %q", d.State, d.Error, storage.refused, d.TokenRef+" owner "+d.Owner.DN)
+	}
+	if got, _ := storage.file("/out/alice/f1"); got != "alice's first file" {
+		t.Fatalf("the copy holds %q", got)
+	}
+	reqs := append(storage.requests("/data/alice/f1"), storage.requests("/out/alice/")...)
+	if len(reqs) < 2 {
+		t.Fatalf("the storage saw %d requests of alice's DTR, want a read and a write at least", len(reqs))
+	}
+	for _, q := range reqs {
+		want := string(transfer.AccessOf(q.method)) + ":" + q.path
+		t.Logf("%s %s with a token of %s for %q", q.method, q.path, q.subject, q.scopes)
+		if q.subject != "alice" || !slices.Equal(q.scopes, []string{want}) {
+			t.Errorf("%s %s: a token of %q with scopes %q, want alice's with exactly [%s]", q.method, q.path, q.subject, q.scopes, want)
+		}
+	}
+
+	// Bob's file is beyond her rights: the issuer refuses, the storage is
+	// never asked, and the DTR fails at once, saying so.
+	beyond := submit(alice, at+"/data/bob/f2", at+"/out/alice/f2")
+	d := waitFinal(t, nc, beyond)
+	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "refused to exchange the submitter's token") ||
+		!strings.Contains(d.Error.Text, "storage.read:/data/bob/f2 is beyond") {
+		t.Fatalf("a DTR beyond alice's rights: %s (%+v), want ERROR saying the issuer refused storage.read:/data/bob/f2", d.State, d.Error)
+	}
+	if d.Attempts > 1 {
+		t.Errorf("the refusal was tried %d times; it cannot change", d.Attempts)
+	}
+	if n := len(storage.requests("/data/bob/")); n != 0 {
+		t.Errorf("the storage saw %d requests for bob's file", n)
+	}
+
+	// Her token runs out while the source is looked at (3 s): the write
+	// cannot get a token any more.
+	storage.mu.Lock()
+	storage.delay["/data/alice/slow"] = 4 * time.Second
+	storage.mu.Unlock()
+	late := submit(aliceShort, at+"/data/alice/slow", at+"/out/alice/slow")
+	d = waitFinal(t, nc, late)
+	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "the submitter's token has expired") {
+		t.Fatalf("a DTR whose token expired: %s (%+v), want ERROR saying the submitter's token has expired", d.State, d.Error)
+	}
+	if d.Attempts > 1 {
+		t.Errorf("the expired token was tried %d times", d.Attempts)
+	}
+
+	// The operator's work, with no token: Sluice's own client, as before.
+	ops := submit("", at+"/data/bob/f2", at+"/out/ops/f2")
+	if d := waitFinal(t, nc, ops); d.State != dtr.Done {
+		t.Fatalf("the operator's DTR: %s (%+v), want DONE", d.State, d.Error)
+	}
+	for _, q := range storage.requests("/out/ops/") {
+		if q.subject != client.ID {
+			t.Errorf("%s %s: a token of %q, want Sluice's client %q", q.method, q.path, q.subject, client.ID)
+		}
+	}
+
+	// No token anywhere: not alice's, not the storage's.
+	var records strings.Builder
+	for _, id := range []uuid.UUID{ok, beyond, late, ops} {
+		d := waitFinal(t, nc, id)
+		b, _ := json.Marshal(d)
+		records.Write(b)
+		if id != ops && d.TokenRef == "" {
+			t.Errorf("DTR %s submitted with a token has no token_ref", id)
+		}
+	}
+	secrets := append([]string{alice, aliceShort}, storage.allTokens()...)
+	for what, text := range map[string]string{
+		"the logs": logs.String() + r.log.String(), "the events": events.String(), "the DTR records": records.String(),
+	} {
+		if text == "" {
+			t.Errorf("%s are empty: nothing was looked at", what)
+		}
+		for _, s := range secrets {
+			sig := s[strings.LastIndex(s, ".")+1:]
+			if strings.Contains(text, s) || strings.Contains(text, sig) {
+				t.Errorf("%s hold a token", what)
+			}
+		}
+	}
+	if !strings.Contains(r.log.String(), "grant failed") {
+		t.Error("the roles' logs do not say a grant failed: were they captured?")
+	}
+}
