@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 
@@ -39,7 +40,8 @@ import (
 // the URL that hop goes to, always https: its audience is
 // scheme://host:port (Audience) and its scope the path with the access
 // the request needs (Access: storage.read:/path, storage.create:/path or
-// storage.modify:/path). A TokenSource is asked at every https hop to a
+// storage.modify:/path; for a WebDAV MOVE, the path is the directory
+// holding both names: tokenScopeURL). A TokenSource is asked at every https hop to a
 // host and port that SLUICE_HTTP_TOKENS has no token for, so a redirect to
 // another host or port gets that one's token or none, never the first
 // one's. An error fails the request as LOCAL_FILE (credentials, not
@@ -133,6 +135,11 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			req.Header.Set("Authorization", auth)
 		}
 	}
+	if c, ok := req.Context().Value(clientKey{}).(*Client); ok && req.Header.Get("Want-Digest") != "" && c.noDigest.has(req.URL) {
+		// A hop known to refuse the whole request for it (wantdigest.go).
+		req = req.Clone(req.Context())
+		req.Header.Del("Want-Digest")
+	}
 	return t.base.RoundTrip(req)
 }
 
@@ -152,8 +159,7 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
-		hop := *u
-		tok, err := c.tokenSource(req.Context(), &hop, AccessOf(req.Method))
+		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), AccessOf(req.Method))
 		if err != nil {
 			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
 		}
@@ -162,6 +168,33 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// tokenScopeURL is the URL whose path a token for req must cover: the
+// request's own, but for a WebDAV MOVE, which changes two names, the
+// deepest directory holding both its own and its Destination's. A storage
+// checks the token against both (xrootd's SciTokens plugin does), and a
+// token scoped to one file cannot name the other; Sluice's renames are
+// within one directory (TempURL), so that is the directory of the file.
+func tokenScopeURL(req *http.Request) *url.URL {
+	hop := *req.URL
+	if req.Method != "MOVE" {
+		return &hop
+	}
+	dst, err := url.Parse(req.Header.Get("Destination"))
+	if err != nil || dst.Path == "" {
+		return &hop
+	}
+	from := strings.Split(path.Clean("/"+hop.Path), "/")
+	to := strings.Split(path.Clean("/"+dst.Path), "/")
+	// The last elements are the names moved; what precedes them in
+	// common is the directory.
+	n := 0
+	for n < len(from)-1 && n < len(to)-1 && from[n] == to[n] {
+		n++
+	}
+	hop.Path, hop.RawPath = cmp.Or(strings.Join(from[:n], "/"), "/"), ""
+	return &hop
 }
 
 // defaultPort is the port of a URL scheme when its URL names none.
