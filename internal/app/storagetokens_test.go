@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
+	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
 )
 
 // wlcgStorage is an HTTPS storage on loopback that authorises as a WLCG
@@ -186,31 +188,21 @@ func mustParse(t *testing.T, raw string) *url.URL {
 	return u
 }
 
-// TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath
-// runs every role against a real OIDC issuer and a WLCG-style HTTPS
-// storage: a DTR submitted with alice's token reads and writes with
-// tokens exchanged from hers, each scoped to exactly the path of its
-// request; a path beyond her rights is refused by the issuer, with a clear
-// error and no retry; her token expiring half way fails the DTR naming
-// that; work without a token keeps Sluice's own client credentials; and
-// no token shows in the logs, the events or the DTR records.
-func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t *testing.T) {
-	const sluiceAud = "https://sluice.example.org"
-	iss := tokentest.Start(t)
-	client := iss.Client(t)
-	storage := startWLCGStorage(t, iss)
-	storage.put("/data/alice/f1", "alice's first file")
-	storage.put("/data/alice/slow", "a file behind a slow stat")
-	storage.put("/data/bob/f2", "bob's file")
-	aliceScopes := []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}
-	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes})
-	// One that runs out while its DTR's source is looked at.
-	aliceShort := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes,
-		Expiry: time.Now().Add(3 * time.Second)})
+// tokenRig is every role, with the submitters' tokens of iss and storage
+// tokens from iss for client, and what they log and announce.
+type tokenRig struct {
+	logs, events syncBuffer
+	r            *running
+	nc           *nats.Conn
+}
 
-	var logs syncBuffer
+const rigAudience = "https://sluice.example.org"
+
+func startTokenRig(t *testing.T, iss *tokentest.Issuer, client tokentest.Client, storageHTTP *http.Client) *tokenRig {
+	t.Helper()
+	rig := &tokenRig{}
 	oldLog := slog.Default()
-	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&rig.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(oldLog) })
 
 	ns, err := bus.Embedded(t.TempDir(), 0)
@@ -223,43 +215,93 @@ func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t 
 	cfg.AllowNetworks = []string{"127.0.0.0/8"}
 	cfg.RetryBase = 100 * time.Millisecond
 	cfg.Processor.StageDir = t.TempDir()
-	cfg.Tokens.Issuers, cfg.Tokens.Audience = []string{iss.URL}, []string{sluiceAud}
+	cfg.Tokens.Issuers, cfg.Tokens.Audience = []string{iss.URL}, []string{rigAudience}
 	cfg.StorageTokens.Issuer, cfg.StorageTokens.ClientID, cfg.StorageTokens.ClientSecretFile = iss.URL, client.ID, client.SecretFile
-	cfg.StorageHTTP = storage.srv.Client()
-	r := runRoles(t, cfg, Roles...)
-	r.healthy(t, nil)
+	cfg.StorageHTTP = storageHTTP
+	rig.r = runRoles(t, cfg, Roles...)
+	rig.r.healthy(t, nil)
 
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
+	if rig.nc, err = nats.Connect(ns.ClientURL()); err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	var events syncBuffer
-	evSub, err := nc.Subscribe("sluice.event.>", func(m *nats.Msg) { events.Write(append(m.Data, '\n')) })
-	if err != nil {
+	t.Cleanup(rig.nc.Close)
+	if _, err := rig.nc.Subscribe("sluice.event.>", func(m *nats.Msg) { rig.events.Write(append(m.Data, '\n')) }); err != nil {
 		t.Fatal(err)
 	}
-	defer evSub.Unsubscribe()
-	js, _ := jetstream.New(nc)
-	submit := func(bearer, src, dst string) uuid.UUID {
-		t.Helper()
-		id := uuid.New()
-		b, _ := json.Marshal(map[string]string{"id": id.String(), "source": src, "destination": dst})
-		m := nats.NewMsg(api.SubjectSubmit)
-		m.Data = b
-		if bearer != "" {
-			m.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		if _, err := js.PublishMsg(t.Context(), m); err != nil {
-			t.Fatal(err)
-		}
-		return id
+	return rig
+}
+
+// submit publishes a DTR on dtr.submit with a bearer token ("": none, as
+// the operator).
+func (rig *tokenRig) submit(t *testing.T, bearer, src, dst string) uuid.UUID {
+	t.Helper()
+	js, _ := jetstream.New(rig.nc)
+	id := uuid.New()
+	b, _ := json.Marshal(map[string]string{"id": id.String(), "source": src, "destination": dst})
+	m := nats.NewMsg(api.SubjectSubmit)
+	m.Data = b
+	if bearer != "" {
+		m.Header.Set("Authorization", "Bearer "+bearer)
 	}
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// noTokenIn fails the test if a token of tokens, or its signature, is in
+// the logs, the events or the records of the DTRs ids.
+func (rig *tokenRig) noTokenIn(t *testing.T, tokens []string, ids ...uuid.UUID) {
+	t.Helper()
+	var records strings.Builder
+	for _, id := range ids {
+		b, _ := json.Marshal(waitFinal(t, rig.nc, id))
+		records.Write(b)
+	}
+	for what, text := range map[string]string{
+		"the logs": rig.logs.String() + rig.r.log.String(), "the events": rig.events.String(), "the DTR records": records.String(),
+	} {
+		if text == "" {
+			t.Errorf("%s are empty: nothing was looked at", what)
+		}
+		for _, s := range tokens {
+			sig := s[strings.LastIndex(s, ".")+1:]
+			if strings.Contains(text, s) || strings.Contains(text, sig) {
+				t.Errorf("%s hold a token", what)
+			}
+		}
+	}
+}
+
+// TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath
+// runs every role against a real OIDC issuer and a WLCG-style HTTPS
+// storage: a DTR submitted with alice's token reads and writes with
+// tokens exchanged from hers, each scoped to exactly the path of its
+// request; a path beyond her rights is refused by the issuer, with a clear
+// error and no retry; her token expiring half way fails the DTR naming
+// that; work without a token keeps Sluice's own client credentials; and
+// no token shows in the logs, the events or the DTR records.
+func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t *testing.T) {
+	const sluiceAud = rigAudience
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's first file")
+	storage.put("/data/alice/slow", "a file behind a slow stat")
+	storage.put("/data/bob/f2", "bob's file")
+	aliceScopes := []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes})
+	// One that runs out while its DTR's source is looked at.
+	aliceShort := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{sluiceAud}, Scopes: aliceScopes,
+		Expiry: time.Now().Add(3 * time.Second)})
+
+	rig := startTokenRig(t, iss, client, storage.srv.Client())
+	nc, submit := rig.nc, rig.submit
 	at := storage.srv.URL
 
 	// Alice's own files: read and written with her rights, each request's
 	// token scoped to exactly its path.
-	ok := submit(alice, at+"/data/alice/f1", at+"/out/alice/f1")
+	ok := submit(t, alice, at+"/data/alice/f1", at+"/out/alice/f1")
 	if d := waitFinal(t, nc, ok); d.State != dtr.Done {
 		t.Fatalf("alice's DTR: %s (%+v), want DONE; the storage refused %q; token_ref %q", d.State, d.Error, storage.refused, d.TokenRef+" owner "+d.Owner.DN)
 	}
@@ -280,7 +322,7 @@ func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t 
 
 	// Bob's file is beyond her rights: the issuer refuses, the storage is
 	// never asked, and the DTR fails at once, saying so.
-	beyond := submit(alice, at+"/data/bob/f2", at+"/out/alice/f2")
+	beyond := submit(t, alice, at+"/data/bob/f2", at+"/out/alice/f2")
 	d := waitFinal(t, nc, beyond)
 	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "refused to exchange the submitter's token") ||
 		!strings.Contains(d.Error.Text, "storage.read:/data/bob/f2 is beyond") {
@@ -298,7 +340,7 @@ func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t 
 	storage.mu.Lock()
 	storage.delay["/data/alice/slow"] = 4 * time.Second
 	storage.mu.Unlock()
-	late := submit(aliceShort, at+"/data/alice/slow", at+"/out/alice/slow")
+	late := submit(t, aliceShort, at+"/data/alice/slow", at+"/out/alice/slow")
 	d = waitFinal(t, nc, late)
 	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "the submitter's token has expired") {
 		t.Fatalf("a DTR whose token expired: %s (%+v), want ERROR saying the submitter's token has expired", d.State, d.Error)
@@ -308,7 +350,7 @@ func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t 
 	}
 
 	// The operator's work, with no token: Sluice's own client, as before.
-	ops := submit("", at+"/data/bob/f2", at+"/out/ops/f2")
+	ops := submit(t, "", at+"/data/bob/f2", at+"/out/ops/f2")
 	if d := waitFinal(t, nc, ops); d.State != dtr.Done {
 		t.Fatalf("the operator's DTR: %s (%+v), want DONE", d.State, d.Error)
 	}
@@ -319,30 +361,56 @@ func TestStorageSeesTheSubmittersRightsThroughExchangedTokensScopedToEachPath(t 
 	}
 
 	// No token anywhere: not alice's, not the storage's.
-	var records strings.Builder
-	for _, id := range []uuid.UUID{ok, beyond, late, ops} {
-		d := waitFinal(t, nc, id)
-		b, _ := json.Marshal(d)
-		records.Write(b)
-		if id != ops && d.TokenRef == "" {
+	for _, id := range []uuid.UUID{ok, beyond, late} {
+		if d := waitFinal(t, rig.nc, id); d.TokenRef == "" {
 			t.Errorf("DTR %s submitted with a token has no token_ref", id)
 		}
 	}
-	secrets := append([]string{alice, aliceShort}, storage.allTokens()...)
-	for what, text := range map[string]string{
-		"the logs": logs.String() + r.log.String(), "the events": events.String(), "the DTR records": records.String(),
-	} {
-		if text == "" {
-			t.Errorf("%s are empty: nothing was looked at", what)
-		}
-		for _, s := range secrets {
-			sig := s[strings.LastIndex(s, ".")+1:]
-			if strings.Contains(text, s) || strings.Contains(text, sig) {
-				t.Errorf("%s hold a token", what)
-			}
-		}
-	}
-	if !strings.Contains(r.log.String(), "grant failed") {
+	rig.noTokenIn(t, append([]string{alice, aliceShort}, storage.allTokens()...), ok, beyond, late, ops)
+	if !strings.Contains(rig.r.log.String(), "grant failed") {
 		t.Error("the roles' logs do not say a grant failed: were they captured?")
 	}
+}
+
+// TestADTRSubmittedWithATokenMovesThroughTheRealXrootdWithItsSubmittersRights:
+// the real xrootd, authorising by its SciTokens plugin, serves alice's DTR
+// the tokens exchanged from hers (each for exactly its path), refuses none
+// of them, and writes the copy; a DTR to a path she has no rights on is
+// refused by the issuer before xrootd is asked; no token shows in the
+// logs, events or records.
+func TestADTRSubmittedWithATokenMovesThroughTheRealXrootdWithItsSubmittersRights(t *testing.T) {
+	iss := tokentest.Start(t)
+	s := xrootdtest.Start(t, xrootdtest.Options{HTTP: true, Tokens: &xrootdtest.Tokens{Issuer: iss.URL}})
+	s.WriteFile(t, "/data/alice/f1", []byte("alice's file on xrootd"))
+	s.WriteFile(t, "/data/bob/f2", []byte("bob's file on xrootd"))
+	s.MkdirAll(t, "/out/alice")
+	client := iss.Client(t)
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience}, NotBefore: time.Now().Add(-time.Minute),
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
+	rig := startTokenRig(t, iss, client, s.Client())
+
+	ok := rig.submit(t, alice, s.HTTPS+"/data/alice/f1", s.HTTPS+"/out/alice/f1")
+	if d := waitFinal(t, rig.nc, ok); d.State != dtr.Done {
+		t.Fatalf("alice's DTR through xrootd: %s (%+v), want DONE", d.State, d.Error)
+	}
+	if b, err := os.ReadFile(s.Path("/out/alice/f1")); err != nil || string(b) != "alice's file on xrootd" {
+		t.Fatalf("the copy on xrootd: %q, %v", b, err)
+	}
+	if n := iss.Exchanges(); n < 2 {
+		t.Errorf("%d token exchanges, want one for the source and one for the destination at least", n)
+	}
+
+	exchanges := iss.Exchanges()
+	beyond := rig.submit(t, alice, s.HTTPS+"/data/bob/f2", s.HTTPS+"/out/alice/f2")
+	d := waitFinal(t, rig.nc, beyond)
+	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "storage.read:/data/bob/f2 is beyond the subject token's rights") {
+		t.Fatalf("a DTR beyond alice's rights: %s (%+v), want ERROR naming the scope refused", d.State, d.Error)
+	}
+	if iss.Exchanges() != exchanges {
+		t.Error("a token beyond alice's rights was issued")
+	}
+	if _, err := os.Stat(s.Path("/out/alice/f2")); err == nil {
+		t.Error("bob's file was copied")
+	}
+	rig.noTokenIn(t, []string{alice}, ok, beyond)
 }
