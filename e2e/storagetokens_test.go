@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-dtr/sluice/internal/app"
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token"
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
+	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
+)
+
+// TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers:
+// every role as its own user of deploy/nats/sluice.conf; a user submits a
+// DTR with alice's token on its own subject, and the real xrootd
+// (SciTokens) serves it with tokens exchanged from hers: the scheduler may
+// keep the token in sluice_subject_tokens, and the workers may read it,
+// with nothing refused by the server.
+func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *testing.T) {
+	const aud = "https://sluice.test"
+	is := tokentest.Start(t)
+	xs := xrootdtest.Start(t, xrootdtest.Options{HTTP: true, Tokens: &xrootdtest.Tokens{Issuer: is.URL}})
+	xs.WriteFile(t, "/data/alice/f", []byte("alice's file"))
+	xs.MkdirAll(t, "/out/alice")
+	client := is.Client(t)
+	ns, passwords, serverLog := permissionsServer(t)
+	rolesAs(t, ns, passwords, func(cfg *app.Config) {
+		cfg.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{aud}, Leeway: time.Second}
+		cfg.StorageTokens = token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile,
+			Margin: time.Minute, FloorRate: 1e6}
+		cfg.StorageHTTP = xs.Client()
+	})
+	alice := is.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{aud}, NotBefore: time.Now().Add(-time.Minute),
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
+
+	user := connectAs(t, ns, "submitter", passwords["submitter"])
+	id := uuid.New()
+	m := nats.NewMsg(api.SubjectSubmit + ".submitter")
+	m.Data, _ = json.Marshal(map[string]string{"id": id.String(), "source": xs.HTTPS + "/data/alice/f", "destination": xs.HTTPS + "/out/alice/f"})
+	m.Header.Set("Authorization", "Bearer "+alice)
+	m.Header.Set(nats.MsgIdHdr, id.String())
+	if _, err := user.js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	ops := connectAs(t, ns, "client", passwords["client"])
+	var d api.DTRReply
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		reply, err := ops.nc.Request(api.SubjectDTR, []byte(id.String()), 5*time.Second)
+		if err == nil && json.Unmarshal(reply.Data, &d) == nil && d.DTR.State.Final() {
+			break
+		}
+	}
+	if d.DTR.State != dtr.Done {
+		t.Fatalf("alice's DTR: %s (%+v), want DONE", d.DTR.State, d.DTR.Error)
+	}
+	if b, err := os.ReadFile(xs.Path("/out/alice/f")); err != nil || string(b) != "alice's file" {
+		t.Fatalf("the copy on xrootd: %q, %v", b, err)
+	}
+	if d.DTR.Owner.DN != "alice@"+is.URL || d.DTR.TokenRef == "" {
+		t.Fatalf("the DTR's owner %q and token_ref %q: want alice's, and a reference", d.DTR.Owner.DN, d.DTR.TokenRef)
+	}
+	if is.Exchanges() < 2 {
+		t.Fatalf("%d token exchanges, want the source's and the destination's", is.Exchanges())
+	}
+	if v := serverLog.violations(); len(v) > 0 {
+		t.Fatalf("the NATS server refused: %q", v)
+	}
+	// A user cannot read the bucket of tokens.
+	if kv, err := user.js.KeyValue(t.Context(), "sluice_subject_tokens"); err == nil {
+		if e, err := kv.Get(t.Context(), d.DTR.TokenRef); err == nil {
+			t.Fatalf("a user read a kept token (%d bytes)", len(e.Value()))
+		}
+	}
+}
