@@ -87,6 +87,12 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 	if cfg.Margin < 0 {
 		return nil, fmt.Errorf("token: storage token margin %v is negative (SLUICE_STORAGE_TOKEN_MARGIN)", cfg.Margin)
 	}
+	if cfg.FloorRate < 0 {
+		return nil, fmt.Errorf("token: floor rate %v bytes/s is negative (SLUICE_STORAGE_TOKEN_FLOOR_RATE)", cfg.FloorRate)
+	}
+	if cfg.SubjectTTL < 0 {
+		return nil, fmt.Errorf("token: submitters' tokens kept for %v, which is negative (SLUICE_STORAGE_TOKEN_SUBJECT_TTL)", cfg.SubjectTTL)
+	}
 	return &StorageSource{
 		cfg:    cfg,
 		client: &http.Client{Timeout: 30 * time.Second},

@@ -208,6 +208,8 @@ func TestNewStorageSourceRefusesBadConfigurations(t *testing.T) {
 		{"plain http", StorageConfig{Issuer: "http://iam.example.org", ClientID: "c", ClientSecretFile: "/s"}, "is not https"},
 		{"no client", StorageConfig{Issuer: "https://iam.example.org", ClientSecretFile: "/s"}, "SLUICE_STORAGE_TOKEN_CLIENT_ID"},
 		{"no secret file", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c"}, "SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE"},
+		{"negative floor rate", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", FloorRate: -1}, "SLUICE_STORAGE_TOKEN_FLOOR_RATE"},
+		{"negative subject TTL", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", SubjectTTL: -time.Hour}, "SLUICE_STORAGE_TOKEN_SUBJECT_TTL"},
 		{"negative margin", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", Margin: -time.Second}, "SLUICE_STORAGE_TOKEN_MARGIN"},
 	}
 	for _, tt := range tests {
