@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
@@ -22,7 +23,8 @@ import (
 // DTR with alice's token on its own subject, and the real xrootd
 // (SciTokens) serves it with tokens exchanged from hers: the scheduler may
 // keep the token in sluice_subject_tokens, and the workers may read it,
-// with nothing refused by the server.
+// with nothing refused by the server. A job submitted with her token goes
+// the same way, the generator handing the token on with its DTRs.
 func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *testing.T) {
 	const aud = "https://sluice.test"
 	is := tokentest.Start(t)
@@ -72,6 +74,35 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the NATS server refused: %q", v)
 	}
+	// A job submitted with her token: the generator hands the token on
+	// with the job's DTRs, and they too move with her rights.
+	jobUser := as(t, ns, "submitter", passwords["submitter"])
+	j := &job.Job{Inputs: []job.File{{Source: xs.HTTPS + "/data/alice/f", Destination: xs.HTTPS + "/out/alice/by-job"}}}
+	var reply api.SubmitReply
+	if err := jobUser.request(api.SubjectJobSubmit, jobJSON(t, j), nats.Header{"Authorization": {"Bearer " + alice}}, &reply); err != nil {
+		t.Fatalf("a job with alice's token: %v", err)
+	}
+	exchanges := is.Exchanges()
+	var jd api.DTRReply
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, err := ops.nc.Request(api.SubjectDTR, []byte(reply.DTRs[0].String()), 5*time.Second)
+		if err == nil && json.Unmarshal(r.Data, &jd) == nil && jd.DTR.State.Final() {
+			break
+		}
+	}
+	if jd.DTR.State != dtr.Done || jd.DTR.TokenRef == "" {
+		t.Fatalf("the job's DTR: %s (%+v), token_ref %q: want DONE with alice's token", jd.DTR.State, jd.DTR.Error, jd.DTR.TokenRef)
+	}
+	if is.Exchanges() == exchanges {
+		t.Fatal("the job's transfers exchanged no token: they went with Sluice's own")
+	}
+	if b, err := os.ReadFile(xs.Path("/out/alice/by-job")); err != nil || string(b) != "alice's file" {
+		t.Fatalf("the job's copy on xrootd: %q, %v", b, err)
+	}
+	if v := serverLog.violations(); len(v) > 0 {
+		t.Fatalf("the NATS server refused: %q", v)
+	}
+
 	// A user cannot read the bucket of tokens.
 	if kv, err := user.js.KeyValue(t.Context(), "sluice_subject_tokens"); err == nil {
 		if e, err := kv.Get(t.Context(), d.DTR.TokenRef); err == nil {

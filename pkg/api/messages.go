@@ -109,6 +109,14 @@ const (
 	TypeHeartbeat   = "org.sluice.heartbeat.v1"
 )
 
+// HeaderSubjectToken, on a dtr.submit message of a trusted caller (the
+// generator), carries the bearer token that the work was submitted with
+// (a job's), so that its transfers reach storage with the submitter's
+// rights: the scheduler verifies it, keeps it for the DTRs that its holder
+// owns, and ignores it from any other caller. Only the scheduler reads
+// SLUICE_SUBMIT, where it stays until taken.
+const HeaderSubjectToken = "Sluice-Subject-Token"
+
 // Grant is the data of a grant event: the scheduler gives a DTR a slot in
 // one state. The worker holds the grant until it publishes a Result; it
 // renews the lease with Progress events while the work lasts. The

@@ -609,11 +609,8 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			if sub.err == nil {
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
 			}
-			if sub.err == nil && sub.caller.Via == auth.ViaToken && s.keeper != nil {
-				// Kept before the DTRs are taken: a step that cannot keep
-				// it fails, and its inputs come again.
-				var err error
-				if sub.tokenRef, err = s.keeper.keep(ctx, auth.Bearer(m.Headers()), now); err != nil {
+			if sub.err == nil && s.keeper != nil {
+				if err := s.keepToken(ctx, now, m.Headers(), &sub); err != nil {
 					return nil, err
 				}
 			}
@@ -824,7 +821,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
 					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
-					e.DTR.TokenRef = sub.tokenRef
+					if sub.tokenOwner == "" || sub.tokenOwner == e.DTR.Owner.DN {
+						e.DTR.TokenRef = sub.tokenRef
+					}
 				}
 			}
 			if err == nil {

@@ -15,8 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -82,6 +85,34 @@ func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (stri
 	k.refs[sum] = keptRef{ref: ref, at: now}
 	k.mu.Unlock()
 	return ref, nil
+}
+
+// keepToken keeps the token of a message on dtr.submit for the DTRs it
+// brings: the caller's own bearer token, or the token a trusted caller
+// (the generator) sends on behalf of the work's submitter
+// (api.HeaderSubjectToken), verified here, for the DTRs its holder owns.
+// A token that does not verify refuses the message; one that cannot be
+// kept fails the step, whose inputs then come again.
+func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) error {
+	var raw string
+	switch {
+	case sub.caller.Via == auth.ViaToken:
+		raw = auth.Bearer(h)
+	case sub.caller.Trusted && h.Get(api.HeaderSubjectToken) != "":
+		raw = h.Get(api.HeaderSubjectToken)
+		holder, err := s.caller(ctx, api.SubjectSubmit, api.SubjectSubmit, nats.Header{"Authorization": {"Bearer " + raw}})
+		if err != nil {
+			sub.err = fmt.Errorf("the submitter's token sent with these DTRs (%s): %w", api.HeaderSubjectToken, err)
+			return nil
+		}
+		sub.tokenOwner = holder.Identity.DN
+	}
+	if raw == "" {
+		return nil
+	}
+	var err error
+	sub.tokenRef, err = s.keeper.keep(ctx, raw, now)
+	return err
 }
 
 // maxLinks bounds the links whose throughput is remembered.
