@@ -103,6 +103,31 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 		t.Fatalf("the NATS server refused: %q", v)
 	}
 
+	// A trusted caller (here the generator's user) that sends her token
+	// with a DTR owned by someone else gets no token kept for it: the
+	// token is only ever used for its holder's work.
+	gen := connectAs(t, ns, "generator", passwords["generator"])
+	other := uuid.New()
+	om := nats.NewMsg(api.SubjectSubmit)
+	om.Data, _ = json.Marshal(map[string]any{"id": other.String(), "source": xs.HTTPS + "/data/alice/f", "destination": xs.HTTPS + "/out/alice/other",
+		"owner": map[string]string{"dn": "/DC=org/CN=Mallory"}})
+	om.Header.Set(api.HeaderSubjectToken, alice)
+	om.Header.Set(nats.MsgIdHdr, other.String())
+	if _, err := gen.js.PublishMsg(t.Context(), om); err != nil {
+		t.Fatal(err)
+	}
+	var od api.DTRReply
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, err := ops.nc.Request(api.SubjectDTR, []byte(other.String()), 5*time.Second)
+		if err == nil && json.Unmarshal(r.Data, &od) == nil && od.DTR.State.Final() {
+			break
+		}
+	}
+	if !od.DTR.State.Final() || od.DTR.TokenRef != "" || od.DTR.Owner.DN != "/DC=org/CN=Mallory" {
+		t.Fatalf("mallory's DTR sent with alice's token: %s, owner %q, token_ref %q: want it final, mallory's, with no token kept",
+			od.DTR.State, od.DTR.Owner.DN, od.DTR.TokenRef)
+	}
+
 	// A user cannot read the bucket of tokens.
 	if kv, err := user.js.KeyValue(t.Context(), "sluice_subject_tokens"); err == nil {
 		if e, err := kv.Get(t.Context(), d.DTR.TokenRef); err == nil {
