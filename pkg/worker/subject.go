@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,10 +30,18 @@ func (p *Pool) withStorageTokens(ctx context.Context, g api.Grant, start time.Ti
 	return ctx
 }
 
-// subjectToken reads the token kept under ref, when a storage token is
-// first needed (work on local files needs none).
+// subjectToken reads the token kept under ref when a storage token is
+// first needed (work on local files needs none), once per grant: a
+// transfer's requests after the first use what was read.
 func (p *Pool) subjectToken(ref string) token.Subject {
+	var mu sync.Mutex
+	var raw string
 	return func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if raw != "" {
+			return raw, nil
+		}
 		kv, err := p.subjectBucket(ctx)
 		if err != nil {
 			return "", err
@@ -45,7 +54,8 @@ func (p *Pool) subjectToken(ref string) token.Subject {
 		if err != nil {
 			return "", fmt.Errorf("read the submitter's token (bucket %s): %w", bus.BucketSubjectTokens, err)
 		}
-		return string(e.Value()), nil
+		raw = string(e.Value())
+		return raw, nil
 	}
 }
 
