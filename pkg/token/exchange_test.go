@@ -147,3 +147,22 @@ func TestAnExchangedTokenIsNotReusedForAnotherSubmitter(t *testing.T) {
 		t.Fatal("bob's token names alice")
 	}
 }
+
+func TestAnIssuerThatFailsAnExchangeIsNamedWithItsStatusNotItsAnswer(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	subject := alice(t, iss, time.Time{})
+	if _, err := src.Exchange(t.Context(), subject, storageAud, "storage.read:/atlas/data/a"); err != nil {
+		t.Fatal(err) // the issuer's endpoints are known from now on
+	}
+	iss.SetDown(true)
+	_, err := src.Exchange(t.Context(), subject, storageAud, "storage.read:/atlas/data/b")
+	refused(t, err, "the issuer answered the token exchange with HTTP 503 Service Unavailable", subject)
+	if errors.Is(err, ErrExchangeRefused) || errors.Is(err, ErrSubjectExpired) {
+		t.Fatalf("an issuer that is down is taken for a refusal: %v", err)
+	}
+	if strings.Contains(err.Error(), "the issuer is down") {
+		t.Fatalf("the error quotes the issuer's answer: %v", err)
+	}
+}

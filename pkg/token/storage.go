@@ -150,10 +150,16 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 	// The cache key holds a digest of the subject, never the token.
 	sum := sha256.Sum256([]byte(subject))
 	key := "exchange\x00" + hex.EncodeToString(sum[:]) + "\x00" + audience + "\x00" + scope
-	return s.get(ctx, key, func(ctx context.Context) (*oauth2.Token, error) {
+	expired := func() error {
 		if exp := expiryOf(subject); !exp.IsZero() && !s.now().Before(exp) {
-			return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (at %s): submit the work again with a valid token",
+			return fmt.Errorf("token: storage token for %q with scope %q: %w (at %s): submit the work again with a valid token",
 				audience, scope, ErrSubjectExpired, exp.UTC().Format(time.RFC3339))
+		}
+		return nil
+	}
+	return s.get(ctx, key, func(ctx context.Context) (*oauth2.Token, error) {
+		if err := expired(); err != nil {
+			return nil, err // the issuer is not asked
 		}
 		tok, err := s.request(ctx, audience, scope, url.Values{
 			"grant_type":           {"urn:ietf:params:oauth:grant-type:token-exchange"},
@@ -162,21 +168,26 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 			"requested_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
 		})
 		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && re.ErrorCode != "" {
-			// The issuer's own words, not its whole answer: RFC 6749 error
-			// answers carry no token, but a non-conforming one might echo
-			// the request.
-			why := re.ErrorCode
-			if re.ErrorDescription != "" {
-				why += ": " + re.ErrorDescription
-			}
-			if exp := expiryOf(subject); !exp.IsZero() && !s.now().Before(exp) {
-				return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (at %s): submit the work again with a valid token",
-					audience, scope, ErrSubjectExpired, exp.UTC().Format(time.RFC3339))
-			}
-			return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (%s)", audience, scope, ErrExchangeRefused, why)
+		if !errors.As(err, &re) {
+			return tok, err
 		}
-		return tok, err
+		if err := expired(); err != nil {
+			return nil, err // it expired on the way
+		}
+		// The issuer's own words, never its whole answer, which a
+		// non-conforming issuer might make an echo of the request.
+		if re.ErrorCode == "" {
+			status := "no answer"
+			if re.Response != nil {
+				status = "HTTP " + re.Response.Status
+			}
+			return nil, fmt.Errorf("token: storage token for %q with scope %q: the issuer answered the token exchange with %s", audience, scope, status)
+		}
+		why := re.ErrorCode
+		if re.ErrorDescription != "" {
+			why += ": " + re.ErrorDescription
+		}
+		return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (%s)", audience, scope, ErrExchangeRefused, why)
 	}, audience)
 }
 
