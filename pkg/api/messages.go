@@ -216,6 +216,10 @@ type Result struct {
 	Size     int64        `json:"size,omitempty"`
 	Bytes    int64        `json:"bytes,omitempty"`
 	Checksum string       `json:"checksum,omitempty"`
+	// ChecksumSource says what Checksum was checked against
+	// (dtr.ChecksumFromStorage, dtr.ChecksumFromStream); "" leaves the
+	// DTR's as it is.
+	ChecksumSource string `json:"checksum_source,omitempty"`
 	// TURL is where a staging grant put the source's copy.
 	TURL string `json:"turl,omitempty"`
 	// Cache and CacheFile are what a cache check found (dtr.CacheHit,

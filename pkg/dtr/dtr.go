@@ -216,7 +216,20 @@ type DTR struct {
 	// the token, which no DTR record holds; empty for work submitted
 	// without a token.
 	TokenRef string `json:"token_ref,omitempty"`
+	// ChecksumSource says what Checksum was checked against:
+	// ChecksumFromStorage when a checksum the storage itself stated (the
+	// source's Digest, or the destination's once written) agreed with
+	// the bytes streamed, ChecksumFromStream when only the checksum
+	// computed on the stream (for a local file, on disk) was, as with a
+	// storage that keeps no checksums. Empty until a transfer checks one.
+	ChecksumSource string `json:"checksum_source,omitempty"`
 }
+
+// What a DTR's checksum was checked against (DTR.ChecksumSource).
+const (
+	ChecksumFromStorage = "storage"
+	ChecksumFromStream  = "stream"
+)
 
 // How the cache serves a DTR.
 const (

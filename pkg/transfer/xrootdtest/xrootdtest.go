@@ -9,9 +9,9 @@
 // one of the plugins it asks for is missing.
 //
 // xrootd refuses to run as root ("Security reasons prohibit running as
-// superuser"). Started by root, as in CI, it is given -R with the system's
-// xrootd user (nobody where there is none), and the helper's directory is
-// made that user's: so files the test puts into the exported directory
+// superuser"). Started by root, as in CI, it runs as the system's xrootd
+// user (nobody where there is none), and the helper's directory is made
+// that user's: so files the test puts into the exported directory
 // behind the server's back should go through WriteFile and MkdirAll,
 // which give them to that user too.
 package xrootdtest
@@ -169,7 +169,7 @@ func Start(t testing.TB, opt Options) *Server {
 			s.writeSciTokensConfig(t, fmt.Sprintf("https://127.0.0.1:%d", httpPort), fmt.Sprintf("https://localhost:%d", httpPort))
 		}
 		args := []string{"-c", cfg, "-n", "xrootdtest"}
-		if runAs != "" {
+		if runAs != "" && !switchesUser {
 			args = append(args, "-R", runAs)
 		}
 		log.Reset()
@@ -177,7 +177,7 @@ func Start(t testing.TB, opt Options) *Server {
 		s.cmd.Dir = base
 		s.cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+s.cacheDir, "HOME="+base)
 		s.cmd.Stdout, s.cmd.Stderr = log, log
-		s.cmd.SysProcAttr = sysProcAttr()
+		s.cmd.SysProcAttr = sysProcAttr(s.uid, s.gid)
 		if err := s.cmd.Start(); err != nil {
 			t.Fatalf("xrootdtest: starting %s: %v", bin, err)
 		}
@@ -404,8 +404,8 @@ func (s *Server) MkdirAll(t testing.TB, name string) {
 // Log is what the server has logged so far.
 func (s *Server) Log() string { return s.log.String() }
 
-// userFor returns the user xrootd is to switch to (-R), and makes the
-// helper's directory theirs; "" when the test does not run as root.
+// userFor returns the user xrootd is to run as, and makes the helper's
+// directory theirs; "" when the test does not run as root.
 func (s *Server) userFor(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -101,6 +101,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
 	b = appendString(b, string(d.Options.TPC))
 	b = appendString(b, d.TokenRef)
+	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
 	c.scratch = b
 	return string(b)
 }
@@ -168,6 +169,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Options.Activity = c.names[r.uvarint()]
 	d.Options.TPC = dtr.TPCMode(r.str())
 	d.TokenRef = r.str()
+	d.ChecksumSource = c.names[r.uvarint()]
 	return d
 }
 
