@@ -226,8 +226,23 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	}
 	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		// The path as escaped in the URL: a space in it cannot add a scope.
-		return src.ForRequest(ctx, transfer.Audience(u), string(access)+":"+cmp.Or(u.EscapedPath(), "/"))
+		p := cmp.Or(u.EscapedPath(), "/")
+		scopes := make([]string, 0, 2)
+		for _, a := range scopesOf[access] {
+			scopes = append(scopes, string(a)+":"+p)
+		}
+		return src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
 	}, nil
+}
+
+// scopesOf are the storage scopes a token for a request of each access
+// names: its own, and storage.read beside storage.modify, since a storage
+// looks at what it is asked to delete or rename first (xrootd's SciTokens
+// plugin refuses a DELETE with storage.modify alone).
+var scopesOf = map[transfer.Access][]transfer.Access{
+	transfer.AccessRead:   {transfer.AccessRead},
+	transfer.AccessCreate: {transfer.AccessCreate},
+	transfer.AccessModify: {transfer.AccessRead, transfer.AccessModify},
 }
 
 // transferClient builds the one transfer client of the process's
