@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -415,4 +416,47 @@ func TestADTRSubmittedWithATokenMovesThroughTheRealXrootdWithItsSubmittersRights
 		t.Error("bob's file was copied")
 	}
 	rig.noTokenIn(t, []string{alice}, ok, beyond)
+}
+
+// TestTheRealXrootdDeletesWithAnExchangedTokenOfReadAndModify: the token of
+// a delete, exchanged from the submitter's, names storage.read beside
+// storage.modify, without which xrootd refuses it; a submitter who may
+// only create there gets no such token.
+func TestTheRealXrootdDeletesWithAnExchangedTokenOfReadAndModify(t *testing.T) {
+	iss := tokentest.Start(t)
+	s := xrootdtest.Start(t, xrootdtest.Options{HTTP: true, Tokens: &xrootdtest.Tokens{Issuer: iss.URL}})
+	s.WriteFile(t, "/out/alice/old", []byte("to be deleted"))
+	client := iss.Client(t)
+	cfg := Config{StorageTokens: token.StorageConfig{Issuer: iss.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, Margin: time.Minute}}
+	source, err := cfg.storageTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(scopes ...string) context.Context {
+		raw := iss.Mint(t, tokentest.Mint{Subject: "alice", NotBefore: time.Now().Add(-time.Minute), Scopes: scopes})
+		return token.WithSubject(t.Context(), func(context.Context) (string, error) { return raw, nil })
+	}
+	u := mustParse(t, s.HTTPS+"/out/alice/old")
+
+	if _, err := source(as("storage.read:/out/alice", "storage.create:/out/alice"), u, transfer.AccessModify); err == nil ||
+		!strings.Contains(err.Error(), "storage.modify:/out/alice/old is beyond") {
+		t.Fatalf("a delete by a submitter who may only create: %v, want the issuer's refusal", err)
+	}
+	tok, err := source(as("storage.read:/out/alice", "storage.modify:/out/alice"), u, transfer.AccessModify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, u.String(), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE with the exchanged token: %s", resp.Status)
+	}
+	if _, err := os.Stat(s.Path("/out/alice/old")); !os.IsNotExist(err) {
+		t.Fatalf("the file is still there: %v", err)
+	}
 }
