@@ -87,7 +87,7 @@ func sciTokensXrootd(t *testing.T) (*xrootdtest.Server, func(aud, scope string) 
 		t.Fatal(err)
 	}
 	return s, func(aud, scope string) *transfer.Client {
-		return transfer.New(s.Client()).WithGuard(loopback).WithTokenSource(func(ctx context.Context, _ *url.URL, _ bool) (string, error) {
+		return transfer.New(s.Client()).WithGuard(loopback).WithTokenSource(func(ctx context.Context, _ *url.URL, _ transfer.Access) (string, error) {
 			return src.Token(ctx, aud, scope)
 		})
 	}
