@@ -105,6 +105,10 @@ type Config struct {
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
+	// StorageHTTP, if set, is the HTTP client that transfers use (one
+	// that trusts a test's certificate authority); nil: Go's default,
+	// which trusts the system's.
+	StorageHTTP *http.Client `ignored:"true"`
 }
 
 // AuthConfig is auth.Config under a name of its own, so that Config can
@@ -216,7 +220,9 @@ func (cfg Config) callers(ctx context.Context, roles []string, log *slog.Logger)
 
 // storageTokens returns what asks the storage token issuer for a token
 // per storage and path (WLCG: aud is the storage, the scope
-// storage.read:<path> or storage.modify:<path>); nil if none is set.
+// storage.read:<path>, storage.create:<path> or storage.modify:<path>):
+// the submitter's rights by token exchange for work submitted with a
+// token, Sluice's client's otherwise; nil if no issuer is set.
 func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if cfg.StorageTokens.Issuer == "" {
 		return nil, nil
@@ -225,14 +231,25 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage tokens (SLUICE_STORAGE_TOKEN_*): %w", err)
 	}
-	return func(ctx context.Context, u *url.URL, write bool) (string, error) {
-		scope := "storage.read:"
-		if write {
-			scope = "storage.modify:"
-		}
+	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		// The path as escaped in the URL: a space in it cannot add a scope.
-		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.EscapedPath(), "/"))
+		p := cmp.Or(u.EscapedPath(), "/")
+		scopes := make([]string, 0, 2)
+		for _, a := range scopesOf[access] {
+			scopes = append(scopes, string(a)+":"+p)
+		}
+		return src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
 	}, nil
+}
+
+// scopesOf are the storage scopes a token for a request of each access
+// names: its own, and storage.read beside storage.modify, since a storage
+// looks at what it is asked to delete or rename first (xrootd's SciTokens
+// plugin refuses a DELETE with storage.modify alone).
+var scopesOf = map[transfer.Access][]transfer.Access{
+	transfer.AccessRead:   {transfer.AccessRead},
+	transfer.AccessCreate: {transfer.AccessCreate},
+	transfer.AccessModify: {transfer.AccessRead, transfer.AccessModify},
 }
 
 // transferClient builds the one transfer client of the process's
@@ -257,7 +274,7 @@ func (cfg Config) transferClient(ln net.Listener) (*transfer.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := transfer.New(nil).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
+	client := transfer.New(cfg.StorageHTTP).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
 	if len(cfg.FileRoots) > 0 {
 		roots := append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
 		if cfg.CacheDir != "" {
@@ -366,6 +383,8 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			sc.Cache = cfg.CacheDir != ""
 			sc.Heartbeat = cfg.Heartbeat
 			sc.Meter, sc.Callers, sc.FileRoots = meter, callers, cfg.FileRoots
+			sc.StorageTokens = scheduler.StorageTokens{Keep: cfg.StorageTokens.Issuer != "",
+				TTL: cfg.StorageTokens.SubjectTTL, FloorRate: cfg.StorageTokens.FloorRate}
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err

@@ -261,6 +261,13 @@ func (c Caller) MayTag() error {
 	return fmt.Errorf("%w: only trusted callers and administrators may choose a SciTag; %s's transfers are marked by the site's mapping of its VO and activity", ErrForbidden, c)
 }
 
+// Bearer returns the token of a message's "Authorization: Bearer" header,
+// "" if it has none: what a caller established ViaToken sent.
+func Bearer(h nats.Header) string {
+	tok, _ := bearer(h)
+	return tok
+}
+
 // bearer returns the token of an "Authorization: Bearer" header.
 func bearer(h nats.Header) (string, bool) {
 	v := strings.TrimSpace(h.Get("Authorization"))

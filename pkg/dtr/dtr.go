@@ -225,6 +225,12 @@ type DTR struct {
 	// was not Options.Checksum. One such mismatch is retried with a fresh
 	// copy; a second fails the DTR (PERMANENT_REMOTE), naming both values.
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	// TokenRef names, in the bucket sluice_subject_tokens, the bearer
+	// token the DTR was submitted with: its transfers exchange it for
+	// storage tokens with the submitter's rights. A random reference, not
+	// the token, which no DTR record holds; empty for work submitted
+	// without a token.
+	TokenRef string `json:"token_ref,omitempty"`
 	// ChecksumSource says what Checksum was checked against:
 	// ChecksumFromStorage when a checksum the storage itself stated (the
 	// source's Digest, or the destination's once written) agreed with

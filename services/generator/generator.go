@@ -462,6 +462,13 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		refused++
 		return nil
 	}
+	if tok := subjectToken(ctx); tok != "" && c.Via == auth.ViaToken {
+		// The job's own token goes with its DTRs, for their storage
+		// tokens (api.HeaderSubjectToken); never in their text.
+		for _, m := range msgs {
+			m.Header.Set(api.HeaderSubjectToken, tok)
+		}
+	}
 	for _, m := range msgs {
 		out.Add(m)
 	}
@@ -480,6 +487,22 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// subjectTokenKey is the context key of the token a job was submitted
+// with.
+type subjectTokenKey struct{}
+
+// WithSubjectToken returns ctx carrying the bearer token that the caller
+// of Submit sent, which Submit hands on with the job's DTRs so that their
+// transfers get the submitter's rights on storage.
+func WithSubjectToken(ctx context.Context, raw string) context.Context {
+	return context.WithValue(ctx, subjectTokenKey{}, raw)
+}
+
+func subjectToken(ctx context.Context) string {
+	s, _ := ctx.Value(subjectTokenKey{}).(string)
+	return s
 }
 
 // sameRefs says whether two file lists name the same files, whatever
@@ -591,6 +614,9 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 	if err != nil {
 		_ = r.Error("400", "bad job description: "+oneLine(err), nil)
 		return
+	}
+	if c.Via == auth.ViaToken {
+		ctx = WithSubjectToken(ctx, auth.Bearer(nats.Header(h)))
 	}
 	reply, err := s.Submit(ctx, c, j)
 	var full *fullError

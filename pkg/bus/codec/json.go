@@ -84,6 +84,7 @@ type dtrWire struct {
 	CacheFile     string        `json:"cache_file,omitempty"`
 
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	TokenRef         string `json:"token_ref,omitempty"`
 	ChecksumSource   string `json:"checksum_source,omitempty"`
 }
 
@@ -102,5 +103,5 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
-		ChecksumSource: d.ChecksumSource}
+		TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource}
 }

@@ -100,6 +100,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, d.ChecksumMismatch)
 	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
 	b = appendString(b, string(d.Options.TPC))
+	b = appendString(b, d.TokenRef)
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
 	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
 	c.scratch = b
@@ -168,6 +169,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.ChecksumMismatch = r.str()
 	d.Options.Activity = c.names[r.uvarint()]
 	d.Options.TPC = dtr.TPCMode(r.str())
+	d.TokenRef = r.str()
 	d.ChecksumSource = c.names[r.uvarint()]
 	d.Options.SciTag = int(r.uvarint())
 	return d
