@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -33,14 +35,19 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 	xs.MkdirAll(t, "/out/alice")
 	client := is.Client(t)
 	ns, passwords, serverLog := permissionsServer(t)
+	fts, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rolesAs(t, ns, passwords, func(cfg *app.Config) {
+		cfg.FTS = fts
 		cfg.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{aud}, Leeway: time.Second}
 		cfg.StorageTokens = token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile,
 			Margin: time.Minute, FloorRate: 1e6}
 		cfg.StorageHTTP = xs.Client()
 	})
 	alice := is.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{aud}, NotBefore: time.Now().Add(-time.Minute),
-		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
+		Scopes: []string{"compute.create", "compute.read", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
 
 	user := connectAs(t, ns, "submitter", passwords["submitter"])
 	id := uuid.New()
@@ -101,6 +108,38 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 	}
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the NATS server refused: %q", v)
+	}
+
+	// A job submitted with her token over the FTS3 REST API goes the
+	// same way.
+	fc := &ftsClient{t: t, base: "http://" + fts.Addr().String(), token: alice}
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	body := `{"files": [{"sources": ["` + xs.HTTPS + `/data/alice/f"], "destinations": ["` + xs.HTTPS + `/out/alice/by-fts"]}]}`
+	if code := fc.do("POST", "/jobs", []byte(body), &sub); code != http.StatusOK {
+		t.Fatalf("an FTS3 job with alice's token: %d", code)
+	}
+	exchanges = is.Exchanges()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var fj struct {
+			JobState string `json:"job_state"`
+		}
+		if code := fc.do("GET", "/jobs/"+sub.JobID, nil, &fj); code != http.StatusOK {
+			t.Fatalf("poll of the FTS3 job: %d", code)
+		}
+		if fj.JobState == "FINISHED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the FTS3 job is %s after a minute", fj.JobState)
+		}
+	}
+	if is.Exchanges() == exchanges {
+		t.Fatal("the FTS3 job's transfers exchanged no token: they went with Sluice's own")
+	}
+	if b, err := os.ReadFile(xs.Path("/out/alice/by-fts")); err != nil || string(b) != "alice's file" {
+		t.Fatalf("the FTS3 job's copy on xrootd: %q, %v", b, err)
 	}
 
 	// A trusted caller (here the generator's user) that sends her token

@@ -188,7 +188,11 @@ func (a *ftsAPI) submit(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	reply, err := a.s.submit(r.Context(), c, sub.job, sidecar)
+	// The job's transfers reach storage with the caller's rights: its
+	// token goes with the DTRs, exchanged for storage tokens at each
+	// transfer (docs/security.md, "Whose rights storage sees").
+	ctx := WithSubjectToken(r.Context(), auth.Bearer(nats.Header{"Authorization": r.Header.Values("Authorization")}))
+	reply, err := a.s.submit(ctx, c, sub.job, sidecar)
 	var full *fullError
 	switch {
 	case errors.As(err, &full):
