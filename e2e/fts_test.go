@@ -146,8 +146,9 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 		"2": "site-a/datadisk/mc23/EVNT.000101._000002.pool.root.1",
 		"3": "site-a/datadisk/mc23/EVNT.000101._000003.pool.root.1",
 		"4": "cern-disk/lhcb/LHCb/Collision24/DST/00012345_00000001_1.dst",
+		"5": "site-a/scratch/user.alice/data.000001.root",
 	}
-	sizes := map[string]int{"1": 40960, "2": 20480, "3": 10240, "4": 30000}
+	sizes := map[string]int{"1": 40960, "2": 20480, "3": 10240, "4": 30000, "5": 5000}
 	repl := []string{"@STORAGE@", storage, "@STORAGE_TOKEN@", "eyJhbGciOiJSUzI1NiJ9.a-storage-token-never-to-be-kept.c2ln"}
 	for k, p := range sources {
 		writeFile(t, filepath.Join(dir, p), sizes[k], len(p))
@@ -187,21 +188,26 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	}
 
 	// Submitted as Rucio and DIRAC submit: 200 and the job id.
-	var bulk, multi, lhcb struct {
+	var bulk, multi, lhcb, plain struct {
 		JobID    string   `json:"job_id"`
 		Warnings []string `json:"warnings"`
 	}
+	// plain is what FTS3's Python client (fts3.rest.client.easy) sends
+	// when its caller chooses nothing: every parameter, most null.
 	for _, s := range []struct {
 		c       *ftsClient
 		fixture string
 		reply   any
-	}{{rucio, "rucio-bulk.json", &bulk}, {rucio, "rucio-multisource.json", &multi}, {dirac, "dirac-transfer.json", &lhcb}} {
+	}{{rucio, "rucio-bulk.json", &bulk}, {rucio, "rucio-multisource.json", &multi}, {dirac, "dirac-transfer.json", &lhcb}, {rucio, "fts3-client-default.json", &plain}} {
 		if code := s.c.do("POST", "/jobs", ftsFixture(t, s.fixture, r), s.reply); code != http.StatusOK {
 			t.Fatalf("submit %s: %d", s.fixture, code)
 		}
 	}
-	if bulk.JobID == "" || multi.JobID == "" || lhcb.JobID == "" {
-		t.Fatalf("job ids %q, %q, %q", bulk.JobID, multi.JobID, lhcb.JobID)
+	if bulk.JobID == "" || multi.JobID == "" || lhcb.JobID == "" || plain.JobID == "" {
+		t.Fatalf("job ids %q, %q, %q, %q", bulk.JobID, multi.JobID, lhcb.JobID, plain.JobID)
+	}
+	if len(plain.Warnings) > 0 {
+		t.Errorf("the FTS3 client's default parameters were warned about: %q", plain.Warnings)
 	}
 	warned := strings.Join(bulk.Warnings, "\n")
 	for _, want := range []string{"params.copy_pin_lifetime: ignored", "files[0].source_tokens: ignored", "params.account: ignored"} {
@@ -307,6 +313,23 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	}
 	if len(dfiles) != 1 || json.Unmarshal(dfiles[0].FileMetadata, &fileID) != nil || fileID.FileID != 4711 || dj.JobState != "FINISHED" || dfiles[0].FileState != "FINISHED" {
 		t.Fatalf("DIRAC's job %s, files %+v", dj.JobState, dfiles)
+	}
+
+	// The FTS3 client's job ran at FTS3's default priority, 3.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var j struct {
+			JobState string `json:"job_state"`
+			Priority int    `json:"priority"`
+		}
+		if code := rucio.do("GET", "/jobs/"+plain.JobID, nil, &j); code != http.StatusOK || j.Priority != 3 {
+			t.Fatalf("the FTS3 client's job: %d %+v, want priority 3", code, j)
+		}
+		if j.JobState == "FINISHED" {
+			break
+		}
+		if final[j.JobState] || time.Now().After(deadline) {
+			t.Fatalf("the FTS3 client's job is %s", j.JobState)
+		}
 	}
 
 	// The files really moved, byte for byte, each to its destination.

@@ -86,15 +86,35 @@ func (s *ftsSubmission) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf(format, args...))
 }
 
+// ftsParamDefaults are, beyond null, false, 0 and "", the values of a
+// parameter that ask for nothing: what FTS3's Python client sends when its
+// caller does not choose (new_job sends every parameter it knows).
+var ftsParamDefaults = map[string][]string{
+	"bring_online":      {"-1"},
+	"copy_pin_lifetime": {"-1"},
+	"retry":             {"-1"},
+	"id_generator":      {`"standard"`},
+	"nostreams":         {"1"},
+}
+
+// asksNothing says whether raw, the value of parameter name, asks for
+// nothing, so that giving it is no reason for a warning.
+func asksNothing(name string, raw json.RawMessage) bool {
+	v := strings.TrimSpace(string(raw))
+	switch v {
+	case "null", "false", "0", `""`:
+		return true
+	}
+	return slices.Contains(ftsParamDefaults[name], v)
+}
+
 // ignoredParam warns that a parameter Sluice does not use was given, unless
-// its value is null, false, 0 or -1 (which ask for nothing).
+// its value asks for nothing.
 func ignoredParam(why string) func(*ftsSubmission, string, json.RawMessage) {
 	return func(s *ftsSubmission, name string, raw json.RawMessage) {
-		switch strings.TrimSpace(string(raw)) {
-		case "null", "false", "0", "-1", `""`, `"standard"`:
-			return
+		if !asksNothing(name, raw) {
+			s.warn("params.%s: ignored: %s", name, why)
 		}
-		s.warn("params.%s: ignored: %s", name, why)
 	}
 }
 
@@ -251,6 +271,13 @@ func decodeScitag(s *ftsSubmission, field string, raw json.RawMessage, tag *int)
 	*tag = *t
 }
 
+// ftsJobKinds names the kinds of FTS3 job, other than transfers, that a
+// submission's top-level field asks for.
+var ftsJobKinds = map[string]string{"delete": "deletion", "staging": "staging"}
+
+// isNull says whether raw is JSON's null.
+func isNull(raw json.RawMessage) bool { return strings.TrimSpace(string(raw)) == "null" }
+
 // compactJSON returns raw without insignificant space, nil for null.
 func compactJSON(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
@@ -292,14 +319,25 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(params)) {
+		// null is "not given", as FTS3's Python client sends every
+		// parameter its caller left out (priority too).
+		if isNull(params[name]) {
+			continue
+		}
 		if read, ok := ftsParams[name]; ok {
 			read(s, name, params[name])
-		} else {
+		} else if !asksNothing(name, params[name]) {
 			s.warn("params.%s: ignored: Sluice does not use it", name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(top)) {
-		if name != "files" && name != "params" {
+		switch {
+		case name == "files" || name == "params" || isNull(top[name]) || strings.TrimSpace(string(top[name])) == "[]":
+		case name == "delete" || name == "staging":
+			// Not ignored: a client would believe its files deleted or
+			// staged.
+			return nil, fmt.Errorf("%s: Sluice transfers files; it does not run FTS3's %s jobs", name, ftsJobKinds[name])
+		default:
 			s.warn("%s: ignored: Sluice does not use it", name)
 		}
 	}
@@ -318,6 +356,9 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		var f ftsFile
 		jf := job.File{Overwrite: s.rec.Overwrite, SciTag: s.scitag}
 		for _, name := range slices.Sorted(maps.Keys(fields)) {
+			if isNull(fields[name]) {
+				continue // not given
+			}
 			if read, ok := ftsFileFields[name]; ok {
 				read(s, at+"."+name, fields[name], &f, &jf)
 			} else {
