@@ -108,9 +108,12 @@ func (s *sciTags) of(method, path string) string {
 // startFTS runs every role with the FTS3 API on a loopback port, tokens of
 // a real OIDC issuer, and SciTags for atlas; it returns the API's base URL
 // and the issuer.
-func startFTS(t *testing.T) (string, *tokentest.Issuer, *system) {
+func startFTS(t *testing.T, configure ...func(*app.Config)) (string, *tokentest.Issuer, *system) {
 	is := tokentest.Start(t)
 	cfg := testConfig()
+	for _, f := range configure {
+		f(&cfg)
+	}
 	cfg.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{"https://sluice.test"}, Leeway: time.Second}
 	cfg.SciTags = scitag.Config{Experiments: "atlas=2", Activities: "Production Output=7"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -524,5 +527,91 @@ func TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished(t *testing.T) {
 	}
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+func TestAnOversizedFTS3SubmissionIsRefusedShortAndBusyRequestsAreAskedToRetry(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.MaxFiles, c.Generator.FTSMaxRequests = 100, 2 })
+	tok := mint(t, is, "rucio", []string{"/atlas"})
+	c := &ftsClient{t: t, base: base, token: tok}
+	files := func(n int, file string) []byte {
+		return []byte(`{"files": [` + strings.Repeat(file+",", n-1) + file + `]}`)
+	}
+	bad := `{"destinations": ["https://d.example.org/y"]}`
+	for _, tt := range []struct {
+		name string
+		body []byte
+		code int
+		want string
+	}{
+		// Counted while decoded: refused at the 101st, not read whole.
+		{"many tiny files, within the body's bound", files(20000, `{}`), http.StatusRequestEntityTooLarge, "files: too many files: more than 100"},
+		{"430,000 tiny files", files(430000, `{}`), http.StatusRequestEntityTooLarge, "files: too many files: more than 100"},
+		{"a body past 5 KiB a file", files(1, `{"metadata": "`+strings.Repeat("x", 600<<10)+`"}`), http.StatusRequestEntityTooLarge, "the body is larger than 577536 bytes"},
+		{"a hundred bad files", files(100, bad), http.StatusBadRequest, "and 80 more problems"},
+	} {
+		var e struct{ Status, Message string }
+		code := c.do("POST", "/jobs", tt.body, &e)
+		if code != tt.code || !strings.Contains(e.Message, tt.want) {
+			t.Errorf("%s: %d %q, want %d saying %q", tt.name, code, e.Message, tt.code, tt.want)
+		}
+		if len(e.Message) > 2000 {
+			t.Errorf("%s: an answer of %d bytes", tt.name, len(e.Message))
+		}
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("jobs after the refusals: %+v (%v), want none", list.Jobs, err)
+	}
+
+	// Two submissions whose bodies are slow to come take the two slots:
+	// a third request is answered 503 with Retry-After, until they end.
+	var held []*io.PipeWriter
+	done := make(chan int, 2)
+	for range 2 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		req, _ := http.NewRequest("POST", base+"/jobs", pr)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		if _, err := pw.Write([]byte(`{"files": [`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whoami := func() (int, string) {
+		req, _ := http.NewRequest("GET", base+"/whoami", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, after := whoami()
+		if code == http.StatusServiceUnavailable && after != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with both slots taken: %d (Retry-After %q), want 503 with Retry-After", code, after)
+		}
+	}
+	for _, pw := range held {
+		_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
+	for range 2 {
+		<-done
+	}
+	if code, _ := whoami(); code != http.StatusOK {
+		t.Fatalf("once the slow submissions ended: %d, want 200", code)
 	}
 }

@@ -41,9 +41,22 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/token"
 )
 
-// maxFTSBody bounds the body of a submission: 2,000 files of long URLs
-// and metadata fit with room to spare.
-const maxFTSBody = 16 << 20
+// ftsBytesPerFile is what the body of a submission may take per file the
+// job may have (SLUICE_GENERATOR_MAX_FILES): a Rucio file, with long URLs,
+// its metadata and two storage tokens, takes 2–3 KiB.
+const ftsBytesPerFile = 5 << 10
+
+// maxFTSBody bounds the body of a submission of jobs of at most maxFiles
+// files: 10 MiB for the default 2,000.
+func maxFTSBody(maxFiles int) int64 { return int64(maxFiles)*ftsBytesPerFile + 64<<10 }
+
+// ftsBodyWait bounds how long the body of a submission may take to arrive,
+// so that a slow sender does not hold one of the API's slots.
+const ftsBodyWait = 30 * time.Second
+
+// ftsRetryAfter is what an answer 503 tells a client to wait, in seconds,
+// when every slot of the API is taken.
+const ftsRetryAfter = "2"
 
 // ftsWait bounds how long a request waits for the generator to start and
 // for a token's issuer to answer.
@@ -65,12 +78,17 @@ var ftsRoutes = []struct {
 }
 
 // ftsAPI serves the FTS3 API of a generator.
-type ftsAPI struct{ s *Service }
+type ftsAPI struct {
+	s *Service
+	// slots holds one token per request being served: when it is full
+	// the API answers 503 (SLUICE_GENERATOR_FTS_MAX_REQUESTS).
+	slots chan struct{}
+}
 
 // FTSHandler returns the FTS3 REST API of the generator. It answers 503
-// until Run has started.
+// until Run has started, and while it serves as many requests as it may.
 func (s *Service) FTSHandler() http.Handler {
-	a := &ftsAPI{s: s}
+	a := &ftsAPI{s: s, slots: make(chan struct{}, s.cfg.FTSMaxRequests)}
 	mux := http.NewServeMux()
 	for _, r := range ftsRoutes {
 		mux.HandleFunc(r.method+" "+r.pattern, func(w http.ResponseWriter, req *http.Request) {
@@ -127,6 +145,17 @@ func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, h
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
+	// A slot is taken once the caller is known, so that only token
+	// holders can take them; the work that costs (a body decoded, the
+	// records read) is done in one.
+	select {
+	case a.slots <- struct{}{}:
+		defer func() { <-a.slots }()
+	default:
+		w.Header().Set("Retry-After", ftsRetryAfter)
+		ftsError(w, http.StatusServiceUnavailable, fmt.Sprintf("the FTS3 API is serving as many requests as it may (%d, SLUICE_GENERATOR_FTS_MAX_REQUESTS); try again", cap(a.slots)))
+		return
+	}
 	select {
 	case <-a.s.started:
 	case <-ctx.Done():
@@ -173,13 +202,18 @@ func (a *ftsAPI) submit(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFTSBody))
-	if err != nil {
-		ftsError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxFTSBody))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(ftsBodyWait))
+	limit := maxFTSBody(a.s.cfg.MaxFiles)
+	sub, err := readFTSSubmission(http.MaxBytesReader(w, r.Body, limit), a.s.cfg.MaxFiles, c, time.Now().UTC())
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		ftsError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most for a job of at most %d files (SLUICE_GENERATOR_MAX_FILES)", limit, a.s.cfg.MaxFiles))
 		return
-	}
-	sub, err := parseFTSSubmission(body, c, time.Now().UTC())
-	if err != nil {
+	case errors.Is(err, errTooManyFiles):
+		ftsError(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	case err != nil:
 		ftsError(w, http.StatusBadRequest, oneLine(err))
 		return
 	}

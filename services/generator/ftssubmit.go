@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -76,14 +77,33 @@ type ftsSubmission struct {
 	scitag   int
 	warnings []string
 	errs     []error
+	// moreWarnings and moreErrs count those past maxFTSProblems.
+	moreWarnings, moreErrs int
 }
 
+// maxFTSProblems bounds the warnings, and the errors, a submission is
+// answered with: past it they are counted, not kept, so that a body of
+// many bad files cannot make an answer (or the memory) grow with it.
+const maxFTSProblems = 20
+
 func (s *ftsSubmission) warn(format string, args ...any) {
+	if len(s.warnings) >= maxFTSProblems {
+		s.moreWarnings++
+		return
+	}
 	s.warnings = append(s.warnings, fmt.Sprintf(format, args...))
 }
 
 func (s *ftsSubmission) fail(format string, args ...any) {
-	s.errs = append(s.errs, fmt.Errorf(format, args...))
+	s.failed(fmt.Errorf(format, args...))
+}
+
+func (s *ftsSubmission) failed(err error) {
+	if len(s.errs) >= maxFTSProblems {
+		s.moreErrs++
+		return
+	}
+	s.errs = append(s.errs, err)
 }
 
 // ftsParamDefaults are, beyond null, false, 0 and "", the values of a
@@ -302,13 +322,79 @@ func ftsChecksum(field, c string) (string, error) {
 	return sum, nil
 }
 
-// parseFTSSubmission reads an FTS3 job submission of caller into a Sluice
-// job and what is kept of it, or every problem it has, joined, each naming
-// its field.
+// errTooManyFiles refuses a submission of more files than a job may have.
+var errTooManyFiles = errors.New("too many files")
+
+// parseFTSSubmission reads an FTS3 job submission of caller, of any number
+// of files, into a Sluice job (readFTSSubmission).
 func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSubmission, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+	return readFTSSubmission(bytes.NewReader(body), 0, caller, now)
+}
+
+// decodeFTSBody decodes a submission's top-level object from r, its files
+// one at a time: past maxFiles (0: no limit) it stops before decoding one
+// more, so that a body of very many small files costs no more than one of
+// maxFiles.
+func decodeFTSBody(r io.Reader, maxFiles int) (top map[string]json.RawMessage, files []map[string]json.RawMessage, err error) {
+	dec := json.NewDecoder(r)
+	notObject := func(err error) error { return fmt.Errorf("the body is not a JSON object: %w", err) }
+	if t, err := dec.Token(); err != nil {
+		return nil, nil, notObject(err)
+	} else if t != json.Delim('{') {
+		return nil, nil, notObject(fmt.Errorf("it starts with %v", t))
+	}
+	top = map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, notObject(err)
+		}
+		key, _ := t.(string)
+		if key != "files" {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, nil, notObject(err)
+			}
+			top[key] = raw
+			continue
+		}
+		top[key], files = json.RawMessage("[]"), nil
+		if t, err = dec.Token(); err != nil {
+			return nil, nil, notObject(err)
+		} else if t != json.Delim('[') {
+			return nil, nil, fmt.Errorf("files: not an array of objects")
+		}
+		for dec.More() {
+			if maxFiles > 0 && len(files) == maxFiles {
+				return nil, nil, fmt.Errorf("files: %w: more than %d, the most a job may have (SLUICE_GENERATOR_MAX_FILES)", errTooManyFiles, maxFiles)
+			}
+			var f map[string]json.RawMessage
+			if err := dec.Decode(&f); err != nil {
+				return nil, nil, fmt.Errorf("files[%d]: not an object: %w", len(files), err)
+			}
+			files = append(files, f)
+		}
+		if _, err := dec.Token(); err != nil { // ]
+			return nil, nil, notObject(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, nil, notObject(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, notObject(errors.New("more follows the object"))
+	}
+	return top, files, nil
+}
+
+// readFTSSubmission reads an FTS3 job submission of caller into a Sluice
+// job and what is kept of it, or its problems (the first maxFTSProblems,
+// joined, each naming its field, and how many more), refusing one of more
+// than maxFiles files (0: no limit) before it is read whole.
+func readFTSSubmission(r io.Reader, maxFiles int, caller auth.Caller, now time.Time) (*ftsSubmission, error) {
+	top, files, err := decodeFTSBody(r, maxFiles)
+	if err != nil {
+		return nil, err
 	}
 	s := &ftsSubmission{caller: caller, job: &job.Job{}, verify: true,
 		rec: ftsRecord{Submitted: now, Priority: ftsDefaultPriority, VerifyChecksum: "both"}}
@@ -341,11 +427,8 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 			s.warn("%s: ignored: Sluice does not use it", name)
 		}
 	}
-	var files []map[string]json.RawMessage
-	if raw, ok := top["files"]; !ok {
+	if _, ok := top["files"]; !ok {
 		return nil, errors.New("files: missing: a job lists its files")
-	} else if err := json.Unmarshal(raw, &files); err != nil {
-		return nil, fmt.Errorf("files: not an array of objects: %w", err)
 	}
 	if len(files) == 0 {
 		return nil, errors.New("files: empty: a job lists at least one file")
@@ -375,7 +458,7 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		}
 		sum, err := ftsChecksum(at+".checksum", f.Checksum)
 		if err != nil {
-			s.errs = append(s.errs, err)
+			s.failed(err)
 		}
 		jf.Source, jf.Replicas, jf.Destination, jf.Activity = f.Sources[0], slices.Clone(f.Sources[1:]), f.Destination, f.Activity
 		if s.verify {
@@ -387,7 +470,13 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		s.job.Outputs = append(s.job.Outputs, jf)
 		s.rec.Files = append(s.rec.Files, f)
 	}
+	if s.moreWarnings > 0 {
+		s.warnings = append(s.warnings, fmt.Sprintf("and %d more warnings", s.moreWarnings))
+	}
 	if len(s.errs) > 0 {
+		if s.moreErrs > 0 {
+			s.errs = append(s.errs, fmt.Errorf("and %d more problems", s.moreErrs))
+		}
 		return nil, errors.Join(s.errs...)
 	}
 	return s, nil

@@ -48,6 +48,8 @@ import (
 // Config is the generator's configuration, read from SLUICE_GENERATOR_*.
 type Config struct {
 	MaxFiles int `envconfig:"MAX_FILES" default:"2000" desc:"most files one job may have (10000 needs a NATS max_payload of 8MB)"`
+	// FTSMaxRequests bounds the requests the FTS3 API serves at once.
+	FTSMaxRequests int `envconfig:"FTS_MAX_REQUESTS" default:"16" desc:"most requests the FTS3 REST API serves at once; one more is answered 503 with Retry-After"`
 	// Retention is how long an ended job's records are kept (the shared
 	// SLUICE_RETENTION); 0 keeps them for ever.
 	Retention time.Duration `ignored:"true"`
@@ -250,6 +252,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles, _ = strconv.Atoi(tagDefault("MaxFiles"))
+	}
+	if cfg.FTSMaxRequests <= 0 {
+		cfg.FTSMaxRequests, _ = strconv.Atoi(tagDefault("FTSMaxRequests"))
 	}
 	meter := cfg.Meter
 	if meter == nil {
