@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/scitag"
@@ -613,5 +616,53 @@ func TestAnOversizedFTS3SubmissionIsRefusedShortAndBusyRequestsAreAskedToRetry(t
 	}
 	if code, _ := whoami(); code != http.StatusOK {
 		t.Fatalf("once the slow submissions ended: %d, want 200", code)
+	}
+}
+
+func TestAnFTS3JobThatCannotBeStoredIsAnswered503AndLeavesNothingAndAnOwnerPastItsLimit429(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.OwnerMaxJobs = 1 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	body := []byte(`{"files": [{"sources": ["https://s.example.org/a"], "destinations": ["https://d.example.org/a"]}]}`)
+	ctx := t.Context()
+
+	// The stream of DTR submissions refuses every message (each is larger
+	// than it now takes): the job's records are stored, its DTRs are not.
+	var st jetstream.Stream
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if st, err = s.js.Stream(ctx, bus.StreamSubmit); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the stream of DTR submissions: %v", err)
+		}
+	}
+	cfg := st.CachedInfo().Config
+	small := cfg
+	small.MaxMsgSize = 64
+	if _, err := s.js.UpdateStream(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Status, Message string }
+	if code := c.do("POST", "/jobs", body, &e); code != http.StatusServiceUnavailable || !strings.Contains(e.Message, "nothing of it was kept") {
+		t.Fatalf("a job whose DTRs cannot be sent: %d %q, want 503 saying nothing was kept", code, e.Message)
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("jobs after the failure: %+v (%v), want none", list.Jobs, err)
+	}
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	// The failed job took nothing of the owner's one job: the next is
+	// taken, and one more is refused 429 naming the limit.
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	if code := c.do("POST", "/jobs", body, &sub); code != http.StatusOK || sub.JobID == "" {
+		t.Fatalf("a job once the stream takes it: %d %+v", code, sub)
+	}
+	if code := c.do("POST", "/jobs", body, &e); code != http.StatusTooManyRequests || !strings.Contains(e.Message, "SLUICE_GENERATOR_OWNER_MAX_JOBS") {
+		t.Fatalf("a job past the owner's limit: %d %q, want 429 naming the limit", code, e.Message)
 	}
 }

@@ -62,19 +62,28 @@ const ftsRetryAfter = "2"
 // for a token's issuer to answer.
 const ftsWait = 10 * time.Second
 
+// ftsSubmitWait bounds a submission once its caller is known: its body
+// read, its records stored and its DTRs sent. It has a clock of its own, so
+// that a slow token check does not cut it short.
+const ftsSubmitWait = time.Minute
+
+// ftsReadWait bounds any other request once its caller is known.
+const ftsReadWait = 30 * time.Second
+
 // ftsRoutes are the routes the FTS3 API serves, method and pattern; the
 // OpenAPI document is held to them by a test.
 var ftsRoutes = []struct {
 	method, pattern string
 	handle          func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller)
+	wait            time.Duration // the handler's deadline
 }{
-	{http.MethodPost, "/jobs", (*ftsAPI).submit},
-	{http.MethodGet, "/jobs/{ids}", (*ftsAPI).jobs},
-	{http.MethodGet, "/jobs/{id}/files", (*ftsAPI).files},
-	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify},
-	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel},
-	{http.MethodGet, "/whoami", (*ftsAPI).whoami},
-	{http.MethodGet, "/{$}", (*ftsAPI).version},
+	{http.MethodPost, "/jobs", (*ftsAPI).submit, ftsSubmitWait},
+	{http.MethodGet, "/jobs/{ids}", (*ftsAPI).jobs, ftsReadWait},
+	{http.MethodGet, "/jobs/{id}/files", (*ftsAPI).files, ftsReadWait},
+	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify, ftsReadWait},
+	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel, ftsReadWait},
+	{http.MethodGet, "/whoami", (*ftsAPI).whoami, ftsReadWait},
+	{http.MethodGet, "/{$}", (*ftsAPI).version, ftsReadWait},
 }
 
 // ftsAPI serves the FTS3 API of a generator.
@@ -92,7 +101,7 @@ func (s *Service) FTSHandler() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range ftsRoutes {
 		mux.HandleFunc(r.method+" "+r.pattern, func(w http.ResponseWriter, req *http.Request) {
-			a.serve(w, req, r.handle)
+			a.serve(w, req, r.handle, r.wait)
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -128,7 +137,7 @@ func squeezeSlashes(p string) string {
 
 // serve establishes the caller from its bearer token and waits for the
 // generator to be running before handing the request on.
-func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller)) {
+func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller), wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), ftsWait)
 	defer cancel()
 	c, err := a.s.cfg.Callers.TokenCaller(ctx, r.Header.Get("Authorization"))
@@ -162,7 +171,9 @@ func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, h
 		ftsError(w, http.StatusServiceUnavailable, "the generator is starting; try again")
 		return
 	}
-	h(a, w, r.WithContext(ctx), c)
+	hctx, hcancel := context.WithTimeout(r.Context(), wait)
+	defer hcancel()
+	h(a, w, r.WithContext(hctx), c)
 }
 
 // ftsError answers with fts-rest's error body: {"status": "403 Forbidden",
@@ -228,9 +239,21 @@ func (a *ftsAPI) submit(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 	ctx := WithSubjectToken(r.Context(), auth.Bearer(nats.Header{"Authorization": r.Header.Values("Authorization")}))
 	reply, err := a.s.submit(ctx, c, sub.job, sidecar)
 	var full *fullError
+	var unavailable *unavailableError
 	switch {
 	case errors.As(err, &full):
 		ftsError(w, http.StatusServiceUnavailable, full.text)
+		return
+	case errors.As(err, &unavailable) || errors.Is(err, context.DeadlineExceeded):
+		// Nothing of the job was kept (an FTS3 job is taken whole or not
+		// at all): the client may submit it again.
+		a.s.log.Error("FTS3 API: a job could not be taken", "caller", c.String(), "err", err)
+		w.Header().Set("Retry-After", ftsRetryAfter)
+		ftsError(w, http.StatusServiceUnavailable, "the job could not be taken now, and nothing of it was kept; try again")
+		return
+	case errors.Is(err, ErrOwnerLimit):
+		w.Header().Set("Retry-After", "60")
+		ftsError(w, http.StatusTooManyRequests, "job refused: "+oneLine(err))
 		return
 	case errors.Is(err, auth.ErrForbidden):
 		ftsError(w, http.StatusForbidden, "job refused: "+oneLine(err))

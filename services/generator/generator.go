@@ -416,11 +416,37 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	}
 	// Stored in this order: the file list, the job's record, its DTRs.
 	// Refused for want of space before the DTRs, what this call created is
-	// removed again: nothing of the job is left.
+	// removed again: nothing of the job is left. A job submitted over the
+	// FTS3 API (sidecar) is taken whole or not at all, whatever the
+	// failure: its client cannot submit the same job id again to complete
+	// it, and would submit anew, so what was created is removed and the
+	// DTRs sent cancelled (failed).
+	whole := sidecar != nil
 	var created []string
+	var sent []uuid.UUID // DTRs whose messages may have been stored
+	jobCounted := false
+	failed := func(err error) error {
+		switch {
+		case errors.Is(err, errOtherFiles):
+			return err
+		case bus.StoreFull(err) && len(sent) == 0:
+			if jobCounted {
+				s.counted(j.Owner.DN, len(ds), footprint, -1)
+			}
+			return s.refuseFull(ctx, j.ID, created, err)
+		case !whole:
+			return &unavailableError{err: err}
+		}
+		s.rollBack(ctx, j, created, sent, jobCounted, len(ds), footprint)
+		if bus.StoreFull(err) {
+			s.space.Refused(err)
+			return &fullError{err: err, text: fmt.Sprintf("store full: JetStream has no space for new work (%s); nothing of the job was kept; try again later", bus.FullReason(err))}
+		}
+		return &unavailableError{err: fmt.Errorf("%w; nothing of the job was kept", err)}
+	}
 	if sidecar != nil {
 		if _, err := s.kv.Create(ctx, j.ID+ftsSuffix, sidecar); err != nil {
-			return reply, s.refuseFull(ctx, j.ID, created, fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
+			return reply, failed(fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
 		}
 		created = append(created, j.ID+ftsSuffix)
 	}
@@ -429,7 +455,7 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)
 	}
 	if isNew, err := s.create(ctx, j.ID+".files", files, sameFiles); err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	} else if isNew {
 		created = append(created, j.ID+".files")
 	} else {
@@ -444,17 +470,18 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	}
 	sameOwner := func(stored []byte) bool {
 		var r Record
 		return json.Unmarshal(stored, &r) == nil && r.Job.Owner.DN == j.Owner.DN
 	}
 	if isNew, err := s.create(ctx, j.ID, b, sameOwner); err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	} else if isNew {
 		created = append(created, j.ID)
 		s.counted(j.Owner.DN, len(ds), footprint, +1)
+		jobCounted = true
 	}
 	out := bus.NewBatch(ctx, s.js)
 	var full error // the first refusal for want of space
@@ -477,12 +504,16 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	for _, m := range msgs {
 		out.Add(m)
 	}
+	sent = reply.DTRs
 	if err := out.Wait(ctx); err != nil {
-		return reply, fmt.Errorf("submit DTRs of job %s: %w", j.ID, err)
+		return reply, failed(fmt.Errorf("submit DTRs of job %s: %w", j.ID, err))
 	}
 	switch {
 	case refused == len(msgs):
-		return reply, s.refuseFull(ctx, j.ID, created, full)
+		sent = nil // none was stored
+		return reply, failed(full)
+	case refused > 0 && whole:
+		return reply, failed(full)
 	case refused > 0:
 		s.space.Refused(full)
 		return reply, partlyFull(j.ID, len(msgs)-refused, len(msgs), full)
@@ -492,6 +523,42 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// errOtherFiles refuses a job submitted again with other files.
+var errOtherFiles = errors.New("exists already with other files")
+
+// unavailableError is a job that could not be stored or sent for want of
+// NATS or JetStream (a timeout, a refusal, the connection lost), not for
+// anything in it: it is answered 503, try again. Its text is the error's.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// rollBackWait bounds how long undoing a failed submission may take, on
+// its own clock: the submission's may be what ran out.
+const rollBackWait = 15 * time.Second
+
+// rollBack undoes a submission taken whole that failed after it created
+// records: the DTRs whose messages may have been stored (sent) are
+// cancelled (the scheduler takes a cancel after the DTR it follows on the
+// same stream), the records created are removed and the job is no longer
+// counted against its owner.
+func (s *Service) rollBack(ctx context.Context, j *job.Job, created []string, sent []uuid.UUID, counted bool, files int, footprint int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollBackWait)
+	defer cancel()
+	if len(sent) > 0 {
+		if err := s.cancelDTRs(ctx, j.ID, sent, "its submission failed, and the job was not taken"); err != nil {
+			s.log.Error("a job refused after its DTRs were sent, but they could not be cancelled: they may run", "job", j.ID, "err", err)
+		}
+	}
+	if err := s.remove(ctx, created); err != nil {
+		s.log.Error("a job refused, but its records could not be removed", "job", j.ID, "err", err)
+	}
+	if counted {
+		s.counted(j.Owner.DN, files, footprint, -1)
+	}
 }
 
 // subjectTokenKey is the context key of the token a job was submitted
@@ -599,7 +666,7 @@ func (s *Service) create(ctx context.Context, key string, b []byte, same func(st
 			return false, fmt.Errorf("store %s: %w", key, err)
 		}
 		if !same(e.Value()) {
-			return false, fmt.Errorf("job %s exists already with other files", strings.SplitN(key, ".", 2)[0])
+			return false, fmt.Errorf("job %s %w", strings.SplitN(key, ".", 2)[0], errOtherFiles)
 		}
 		return false, nil
 	}
@@ -631,6 +698,11 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 	}
 	if errors.Is(err, auth.ErrForbidden) {
 		_ = r.Error("403", "job refused: "+oneLine(err), nil)
+		return
+	}
+	var unavailable *unavailableError
+	if errors.As(err, &unavailable) {
+		_ = r.Error("503", "job not taken now: "+oneLine(err)+"; try again", nil)
 		return
 	}
 	if err != nil {
