@@ -666,3 +666,39 @@ func TestAnFTS3JobThatCannotBeStoredIsAnswered503AndLeavesNothingAndAnOwnerPastI
 		t.Fatalf("a job past the owner's limit: %d %q, want 429 naming the limit", code, e.Message)
 	}
 }
+
+func TestFTS3SubmissionsAtTheSameTimeCannotAllPassTheirOwnersLimit(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.OwnerMaxJobs, c.Generator.FTSMaxRequests = 10, 64 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	// Every job waits on a source that holds it, so that none ends (and
+	// leaves its owner's count) during the test.
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	body := func(i int) []byte {
+		return []byte(`{"files": [{"sources": ["` + stall + `/f` + strconv.Itoa(i) + `"], "destinations": ["` + storage + `/f` + strconv.Itoa(i) + `"]}]}`)
+	}
+	for i := range 9 {
+		if code := c.do("POST", "/jobs", body(i), nil); code != http.StatusOK {
+			t.Fatalf("job %d of 9: %d", i+1, code)
+		}
+	}
+	// At 9 of 10 jobs, 50 submissions at once: one is taken.
+	codes := make(chan int, 50)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { codes <- c.do("POST", "/jobs", body(100+i), nil) })
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for code := range codes {
+		got[code]++
+	}
+	if got[http.StatusOK] != 1 || got[http.StatusTooManyRequests] != 49 {
+		t.Fatalf("50 submissions at once at 9 of 10 jobs: %v, want one 200 and 49 429", got)
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 10 {
+		t.Fatalf("%d jobs (%v), want 10", len(list.Jobs), err)
+	}
+}

@@ -150,6 +150,10 @@ type Service struct {
 	members map[string]map[uuid.UUID]struct{}
 	// owners holds what each owner's running jobs hold, by DN (owners.go).
 	owners map[string]ownerUse
+	// inflight holds what the submissions in progress have reserved of
+	// each owner's limits (owners.go): a count from the records, which
+	// cannot see them yet, keeps them.
+	inflight map[string]ownerUse
 	// started is closed once Run has the job records' bucket: the FTS3
 	// API waits for it.
 	started   chan struct{}
@@ -271,7 +275,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
 		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{},
-		owners: map[string]ownerUse{}, started: make(chan struct{})}, nil
+		owners: map[string]ownerUse{}, inflight: map[string]ownerUse{}, started: make(chan struct{})}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -285,6 +289,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.kv = kv
+	// Each owner's jobs are counted before any submission is taken.
+	if err := s.countOwners(ctx); err != nil {
+		return fmt.Errorf("generator: count each owner's running jobs: %w", err)
+	}
 	s.startOnce.Do(func() { close(s.started) })
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: version.SemVer(),
 		Description: "Sluice generator: jobs in, DTRs out"})
@@ -304,7 +312,13 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	go s.countOwnersEvery(ctx, time.Minute)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
+			s.countOwnersEvery(ctx, time.Minute)
+		}
+	}()
 	cons, err := s.js.Consumer(ctx, bus.StreamEvents, bus.ConsumerGen)
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -383,9 +397,14 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		}
 		footprint += dtr.Footprint(d)
 	}
-	if err := s.admitJob(c, j, n, footprint); err != nil {
+	settle, err := s.admitJob(c, j, n, footprint)
+	if err != nil {
 		return api.SubmitReply{}, err
 	}
+	// The reservation is the job's count from here on if its record is
+	// created and stays; otherwise it is given back.
+	jobCounted := false
+	defer func() { settle(jobCounted) }()
 	refs := make([]api.FileRef, len(ds))
 	reply := api.SubmitReply{JobID: j.ID}
 	for i, d := range ds {
@@ -424,20 +443,18 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	whole := sidecar != nil
 	var created []string
 	var sent []uuid.UUID // DTRs whose messages may have been stored
-	jobCounted := false
 	failed := func(err error) error {
 		switch {
 		case errors.Is(err, errOtherFiles):
 			return err
 		case bus.StoreFull(err) && len(sent) == 0:
-			if jobCounted {
-				s.counted(j.Owner.DN, len(ds), footprint, -1)
-			}
+			jobCounted = false // its record is removed
 			return s.refuseFull(ctx, j.ID, created, err)
 		case !whole:
 			return &unavailableError{err: err}
 		}
-		s.rollBack(ctx, j, created, sent, jobCounted, len(ds), footprint)
+		s.rollBack(ctx, j, created, sent)
+		jobCounted = false
 		if bus.StoreFull(err) {
 			s.space.Refused(err)
 			return &fullError{err: err, text: fmt.Sprintf("store full: JetStream has no space for new work (%s); nothing of the job was kept; try again later", bus.FullReason(err))}
@@ -480,7 +497,6 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		return reply, failed(err)
 	} else if isNew {
 		created = append(created, j.ID)
-		s.counted(j.Owner.DN, len(ds), footprint, +1)
 		jobCounted = true
 	}
 	out := bus.NewBatch(ctx, s.js)
@@ -543,9 +559,8 @@ const rollBackWait = 15 * time.Second
 // rollBack undoes a submission taken whole that failed after it created
 // records: the DTRs whose messages may have been stored (sent) are
 // cancelled (the scheduler takes a cancel after the DTR it follows on the
-// same stream), the records created are removed and the job is no longer
-// counted against its owner.
-func (s *Service) rollBack(ctx context.Context, j *job.Job, created []string, sent []uuid.UUID, counted bool, files int, footprint int64) {
+// same stream) and the records created are removed.
+func (s *Service) rollBack(ctx context.Context, j *job.Job, created []string, sent []uuid.UUID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollBackWait)
 	defer cancel()
 	if len(sent) > 0 {
@@ -555,9 +570,6 @@ func (s *Service) rollBack(ctx context.Context, j *job.Job, created []string, se
 	}
 	if err := s.remove(ctx, created); err != nil {
 		s.log.Error("a job refused, but its records could not be removed", "job", j.ID, "err", err)
-	}
-	if counted {
-		s.counted(j.Owner.DN, files, footprint, -1)
 	}
 }
 
