@@ -702,3 +702,77 @@ func TestFTS3SubmissionsAtTheSameTimeCannotAllPassTheirOwnersLimit(t *testing.T)
 		t.Fatalf("%d jobs (%v), want 10", len(list.Jobs), err)
 	}
 }
+
+// submitStream returns the stream of DTR submissions and cancel commands
+// once the scheduler has made it.
+func submitStream(t *testing.T, s *system) jetstream.Stream {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := s.js.Stream(t.Context(), bus.StreamSubmit)
+		if err == nil {
+			return st
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the stream of DTR submissions: %v", err)
+		}
+	}
+}
+
+func TestAnFTS3CancelThatCannotBeSentIsAnswered503AndNoPriorityChangeUndoesACancel(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.FTSMaxRequests = 64 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	submit := func(name string) string {
+		var sub struct {
+			JobID string `json:"job_id"`
+		}
+		body := `{"files": [{"sources": ["` + stall + `/` + name + `"], "destinations": ["` + storage + `/` + name + `"]}]}`
+		if code := c.do("POST", "/jobs", []byte(body), &sub); code != http.StatusOK {
+			t.Fatalf("submit %s: %d", name, code)
+		}
+		return sub.JobID
+	}
+	type view struct {
+		JobState string `json:"job_state"`
+		Message  string `json:"message"`
+	}
+
+	// The stream that takes cancel commands refuses them: 503, and the job
+	// is not shown CANCELED while its transfer goes on.
+	id := submit("a")
+	st := submitStream(t, s)
+	cfg := st.CachedInfo().Config
+	small := cfg
+	small.MaxMsgSize = 64
+	if _, err := s.js.UpdateStream(t.Context(), small); err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	if code := c.do("DELETE", "/jobs/"+id, nil, &v); code != http.StatusServiceUnavailable || !strings.Contains(v.Message, "try again") {
+		t.Fatalf("a cancel that cannot be sent: %d %+v, want 503", code, v)
+	}
+	if code := c.do("GET", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState == "CANCELED" {
+		t.Fatalf("after a cancel not sent the job is %d %s", code, v.JobState)
+	}
+	if _, err := s.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.do("DELETE", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState != "CANCELED" {
+		t.Fatalf("the cancel asked again: %d %+v, want 200 CANCELED", code, v)
+	}
+
+	// Priority changes at the same time as a cancel never write the job's
+	// record back without it.
+	id = submit("b")
+	var wg sync.WaitGroup
+	for p := range 20 {
+		wg.Go(func() {
+			c.do("POST", "/jobs/"+id, []byte(`{"params": {"priority": `+strconv.Itoa(1+p%5)+`}}`), nil)
+		})
+	}
+	wg.Go(func() { c.do("DELETE", "/jobs/"+id, nil, nil) })
+	wg.Wait()
+	if code := c.do("GET", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState != "CANCELED" {
+		t.Fatalf("after a cancel among priority changes the job is %d %s, want CANCELED", code, v.JobState)
+	}
+}

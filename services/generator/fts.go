@@ -376,7 +376,7 @@ func (a *ftsAPI) jobs(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 			}
 		}
 	}
-	a.each(w, r, c, func(j *ftsJob) map[string]any {
+	a.each(w, r, c, func(j *ftsJob) (map[string]any, error) {
 		v := j.view()
 		if fields != nil {
 			files := []map[string]any{}
@@ -389,14 +389,14 @@ func (a *ftsAPI) jobs(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 			}
 			v["files"] = files
 		}
-		return v
+		return v, nil
 	})
 }
 
 // each answers a request about the jobs its path names: one job as an
 // object (404 if not the caller's), several as a list with each job's
 // http_status (207), as fts-rest does.
-func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, answer func(*ftsJob) map[string]any) {
+func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, answer func(*ftsJob) (map[string]any, error)) {
 	list := ids(r, "ids")
 	switch {
 	case len(list) == 0:
@@ -419,14 +419,27 @@ func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, ans
 			ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
 			return
 		}
-		v := answer(j)
+		v, err := answer(j)
+		if err != nil {
+			// Not done, and the client may ask again: 503 for this job.
+			out = append(out, map[string]any{"job_id": id, "http_status": httpStatus(http.StatusServiceUnavailable),
+				"http_message": err.Error()})
+			continue
+		}
 		v["http_status"] = httpStatus(http.StatusOK)
 		out = append(out, v)
 	}
 	if len(list) == 1 {
 		code := http.StatusOK
-		if out[0]["http_status"] != httpStatus(http.StatusOK) {
+		switch out[0]["http_status"] {
+		case httpStatus(http.StatusOK):
+		case httpStatus(http.StatusServiceUnavailable):
+			code = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", ftsRetryAfter)
+		default:
 			code = http.StatusNotFound
+		}
+		if code != http.StatusOK {
 			out[0]["status"], out[0]["message"] = out[0]["http_status"], out[0]["http_message"]
 		}
 		writeJSON(w, code, out[0])
@@ -459,34 +472,24 @@ func (a *ftsAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	a.each(w, r, c, func(j *ftsJob) map[string]any {
+	a.each(w, r, c, func(j *ftsJob) (map[string]any, error) {
 		if err := a.s.cancelFTS(r.Context(), j, c); err != nil {
 			a.s.log.Error("FTS3 API: cancel", "job", j.rec.Job.ID, "err", err)
-			v := j.view()
-			v["reason"] = "the cancel could not be sent; try again"
-			return v
+			return nil, errors.New("the cancel could not be sent now; try again")
 		}
-		return j.view()
+		return j.view(), nil
 	})
 }
 
-// cancelFTS cancels a job's unfinished files: it notes the cancel in the
-// job's FTS3 record (so that the job is CANCELED from now on, as in FTS3)
-// and asks the scheduler to cancel each DTR. A job whose files have all
-// ended is left as it is.
+// cancelFTS cancels a job's unfinished files: it asks the scheduler to
+// cancel each DTR, then notes the cancel in the job's FTS3 record (so that
+// the job is CANCELED from now on, as in FTS3). In that order, so that a
+// job is never shown CANCELED while its DTRs go on: when the commands
+// cannot be sent, the cancel fails, and the client asks again. A job whose
+// files have all ended is left as it is.
 func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error {
 	if len(j.finals) >= len(j.refs) {
 		return nil
-	}
-	if j.fts.Cancelled.IsZero() {
-		j.fts.Cancelled = time.Now().UTC()
-		b, err := json.Marshal(j.fts)
-		if err != nil {
-			return err
-		}
-		if _, err := s.kv.Put(ctx, j.rec.Job.ID+ftsSuffix, b); err != nil {
-			return fmt.Errorf("note the cancel of job %s: %w", j.rec.Job.ID, err)
-		}
 	}
 	var pending []uuid.UUID
 	for _, ref := range j.refs {
@@ -494,8 +497,57 @@ func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error
 			pending = append(pending, ref.DTR)
 		}
 	}
+	if err := s.cancelDTRs(ctx, j.rec.Job.ID, pending, "cancelled by its owner over the FTS3 API"); err != nil {
+		return err
+	}
 	s.log.Info("FTS3 job cancelled by its owner", "job", j.rec.Job.ID, "caller", c.String(), "dtrs", len(pending))
-	return s.cancelDTRs(ctx, j.rec.Job.ID, pending, "cancelled by its owner over the FTS3 API")
+	rec, err := s.updateFTS(ctx, j.rec.Job.ID, func(r *ftsRecord) bool {
+		if !r.Cancelled.IsZero() {
+			return false
+		}
+		r.Cancelled = time.Now().UTC()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("note the cancel of job %s: %w", j.rec.Job.ID, err)
+	}
+	j.fts = rec
+	return nil
+}
+
+// ftsUpdateTries bounds how often a change of a job's FTS3 record is tried
+// again when another request changed the record meanwhile.
+const ftsUpdateTries = 10
+
+// updateFTS changes a job's FTS3 record with change (which says whether it
+// changed anything), by compare-and-set on the record's revision: when
+// another request (a cancel, a priority) wrote it meanwhile, the record is
+// read again and changed again, so that neither change is lost.
+func (s *Service) updateFTS(ctx context.Context, jobID string, change func(*ftsRecord) bool) (ftsRecord, error) {
+	key := jobID + ftsSuffix
+	for range ftsUpdateTries {
+		var rec ftsRecord
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			return rec, err
+		}
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return rec, fmt.Errorf("read %s: %w", key, err)
+		}
+		if !change(&rec) {
+			return rec, nil
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return rec, err
+		}
+		if _, err = s.kv.Update(ctx, key, b, e.Revision()); err == nil {
+			return rec, nil
+		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return rec, fmt.Errorf("store %s: %w", key, err)
+		}
+	}
+	return ftsRecord{}, fmt.Errorf("store %s: changed by other requests %d times in a row", key, ftsUpdateTries)
 }
 
 // modify changes the priority of a job's unfinished files, as Rucio does
@@ -560,12 +612,16 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 			return
 		}
 	}
-	j.fts.Priority = *req.Params.Priority
-	if b, err := json.Marshal(j.fts); err == nil {
-		if _, err := a.s.kv.Put(r.Context(), id+ftsSuffix, b); err != nil {
-			a.s.log.Error("FTS3 API: note a job's priority", "job", id, "err", err)
-		}
+	rec, err := a.s.updateFTS(r.Context(), id, func(rec *ftsRecord) bool {
+		rec.Priority = *req.Params.Priority
+		return true
+	})
+	if err != nil {
+		a.s.log.Error("FTS3 API: note a job's priority", "job", id, "err", err)
+		ftsError(w, http.StatusServiceUnavailable, "the priority was changed, but could not be noted now; try again")
+		return
 	}
+	j.fts = rec
 	writeJSON(w, http.StatusOK, j.view())
 }
 
