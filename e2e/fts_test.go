@@ -776,3 +776,72 @@ func TestAnFTS3CancelThatCannotBeSentIsAnswered503AndNoPriorityChangeUndoesACanc
 		t.Fatalf("after a cancel among priority changes the job is %d %s, want CANCELED", code, v.JobState)
 	}
 }
+
+func TestAnFTS3PollReadsAtMostItsBudgetOfLiveDTRRecordsAndNamesAtMost200Jobs(t *testing.T) {
+	base, is, _ := startFTS(t)
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	ids := strings.TrimSuffix(strings.Repeat("none-such,", 201), ",")
+	var e struct{ Message string }
+	if code := c.do("GET", "/jobs/"+ids, nil, &e); code != http.StatusBadRequest || !strings.Contains(e.Message, "at most 200") {
+		t.Fatalf("a poll of 201 jobs: %d %q, want 400 naming 200", code, e.Message)
+	}
+
+	// Two jobs of 300 files that wait on a stalling source: a poll of
+	// both reads the live state of the first's 300 and the second's first
+	// 200 (500 in all); the second's last 100 show SUBMITTED.
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	job := func(name string) string {
+		var files []string
+		for i := range 300 {
+			f := name + strconv.Itoa(i)
+			files = append(files, `{"sources": ["`+stall+`/`+f+`"], "destinations": ["`+storage+`/`+f+`"]}`)
+		}
+		var sub struct {
+			JobID string `json:"job_id"`
+		}
+		if code := c.do("POST", "/jobs", []byte(`{"files": [`+strings.Join(files, ",")+`]}`), &sub); code != http.StatusOK {
+			t.Fatalf("submit %s: %d", name, code)
+		}
+		return sub.JobID
+	}
+	a, b := job("a"), job("b")
+	type polled []struct {
+		Files []struct {
+			FileState string `json:"file_state"`
+		} `json:"files"`
+	}
+	live := func(j int, p polled, from, to int) int {
+		n := 0
+		for _, f := range p[j].Files[from:to] {
+			if f.FileState != "SUBMITTED" {
+				n++
+			}
+		}
+		return n
+	}
+	// Once every file of the second job is queued (READY) when asked
+	// alone, the two asked together show the budget's cut.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var alone polled
+		if code := c.do("GET", "/jobs/"+b+","+b+"?files=file_state", nil, &alone); code != http.StatusMultiStatus {
+			t.Fatalf("poll: %d", code)
+		}
+		if live(0, alone, 0, 300) == 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second job's files not all queued after a minute: %d", live(0, alone, 0, 300))
+		}
+	}
+	var both polled
+	if code := c.do("GET", "/jobs/"+a+","+b+"?files=file_state", nil, &both); code != http.StatusMultiStatus || len(both) != 2 {
+		t.Fatalf("poll both: %d", code)
+	}
+	if n := live(1, both, 200, 300); n != 0 {
+		t.Errorf("%d of the second job's last 100 files were read live past the budget", n)
+	}
+	if n := live(1, both, 0, 200); n != 200 {
+		t.Errorf("%d of the second job's first 200 files read live, want 200", n)
+	}
+}

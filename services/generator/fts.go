@@ -286,8 +286,9 @@ type ftsJob struct {
 // what others have.
 var errNotYours = errors.New("unknown job, or not yours")
 
-// load reads a job for c.
-func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string) (*ftsJob, error) {
+// load reads a job for c, its unfinished files' live state within what
+// reads allows.
+func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string, reads *ftsReads) (*ftsJob, error) {
 	if !dtr.ValidJobID(id) {
 		return nil, errNotYours
 	}
@@ -312,31 +313,54 @@ func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string) (*ftsJob, e
 	if j.finals, err = a.s.finals(ctx, id); err != nil {
 		return nil, err
 	}
-	j.live = a.s.liveDTRs(ctx, j.refs, j.finals)
+	j.live = reads.live(ctx, a.s, j.refs, j.finals)
 	return j, nil
 }
 
-// maxLive bounds the DTR records one request reads for the live state of
-// a job's unfinished files; past it they are SUBMITTED.
-const maxLive = 500
+// maxLiveReads bounds the scheduler's DTR records one request reads for
+// the live state of unfinished files, over all the jobs it names: past it,
+// files show the last state Sluice keeps of them (their end if they ended,
+// SUBMITTED if not).
+const maxLiveReads = 500
 
-// liveDTRs reads the scheduler's records of a job's unfinished DTRs (the
+// ftsReads is what one request reads of the scheduler's DTR records: the
+// bucket, looked up once, and how many records it may still read.
+type ftsReads struct {
+	dtrs   jetstream.KeyValue
+	looked bool
+	left   int
+}
+
+func newFTSReads() *ftsReads { return &ftsReads{left: maxLiveReads} }
+
+// live reads the scheduler's records of a job's unfinished DTRs (the
 // sluice_dtrs bucket) for their live state. It is a best effort: a record
-// not found or not readable leaves its file SUBMITTED.
-func (s *Service) liveDTRs(ctx context.Context, refs []api.FileRef, finals map[uuid.UUID]*dtr.DTR) map[uuid.UUID]*dtr.DTR {
+// not found, not readable or past the budget leaves its file SUBMITTED.
+func (r *ftsReads) live(ctx context.Context, s *Service, refs []api.FileRef, finals map[uuid.UUID]*dtr.DTR) map[uuid.UUID]*dtr.DTR {
 	out := map[uuid.UUID]*dtr.DTR{}
-	if len(refs)-len(finals) > maxLive || len(refs) == len(finals) {
+	if len(refs) == len(finals) || r.left <= 0 {
 		return out
 	}
-	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
-	if err != nil {
+	if !r.looked {
+		r.looked = true
+		kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+		if err != nil {
+			s.log.Warn("FTS3 API: the scheduler's DTR records cannot be read; unfinished files show SUBMITTED", "err", err)
+		}
+		r.dtrs = kv
+	}
+	if r.dtrs == nil {
 		return out
 	}
 	for _, ref := range refs {
 		if _, final := finals[ref.DTR]; final {
 			continue
 		}
-		if e, err := kv.Get(ctx, ref.DTR.String()); err == nil {
+		if r.left <= 0 {
+			break
+		}
+		r.left--
+		if e, err := r.dtrs.Get(ctx, ref.DTR.String()); err == nil {
 			d := &dtr.DTR{}
 			if codec.DecodeJSON(e.Value(), d) == nil {
 				out[ref.DTR] = d
@@ -346,9 +370,10 @@ func (s *Service) liveDTRs(ctx context.Context, refs []api.FileRef, finals map[u
 	return out
 }
 
-// maxJobsAsked bounds the jobs one request may name: Rucio asks for a few
-// hundred at most.
-const maxJobsAsked = 1000
+// maxJobsAsked bounds the jobs one request may name: Rucio's poller asks
+// for 100 at a time by default. Each job named costs reads of its records
+// and a pass over its final DTRs.
+const maxJobsAsked = 200
 
 // ids splits a path's comma-separated job ids.
 func ids(r *http.Request, name string) []string {
@@ -407,8 +432,9 @@ func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, ans
 		return
 	}
 	out := make([]map[string]any, 0, len(list))
+	reads := newFTSReads()
 	for _, id := range list {
-		j, err := a.load(r.Context(), c, id)
+		j, err := a.load(r.Context(), c, id, reads)
 		switch {
 		case errors.Is(err, errNotYours):
 			out = append(out, map[string]any{"job_id": id, "http_status": httpStatus(http.StatusNotFound),
@@ -454,7 +480,7 @@ func (a *ftsAPI) files(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := r.PathValue("id")
-	j, err := a.load(r.Context(), c, id)
+	j, err := a.load(r.Context(), c, id, newFTSReads())
 	switch {
 	case errors.Is(err, errNotYours):
 		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
@@ -583,7 +609,7 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := list[0]
-	j, err := a.load(r.Context(), c, id)
+	j, err := a.load(r.Context(), c, id, newFTSReads())
 	switch {
 	case errors.Is(err, errNotYours):
 		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
