@@ -845,3 +845,65 @@ func TestAnFTS3PollReadsAtMostItsBudgetOfLiveDTRRecordsAndNamesAtMost200Jobs(t *
 		t.Errorf("%d of the second job's first 200 files read live, want 200", n)
 	}
 }
+
+func TestAnFTS3PriorityChangeOfADTRTheSchedulerHasNotTakenIsNeverTakenAsDone(t *testing.T) {
+	base, is, s := startFTS(t)
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	type submitted struct {
+		JobID string `json:"job_id"`
+	}
+	var taken, lost submitted
+	body := `{"files": [{"sources": ["` + stall + `/f"], "destinations": ["` + storage + `/f"]}]}`
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code := c.do("POST", "/jobs", []byte(body), &taken); code == http.StatusOK {
+			break
+		} else if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("submit: %d", code)
+		}
+	}
+	var status api.JobEvent
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var r api.DTRReply
+		if err := s.request(api.SubjectJobStatus, []byte(taken.JobID), nil, &status); err == nil && len(status.Pending) == 1 &&
+			s.request(api.SubjectDTR, []byte(status.Pending[0].DTR.String()), nil, &r) == nil {
+			break // the scheduler has it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler never took the first job's DTR")
+		}
+	}
+	// With the scheduler away, the next job's DTR is lost from the stream
+	// before it is taken: the scheduler, back, does not know it.
+	s.stopRole("scheduler")
+	body = `{"files": [{"sources": ["` + stall + `/g"], "destinations": ["` + storage + `/g"]}]}`
+	if code := c.do("POST", "/jobs", []byte(body), &lost); code != http.StatusOK {
+		t.Fatalf("submit with the scheduler away: %d", code)
+	}
+	var e struct{ Message string }
+	if code := c.do("POST", "/jobs/"+lost.JobID, []byte(`{"params": {"priority": 4}}`), &e); code != http.StatusServiceUnavailable {
+		t.Fatalf("a priority change with no scheduler: %d %q, want 503", code, e.Message)
+	}
+	if err := submitStream(t, s).Purge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.startRole("scheduler")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code := c.do("POST", "/jobs/"+lost.JobID, []byte(`{"params": {"priority": 4}}`), &e)
+		if code == http.StatusServiceUnavailable && strings.Contains(e.Message, "not yet taken by the scheduler") {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("a priority change of a DTR the scheduler does not know: %d %q, want 503 saying it is not yet taken", code, e.Message)
+		}
+	}
+	// The job the scheduler has gets its change, made before the answer.
+	if code := c.do("POST", "/jobs/"+taken.JobID, []byte(`{"params": {"priority": 4}}`), &e); code != http.StatusOK {
+		t.Fatalf("a priority change: %d %q", code, e.Message)
+	}
+	var r api.DTRReply
+	if err := s.request(api.SubjectDTR, []byte(status.Pending[0].DTR.String()), nil, &r); err != nil || r.DTR.Priority != 65 {
+		t.Fatalf("the DTR at the scheduler: priority %d (%v), want 65 (FTS3's 4)", r.DTR.Priority, err)
+	}
+}

@@ -619,22 +619,18 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
 		return
 	}
+	// Each unfinished DTR in turn: a change that stops part way has been
+	// made to the DTRs before, and is answered with the error; asked again
+	// (it is the same change), it is made to the rest.
 	for _, ref := range j.refs {
 		if _, final := j.finals[ref.DTR]; final {
 			continue
 		}
-		b, _ := json.Marshal(api.PriorityRequest{DTR: ref.DTR, Priority: sluicePriority})
-		m := nats.NewMsg(api.SubjectPriority)
-		m.Data = b
-		m.Header.Set("Authorization", r.Header.Get("Authorization"))
-		reply, err := a.s.nc.RequestMsgWithContext(r.Context(), m)
-		if err != nil {
-			ftsError(w, http.StatusServiceUnavailable, "the scheduler did not answer ("+err.Error()+"); try again")
-			return
-		}
-		// 404: the DTR has finished meanwhile, which leaves nothing to change.
-		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" && code != "404" {
-			ftsError(w, http.StatusForbidden, "priority refused: "+reply.Header.Get(micro.ErrorHeader))
+		if code, msg := a.s.setPriority(r.Context(), id, ref.DTR, sluicePriority, r.Header.Get("Authorization")); code != http.StatusOK {
+			if code == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", ftsRetryAfter)
+			}
+			ftsError(w, code, msg)
 			return
 		}
 	}
@@ -649,6 +645,65 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 	}
 	j.fts = rec
 	writeJSON(w, http.StatusOK, j.view())
+}
+
+// ftsSchedulerCodes maps the scheduler's error codes for a priority change
+// onto the FTS3 API's answers; any other is 502. 404 is not here: it is
+// either a DTR that has ended (nothing to change) or one the scheduler has
+// not taken yet (setPriority).
+var ftsSchedulerCodes = map[string]int{
+	"400": http.StatusBadRequest,
+	"401": http.StatusForbidden,
+	"403": http.StatusForbidden,
+	"503": http.StatusServiceUnavailable, // standing by, or its store full
+}
+
+// ftsPriorityTries and ftsPriorityPause bound how long a priority change
+// waits for the scheduler to take a DTR it does not know yet.
+const (
+	ftsPriorityTries = 10
+	ftsPriorityPause = 200 * time.Millisecond
+)
+
+// setPriority asks the scheduler, with the caller's own token (authz), to
+// change one DTR's priority; it returns the FTS3 API's code and message.
+// The scheduler answers 404 for a DTR that has ended, which leaves nothing
+// to change, and for one it has not taken from the stream yet, which is
+// asked again for a while and then answered 503, so that the client asks
+// again: never taken as done.
+func (s *Service) setPriority(ctx context.Context, jobID string, id uuid.UUID, priority int, authz string) (int, string) {
+	b, _ := json.Marshal(api.PriorityRequest{DTR: id, Priority: priority})
+	for try := 1; ; try++ {
+		m := nats.NewMsg(api.SubjectPriority + ".generator")
+		m.Data = b
+		m.Header.Set("Authorization", authz)
+		reply, err := s.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return http.StatusServiceUnavailable, "the scheduler did not answer (" + err.Error() + "); try again"
+		}
+		code := reply.Header.Get(micro.ErrorCodeHeader)
+		switch {
+		case code == "":
+			return http.StatusOK, ""
+		case code != "404":
+			c, ok := ftsSchedulerCodes[code]
+			if !ok {
+				c = http.StatusBadGateway
+			}
+			return c, "priority refused by the scheduler: " + reply.Header.Get(micro.ErrorHeader)
+		}
+		if finals, err := s.finals(ctx, jobID); err == nil && finals[id] != nil {
+			return http.StatusOK, "" // it has ended
+		}
+		if try == ftsPriorityTries {
+			return http.StatusServiceUnavailable, fmt.Sprintf("DTR %s is not yet taken by the scheduler; try again", id)
+		}
+		select {
+		case <-ctx.Done():
+			return http.StatusServiceUnavailable, "the scheduler has not taken the job's DTRs yet; try again"
+		case <-time.After(ftsPriorityPause):
+		}
+	}
 }
 
 // ftsVersion is what GET / answers: the versions FTS3's Python client
