@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
 	"github.com/sluice-dtr/sluice/pkg/scitag"
@@ -108,9 +111,12 @@ func (s *sciTags) of(method, path string) string {
 // startFTS runs every role with the FTS3 API on a loopback port, tokens of
 // a real OIDC issuer, and SciTags for atlas; it returns the API's base URL
 // and the issuer.
-func startFTS(t *testing.T) (string, *tokentest.Issuer, *system) {
+func startFTS(t *testing.T, configure ...func(*app.Config)) (string, *tokentest.Issuer, *system) {
 	is := tokentest.Start(t)
 	cfg := testConfig()
+	for _, f := range configure {
+		f(&cfg)
+	}
 	cfg.Tokens = token.Config{Issuers: []string{is.URL}, Audience: []string{"https://sluice.test"}, Leeway: time.Second}
 	cfg.SciTags = scitag.Config{Experiments: "atlas=2", Activities: "Production Output=7"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,8 +152,9 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 		"2": "site-a/datadisk/mc23/EVNT.000101._000002.pool.root.1",
 		"3": "site-a/datadisk/mc23/EVNT.000101._000003.pool.root.1",
 		"4": "cern-disk/lhcb/LHCb/Collision24/DST/00012345_00000001_1.dst",
+		"5": "site-a/scratch/user.alice/data.000001.root",
 	}
-	sizes := map[string]int{"1": 40960, "2": 20480, "3": 10240, "4": 30000}
+	sizes := map[string]int{"1": 40960, "2": 20480, "3": 10240, "4": 30000, "5": 5000}
 	repl := []string{"@STORAGE@", storage, "@STORAGE_TOKEN@", "eyJhbGciOiJSUzI1NiJ9.a-storage-token-never-to-be-kept.c2ln"}
 	for k, p := range sources {
 		writeFile(t, filepath.Join(dir, p), sizes[k], len(p))
@@ -187,21 +194,26 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	}
 
 	// Submitted as Rucio and DIRAC submit: 200 and the job id.
-	var bulk, multi, lhcb struct {
+	var bulk, multi, lhcb, plain struct {
 		JobID    string   `json:"job_id"`
 		Warnings []string `json:"warnings"`
 	}
+	// plain is what FTS3's Python client (fts3.rest.client.easy) sends
+	// when its caller chooses nothing: every parameter, most null.
 	for _, s := range []struct {
 		c       *ftsClient
 		fixture string
 		reply   any
-	}{{rucio, "rucio-bulk.json", &bulk}, {rucio, "rucio-multisource.json", &multi}, {dirac, "dirac-transfer.json", &lhcb}} {
+	}{{rucio, "rucio-bulk.json", &bulk}, {rucio, "rucio-multisource.json", &multi}, {dirac, "dirac-transfer.json", &lhcb}, {rucio, "fts3-client-default.json", &plain}} {
 		if code := s.c.do("POST", "/jobs", ftsFixture(t, s.fixture, r), s.reply); code != http.StatusOK {
 			t.Fatalf("submit %s: %d", s.fixture, code)
 		}
 	}
-	if bulk.JobID == "" || multi.JobID == "" || lhcb.JobID == "" {
-		t.Fatalf("job ids %q, %q, %q", bulk.JobID, multi.JobID, lhcb.JobID)
+	if bulk.JobID == "" || multi.JobID == "" || lhcb.JobID == "" || plain.JobID == "" {
+		t.Fatalf("job ids %q, %q, %q, %q", bulk.JobID, multi.JobID, lhcb.JobID, plain.JobID)
+	}
+	if len(plain.Warnings) > 0 {
+		t.Errorf("the FTS3 client's default parameters were warned about: %q", plain.Warnings)
 	}
 	warned := strings.Join(bulk.Warnings, "\n")
 	for _, want := range []string{"params.copy_pin_lifetime: ignored", "files[0].source_tokens: ignored", "params.account: ignored"} {
@@ -307,6 +319,23 @@ func TestRucioAndDIRACSubmitFollowAndCancelTransfersOverTheFTS3API(t *testing.T)
 	}
 	if len(dfiles) != 1 || json.Unmarshal(dfiles[0].FileMetadata, &fileID) != nil || fileID.FileID != 4711 || dj.JobState != "FINISHED" || dfiles[0].FileState != "FINISHED" {
 		t.Fatalf("DIRAC's job %s, files %+v", dj.JobState, dfiles)
+	}
+
+	// The FTS3 client's job ran at FTS3's default priority, 3.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var j struct {
+			JobState string `json:"job_state"`
+			Priority int    `json:"priority"`
+		}
+		if code := rucio.do("GET", "/jobs/"+plain.JobID, nil, &j); code != http.StatusOK || j.Priority != 3 {
+			t.Fatalf("the FTS3 client's job: %d %+v, want priority 3", code, j)
+		}
+		if j.JobState == "FINISHED" {
+			break
+		}
+		if final[j.JobState] || time.Now().After(deadline) {
+			t.Fatalf("the FTS3 client's job is %s", j.JobState)
+		}
 	}
 
 	// The files really moved, byte for byte, each to its destination.
@@ -501,5 +530,380 @@ func TestWithPermissionsAnFTS3JobIsSeenActiveThenFinished(t *testing.T) {
 	}
 	if v := serverLog.violations(); len(v) > 0 {
 		t.Fatalf("the server refused what the roles needed:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+func TestAnOversizedFTS3SubmissionIsRefusedShortAndBusyRequestsAreAskedToRetry(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.MaxFiles, c.Generator.FTSMaxRequests = 100, 2 })
+	tok := mint(t, is, "rucio", []string{"/atlas"})
+	c := &ftsClient{t: t, base: base, token: tok}
+	files := func(n int, file string) []byte {
+		return []byte(`{"files": [` + strings.Repeat(file+",", n-1) + file + `]}`)
+	}
+	bad := `{"destinations": ["https://d.example.org/y"]}`
+	for _, tt := range []struct {
+		name string
+		body []byte
+		code int
+		want string
+	}{
+		// Counted while decoded: refused at the 101st, not read whole.
+		{"many tiny files, within the body's bound", files(20000, `{}`), http.StatusRequestEntityTooLarge, "files: too many files: more than 100"},
+		{"430,000 tiny files", files(430000, `{}`), http.StatusRequestEntityTooLarge, "files: too many files: more than 100"},
+		{"a body past 5 KiB a file", files(1, `{"metadata": "`+strings.Repeat("x", 600<<10)+`"}`), http.StatusRequestEntityTooLarge, "the body is larger than 577536 bytes"},
+		{"a hundred bad files", files(100, bad), http.StatusBadRequest, "and 80 more problems"},
+	} {
+		var e struct{ Status, Message string }
+		code := c.do("POST", "/jobs", tt.body, &e)
+		if code != tt.code || !strings.Contains(e.Message, tt.want) {
+			t.Errorf("%s: %d %q, want %d saying %q", tt.name, code, e.Message, tt.code, tt.want)
+		}
+		if len(e.Message) > 2000 {
+			t.Errorf("%s: an answer of %d bytes", tt.name, len(e.Message))
+		}
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("jobs after the refusals: %+v (%v), want none", list.Jobs, err)
+	}
+
+	// Two submissions whose bodies are slow to come take the two slots:
+	// a third request is answered 503 with Retry-After, until they end.
+	var held []*io.PipeWriter
+	done := make(chan int, 2)
+	for range 2 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		req, _ := http.NewRequest("POST", base+"/jobs", pr)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		if _, err := pw.Write([]byte(`{"files": [`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whoami := func() (int, string) {
+		req, _ := http.NewRequest("GET", base+"/whoami", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, after := whoami()
+		if code == http.StatusServiceUnavailable && after != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with both slots taken: %d (Retry-After %q), want 503 with Retry-After", code, after)
+		}
+	}
+	for _, pw := range held {
+		_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
+	for range 2 {
+		<-done
+	}
+	if code, _ := whoami(); code != http.StatusOK {
+		t.Fatalf("once the slow submissions ended: %d, want 200", code)
+	}
+}
+
+func TestAnFTS3JobThatCannotBeStoredIsAnswered503AndLeavesNothingAndAnOwnerPastItsLimit429(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.OwnerMaxJobs = 1 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	body := []byte(`{"files": [{"sources": ["https://s.example.org/a"], "destinations": ["https://d.example.org/a"]}]}`)
+	ctx := t.Context()
+
+	// The stream of DTR submissions refuses every message (each is larger
+	// than it now takes): the job's records are stored, its DTRs are not.
+	var st jetstream.Stream
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if st, err = s.js.Stream(ctx, bus.StreamSubmit); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the stream of DTR submissions: %v", err)
+		}
+	}
+	cfg := st.CachedInfo().Config
+	small := cfg
+	small.MaxMsgSize = 64
+	if _, err := s.js.UpdateStream(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Status, Message string }
+	if code := c.do("POST", "/jobs", body, &e); code != http.StatusServiceUnavailable || !strings.Contains(e.Message, "nothing of it was kept") {
+		t.Fatalf("a job whose DTRs cannot be sent: %d %q, want 503 saying nothing was kept", code, e.Message)
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("jobs after the failure: %+v (%v), want none", list.Jobs, err)
+	}
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	// The failed job took nothing of the owner's one job: the next is
+	// taken, and one more is refused 429 naming the limit.
+	var sub struct {
+		JobID string `json:"job_id"`
+	}
+	if code := c.do("POST", "/jobs", body, &sub); code != http.StatusOK || sub.JobID == "" {
+		t.Fatalf("a job once the stream takes it: %d %+v", code, sub)
+	}
+	if code := c.do("POST", "/jobs", body, &e); code != http.StatusTooManyRequests || !strings.Contains(e.Message, "SLUICE_GENERATOR_OWNER_MAX_JOBS") {
+		t.Fatalf("a job past the owner's limit: %d %q, want 429 naming the limit", code, e.Message)
+	}
+}
+
+func TestFTS3SubmissionsAtTheSameTimeCannotAllPassTheirOwnersLimit(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.OwnerMaxJobs, c.Generator.FTSMaxRequests = 10, 64 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	// Every job waits on a source that holds it, so that none ends (and
+	// leaves its owner's count) during the test.
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	body := func(i int) []byte {
+		return []byte(`{"files": [{"sources": ["` + stall + `/f` + strconv.Itoa(i) + `"], "destinations": ["` + storage + `/f` + strconv.Itoa(i) + `"]}]}`)
+	}
+	for i := range 9 {
+		if code := c.do("POST", "/jobs", body(i), nil); code != http.StatusOK {
+			t.Fatalf("job %d of 9: %d", i+1, code)
+		}
+	}
+	// At 9 of 10 jobs, 50 submissions at once: one is taken.
+	codes := make(chan int, 50)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { codes <- c.do("POST", "/jobs", body(100+i), nil) })
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for code := range codes {
+		got[code]++
+	}
+	if got[http.StatusOK] != 1 || got[http.StatusTooManyRequests] != 49 {
+		t.Fatalf("50 submissions at once at 9 of 10 jobs: %v, want one 200 and 49 429", got)
+	}
+	var list api.JobListReply
+	if err := s.request(api.SubjectJobList, []byte(`{}`), nil, &list); err != nil || len(list.Jobs) != 10 {
+		t.Fatalf("%d jobs (%v), want 10", len(list.Jobs), err)
+	}
+}
+
+// submitStream returns the stream of DTR submissions and cancel commands
+// once the scheduler has made it.
+func submitStream(t *testing.T, s *system) jetstream.Stream {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := s.js.Stream(t.Context(), bus.StreamSubmit)
+		if err == nil {
+			return st
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the stream of DTR submissions: %v", err)
+		}
+	}
+}
+
+func TestAnFTS3CancelThatCannotBeSentIsAnswered503AndNoPriorityChangeUndoesACancel(t *testing.T) {
+	base, is, s := startFTS(t, func(c *app.Config) { c.Generator.FTSMaxRequests = 64 })
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	submit := func(name string) string {
+		var sub struct {
+			JobID string `json:"job_id"`
+		}
+		body := `{"files": [{"sources": ["` + stall + `/` + name + `"], "destinations": ["` + storage + `/` + name + `"]}]}`
+		if code := c.do("POST", "/jobs", []byte(body), &sub); code != http.StatusOK {
+			t.Fatalf("submit %s: %d", name, code)
+		}
+		return sub.JobID
+	}
+	type view struct {
+		JobState string `json:"job_state"`
+		Message  string `json:"message"`
+	}
+
+	// The stream that takes cancel commands refuses them: 503, and the job
+	// is not shown CANCELED while its transfer goes on.
+	id := submit("a")
+	st := submitStream(t, s)
+	cfg := st.CachedInfo().Config
+	small := cfg
+	small.MaxMsgSize = 64
+	if _, err := s.js.UpdateStream(t.Context(), small); err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	if code := c.do("DELETE", "/jobs/"+id, nil, &v); code != http.StatusServiceUnavailable || !strings.Contains(v.Message, "try again") {
+		t.Fatalf("a cancel that cannot be sent: %d %+v, want 503", code, v)
+	}
+	if code := c.do("GET", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState == "CANCELED" {
+		t.Fatalf("after a cancel not sent the job is %d %s", code, v.JobState)
+	}
+	if _, err := s.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.do("DELETE", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState != "CANCELED" {
+		t.Fatalf("the cancel asked again: %d %+v, want 200 CANCELED", code, v)
+	}
+
+	// Priority changes at the same time as a cancel never write the job's
+	// record back without it.
+	id = submit("b")
+	var wg sync.WaitGroup
+	for p := range 20 {
+		wg.Go(func() {
+			c.do("POST", "/jobs/"+id, []byte(`{"params": {"priority": `+strconv.Itoa(1+p%5)+`}}`), nil)
+		})
+	}
+	wg.Go(func() { c.do("DELETE", "/jobs/"+id, nil, nil) })
+	wg.Wait()
+	if code := c.do("GET", "/jobs/"+id, nil, &v); code != http.StatusOK || v.JobState != "CANCELED" {
+		t.Fatalf("after a cancel among priority changes the job is %d %s, want CANCELED", code, v.JobState)
+	}
+}
+
+func TestAnFTS3PollReadsAtMostItsBudgetOfLiveDTRRecordsAndNamesAtMost200Jobs(t *testing.T) {
+	base, is, _ := startFTS(t)
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	ids := strings.TrimSuffix(strings.Repeat("none-such,", 201), ",")
+	var e struct{ Message string }
+	if code := c.do("GET", "/jobs/"+ids, nil, &e); code != http.StatusBadRequest || !strings.Contains(e.Message, "at most 200") {
+		t.Fatalf("a poll of 201 jobs: %d %q, want 400 naming 200", code, e.Message)
+	}
+
+	// Two jobs of 300 files that wait on a stalling source: a poll of
+	// both reads the live state of the first's 300 and the second's first
+	// 200 (500 in all); the second's last 100 show SUBMITTED.
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	job := func(name string) string {
+		var files []string
+		for i := range 300 {
+			f := name + strconv.Itoa(i)
+			files = append(files, `{"sources": ["`+stall+`/`+f+`"], "destinations": ["`+storage+`/`+f+`"]}`)
+		}
+		var sub struct {
+			JobID string `json:"job_id"`
+		}
+		if code := c.do("POST", "/jobs", []byte(`{"files": [`+strings.Join(files, ",")+`]}`), &sub); code != http.StatusOK {
+			t.Fatalf("submit %s: %d", name, code)
+		}
+		return sub.JobID
+	}
+	a, b := job("a"), job("b")
+	type polled []struct {
+		Files []struct {
+			FileState string `json:"file_state"`
+		} `json:"files"`
+	}
+	live := func(j int, p polled, from, to int) int {
+		n := 0
+		for _, f := range p[j].Files[from:to] {
+			if f.FileState != "SUBMITTED" {
+				n++
+			}
+		}
+		return n
+	}
+	// Once every file of the second job is queued (READY) when asked
+	// alone, the two asked together show the budget's cut.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var alone polled
+		if code := c.do("GET", "/jobs/"+b+","+b+"?files=file_state", nil, &alone); code != http.StatusMultiStatus {
+			t.Fatalf("poll: %d", code)
+		}
+		if live(0, alone, 0, 300) == 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second job's files not all queued after a minute: %d", live(0, alone, 0, 300))
+		}
+	}
+	var both polled
+	if code := c.do("GET", "/jobs/"+a+","+b+"?files=file_state", nil, &both); code != http.StatusMultiStatus || len(both) != 2 {
+		t.Fatalf("poll both: %d", code)
+	}
+	if n := live(1, both, 200, 300); n != 0 {
+		t.Errorf("%d of the second job's last 100 files were read live past the budget", n)
+	}
+	if n := live(1, both, 0, 200); n != 200 {
+		t.Errorf("%d of the second job's first 200 files read live, want 200", n)
+	}
+}
+
+func TestAnFTS3PriorityChangeOfADTRTheSchedulerHasNotTakenIsNeverTakenAsDone(t *testing.T) {
+	base, is, s := startFTS(t)
+	c := &ftsClient{t: t, base: base, token: mint(t, is, "rucio", []string{"/atlas"})}
+	stall := pausingSource(t, time.Minute)
+	storage := httpServer(t, httpstore.Handler(t.TempDir()))
+	type submitted struct {
+		JobID string `json:"job_id"`
+	}
+	var taken, lost submitted
+	body := `{"files": [{"sources": ["` + stall + `/f"], "destinations": ["` + storage + `/f"]}]}`
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code := c.do("POST", "/jobs", []byte(body), &taken); code == http.StatusOK {
+			break
+		} else if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("submit: %d", code)
+		}
+	}
+	var status api.JobEvent
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var r api.DTRReply
+		if err := s.request(api.SubjectJobStatus, []byte(taken.JobID), nil, &status); err == nil && len(status.Pending) == 1 &&
+			s.request(api.SubjectDTR, []byte(status.Pending[0].DTR.String()), nil, &r) == nil {
+			break // the scheduler has it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler never took the first job's DTR")
+		}
+	}
+	// With the scheduler away, the next job's DTR is lost from the stream
+	// before it is taken: the scheduler, back, does not know it.
+	s.stopRole("scheduler")
+	body = `{"files": [{"sources": ["` + stall + `/g"], "destinations": ["` + storage + `/g"]}]}`
+	if code := c.do("POST", "/jobs", []byte(body), &lost); code != http.StatusOK {
+		t.Fatalf("submit with the scheduler away: %d", code)
+	}
+	var e struct{ Message string }
+	if code := c.do("POST", "/jobs/"+lost.JobID, []byte(`{"params": {"priority": 4}}`), &e); code != http.StatusServiceUnavailable {
+		t.Fatalf("a priority change with no scheduler: %d %q, want 503", code, e.Message)
+	}
+	if err := submitStream(t, s).Purge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.startRole("scheduler")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code := c.do("POST", "/jobs/"+lost.JobID, []byte(`{"params": {"priority": 4}}`), &e)
+		if code == http.StatusServiceUnavailable && strings.Contains(e.Message, "not yet taken by the scheduler") {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("a priority change of a DTR the scheduler does not know: %d %q, want 503 saying it is not yet taken", code, e.Message)
+		}
+	}
+	// The job the scheduler has gets its change, made before the answer.
+	if code := c.do("POST", "/jobs/"+taken.JobID, []byte(`{"params": {"priority": 4}}`), &e); code != http.StatusOK {
+		t.Fatalf("a priority change: %d %q", code, e.Message)
+	}
+	var r api.DTRReply
+	if err := s.request(api.SubjectDTR, []byte(status.Pending[0].DTR.String()), nil, &r); err != nil || r.DTR.Priority != 65 {
+		t.Fatalf("the DTR at the scheduler: priority %d (%v), want 65 (FTS3's 4)", r.DTR.Priority, err)
 	}
 }

@@ -377,6 +377,7 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 
 	delivery := connectAs(t, ns, "delivery", passwords["delivery"])
 	processor := connectAs(t, ns, "processor", passwords["processor"])
+	generator := connectAs(t, ns, "generator", passwords["generator"])
 	grant := func() *nats.Msg {
 		m := nats.NewMsg(api.GrantSubject(dtr.StageDelivery))
 		m.Data = fmt.Appendf(nil, `{"grant":%q,"stage":"delivery","dtr":{"id":%q}}`, uuid.NewString(), waiting.DTRs[0])
@@ -411,6 +412,9 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		{"a scheduler asks for a job's status", scheduler, msg(api.SubjectJobStatus, bad.JobID), ""},
 		{"a scheduler submits a job", scheduler, msg(api.SubjectJobSubmit, `{}`), ""},
 		{"a scheduler asks for a user's jobs", scheduler, msg(api.UserSubject(api.SubjectJobList, "submitter"), `{}`), ""},
+		// The generator asks for an FTS3 caller's priorities on its own
+		// subject, never as the operator.
+		{"a generator changes a priority as the operator", generator, msg(api.SubjectPriority, `{"dtr":"`+waiting.DTRs[0].String()+`","priority":99}`), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

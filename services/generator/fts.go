@@ -41,40 +41,67 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/token"
 )
 
-// maxFTSBody bounds the body of a submission: 2,000 files of long URLs
-// and metadata fit with room to spare.
-const maxFTSBody = 16 << 20
+// ftsBytesPerFile is what the body of a submission may take per file the
+// job may have (SLUICE_GENERATOR_MAX_FILES): a Rucio file, with long URLs,
+// its metadata and two storage tokens, takes 2–3 KiB.
+const ftsBytesPerFile = 5 << 10
+
+// maxFTSBody bounds the body of a submission of jobs of at most maxFiles
+// files: 10 MiB for the default 2,000.
+func maxFTSBody(maxFiles int) int64 { return int64(maxFiles)*ftsBytesPerFile + 64<<10 }
+
+// ftsBodyWait bounds how long the body of a submission may take to arrive,
+// so that a slow sender does not hold one of the API's slots.
+const ftsBodyWait = 30 * time.Second
+
+// ftsRetryAfter is what an answer 503 tells a client to wait, in seconds,
+// when every slot of the API is taken.
+const ftsRetryAfter = "2"
 
 // ftsWait bounds how long a request waits for the generator to start and
 // for a token's issuer to answer.
 const ftsWait = 10 * time.Second
+
+// ftsSubmitWait bounds a submission once its caller is known: its body
+// read, its records stored and its DTRs sent. It has a clock of its own, so
+// that a slow token check does not cut it short.
+const ftsSubmitWait = time.Minute
+
+// ftsReadWait bounds any other request once its caller is known.
+const ftsReadWait = 30 * time.Second
 
 // ftsRoutes are the routes the FTS3 API serves, method and pattern; the
 // OpenAPI document is held to them by a test.
 var ftsRoutes = []struct {
 	method, pattern string
 	handle          func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller)
+	wait            time.Duration // the handler's deadline
 }{
-	{http.MethodPost, "/jobs", (*ftsAPI).submit},
-	{http.MethodGet, "/jobs/{ids}", (*ftsAPI).jobs},
-	{http.MethodGet, "/jobs/{id}/files", (*ftsAPI).files},
-	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify},
-	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel},
-	{http.MethodGet, "/whoami", (*ftsAPI).whoami},
-	{http.MethodGet, "/{$}", (*ftsAPI).version},
+	{http.MethodPost, "/jobs", (*ftsAPI).submit, ftsSubmitWait},
+	{http.MethodGet, "/jobs/{ids}", (*ftsAPI).jobs, ftsReadWait},
+	{http.MethodGet, "/jobs/{id}/files", (*ftsAPI).files, ftsReadWait},
+	{http.MethodPost, "/jobs/{ids}", (*ftsAPI).modify, ftsReadWait},
+	{http.MethodDelete, "/jobs/{ids}", (*ftsAPI).cancel, ftsReadWait},
+	{http.MethodGet, "/whoami", (*ftsAPI).whoami, ftsReadWait},
+	{http.MethodGet, "/{$}", (*ftsAPI).version, ftsReadWait},
 }
 
 // ftsAPI serves the FTS3 API of a generator.
-type ftsAPI struct{ s *Service }
+type ftsAPI struct {
+	s *Service
+	// slots holds one token per request being served: when it is full
+	// the API answers 503 (SLUICE_GENERATOR_FTS_MAX_REQUESTS).
+	slots chan struct{}
+}
 
 // FTSHandler returns the FTS3 REST API of the generator. It answers 503
-// until Run has started.
+// until Run has started, and while it serves as many requests as it may.
 func (s *Service) FTSHandler() http.Handler {
-	a := &ftsAPI{s: s}
+	a := &ftsAPI{s: s, slots: make(chan struct{}, s.cfg.FTSMaxRequests)}
 	mux := http.NewServeMux()
 	for _, r := range ftsRoutes {
 		mux.HandleFunc(r.method+" "+r.pattern, func(w http.ResponseWriter, req *http.Request) {
-			a.serve(w, req, r.handle)
+			a.serve(w, req, r.handle, r.wait)
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +137,7 @@ func squeezeSlashes(p string) string {
 
 // serve establishes the caller from its bearer token and waits for the
 // generator to be running before handing the request on.
-func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller)) {
+func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, http.ResponseWriter, *http.Request, auth.Caller), wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), ftsWait)
 	defer cancel()
 	c, err := a.s.cfg.Callers.TokenCaller(ctx, r.Header.Get("Authorization"))
@@ -127,13 +154,26 @@ func (a *ftsAPI) serve(w http.ResponseWriter, r *http.Request, h func(*ftsAPI, h
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
+	// A slot is taken once the caller is known, so that only token
+	// holders can take them; the work that costs (a body decoded, the
+	// records read) is done in one.
+	select {
+	case a.slots <- struct{}{}:
+		defer func() { <-a.slots }()
+	default:
+		w.Header().Set("Retry-After", ftsRetryAfter)
+		ftsError(w, http.StatusServiceUnavailable, fmt.Sprintf("the FTS3 API is serving as many requests as it may (%d, SLUICE_GENERATOR_FTS_MAX_REQUESTS); try again", cap(a.slots)))
+		return
+	}
 	select {
 	case <-a.s.started:
 	case <-ctx.Done():
 		ftsError(w, http.StatusServiceUnavailable, "the generator is starting; try again")
 		return
 	}
-	h(a, w, r.WithContext(ctx), c)
+	hctx, hcancel := context.WithTimeout(r.Context(), wait)
+	defer hcancel()
+	h(a, w, r.WithContext(hctx), c)
 }
 
 // ftsError answers with fts-rest's error body: {"status": "403 Forbidden",
@@ -173,13 +213,18 @@ func (a *ftsAPI) submit(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFTSBody))
-	if err != nil {
-		ftsError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxFTSBody))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(ftsBodyWait))
+	limit := maxFTSBody(a.s.cfg.MaxFiles)
+	sub, err := readFTSSubmission(http.MaxBytesReader(w, r.Body, limit), a.s.cfg.MaxFiles, c, time.Now().UTC())
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		ftsError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes, the most for a job of at most %d files (SLUICE_GENERATOR_MAX_FILES)", limit, a.s.cfg.MaxFiles))
 		return
-	}
-	sub, err := parseFTSSubmission(body, c, time.Now().UTC())
-	if err != nil {
+	case errors.Is(err, errTooManyFiles):
+		ftsError(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	case err != nil:
 		ftsError(w, http.StatusBadRequest, oneLine(err))
 		return
 	}
@@ -194,9 +239,21 @@ func (a *ftsAPI) submit(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 	ctx := WithSubjectToken(r.Context(), auth.Bearer(nats.Header{"Authorization": r.Header.Values("Authorization")}))
 	reply, err := a.s.submit(ctx, c, sub.job, sidecar)
 	var full *fullError
+	var unavailable *unavailableError
 	switch {
 	case errors.As(err, &full):
 		ftsError(w, http.StatusServiceUnavailable, full.text)
+		return
+	case errors.As(err, &unavailable) || errors.Is(err, context.DeadlineExceeded):
+		// Nothing of the job was kept (an FTS3 job is taken whole or not
+		// at all): the client may submit it again.
+		a.s.log.Error("FTS3 API: a job could not be taken", "caller", c.String(), "err", err)
+		w.Header().Set("Retry-After", ftsRetryAfter)
+		ftsError(w, http.StatusServiceUnavailable, "the job could not be taken now, and nothing of it was kept; try again")
+		return
+	case errors.Is(err, ErrOwnerLimit):
+		w.Header().Set("Retry-After", "60")
+		ftsError(w, http.StatusTooManyRequests, "job refused: "+oneLine(err))
 		return
 	case errors.Is(err, auth.ErrForbidden):
 		ftsError(w, http.StatusForbidden, "job refused: "+oneLine(err))
@@ -229,8 +286,9 @@ type ftsJob struct {
 // what others have.
 var errNotYours = errors.New("unknown job, or not yours")
 
-// load reads a job for c.
-func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string) (*ftsJob, error) {
+// load reads a job for c, its unfinished files' live state within what
+// reads allows.
+func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string, reads *ftsReads) (*ftsJob, error) {
 	if !dtr.ValidJobID(id) {
 		return nil, errNotYours
 	}
@@ -255,31 +313,54 @@ func (a *ftsAPI) load(ctx context.Context, c auth.Caller, id string) (*ftsJob, e
 	if j.finals, err = a.s.finals(ctx, id); err != nil {
 		return nil, err
 	}
-	j.live = a.s.liveDTRs(ctx, j.refs, j.finals)
+	j.live = reads.live(ctx, a.s, j.refs, j.finals)
 	return j, nil
 }
 
-// maxLive bounds the DTR records one request reads for the live state of
-// a job's unfinished files; past it they are SUBMITTED.
-const maxLive = 500
+// maxLiveReads bounds the scheduler's DTR records one request reads for
+// the live state of unfinished files, over all the jobs it names: past it,
+// files show the last state Sluice keeps of them (their end if they ended,
+// SUBMITTED if not).
+const maxLiveReads = 500
 
-// liveDTRs reads the scheduler's records of a job's unfinished DTRs (the
+// ftsReads is what one request reads of the scheduler's DTR records: the
+// bucket, looked up once, and how many records it may still read.
+type ftsReads struct {
+	dtrs   jetstream.KeyValue
+	looked bool
+	left   int
+}
+
+func newFTSReads() *ftsReads { return &ftsReads{left: maxLiveReads} }
+
+// live reads the scheduler's records of a job's unfinished DTRs (the
 // sluice_dtrs bucket) for their live state. It is a best effort: a record
-// not found or not readable leaves its file SUBMITTED.
-func (s *Service) liveDTRs(ctx context.Context, refs []api.FileRef, finals map[uuid.UUID]*dtr.DTR) map[uuid.UUID]*dtr.DTR {
+// not found, not readable or past the budget leaves its file SUBMITTED.
+func (r *ftsReads) live(ctx context.Context, s *Service, refs []api.FileRef, finals map[uuid.UUID]*dtr.DTR) map[uuid.UUID]*dtr.DTR {
 	out := map[uuid.UUID]*dtr.DTR{}
-	if len(refs)-len(finals) > maxLive || len(refs) == len(finals) {
+	if len(refs) == len(finals) || r.left <= 0 {
 		return out
 	}
-	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
-	if err != nil {
+	if !r.looked {
+		r.looked = true
+		kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+		if err != nil {
+			s.log.Warn("FTS3 API: the scheduler's DTR records cannot be read; unfinished files show SUBMITTED", "err", err)
+		}
+		r.dtrs = kv
+	}
+	if r.dtrs == nil {
 		return out
 	}
 	for _, ref := range refs {
 		if _, final := finals[ref.DTR]; final {
 			continue
 		}
-		if e, err := kv.Get(ctx, ref.DTR.String()); err == nil {
+		if r.left <= 0 {
+			break
+		}
+		r.left--
+		if e, err := r.dtrs.Get(ctx, ref.DTR.String()); err == nil {
 			d := &dtr.DTR{}
 			if codec.DecodeJSON(e.Value(), d) == nil {
 				out[ref.DTR] = d
@@ -289,9 +370,10 @@ func (s *Service) liveDTRs(ctx context.Context, refs []api.FileRef, finals map[u
 	return out
 }
 
-// maxJobsAsked bounds the jobs one request may name: Rucio asks for a few
-// hundred at most.
-const maxJobsAsked = 1000
+// maxJobsAsked bounds the jobs one request may name: Rucio's poller asks
+// for 100 at a time by default. Each job named costs reads of its records
+// and a pass over its final DTRs.
+const maxJobsAsked = 200
 
 // ids splits a path's comma-separated job ids.
 func ids(r *http.Request, name string) []string {
@@ -319,7 +401,7 @@ func (a *ftsAPI) jobs(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 			}
 		}
 	}
-	a.each(w, r, c, func(j *ftsJob) map[string]any {
+	a.each(w, r, c, func(j *ftsJob) (map[string]any, error) {
 		v := j.view()
 		if fields != nil {
 			files := []map[string]any{}
@@ -332,14 +414,14 @@ func (a *ftsAPI) jobs(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 			}
 			v["files"] = files
 		}
-		return v
+		return v, nil
 	})
 }
 
 // each answers a request about the jobs its path names: one job as an
 // object (404 if not the caller's), several as a list with each job's
 // http_status (207), as fts-rest does.
-func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, answer func(*ftsJob) map[string]any) {
+func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, answer func(*ftsJob) (map[string]any, error)) {
 	list := ids(r, "ids")
 	switch {
 	case len(list) == 0:
@@ -350,8 +432,9 @@ func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, ans
 		return
 	}
 	out := make([]map[string]any, 0, len(list))
+	reads := newFTSReads()
 	for _, id := range list {
-		j, err := a.load(r.Context(), c, id)
+		j, err := a.load(r.Context(), c, id, reads)
 		switch {
 		case errors.Is(err, errNotYours):
 			out = append(out, map[string]any{"job_id": id, "http_status": httpStatus(http.StatusNotFound),
@@ -362,14 +445,27 @@ func (a *ftsAPI) each(w http.ResponseWriter, r *http.Request, c auth.Caller, ans
 			ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
 			return
 		}
-		v := answer(j)
+		v, err := answer(j)
+		if err != nil {
+			// Not done, and the client may ask again: 503 for this job.
+			out = append(out, map[string]any{"job_id": id, "http_status": httpStatus(http.StatusServiceUnavailable),
+				"http_message": err.Error()})
+			continue
+		}
 		v["http_status"] = httpStatus(http.StatusOK)
 		out = append(out, v)
 	}
 	if len(list) == 1 {
 		code := http.StatusOK
-		if out[0]["http_status"] != httpStatus(http.StatusOK) {
+		switch out[0]["http_status"] {
+		case httpStatus(http.StatusOK):
+		case httpStatus(http.StatusServiceUnavailable):
+			code = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", ftsRetryAfter)
+		default:
 			code = http.StatusNotFound
+		}
+		if code != http.StatusOK {
 			out[0]["status"], out[0]["message"] = out[0]["http_status"], out[0]["http_message"]
 		}
 		writeJSON(w, code, out[0])
@@ -384,7 +480,7 @@ func (a *ftsAPI) files(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := r.PathValue("id")
-	j, err := a.load(r.Context(), c, id)
+	j, err := a.load(r.Context(), c, id, newFTSReads())
 	switch {
 	case errors.Is(err, errNotYours):
 		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
@@ -402,34 +498,24 @@ func (a *ftsAPI) cancel(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	a.each(w, r, c, func(j *ftsJob) map[string]any {
+	a.each(w, r, c, func(j *ftsJob) (map[string]any, error) {
 		if err := a.s.cancelFTS(r.Context(), j, c); err != nil {
 			a.s.log.Error("FTS3 API: cancel", "job", j.rec.Job.ID, "err", err)
-			v := j.view()
-			v["reason"] = "the cancel could not be sent; try again"
-			return v
+			return nil, errors.New("the cancel could not be sent now; try again")
 		}
-		return j.view()
+		return j.view(), nil
 	})
 }
 
-// cancelFTS cancels a job's unfinished files: it notes the cancel in the
-// job's FTS3 record (so that the job is CANCELED from now on, as in FTS3)
-// and asks the scheduler to cancel each DTR. A job whose files have all
-// ended is left as it is.
+// cancelFTS cancels a job's unfinished files: it asks the scheduler to
+// cancel each DTR, then notes the cancel in the job's FTS3 record (so that
+// the job is CANCELED from now on, as in FTS3). In that order, so that a
+// job is never shown CANCELED while its DTRs go on: when the commands
+// cannot be sent, the cancel fails, and the client asks again. A job whose
+// files have all ended is left as it is.
 func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error {
 	if len(j.finals) >= len(j.refs) {
 		return nil
-	}
-	if j.fts.Cancelled.IsZero() {
-		j.fts.Cancelled = time.Now().UTC()
-		b, err := json.Marshal(j.fts)
-		if err != nil {
-			return err
-		}
-		if _, err := s.kv.Put(ctx, j.rec.Job.ID+ftsSuffix, b); err != nil {
-			return fmt.Errorf("note the cancel of job %s: %w", j.rec.Job.ID, err)
-		}
 	}
 	var pending []uuid.UUID
 	for _, ref := range j.refs {
@@ -437,8 +523,57 @@ func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error
 			pending = append(pending, ref.DTR)
 		}
 	}
+	if err := s.cancelDTRs(ctx, j.rec.Job.ID, pending, "cancelled by its owner over the FTS3 API"); err != nil {
+		return err
+	}
 	s.log.Info("FTS3 job cancelled by its owner", "job", j.rec.Job.ID, "caller", c.String(), "dtrs", len(pending))
-	return s.cancelDTRs(ctx, j.rec.Job.ID, pending, "cancelled by its owner over the FTS3 API")
+	rec, err := s.updateFTS(ctx, j.rec.Job.ID, func(r *ftsRecord) bool {
+		if !r.Cancelled.IsZero() {
+			return false
+		}
+		r.Cancelled = time.Now().UTC()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("note the cancel of job %s: %w", j.rec.Job.ID, err)
+	}
+	j.fts = rec
+	return nil
+}
+
+// ftsUpdateTries bounds how often a change of a job's FTS3 record is tried
+// again when another request changed the record meanwhile.
+const ftsUpdateTries = 10
+
+// updateFTS changes a job's FTS3 record with change (which says whether it
+// changed anything), by compare-and-set on the record's revision: when
+// another request (a cancel, a priority) wrote it meanwhile, the record is
+// read again and changed again, so that neither change is lost.
+func (s *Service) updateFTS(ctx context.Context, jobID string, change func(*ftsRecord) bool) (ftsRecord, error) {
+	key := jobID + ftsSuffix
+	for range ftsUpdateTries {
+		var rec ftsRecord
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			return rec, err
+		}
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return rec, fmt.Errorf("read %s: %w", key, err)
+		}
+		if !change(&rec) {
+			return rec, nil
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return rec, err
+		}
+		if _, err = s.kv.Update(ctx, key, b, e.Revision()); err == nil {
+			return rec, nil
+		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return rec, fmt.Errorf("store %s: %w", key, err)
+		}
+	}
+	return ftsRecord{}, fmt.Errorf("store %s: changed by other requests %d times in a row", key, ftsUpdateTries)
 }
 
 // modify changes the priority of a job's unfinished files, as Rucio does
@@ -474,7 +609,7 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := list[0]
-	j, err := a.load(r.Context(), c, id)
+	j, err := a.load(r.Context(), c, id, newFTSReads())
 	switch {
 	case errors.Is(err, errNotYours):
 		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
@@ -484,32 +619,91 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
 		return
 	}
+	// Each unfinished DTR in turn: a change that stops part way has been
+	// made to the DTRs before, and is answered with the error; asked again
+	// (it is the same change), it is made to the rest.
 	for _, ref := range j.refs {
 		if _, final := j.finals[ref.DTR]; final {
 			continue
 		}
-		b, _ := json.Marshal(api.PriorityRequest{DTR: ref.DTR, Priority: sluicePriority})
-		m := nats.NewMsg(api.SubjectPriority)
-		m.Data = b
-		m.Header.Set("Authorization", r.Header.Get("Authorization"))
-		reply, err := a.s.nc.RequestMsgWithContext(r.Context(), m)
-		if err != nil {
-			ftsError(w, http.StatusServiceUnavailable, "the scheduler did not answer ("+err.Error()+"); try again")
-			return
-		}
-		// 404: the DTR has finished meanwhile, which leaves nothing to change.
-		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" && code != "404" {
-			ftsError(w, http.StatusForbidden, "priority refused: "+reply.Header.Get(micro.ErrorHeader))
+		if code, msg := a.s.setPriority(r.Context(), id, ref.DTR, sluicePriority, r.Header.Get("Authorization")); code != http.StatusOK {
+			if code == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", ftsRetryAfter)
+			}
+			ftsError(w, code, msg)
 			return
 		}
 	}
-	j.fts.Priority = *req.Params.Priority
-	if b, err := json.Marshal(j.fts); err == nil {
-		if _, err := a.s.kv.Put(r.Context(), id+ftsSuffix, b); err != nil {
-			a.s.log.Error("FTS3 API: note a job's priority", "job", id, "err", err)
-		}
+	rec, err := a.s.updateFTS(r.Context(), id, func(rec *ftsRecord) bool {
+		rec.Priority = *req.Params.Priority
+		return true
+	})
+	if err != nil {
+		a.s.log.Error("FTS3 API: note a job's priority", "job", id, "err", err)
+		ftsError(w, http.StatusServiceUnavailable, "the priority was changed, but could not be noted now; try again")
+		return
 	}
+	j.fts = rec
 	writeJSON(w, http.StatusOK, j.view())
+}
+
+// ftsSchedulerCodes maps the scheduler's error codes for a priority change
+// onto the FTS3 API's answers; any other is 502. 404 is not here: it is
+// either a DTR that has ended (nothing to change) or one the scheduler has
+// not taken yet (setPriority).
+var ftsSchedulerCodes = map[string]int{
+	"400": http.StatusBadRequest,
+	"401": http.StatusForbidden,
+	"403": http.StatusForbidden,
+	"503": http.StatusServiceUnavailable, // standing by, or its store full
+}
+
+// ftsPriorityTries and ftsPriorityPause bound how long a priority change
+// waits for the scheduler to take a DTR it does not know yet.
+const (
+	ftsPriorityTries = 10
+	ftsPriorityPause = 200 * time.Millisecond
+)
+
+// setPriority asks the scheduler, with the caller's own token (authz), to
+// change one DTR's priority; it returns the FTS3 API's code and message.
+// The scheduler answers 404 for a DTR that has ended, which leaves nothing
+// to change, and for one it has not taken from the stream yet, which is
+// asked again for a while and then answered 503, so that the client asks
+// again: never taken as done.
+func (s *Service) setPriority(ctx context.Context, jobID string, id uuid.UUID, priority int, authz string) (int, string) {
+	b, _ := json.Marshal(api.PriorityRequest{DTR: id, Priority: priority})
+	for try := 1; ; try++ {
+		m := nats.NewMsg(api.SubjectPriority + ".generator")
+		m.Data = b
+		m.Header.Set("Authorization", authz)
+		reply, err := s.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return http.StatusServiceUnavailable, "the scheduler did not answer (" + err.Error() + "); try again"
+		}
+		code := reply.Header.Get(micro.ErrorCodeHeader)
+		switch {
+		case code == "":
+			return http.StatusOK, ""
+		case code != "404":
+			c, ok := ftsSchedulerCodes[code]
+			if !ok {
+				c = http.StatusBadGateway
+			}
+			return c, "priority refused by the scheduler: " + reply.Header.Get(micro.ErrorHeader)
+		}
+		if finals, err := s.finals(ctx, jobID); err == nil && finals[id] != nil {
+			return http.StatusOK, "" // it has ended
+		}
+		if try == ftsPriorityTries {
+			return http.StatusServiceUnavailable, fmt.Sprintf("DTR %s is not yet taken by the scheduler; try again", id)
+		}
+		select {
+		case <-ctx.Done():
+			return http.StatusServiceUnavailable, "the scheduler has not taken the job's DTRs yet; try again"
+		case <-time.After(ftsPriorityPause):
+		}
+	}
 }
 
 // ftsVersion is what GET / answers: the versions FTS3's Python client

@@ -1,7 +1,9 @@
 package generator
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"slices"
@@ -223,5 +225,57 @@ func TestAnFTS3FieldRefusedIsQuotedWithoutAPassword(t *testing.T) {
 		auth.Caller{Via: auth.ViaToken}, time.Now())
 	if err == nil || !strings.Contains(err.Error(), "files[0].sources") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a sources field that is a string with a password: %v", err)
+	}
+}
+
+func TestTheFTS3PythonClientsDefaultSubmissionIsTakenAtDefaultPriorityWithoutWarnings(t *testing.T) {
+	body, err := os.ReadFile("../../e2e/testdata/fts/fts3-client-default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = []byte(strings.ReplaceAll(string(body), "@STORAGE@", "https://s.example.org"))
+	sub, err := parseFTSSubmission(body, auth.Caller{Via: auth.ViaToken}, time.Now())
+	if err != nil {
+		t.Fatalf("the client's default submission: %v", err)
+	}
+	if sub.rec.Priority != ftsDefaultPriority || sub.job.Priority != 50 {
+		t.Errorf("priority null is FTS3 %d, Sluice %d; want 3 and 50", sub.rec.Priority, sub.job.Priority)
+	}
+	if len(sub.warnings) > 0 {
+		t.Errorf("params that are null, false or their defaults were warned about: %q", sub.warnings)
+	}
+	// Null means "not given" for every parameter and field Sluice reads.
+	for _, tt := range []struct{ name, body string }{
+		{"every known param null", `{"files": [{"sources": ["https://s.example.org/a"], "destinations": ["https://d.example.org/a"]}],
+			"params": {"priority": null, "overwrite": null, "verify_checksum": null, "retry": null, "scitag": null, "job_metadata": null, "multihop": null}}`},
+		{"file fields null", `{"files": [{"sources": ["https://s.example.org/a"], "destinations": ["https://d.example.org/a"],
+			"checksum": null, "filesize": null, "activity": null, "metadata": null, "scitag": null, "selection_strategy": null}], "delete": null, "staging": null}`},
+	} {
+		sub, err := parseFTSSubmission([]byte(tt.body), auth.Caller{Via: auth.ViaToken}, time.Now())
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if sub.rec.Priority != 3 || sub.rec.VerifyChecksum != "both" || len(sub.warnings) > 0 {
+			t.Errorf("%s: priority %d, verify %q, warnings %q", tt.name, sub.rec.Priority, sub.rec.VerifyChecksum, sub.warnings)
+		}
+	}
+	// A deletion job is not something Sluice does: refused, not ignored.
+	if _, err := parseFTSSubmission([]byte(`{"files": [], "delete": ["https://s.example.org/a"]}`), auth.Caller{Via: auth.ViaToken}, time.Now()); err == nil || !strings.Contains(err.Error(), "delete") {
+		t.Errorf("a deletion job: %v", err)
+	}
+}
+
+// BenchmarkFTS3SubmissionOf430000TinyFilesRefused is what a 1.3 MB body of
+// 430,000 empty files costs before it is refused at the 2,001st: its
+// allocations per operation bound the memory one such request takes.
+func BenchmarkFTS3SubmissionOf430000TinyFilesRefused(b *testing.B) {
+	body := []byte(`{"files": [` + strings.Repeat(`{},`, 429999) + `{}]}`)
+	c := auth.Caller{Via: auth.ViaToken}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := readFTSSubmission(bytes.NewReader(body), 2000, c, time.Now()); !errors.Is(err, errTooManyFiles) {
+			b.Fatal(err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -76,25 +77,64 @@ type ftsSubmission struct {
 	scitag   int
 	warnings []string
 	errs     []error
+	// moreWarnings and moreErrs count those past maxFTSProblems.
+	moreWarnings, moreErrs int
 }
 
+// maxFTSProblems bounds the warnings, and the errors, a submission is
+// answered with: past it they are counted, not kept, so that a body of
+// many bad files cannot make an answer (or the memory) grow with it.
+const maxFTSProblems = 20
+
 func (s *ftsSubmission) warn(format string, args ...any) {
+	if len(s.warnings) >= maxFTSProblems {
+		s.moreWarnings++
+		return
+	}
 	s.warnings = append(s.warnings, fmt.Sprintf(format, args...))
 }
 
 func (s *ftsSubmission) fail(format string, args ...any) {
-	s.errs = append(s.errs, fmt.Errorf(format, args...))
+	s.failed(fmt.Errorf(format, args...))
+}
+
+func (s *ftsSubmission) failed(err error) {
+	if len(s.errs) >= maxFTSProblems {
+		s.moreErrs++
+		return
+	}
+	s.errs = append(s.errs, err)
+}
+
+// ftsParamDefaults are, beyond null, false, 0 and "", the values of a
+// parameter that ask for nothing: what FTS3's Python client sends when its
+// caller does not choose (new_job sends every parameter it knows).
+var ftsParamDefaults = map[string][]string{
+	"bring_online":      {"-1"},
+	"copy_pin_lifetime": {"-1"},
+	"retry":             {"-1"},
+	"id_generator":      {`"standard"`},
+	"nostreams":         {"1"},
+}
+
+// asksNothing says whether raw, the value of parameter name, asks for
+// nothing, so that giving it is no reason for a warning.
+func asksNothing(name string, raw json.RawMessage) bool {
+	v := strings.TrimSpace(string(raw))
+	switch v {
+	case "null", "false", "0", `""`:
+		return true
+	}
+	return slices.Contains(ftsParamDefaults[name], v)
 }
 
 // ignoredParam warns that a parameter Sluice does not use was given, unless
-// its value is null, false, 0 or -1 (which ask for nothing).
+// its value asks for nothing.
 func ignoredParam(why string) func(*ftsSubmission, string, json.RawMessage) {
 	return func(s *ftsSubmission, name string, raw json.RawMessage) {
-		switch strings.TrimSpace(string(raw)) {
-		case "null", "false", "0", "-1", `""`, `"standard"`:
-			return
+		if !asksNothing(name, raw) {
+			s.warn("params.%s: ignored: %s", name, why)
 		}
-		s.warn("params.%s: ignored: %s", name, why)
 	}
 }
 
@@ -251,6 +291,13 @@ func decodeScitag(s *ftsSubmission, field string, raw json.RawMessage, tag *int)
 	*tag = *t
 }
 
+// ftsJobKinds names the kinds of FTS3 job, other than transfers, that a
+// submission's top-level field asks for.
+var ftsJobKinds = map[string]string{"delete": "deletion", "staging": "staging"}
+
+// isNull says whether raw is JSON's null.
+func isNull(raw json.RawMessage) bool { return strings.TrimSpace(string(raw)) == "null" }
+
 // compactJSON returns raw without insignificant space, nil for null.
 func compactJSON(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
@@ -275,13 +322,79 @@ func ftsChecksum(field, c string) (string, error) {
 	return sum, nil
 }
 
-// parseFTSSubmission reads an FTS3 job submission of caller into a Sluice
-// job and what is kept of it, or every problem it has, joined, each naming
-// its field.
+// errTooManyFiles refuses a submission of more files than a job may have.
+var errTooManyFiles = errors.New("too many files")
+
+// parseFTSSubmission reads an FTS3 job submission of caller, of any number
+// of files, into a Sluice job (readFTSSubmission).
 func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSubmission, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+	return readFTSSubmission(bytes.NewReader(body), 0, caller, now)
+}
+
+// decodeFTSBody decodes a submission's top-level object from r, its files
+// one at a time: past maxFiles (0: no limit) it stops before decoding one
+// more, so that a body of very many small files costs no more than one of
+// maxFiles.
+func decodeFTSBody(r io.Reader, maxFiles int) (top map[string]json.RawMessage, files []map[string]json.RawMessage, err error) {
+	dec := json.NewDecoder(r)
+	notObject := func(err error) error { return fmt.Errorf("the body is not a JSON object: %w", err) }
+	if t, err := dec.Token(); err != nil {
+		return nil, nil, notObject(err)
+	} else if t != json.Delim('{') {
+		return nil, nil, notObject(fmt.Errorf("it starts with %v", t))
+	}
+	top = map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, notObject(err)
+		}
+		key, _ := t.(string)
+		if key != "files" {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, nil, notObject(err)
+			}
+			top[key] = raw
+			continue
+		}
+		top[key], files = json.RawMessage("[]"), nil
+		if t, err = dec.Token(); err != nil {
+			return nil, nil, notObject(err)
+		} else if t != json.Delim('[') {
+			return nil, nil, fmt.Errorf("files: not an array of objects")
+		}
+		for dec.More() {
+			if maxFiles > 0 && len(files) == maxFiles {
+				return nil, nil, fmt.Errorf("files: %w: more than %d, the most a job may have (SLUICE_GENERATOR_MAX_FILES)", errTooManyFiles, maxFiles)
+			}
+			var f map[string]json.RawMessage
+			if err := dec.Decode(&f); err != nil {
+				return nil, nil, fmt.Errorf("files[%d]: not an object: %w", len(files), err)
+			}
+			files = append(files, f)
+		}
+		if _, err := dec.Token(); err != nil { // ]
+			return nil, nil, notObject(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, nil, notObject(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, notObject(errors.New("more follows the object"))
+	}
+	return top, files, nil
+}
+
+// readFTSSubmission reads an FTS3 job submission of caller into a Sluice
+// job and what is kept of it, or its problems (the first maxFTSProblems,
+// joined, each naming its field, and how many more), refusing one of more
+// than maxFiles files (0: no limit) before it is read whole.
+func readFTSSubmission(r io.Reader, maxFiles int, caller auth.Caller, now time.Time) (*ftsSubmission, error) {
+	top, files, err := decodeFTSBody(r, maxFiles)
+	if err != nil {
+		return nil, err
 	}
 	s := &ftsSubmission{caller: caller, job: &job.Job{}, verify: true,
 		rec: ftsRecord{Submitted: now, Priority: ftsDefaultPriority, VerifyChecksum: "both"}}
@@ -292,22 +405,30 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(params)) {
+		// null is "not given", as FTS3's Python client sends every
+		// parameter its caller left out (priority too).
+		if isNull(params[name]) {
+			continue
+		}
 		if read, ok := ftsParams[name]; ok {
 			read(s, name, params[name])
-		} else {
+		} else if !asksNothing(name, params[name]) {
 			s.warn("params.%s: ignored: Sluice does not use it", name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(top)) {
-		if name != "files" && name != "params" {
+		switch {
+		case name == "files" || name == "params" || isNull(top[name]) || strings.TrimSpace(string(top[name])) == "[]":
+		case name == "delete" || name == "staging":
+			// Not ignored: a client would believe its files deleted or
+			// staged.
+			return nil, fmt.Errorf("%s: Sluice transfers files; it does not run FTS3's %s jobs", name, ftsJobKinds[name])
+		default:
 			s.warn("%s: ignored: Sluice does not use it", name)
 		}
 	}
-	var files []map[string]json.RawMessage
-	if raw, ok := top["files"]; !ok {
+	if _, ok := top["files"]; !ok {
 		return nil, errors.New("files: missing: a job lists its files")
-	} else if err := json.Unmarshal(raw, &files); err != nil {
-		return nil, fmt.Errorf("files: not an array of objects: %w", err)
 	}
 	if len(files) == 0 {
 		return nil, errors.New("files: empty: a job lists at least one file")
@@ -318,6 +439,9 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		var f ftsFile
 		jf := job.File{Overwrite: s.rec.Overwrite, SciTag: s.scitag}
 		for _, name := range slices.Sorted(maps.Keys(fields)) {
+			if isNull(fields[name]) {
+				continue // not given
+			}
 			if read, ok := ftsFileFields[name]; ok {
 				read(s, at+"."+name, fields[name], &f, &jf)
 			} else {
@@ -334,7 +458,7 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		}
 		sum, err := ftsChecksum(at+".checksum", f.Checksum)
 		if err != nil {
-			s.errs = append(s.errs, err)
+			s.failed(err)
 		}
 		jf.Source, jf.Replicas, jf.Destination, jf.Activity = f.Sources[0], slices.Clone(f.Sources[1:]), f.Destination, f.Activity
 		if s.verify {
@@ -346,7 +470,13 @@ func parseFTSSubmission(body []byte, caller auth.Caller, now time.Time) (*ftsSub
 		s.job.Outputs = append(s.job.Outputs, jf)
 		s.rec.Files = append(s.rec.Files, f)
 	}
+	if s.moreWarnings > 0 {
+		s.warnings = append(s.warnings, fmt.Sprintf("and %d more warnings", s.moreWarnings))
+	}
 	if len(s.errs) > 0 {
+		if s.moreErrs > 0 {
+			s.errs = append(s.errs, fmt.Errorf("and %d more problems", s.moreErrs))
+		}
 		return nil, errors.Join(s.errs...)
 	}
 	return s, nil

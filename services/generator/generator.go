@@ -48,6 +48,8 @@ import (
 // Config is the generator's configuration, read from SLUICE_GENERATOR_*.
 type Config struct {
 	MaxFiles int `envconfig:"MAX_FILES" default:"2000" desc:"most files one job may have (10000 needs a NATS max_payload of 8MB)"`
+	// FTSMaxRequests bounds the requests the FTS3 API serves at once.
+	FTSMaxRequests int `envconfig:"FTS_MAX_REQUESTS" default:"16" desc:"most requests the FTS3 REST API serves at once; one more is answered 503 with Retry-After"`
 	// Retention is how long an ended job's records are kept (the shared
 	// SLUICE_RETENTION); 0 keeps them for ever.
 	Retention time.Duration `ignored:"true"`
@@ -148,6 +150,10 @@ type Service struct {
 	members map[string]map[uuid.UUID]struct{}
 	// owners holds what each owner's running jobs hold, by DN (owners.go).
 	owners map[string]ownerUse
+	// inflight holds what the submissions in progress have reserved of
+	// each owner's limits (owners.go): a count from the records, which
+	// cannot see them yet, keeps them.
+	inflight map[string]ownerUse
 	// started is closed once Run has the job records' bucket: the FTS3
 	// API waits for it.
 	started   chan struct{}
@@ -251,6 +257,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles, _ = strconv.Atoi(tagDefault("MaxFiles"))
 	}
+	if cfg.FTSMaxRequests <= 0 {
+		cfg.FTSMaxRequests, _ = strconv.Atoi(tagDefault("FTSMaxRequests"))
+	}
 	meter := cfg.Meter
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/generator")
@@ -266,7 +275,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
 		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{},
-		owners: map[string]ownerUse{}, started: make(chan struct{})}, nil
+		owners: map[string]ownerUse{}, inflight: map[string]ownerUse{}, started: make(chan struct{})}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -280,6 +289,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.kv = kv
+	// Each owner's jobs are counted before any submission is taken.
+	if err := s.countOwners(ctx); err != nil {
+		return fmt.Errorf("generator: count each owner's running jobs: %w", err)
+	}
 	s.startOnce.Do(func() { close(s.started) })
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: version.SemVer(),
 		Description: "Sluice generator: jobs in, DTRs out"})
@@ -299,7 +312,13 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	go s.countOwnersEvery(ctx, time.Minute)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
+			s.countOwnersEvery(ctx, time.Minute)
+		}
+	}()
 	cons, err := s.js.Consumer(ctx, bus.StreamEvents, bus.ConsumerGen)
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -378,9 +397,14 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		}
 		footprint += dtr.Footprint(d)
 	}
-	if err := s.admitJob(c, j, n, footprint); err != nil {
+	settle, err := s.admitJob(c, j, n, footprint)
+	if err != nil {
 		return api.SubmitReply{}, err
 	}
+	// The reservation is the job's count from here on if its record is
+	// created and stays; otherwise it is given back.
+	jobCounted := false
+	defer func() { settle(jobCounted) }()
 	refs := make([]api.FileRef, len(ds))
 	reply := api.SubmitReply{JobID: j.ID}
 	for i, d := range ds {
@@ -411,11 +435,35 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	}
 	// Stored in this order: the file list, the job's record, its DTRs.
 	// Refused for want of space before the DTRs, what this call created is
-	// removed again: nothing of the job is left.
+	// removed again: nothing of the job is left. A job submitted over the
+	// FTS3 API (sidecar) is taken whole or not at all, whatever the
+	// failure: its client cannot submit the same job id again to complete
+	// it, and would submit anew, so what was created is removed and the
+	// DTRs sent cancelled (failed).
+	whole := sidecar != nil
 	var created []string
+	var sent []uuid.UUID // DTRs whose messages may have been stored
+	failed := func(err error) error {
+		switch {
+		case errors.Is(err, errOtherFiles):
+			return err
+		case bus.StoreFull(err) && len(sent) == 0:
+			jobCounted = false // its record is removed
+			return s.refuseFull(ctx, j.ID, created, err)
+		case !whole:
+			return &unavailableError{err: err}
+		}
+		s.rollBack(ctx, j, created, sent)
+		jobCounted = false
+		if bus.StoreFull(err) {
+			s.space.Refused(err)
+			return &fullError{err: err, text: fmt.Sprintf("store full: JetStream has no space for new work (%s); nothing of the job was kept; try again later", bus.FullReason(err))}
+		}
+		return &unavailableError{err: fmt.Errorf("%w; nothing of the job was kept", err)}
+	}
 	if sidecar != nil {
 		if _, err := s.kv.Create(ctx, j.ID+ftsSuffix, sidecar); err != nil {
-			return reply, s.refuseFull(ctx, j.ID, created, fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
+			return reply, failed(fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
 		}
 		created = append(created, j.ID+ftsSuffix)
 	}
@@ -424,7 +472,7 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)
 	}
 	if isNew, err := s.create(ctx, j.ID+".files", files, sameFiles); err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	} else if isNew {
 		created = append(created, j.ID+".files")
 	} else {
@@ -439,17 +487,17 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	}
 	sameOwner := func(stored []byte) bool {
 		var r Record
 		return json.Unmarshal(stored, &r) == nil && r.Job.Owner.DN == j.Owner.DN
 	}
 	if isNew, err := s.create(ctx, j.ID, b, sameOwner); err != nil {
-		return reply, s.refuseFull(ctx, j.ID, created, err)
+		return reply, failed(err)
 	} else if isNew {
 		created = append(created, j.ID)
-		s.counted(j.Owner.DN, len(ds), footprint, +1)
+		jobCounted = true
 	}
 	out := bus.NewBatch(ctx, s.js)
 	var full error // the first refusal for want of space
@@ -472,12 +520,16 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	for _, m := range msgs {
 		out.Add(m)
 	}
+	sent = reply.DTRs
 	if err := out.Wait(ctx); err != nil {
-		return reply, fmt.Errorf("submit DTRs of job %s: %w", j.ID, err)
+		return reply, failed(fmt.Errorf("submit DTRs of job %s: %w", j.ID, err))
 	}
 	switch {
 	case refused == len(msgs):
-		return reply, s.refuseFull(ctx, j.ID, created, full)
+		sent = nil // none was stored
+		return reply, failed(full)
+	case refused > 0 && whole:
+		return reply, failed(full)
 	case refused > 0:
 		s.space.Refused(full)
 		return reply, partlyFull(j.ID, len(msgs)-refused, len(msgs), full)
@@ -487,6 +539,38 @@ func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar
 	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// errOtherFiles refuses a job submitted again with other files.
+var errOtherFiles = errors.New("exists already with other files")
+
+// unavailableError is a job that could not be stored or sent for want of
+// NATS or JetStream (a timeout, a refusal, the connection lost), not for
+// anything in it: it is answered 503, try again. Its text is the error's.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// rollBackWait bounds how long undoing a failed submission may take, on
+// its own clock: the submission's may be what ran out.
+const rollBackWait = 15 * time.Second
+
+// rollBack undoes a submission taken whole that failed after it created
+// records: the DTRs whose messages may have been stored (sent) are
+// cancelled (the scheduler takes a cancel after the DTR it follows on the
+// same stream) and the records created are removed.
+func (s *Service) rollBack(ctx context.Context, j *job.Job, created []string, sent []uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollBackWait)
+	defer cancel()
+	if len(sent) > 0 {
+		if err := s.cancelDTRs(ctx, j.ID, sent, "its submission failed, and the job was not taken"); err != nil {
+			s.log.Error("a job refused after its DTRs were sent, but they could not be cancelled: they may run", "job", j.ID, "err", err)
+		}
+	}
+	if err := s.remove(ctx, created); err != nil {
+		s.log.Error("a job refused, but its records could not be removed", "job", j.ID, "err", err)
+	}
 }
 
 // subjectTokenKey is the context key of the token a job was submitted
@@ -594,7 +678,7 @@ func (s *Service) create(ctx context.Context, key string, b []byte, same func(st
 			return false, fmt.Errorf("store %s: %w", key, err)
 		}
 		if !same(e.Value()) {
-			return false, fmt.Errorf("job %s exists already with other files", strings.SplitN(key, ".", 2)[0])
+			return false, fmt.Errorf("job %s %w", strings.SplitN(key, ".", 2)[0], errOtherFiles)
 		}
 		return false, nil
 	}
@@ -626,6 +710,11 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 	}
 	if errors.Is(err, auth.ErrForbidden) {
 		_ = r.Error("403", "job refused: "+oneLine(err), nil)
+		return
+	}
+	var unavailable *unavailableError
+	if errors.As(err, &unavailable) {
+		_ = r.Error("503", "job not taken now: "+oneLine(err)+"; try again", nil)
 		return
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,24 +51,55 @@ type ownerUse struct {
 }
 
 // admitJob refuses a job of files DTRs whose records take bytes that would
-// take its owner past a limit.
-func (s *Service) admitJob(c auth.Caller, j *job.Job, files int, bytes int64) error {
-	if c.Trusted {
-		return nil // the operator or a front end answers for its users
-	}
+// take its owner past a limit, or reserves them for it: checked and
+// counted under one lock, so that submissions at the same time cannot all
+// pass a check that only one of them may. settle ends the reservation:
+// kept, it is the job's count; not (a job not taken, or taken before and
+// counted then), it is given back.
+func (s *Service) admitJob(c auth.Caller, j *job.Job, files int, bytes int64) (settle func(kept bool), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := s.owners[j.Owner.DN]
-	if max := s.cfg.OwnerMaxJobs; max > 0 && u.jobs+1 > max {
-		return fmt.Errorf("%w: %s has %d running jobs, the most SLUICE_GENERATOR_OWNER_MAX_JOBS allows", ErrOwnerLimit, c, u.jobs)
+	owner := j.Owner.DN
+	u := s.owners[owner]
+	if !c.Trusted { // the operator or a front end answers for its users
+		if max := s.cfg.OwnerMaxJobs; max > 0 && u.jobs+1 > max {
+			return nil, fmt.Errorf("%w: %s has %d running jobs, the most SLUICE_GENERATOR_OWNER_MAX_JOBS allows", ErrOwnerLimit, c, u.jobs)
+		}
+		if max := s.cfg.OwnerMaxDTRs; max > 0 && u.files+files > max {
+			return nil, fmt.Errorf("%w: %s has %d files in running jobs; %d more would pass SLUICE_OWNER_MAX_DTRS (%d)", ErrOwnerLimit, c, u.files, files, max)
+		}
+		if max := s.cfg.OwnerMaxBytes; max > 0 && u.bytes+bytes > max {
+			return nil, fmt.Errorf("%w: the DTRs of %s's running jobs take %d bytes; this job's %d more would pass SLUICE_OWNER_MAX_BYTES (%d)", ErrOwnerLimit, c, u.bytes, bytes, max)
+		}
 	}
-	if max := s.cfg.OwnerMaxDTRs; max > 0 && u.files+files > max {
-		return fmt.Errorf("%w: %s has %d files in running jobs; %d more would pass SLUICE_OWNER_MAX_DTRS (%d)", ErrOwnerLimit, c, u.files, files, max)
+	use := ownerUse{jobs: 1, files: files, bytes: bytes}
+	s.owners[owner] = u.plus(use, 1)
+	s.inflight[owner] = s.inflight[owner].plus(use, 1)
+	var once sync.Once
+	return func(kept bool) {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			put(s.inflight, owner, s.inflight[owner].plus(use, -1))
+			if !kept {
+				put(s.owners, owner, s.owners[owner].plus(use, -1))
+			}
+		})
+	}, nil
+}
+
+// plus returns u with v added sign times.
+func (u ownerUse) plus(v ownerUse, sign int) ownerUse {
+	return ownerUse{jobs: u.jobs + sign*v.jobs, files: u.files + sign*v.files, bytes: u.bytes + int64(sign)*v.bytes}
+}
+
+// put stores an owner's use, or forgets the owner once it holds nothing.
+func put(m map[string]ownerUse, owner string, u ownerUse) {
+	if u.jobs <= 0 {
+		delete(m, owner)
+		return
 	}
-	if max := s.cfg.OwnerMaxBytes; max > 0 && u.bytes+bytes > max {
-		return fmt.Errorf("%w: the DTRs of %s's running jobs take %d bytes; this job's %d more would pass SLUICE_OWNER_MAX_BYTES (%d)", ErrOwnerLimit, c, u.bytes, bytes, max)
-	}
-	return nil
+	m[owner] = u
 }
 
 // counted adds (or, with sign -1, removes) a running job for its owner.
@@ -122,6 +154,12 @@ func (s *Service) countOwners(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
+	// The submissions in progress keep what they reserved: the records
+	// seen may not hold them yet. (One whose record was seen counts twice
+	// until the next count: too many, never too few.)
+	for owner, u := range s.inflight {
+		owners[owner] = owners[owner].plus(u, 1)
+	}
 	s.owners = owners
 	s.mu.Unlock()
 	return nil
