@@ -96,11 +96,21 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			return nil, err
 		}
 	}
-	if auth != "" || req.Header.Get("Authorization") != "" {
+	// A third-party copy's credential for the remote storage goes only to
+	// the storage it was meant for: a redirect elsewhere drops it (tpc.go).
+	var transfer string
+	if tc, ok := req.Context().Value(transferCredentialKey{}).(transferCredential); ok && Audience(req.URL) == tc.audience {
+		transfer = tc.value
+	}
+	if auth != "" || req.Header.Get("Authorization") != "" || transfer != "" || req.Header.Get(transferAuthorization) != "" {
 		req = req.Clone(req.Context())
 		req.Header.Del("Authorization")
+		req.Header.Del(transferAuthorization)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
+		}
+		if transfer != "" {
+			req.Header.Set(transferAuthorization, transfer)
 		}
 	}
 	return t.base.RoundTrip(req)
