@@ -106,11 +106,15 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		req = req.Clone(req.Context())
 		req.Header.Del("Authorization")
 		req.Header.Del(transferAuthorization)
+		delete(req.Header, transferAuthorization)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
 		if transfer != "" {
-			req.Header.Set(transferAuthorization, transfer)
+			// Spelled as the storages match it: net/http would send the
+			// canonical "Transferheaderauthorization", which XrdHttpTPC
+			// does not take for a transfer header.
+			req.Header[transferAuthorization] = []string{transfer}
 		}
 	}
 	return t.base.RoundTrip(req)

@@ -433,7 +433,10 @@ var thirdPartyRefusals = struct {
 }{
 	statuses: map[int]bool{http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true},
 	phrases: []string{"not supported", "unsupported", "not implemented", "no third-party copy",
-		"third-party copy is disabled", "tpc is disabled"},
+		"third-party copy is disabled", "tpc is disabled",
+		// XrdHttp without its third-party-copy handler answers COPY with
+		// "400 Unknown" and this body.
+		"request unknown", "unknown method"},
 }
 
 // refusesThirdParty reports whether a COPY answered with status (0: a
