@@ -199,6 +199,10 @@ type Result struct {
 	Size     int64        `json:"size,omitempty"`
 	Bytes    int64        `json:"bytes,omitempty"`
 	Checksum string       `json:"checksum,omitempty"`
+	// TransferMethod and ChecksumUnverified are a transfer's, as on
+	// dtr.DTR.
+	TransferMethod     string `json:"transfer_method,omitempty"`
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 	// TURL is where a staging grant put the source's copy.
 	TURL string `json:"turl,omitempty"`
 	// Cache and CacheFile are what a cache check found (dtr.CacheHit,

@@ -210,7 +210,24 @@ type DTR struct {
 	// was not Options.Checksum. One such mismatch is retried with a fresh
 	// copy; a second fails the DTR (PERMANENT_REMOTE), naming both values.
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	// TransferMethod says how the last transfer moved the bytes:
+	// TransferPull or TransferPush (a third-party copy, storage to
+	// storage), or TransferStreamed through a deliverer, followed by
+	// ": <why>" when a third-party copy was wanted and not made.
+	TransferMethod string `json:"transfer_method,omitempty"`
+	// ChecksumUnverified says why the last transfer's checksum was
+	// compared with nothing, when it was not: a third-party copy whose
+	// bytes never passed through Sluice, with no checksum from the job
+	// or the source to compare the destination's with.
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 }
+
+// How a transfer moved the bytes, for DTR.TransferMethod.
+const (
+	TransferPull     = "third-party pull"
+	TransferPush     = "third-party push"
+	TransferStreamed = "streamed"
+)
 
 // How the cache serves a DTR.
 const (
@@ -411,7 +428,8 @@ const recordOverhead = 512
 // Footprint is about how many bytes d's record takes, in memory and in the
 // store: what the per-owner limit SLUICE_OWNER_MAX_BYTES counts.
 func Footprint(d *DTR) int64 {
-	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum) + len(d.Options.Activity)
+	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum) + len(d.Options.Activity) +
+		len(d.TransferMethod) + len(d.ChecksumUnverified)
 	for _, r := range d.Replicas {
 		n += len(r)
 	}

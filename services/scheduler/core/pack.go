@@ -100,6 +100,8 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, d.ChecksumMismatch)
 	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
 	b = appendString(b, string(d.Options.TPC))
+	b = appendString(b, d.TransferMethod)
+	b = appendString(b, d.ChecksumUnverified)
 	c.scratch = b
 	return string(b)
 }
@@ -166,6 +168,8 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.ChecksumMismatch = r.str()
 	d.Options.Activity = c.names[r.uvarint()]
 	d.Options.TPC = dtr.TPCMode(r.str())
+	d.TransferMethod = r.str()
+	d.ChecksumUnverified = r.str()
 	return d
 }
 
