@@ -1,0 +1,104 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
+	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
+)
+
+func TestADeliveryBetweenRealXrootdServersPullsOrPushesOrStreamsAsTheyAllow(t *testing.T) {
+	ca := xrootdtest.NewCA(t)
+	copying := xrootdtest.Options{TPC: true, CA: ca, Checksum: "adler32"}
+	plain := xrootdtest.Options{HTTP: true, CA: ca, Checksum: "adler32"}
+	withTPC, withTPC2 := xrootdtest.Start(t, copying), xrootdtest.Start(t, copying)
+	without, without2 := xrootdtest.Start(t, plain), xrootdtest.Start(t, plain)
+	data := bytes.Repeat([]byte("grid bytes "), 300000)
+	for _, s := range []*xrootdtest.Server{withTPC, without} {
+		s.WriteFile(t, "/data/f", data)
+	}
+	tests := []struct {
+		name     string
+		src, dst *xrootdtest.Server
+		method   string
+	}{
+		{"both copy: the destination pulls", withTPC, withTPC2, dtr.TransferPull},
+		{"the destination does not copy: the source pushes", withTPC, without2, dtr.TransferPush},
+		{"neither copies: streamed, saying why", without, without2, "streamed: the destination refuses to pull"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct := &counter{base: ca.Client().Transport}
+			s := New(Config{Client: transfer.New(&http.Client{Transport: ct}).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
+			name := "/out" + string(rune('a'+i))
+			d := dtr.DTR{ID: uuid.New(), Source: tt.src.HTTPS + "/data/f", Destination: tt.dst.HTTPS + name,
+				Size: int64(len(data)), TransferGrant: uuid.NewString() + ".1"}
+			res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
+			if res.Error != nil {
+				t.Fatal(res.Error)
+			}
+			if !strings.HasPrefix(res.TransferMethod, tt.method) {
+				t.Errorf("transfer method %q, want %q", res.TransferMethod, tt.method)
+			}
+			if got, err := os.ReadFile(tt.dst.Path(name)); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the destination has %d bytes (%v), want %d", len(got), err, len(data))
+			}
+			if res.ChecksumUnverified != "" || !strings.HasPrefix(res.Checksum, "adler32:") {
+				t.Errorf("checksum %q, unverified %q", res.Checksum, res.ChecksumUnverified)
+			}
+			through := ct.n.Load()
+			if streamed := strings.HasPrefix(res.TransferMethod, dtr.TransferStreamed); streamed != (through >= int64(2*len(data))) || !streamed && through > 64<<10 {
+				t.Errorf("%d bytes passed through the deliverer for %q", through, res.TransferMethod)
+			}
+		})
+	}
+}
+
+func TestAStalledCopyOfTheRealXrootdFailsAsTooSlowAndXrootdStopsReadingTheSource(t *testing.T) {
+	ca := xrootdtest.NewCA(t)
+	dst := xrootdtest.Start(t, xrootdtest.Options{TPC: true, CA: ca, Checksum: "adler32"})
+	// A source that sends 256 KiB of a large file, then nothing.
+	ended := make(chan struct{}, 4)
+	src := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(1<<30))
+		if r.Method == http.MethodHead {
+			return
+		}
+		defer func() { ended <- struct{}{} }()
+		w.Write(make([]byte, 256<<10))
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	src.TLS = ca.TLSConfig(t)
+	src.StartTLS()
+	t.Cleanup(src.Close)
+	// xrootd sends a marker every 5 s: the window is longer than that.
+	s := New(Config{MaxInactivity: 8 * time.Second, Client: transfer.New(&http.Client{Transport: ca.Client().Transport}).WithGuard(loopback(t))},
+		nil, slog.New(slog.DiscardHandler))
+	d := dtr.DTR{ID: uuid.New(), Source: src.URL + "/f", Destination: dst.HTTPS + "/g", TransferGrant: uuid.NewString() + ".1"}
+	res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
+	if res.Error == nil || res.Error.Kind != dtr.ErrTransferSpeed || !strings.Contains(res.Error.Text, "no data moved for") {
+		t.Fatalf("error %+v; want too slow", res.Error)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("xrootd still reads the stalled source 30 s after the transfer failed")
+	}
+	if fi, err := os.Stat(dst.Path("/g")); err == nil {
+		t.Errorf("the partial file is left, %d bytes", fi.Size())
+	}
+}
