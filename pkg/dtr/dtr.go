@@ -295,7 +295,38 @@ func (d *DTR) Validate() error {
 		errs = append(errs, fmt.Errorf("direction %q is neither download nor upload", d.Direction))
 	}
 	errs = append(errs, d.Options.Check()...)
+	if d.Options.TPC == TPCOnly {
+		errs = append(errs, CheckTPCOnly(d.Source, d.Destination, d.Replicas, d.Options.Stage)...)
+	}
 	return errors.Join(errs...)
+}
+
+// CheckTPCOnly says why a file with tpc only could never be a third-party
+// copy: a URL of a scheme without one, or a source staged to a local copy
+// first.
+func CheckTPCOnly(source, destination string, replicas []string, stage bool) []error {
+	var errs []error
+	urls := append([]string{destination, source}, replicas...)
+	for i, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil {
+			continue // ValidateURL says why
+		}
+		if s, ok := SchemeOf(p.Scheme); ok && !s.ThirdPartyCopy {
+			what := "destination"
+			switch {
+			case i == 1:
+				what = "source"
+			case i > 1:
+				what = fmt.Sprintf("replica %d", i-1)
+			}
+			errs = append(errs, fmt.Errorf("tpc: only, but the %s is %s://, which has no third-party copy (only http, https, dav and davs)", what, p.Scheme))
+		}
+	}
+	if stage {
+		errs = append(errs, errors.New("tpc: only, but stage copies the source to local disk first: a staged file is streamed"))
+	}
+	return errs
 }
 
 // ValidateURL checks that u is an absolute URL of a scheme Sluice moves, in
