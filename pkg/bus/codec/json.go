@@ -83,7 +83,9 @@ type dtrWire struct {
 	Cache         string        `json:"cache,omitempty"`
 	CacheFile     string        `json:"cache_file,omitempty"`
 
-	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	ChecksumMismatch   string `json:"checksum_mismatch,omitempty"`
+	TransferMethod     string `json:"transfer_method,omitempty"`
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -100,5 +102,6 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Bytes: d.Bytes, Checksum: d.Checksum, Created: d.Created, Updated: d.Updated, Started: unlessZero(&d.Started),
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
-		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch}
+		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
+		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified}
 }
