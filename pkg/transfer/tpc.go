@@ -262,7 +262,7 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		var se *StatusError
 		errors.As(err, &se)
 		e := remoteError(ctx, op, active, withReason(err, reason), 0)
-		if refusesThirdParty(se.Code, reason) {
+		if refusesThirdParty(mode, se.Code, reason) {
 			e.Kind, e.Err = dtr.ErrPermanentRemote, fmt.Errorf("%w: the storage refuses COPY: %w", ErrNoThirdPartyCopy, e.Err)
 		}
 		// A 3xx or 4xx: the storage took nothing on; a 5xx may have
@@ -304,6 +304,12 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		return last, &copyFailure{err: cancelled(ctx, op, active), cleanup: true}
 	case err != nil:
 		var me *MarkerError
+		if errors.As(err, &me) && me.unfinished && me.Line <= 1 && (resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent) {
+			// No markers, at most a line ("Created"): a plain WebDAV
+			// server's COPY within itself, made before it answered. What
+			// it made is verified as any copy.
+			return 0, nil
+		}
 		if errors.As(err, &me) {
 			return last, &copyFailure{err: &Error{Kind: dtr.ErrTemporaryRemote, Op: op, URL: active, Err: err}, cleanup: true}
 		}
@@ -313,7 +319,7 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 	}
 	reason := redactSecrets(outcome.reason)
 	e := &Error{Kind: failureKind(reason), Op: op, URL: active, Err: fmt.Errorf("the storage reports the copy failed: %s", reason)}
-	if refusesThirdParty(0, reason) {
+	if refusesThirdParty(mode, 0, reason) {
 		e.Kind, e.Err = dtr.ErrPermanentRemote, fmt.Errorf("%w: %w", ErrNoThirdPartyCopy, e.Err)
 		return last, &copyFailure{err: e}
 	}
@@ -426,26 +432,34 @@ func (c *Client) removeAfterFailure(ctx context.Context, dst string, failure *Er
 // thirdPartyRefusals are the answers of a storage that does not do
 // third-party copy at all, as opposed to one that tried and failed: the
 // statuses of a COPY it does not know, and the phrases of a failure that
-// says so.
+// says so. A storage that does third-party copy answers a COPY it cannot
+// make with a failure line, or with 401, 403 or 404 before it starts.
 var thirdPartyRefusals = struct {
+	// statuses refuse in either mode: 405 and 501 from a server without
+	// COPY; 400 from XrdHttp without its third-party-copy handler ("400
+	// Unknown", "Request unknown") and from a plain WebDAV server, whose
+	// COPY wants a Destination header, to a pull.
 	statuses map[int]bool
-	phrases  []string
+	// pushStatuses refuse a push: a plain WebDAV server answers a COPY to
+	// another server with 502 (RFC 4918: the destination is on a server
+	// that refuses the resource).
+	pushStatuses map[int]bool
+	// phrases refuse in a 403 answer or a failure line.
+	phrases []string
 }{
-	statuses: map[int]bool{http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true},
+	statuses:     map[int]bool{http.StatusBadRequest: true, http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true},
+	pushStatuses: map[int]bool{http.StatusBadGateway: true},
 	phrases: []string{"not supported", "unsupported", "not implemented", "no third-party copy",
-		"third-party copy is disabled", "tpc is disabled",
-		// XrdHttp without its third-party-copy handler answers COPY with
-		// "400 Unknown" and this body.
-		"request unknown", "unknown method"},
+		"third-party copy is disabled", "tpc is disabled", "request unknown", "unknown method"},
 }
 
-// refusesThirdParty reports whether a COPY answered with status (0: a
-// failure line) and reason is a storage refusing third-party copy.
-func refusesThirdParty(status int, reason string) bool {
-	if thirdPartyRefusals.statuses[status] {
+// refusesThirdParty reports whether a COPY in mode answered with status
+// (0: a failure line) and reason is a storage refusing third-party copy.
+func refusesThirdParty(mode ThirdPartyMode, status int, reason string) bool {
+	if thirdPartyRefusals.statuses[status] || mode == ThirdPartyPush && thirdPartyRefusals.pushStatuses[status] {
 		return true
 	}
-	if status != 0 && status != http.StatusBadRequest && status != http.StatusForbidden {
+	if status != 0 && status != http.StatusForbidden {
 		return false
 	}
 	lower := strings.ToLower(reason)
@@ -511,6 +525,8 @@ func redactSecrets(s string) string {
 type MarkerError struct {
 	Line   int
 	Reason string
+	// unfinished: the stream ended cleanly without a final line.
+	unfinished bool
 }
 
 func (e *MarkerError) Error() string {
@@ -600,5 +616,5 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (markerOutcome, err
 		}
 		return markerOutcome{bytes: total}, err
 	}
-	return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line"}
+	return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line", unfinished: true}
 }

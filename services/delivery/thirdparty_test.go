@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/net/webdav"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
@@ -268,5 +269,40 @@ func TestNoTokenOfAThirdPartyCopyReachesTheLogOrTheResult(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "third-party copy") {
 		t.Errorf("the copy was not logged:\n%s", logged.String())
+	}
+}
+
+func TestAFileBetweenTwoPlainWebDAVServersIsStreamedSayingWhy(t *testing.T) {
+	dirs := [2]string{t.TempDir(), t.TempDir()}
+	var urls [2]string
+	for i, dir := range dirs {
+		srv := httptest.NewServer(&webdav.Handler{FileSystem: webdav.Dir(dir), LockSystem: webdav.NewMemLS()})
+		t.Cleanup(srv.Close)
+		urls[i] = strings.Replace(srv.URL, "http://", "dav://", 1)
+	}
+	data := randomFile(t, filepath.Join(dirs[0], "f"), 50000)
+	plain := httptest.NewServer(http.NotFoundHandler()) // no TLS here: any transport will do
+	t.Cleanup(plain.Close)
+	for _, mode := range []dtr.TPCMode{dtr.TPCAuto, dtr.TPCOnly} {
+		s, _ := deliverer(t, plain, Config{}, nil)
+		d := dtr.DTR{ID: uuid.New(), Source: urls[0] + "/f", Destination: urls[1] + "/g", Size: int64(len(data)),
+			TransferGrant: uuid.NewString() + ".1", Options: dtr.Options{TPC: mode}}
+		res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
+		if mode == dtr.TPCOnly {
+			if res.Error == nil || res.Error.Kind != dtr.ErrPermanentRemote || !strings.Contains(res.Error.Text, "no third-party copy could be made") {
+				t.Errorf("tpc only: error %+v; want the refusal", res.Error)
+			}
+			continue
+		}
+		if res.Error != nil {
+			t.Fatal(res.Error)
+		}
+		if !strings.HasPrefix(res.TransferMethod, "streamed: the destination refuses to pull") || !strings.Contains(res.TransferMethod, "HTTP 502 Bad Gateway") {
+			t.Errorf("transfer method %q", res.TransferMethod)
+		}
+		tmp := strings.TrimPrefix(transfer.TempURLOf(&d), urls[1])
+		if got, _ := os.ReadFile(filepath.Join(dirs[1], tmp)); !bytes.Equal(got, data) {
+			t.Errorf("the temporary file %s does not hold the source's bytes", tmp)
+		}
 	}
 }
