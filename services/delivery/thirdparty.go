@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -35,6 +36,9 @@ var thirdPartyPlan = []struct {
 	{transfer.ThirdPartyPull, dtr.TransferPull, dtr.LocationDestination},
 	{transfer.ThirdPartyPush, dtr.TransferPush, dtr.LocationSource},
 }
+
+// maxWhy is the most a DTR keeps of why its storages refused.
+const maxWhy = 1024
 
 // thirdParty makes the transfer of d as a third-party copy when its TPC
 // option and its URLs allow it. done says the result is the transfer's
@@ -77,6 +81,11 @@ func (s *Service) thirdParty(ctx context.Context, d *dtr.DTR, src, typ string, p
 		return res, "", true
 	}
 	why := fmt.Sprintf("%s; %s", refusals[0], refusals[1])
+	if len(why) > maxWhy {
+		// Each refusal quotes at most 512 bytes of its answer; the DTR
+		// record keeps no more than this of both.
+		why = strings.ToValidUTF8(why[:maxWhy], "") + "…"
+	}
 	if mode == dtr.TPCOnly {
 		return s.refused(ctx, d, "tpc is only, and no third-party copy could be made: "+why), "", true
 	}
