@@ -325,6 +325,18 @@ func TestTheGuardChecksBothStoragesOfAThirdPartyCopy(t *testing.T) {
 	if n := len(dst.copy.Headers()); n != 0 {
 		t.Errorf("%d COPY requests were sent for a refused source", n)
 	}
+	// The storage Sluice talks to, refused at the dial.
+	g = mustGuard("127.0.0.0/8")
+	if err := g.Deny("the storage the test forbids", hostOf(dst.srv)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = transfer.New(nil).WithGuard(g).ThirdPartyCopy(context.Background(), src.url("f"), dst.url("g"), transfer.ThirdPartyOptions{})
+	if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), "the storage the test forbids") {
+		t.Fatalf("error %v; want the destination refused", err)
+	}
+	if n := len(dst.copy.Headers()); n != 0 {
+		t.Errorf("%d COPY requests reached a refused storage", n)
+	}
 }
 
 // dripServer serves a large file slowly, a chunk every 10 ms, and closes
