@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
 )
@@ -100,5 +103,57 @@ func TestAStalledCopyOfTheRealXrootdFailsAsTooSlowAndXrootdStopsReadingTheSource
 	}
 	if fi, err := os.Stat(dst.Path("/g")); err == nil {
 		t.Errorf("the partial file is left, %d bytes", fi.Size())
+	}
+}
+
+func TestADeliveryBetweenRealXrootdServersWithSciTokensLogsNoToken(t *testing.T) {
+	is := tokentest.Start(t)
+	const aud = "https://storage.example"
+	ca := xrootdtest.NewCA(t)
+	tokens := &xrootdtest.Tokens{Issuer: is.URL, Audience: []string{aud}}
+	src := xrootdtest.Start(t, xrootdtest.Options{TPC: true, CA: ca, Checksum: "adler32", Tokens: tokens})
+	dst := xrootdtest.Start(t, xrootdtest.Options{TPC: true, CA: ca, Checksum: "adler32", Tokens: tokens})
+	src.WriteFile(t, "/data/f", []byte("tokens stay secret"))
+	src.WriteFile(t, "/private/f", []byte("no token reads this"))
+	dst.MkdirAll(t, "/out")
+	var mu sync.Mutex
+	var minted []string
+	var logged bytes.Buffer
+	client := transfer.New(&http.Client{Transport: ca.Client().Transport}).WithGuard(loopback(t)).WithTokenSource(
+		func(ctx context.Context, u *url.URL, write bool) (string, error) {
+			scope := "storage.read:/data"
+			if strings.HasPrefix(u.Path, "/out") {
+				scope = "storage.create:/out storage.modify:/out storage.read:/out"
+			}
+			tok := is.Mint(t, tokentest.Mint{Subject: "sluice", Audience: []string{aud}, Scopes: strings.Fields(scope), NotBefore: time.Now().Add(-time.Minute)})
+			mu.Lock()
+			minted = append(minted, tok)
+			mu.Unlock()
+			return tok, nil
+		})
+	s := New(Config{Client: client}, nil, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	var results []string
+	for _, name := range []string{"/data/f", "/private/f"} {
+		d := dtr.DTR{ID: uuid.New(), Source: src.HTTPS + name, Destination: dst.HTTPS + "/out" + strings.ReplaceAll(name, "/", "-"),
+			TransferGrant: uuid.NewString() + ".1"}
+		res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
+		results = append(results, fmt.Sprintf("%+v %+v", res, res.Error))
+		switch {
+		case name == "/data/f" && (res.Error != nil || res.TransferMethod != dtr.TransferPull):
+			t.Errorf("%s: %+v %+v; want a pull", name, res, res.Error)
+		case name == "/private/f" && (res.Error == nil || res.Error.Kind != dtr.ErrPermanentRemote || !strings.Contains(res.Error.Text, "403")):
+			t.Errorf("%s: %+v; want the source's 403 for a path the token does not cover", name, res.Error)
+		}
+	}
+	out := logged.String() + strings.Join(results, "\n")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(minted) == 0 {
+		t.Fatal("no token was asked for")
+	}
+	for _, tok := range minted {
+		if strings.Contains(out, tok) || strings.Contains(out, tok[:40]) {
+			t.Fatalf("a token is in the log or a result:\n%s", out)
+		}
 	}
 }
