@@ -300,6 +300,13 @@ func status(ctx context.Context, cfg *Config, id string, jsonOut bool, stdout io
 	return nil
 }
 
+// checksumSourceText says, after a DTR's checksum, what it was checked
+// against (dtr.DTR.ChecksumSource).
+var checksumSourceText = map[string]string{
+	dtr.ChecksumFromStorage: " (confirmed by the storage's own)",
+	dtr.ChecksumFromStream:  " (computed on the stream only: the storage stated none)",
+}
+
 func printDTR(w io.Writer, d dtr.DTR, traceID string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
@@ -315,7 +322,7 @@ func printDTR(w io.Writer, d dtr.DTR, traceID string) {
 	fmt.Fprintf(tw, "attempts\t%d of %d\n", d.Attempts, d.MaxAttempts)
 	fmt.Fprintf(tw, "bytes\t%d\n", d.Bytes)
 	if d.Checksum != "" {
-		fmt.Fprintf(tw, "checksum\t%s\n", d.Checksum)
+		fmt.Fprintf(tw, "checksum\t%s%s\n", d.Checksum, checksumSourceText[d.ChecksumSource])
 	}
 	if d.ChecksumUnverified != "" {
 		fmt.Fprintf(tw, "checksum unverified\t%s\n", d.ChecksumUnverified)

@@ -203,6 +203,10 @@ type Result struct {
 	// dtr.DTR.
 	TransferMethod     string `json:"transfer_method,omitempty"`
 	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
+	// ChecksumSource says what Checksum was checked against
+	// (dtr.ChecksumFromStorage, dtr.ChecksumFromStream); "" leaves the
+	// DTR's as it is.
+	ChecksumSource string `json:"checksum_source,omitempty"`
 	// TURL is where a staging grant put the source's copy.
 	TURL string `json:"turl,omitempty"`
 	// Cache and CacheFile are what a cache check found (dtr.CacheHit,

@@ -220,7 +220,20 @@ type DTR struct {
 	// bytes never passed through Sluice, with no checksum from the job
 	// or the source to compare the destination's with.
 	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
+	// ChecksumSource says what Checksum was checked against:
+	// ChecksumFromStorage when a checksum the storage itself stated (the
+	// source's Digest, or the destination's once written) agreed with
+	// the bytes streamed, ChecksumFromStream when only the checksum
+	// computed on the stream (for a local file, on disk) was, as with a
+	// storage that keeps no checksums. Empty until a transfer checks one.
+	ChecksumSource string `json:"checksum_source,omitempty"`
 }
+
+// What a DTR's checksum was checked against (DTR.ChecksumSource).
+const (
+	ChecksumFromStorage = "storage"
+	ChecksumFromStream  = "stream"
+)
 
 // How a transfer moved the bytes, for DTR.TransferMethod.
 const (

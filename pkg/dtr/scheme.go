@@ -25,6 +25,10 @@ type Scheme struct {
 	Renames, AppearsWhole bool
 	// Local says a URL names a local path (file:///path) and no host.
 	Local bool
+	// StatesChecksums says a stat may learn the checksum the storage keeps
+	// of an object (HTTP's Digest header), so that post-processing asks
+	// it of an object written there.
+	StatesChecksums bool
 	// Path checks what the scheme asks of a URL's path (nil: nothing).
 	Path func(path string) error
 	// ThirdPartyCopy says its storages may copy to and from each other
@@ -81,10 +85,10 @@ const (
 // SchemeTable lists the schemes Sluice moves data between.
 var SchemeTable = []Scheme{
 	{Name: "file", Renames: true, Local: true},
-	{Name: "http", DefaultPort: "80", Credentials: CredentialsBearer, ThirdPartyCopy: true},
-	{Name: "https", DefaultPort: "443", Credentials: CredentialsBearer, ThirdPartyCopy: true},
-	{Name: "dav", DefaultPort: "80", Credentials: CredentialsBearer, Renames: true, ThirdPartyCopy: true},
-	{Name: "davs", DefaultPort: "443", Credentials: CredentialsBearer, Renames: true, ThirdPartyCopy: true},
+	{Name: "http", DefaultPort: "80", Credentials: CredentialsBearer, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "https", DefaultPort: "443", Credentials: CredentialsBearer, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "dav", DefaultPort: "80", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "davs", DefaultPort: "443", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true, ThirdPartyCopy: true},
 	{Name: "s3", DefaultPort: "80", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
 	{Name: "s3s", DefaultPort: "443", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
 	{Name: "root", DefaultPort: "1094", Renames: true, Path: xrootdPath},

@@ -61,6 +61,8 @@ func TestCopyFailuresAreClassifiedAndLeaveNoDestination(t *testing.T) {
 			dtr.ErrTemporaryRemote, "HTTP 503", ""},
 		{"destination 403 is permanent", httpSrc, statusServer(t, 403).URL + "/f", nil,
 			dtr.ErrPermanentRemote, "HTTP 403", ""},
+		{"destination 423, a file still being written, is temporary", fileSrc, statusServer(t, 423).URL + "/f", nil,
+			dtr.ErrTemporaryRemote, "HTTP 423", ""},
 		{"destination redirecting PUT with 302 is permanent, not turned into a GET", fileSrc, redirectingServer(t, 302).URL + "/f", nil,
 			dtr.ErrPermanentRemote, "HTTP 302", ""},
 		{"destination redirecting PUT with 307 is permanent, not followed", fileSrc, redirectingServer(t, 307).URL + "/f", nil,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 
@@ -38,8 +39,9 @@ import (
 // TokenSource gives the bearer token of one request hop, "" for none. u is
 // the URL that hop goes to, always https: its audience is
 // scheme://host:port (Audience) and its scope the path, storage.read:/path
-// or, when write is set, storage.modify:/path. write is set for every
-// method but GET, HEAD, PROPFIND and OPTIONS. A TokenSource is asked at
+// or, when write is set, storage.modify:/path (for a WebDAV MOVE, the
+// path is the directory holding both names: tokenScopeURL). write is set
+// for every method but GET, HEAD, PROPFIND and OPTIONS. A TokenSource is asked at
 // every https hop to a host and port that SLUICE_HTTP_TOKENS has no token
 // for, so a redirect to another host or port gets that one's token or
 // none, never the first one's. An error fails the request as LOCAL_FILE
@@ -117,6 +119,11 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			req.Header[transferAuthorization] = []string{transfer}
 		}
 	}
+	if c, ok := req.Context().Value(clientKey{}).(*Client); ok && req.Header.Get("Want-Digest") != "" && c.noDigest.has(req.URL) {
+		// A hop known to refuse the whole request for it (wantdigest.go).
+		req = req.Clone(req.Context())
+		req.Header.Del("Want-Digest")
+	}
 	return t.base.RoundTrip(req)
 }
 
@@ -136,8 +143,7 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
-		hop := *u
-		tok, err := c.tokenSource(req.Context(), &hop, writes(req.Method))
+		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), writes(req.Method))
 		if err != nil {
 			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
 		}
@@ -146,6 +152,33 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// tokenScopeURL is the URL whose path a token for req must cover: the
+// request's own, but for a WebDAV MOVE, which changes two names, the
+// deepest directory holding both its own and its Destination's. A storage
+// checks the token against both (xrootd's SciTokens plugin does), and a
+// token scoped to one file cannot name the other; Sluice's renames are
+// within one directory (TempURL), so that is the directory of the file.
+func tokenScopeURL(req *http.Request) *url.URL {
+	hop := *req.URL
+	if req.Method != "MOVE" {
+		return &hop
+	}
+	dst, err := url.Parse(req.Header.Get("Destination"))
+	if err != nil || dst.Path == "" {
+		return &hop
+	}
+	from := strings.Split(path.Clean("/"+hop.Path), "/")
+	to := strings.Split(path.Clean("/"+dst.Path), "/")
+	// The last elements are the names moved; what precedes them in
+	// common is the directory.
+	n := 0
+	for n < len(from)-1 && n < len(to)-1 && from[n] == to[n] {
+		n++
+	}
+	hop.Path, hop.RawPath = cmp.Or(strings.Join(from[:n], "/"), "/"), ""
+	return &hop
 }
 
 // writes reports whether a request of method changes what is stored.

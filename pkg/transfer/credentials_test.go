@@ -253,6 +253,31 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 	}
 }
 
+func TestATokenForAWebDAVMoveCoversTheDirectoryOfBothNames(t *testing.T) {
+	h := newHops(t)
+	var asked []string
+	source := func(_ context.Context, u *url.URL, write bool) (string, error) {
+		asked = append(asked, u.EscapedPath()+" "+map[bool]string{true: "write", false: "read"}[write])
+		return "token", nil
+	}
+	c := h.client().WithTokenSource(source)
+	dav := "davs://" + hostOf(h.a)
+	cases := []struct{ from, to, want string }{
+		{dav + "/data/run 1/.f.sluice-g.1.part", dav + "/data/run 1/f", "/data/run%201 write"},
+		{dav + "/data/a/f", dav + "/data/b/f", "/data write"},
+		{dav + "/f.part", dav + "/f", "/ write"},
+	}
+	for _, tc := range cases {
+		asked = nil
+		if err := c.Rename(context.Background(), tc.from, tc.to); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(asked, []string{tc.want}) {
+			t.Errorf("MOVE %s to %s asked for %q, want %q", tc.from, tc.to, asked, tc.want)
+		}
+	}
+}
+
 func TestS3SignaturesAreNotSentOnToARedirect(t *testing.T) {
 	// minio-go follows no redirect: a signed request goes to its endpoint
 	// only, whatever the endpoint answers.

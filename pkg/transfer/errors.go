@@ -80,10 +80,12 @@ func Redact(rawURL string) string {
 	return rawURL
 }
 
-// statusKind classifies an HTTP status: 408, 429 and 5xx are worth a
+// statusKind classifies an HTTP status: 408, 423, 429 and 5xx are worth a
 // retry; other 4xx (and unfollowed 3xx) are not.
 func statusKind(code int) dtr.ErrorKind {
-	if code == 408 || code == 429 || code >= 500 {
+	// 423 Locked is a file another request is still writing (xrootd's
+	// kXR_FileLocked): it is free again once that ends.
+	if code == 408 || code == 423 || code == 429 || code >= 500 {
 		return dtr.ErrTemporaryRemote
 	}
 	return dtr.ErrPermanentRemote

@@ -260,7 +260,7 @@ func TestANameIsCheckedAtTheAddressItResolvesTo(t *testing.T) {
 		_, port, _ := net.SplitHostPort(u.Host)
 		named := strings.Replace(s.base, u.Host, "localhost:"+port, 1) + "/f"
 		t.Run(s.name, func(t *testing.T) {
-			_, err := transfer.New(nil).Stat(ctx, named)
+			_, err := s.client(nil).Stat(ctx, named)
 			if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), ":"+port+" refused: it is loopback") {
 				t.Fatalf("with loopback refused: %v (%s)", err, transfer.KindOf(err))
 			}
@@ -268,11 +268,11 @@ func TestANameIsCheckedAtTheAddressItResolvesTo(t *testing.T) {
 			if err := own.Deny("Sluice's own NATS server", "127.0.0.1:"+port); err != nil {
 				t.Fatal(err)
 			}
-			_, err = transfer.New(nil).WithGuard(own).Stat(ctx, named)
+			_, err = s.client(own).Stat(ctx, named)
 			if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), ":"+port+" refused: it is Sluice's own NATS server") {
 				t.Fatalf("Sluice's own port by name: %v (%s)", err, transfer.KindOf(err))
 			}
-			if _, err := transfer.New(nil).WithGuard(loopback).Stat(ctx, named); err != nil {
+			if _, err := s.client(loopback).Stat(ctx, named); err != nil {
 				t.Fatalf("with loopback allowed: %v", err)
 			}
 		})

@@ -39,6 +39,12 @@ type store struct {
 	dir string
 	// digest makes GET and HEAD answer with a Digest header.
 	digest bool
+	// refuseWantDigest, if set, is the status of a GET or HEAD carrying
+	// Want-Digest, as a storage without checksums answers it (xrootd:
+	// 405 for a file, 500 for a missing one).
+	refuseWantDigest func(exists bool) int
+	// wantDigests are the Want-Digest headers of the GETs and HEADs seen.
+	wantDigests []string
 
 	mu         sync.Mutex
 	putLengths map[string]int64 // Content-Length of each PUT, -1 if chunked
@@ -61,6 +67,15 @@ func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := s.path(r)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
+		s.mu.Lock()
+		s.wantDigests = append(s.wantDigests, r.Header.Get("Want-Digest"))
+		s.mu.Unlock()
+		if s.refuseWantDigest != nil && r.Header.Get("Want-Digest") != "" {
+			_, err := os.Stat(p)
+			code := s.refuseWantDigest(err == nil)
+			http.Error(w, "Failed to determine checksum", code)
+			return
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
@@ -113,6 +128,15 @@ func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// takeWantDigests returns the Want-Digest headers seen since the last call.
+func (s *store) takeWantDigests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.wantDigests
+	s.wantDigests = nil
+	return w
 }
 
 // putLength is the Content-Length the store saw on the PUT of urlPath.

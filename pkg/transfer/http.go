@@ -102,9 +102,16 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = in.size // -1: chunked
 	var w io.Writer = pw
-	if in.size == 0 {
+	switch {
+	case in.size == 0:
 		// A zero ContentLength with a real body would be sent chunked.
 		req.Body, w = http.NoBody, io.Discard
+	case in.size < 0:
+		// A chunked body waits for the server's 100 Continue, as curl
+		// sends it: xrootd 5.5 reads one sent without waiting as
+		// "Invalid chunked encoding" (400). A server that answers no 100
+		// gets the body after the transport's ExpectContinueTimeout (1 s).
+		req.Header.Set("Expect", "100-continue")
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -210,10 +217,29 @@ func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader
 	req.Header.Set("Accept-Encoding", "identity")
 	// Credentials are added by the transport, at every hop (credentials.go).
 	req.Header.Del("Authorization")
-	if method == http.MethodGet || method == http.MethodHead {
+	asked := (method == http.MethodGet || method == http.MethodHead) && body == nil
+	if asked {
+		// Left out by the transport at a hop that refuses it (wantdigest.go).
 		req.Header.Set("Want-Digest", wantDigest)
 	}
-	return c.http.Do(req)
+	resp, err := c.http.Do(req)
+	if err != nil || !asked {
+		return resp, err
+	}
+	refused, retried := wantDigestRefusals[resp.StatusCode], wantDigestRetried[resp.StatusCode]
+	hop := resp.Request.URL // the hop that answered
+	if !refused && !retried || c.noDigest.has(hop) {
+		return resp, nil // answered, or refused without Want-Digest
+	}
+	// Once more without Want-Digest: its answer is the one that counts.
+	discard(resp)
+	again := req.Clone(req.Context())
+	again.Header.Del("Want-Digest")
+	resp2, err := c.http.Do(again)
+	if err == nil && refused && resp2.StatusCode != resp.StatusCode {
+		c.noDigest.add(hop)
+	}
+	return resp2, err
 }
 
 // checkStatus turns a non-2xx response to a method request into a

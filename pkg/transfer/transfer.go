@@ -64,6 +64,9 @@ type Client struct {
 	// s3Default signs S3 requests to endpoints without a key file: the
 	// AWS_* keys as New found them (envS3Keys).
 	s3Default *credentials.Credentials
+	// noDigest are the hosts that refuse a request carrying Want-Digest
+	// (wantdigest.go), shared by the Client's copies.
+	noDigest *hostMemory
 }
 
 // New returns a Client that makes HTTP requests with httpClient. A nil
@@ -82,7 +85,8 @@ type Client struct {
 // The transport of a given httpClient, if it is an *http.Transport, is
 // used on a copy that dials through the Guard (see WithGuard).
 func New(httpClient *http.Client) *Client {
-	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}, s3Default: envS3Keys()}
+	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}, s3Default: envS3Keys(),
+		noDigest: newHostMemory(wantDigestMemory, wantDigestHosts)}
 	c.build()
 	return c
 }

@@ -159,6 +159,14 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		return res
 	}
 	res.Size, res.Checksum = cr.Bytes, cr.Checksums[typ]
+	// Copy compares the checksum the source states (its Digest) with the
+	// bytes streamed, and fails on a difference: one stated is one the
+	// storage confirmed. A storage that keeps none (or refuses to say)
+	// leaves the stream's own.
+	res.ChecksumSource = dtr.ChecksumFromStream
+	if cr.SourceChecksum != "" {
+		res.ChecksumSource = dtr.ChecksumFromStorage
+	}
 	return res
 }
 

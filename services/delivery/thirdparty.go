@@ -78,6 +78,15 @@ func (s *Service) thirdParty(ctx context.Context, d *dtr.DTR, src, typ string, p
 			return res, "", true
 		}
 		res.Size, res.Checksum = tr.Bytes, tr.Checksum
+		// The destination storage's own checksum, compared with the job's
+		// (by post-processing) or the source's; or one computed by reading
+		// the destination back; or none (ChecksumUnverified says why).
+		switch {
+		case tr.Checksum != "" && tr.ReadBack > 0:
+			res.ChecksumSource = dtr.ChecksumFromStream
+		case tr.Checksum != "" && tr.ChecksumUnverified == "":
+			res.ChecksumSource = dtr.ChecksumFromStorage
+		}
 		return res, "", true
 	}
 	why := fmt.Sprintf("%s; %s", refusals[0], refusals[1])

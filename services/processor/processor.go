@@ -218,10 +218,13 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 // finalise verifies the delivered file and puts it in place. For a file://
 // destination the checksum is computed again from the bytes on disk and must
 // match both the expected value (if the job gave one) and what delivery
-// computed while streaming; an http(s) destination is checked against what
-// delivery sent. A mismatch deletes the file and is a TRANSFER_SPEED error,
-// as in ARC; the scheduler copies the file afresh once, and a second
-// mismatch of the expected checksum fails the DTR for good.
+// computed while streaming; a remote destination is checked against what
+// delivery sent, and, where its protocol can state the checksum it keeps
+// (HTTP's Digest), that checksum against delivery's (storageChecksum; the
+// result then says the storage confirmed it). A mismatch deletes the file
+// and is a TRANSFER_SPEED error, as in ARC; the scheduler copies the file
+// afresh once, and a second mismatch of the expected checksum fails the
+// DTR for good.
 func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
@@ -251,6 +254,14 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 		}
 		got = sum
 	}
+	source := ""
+	if !local && d.Checksum != "" {
+		var err error
+		if source, err = s.storageChecksum(ctx, d, tmp); err != nil {
+			_ = s.client.Delete(ctx, tmp)
+			return api.Result{}, err
+		}
+	}
 	if want := d.Options.Checksum; want != "" && !checksum.Equal(want, got) {
 		_ = s.client.Delete(ctx, tmp)
 		return api.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
@@ -269,7 +280,34 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 			return api.Result{}, err
 		}
 	}
-	return api.Result{Checksum: got}, nil
+	return api.Result{Checksum: got, ChecksumSource: source}, nil
+}
+
+// storageChecksum asks the storage a remote file was written to for the
+// checksum it keeps of it, where its protocol may say one (HTTP's
+// Digest), and compares it with what delivery computed on the stream. It
+// returns dtr.ChecksumFromStorage when the storage confirmed it, "" when
+// the storage said none of that type (a storage without checksums), and
+// a TRANSFER_SPEED error, as a mismatch on disk is, when it differs. A
+// failure to ask is not the file's: the rename that follows, or the
+// check after it, reports a file that is not there.
+func (s *Service) storageChecksum(ctx context.Context, d dtr.DTR, tmp string) (string, error) {
+	u, err := url.Parse(tmp)
+	if err != nil {
+		return "", nil
+	}
+	if scheme, ok := dtr.SchemeOf(u.Scheme); !ok || !scheme.StatesChecksums {
+		return "", nil
+	}
+	info, err := s.client.Stat(ctx, tmp)
+	if err != nil || !info.Exists || info.Checksum == "" || !checksum.SameType(info.Checksum, d.Checksum) {
+		return "", nil
+	}
+	if !checksum.Equal(info.Checksum, d.Checksum) {
+		return "", &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+			Err: fmt.Errorf("checksum mismatch: delivery sent %s, the storage has %s", d.Checksum, info.Checksum)}
+	}
+	return dtr.ChecksumFromStorage, nil
 }
 
 // alreadyInPlace reports whether an earlier try of this post-processing

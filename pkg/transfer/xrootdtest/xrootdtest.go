@@ -9,9 +9,9 @@
 // one of the plugins it asks for is missing.
 //
 // xrootd refuses to run as root ("Security reasons prohibit running as
-// superuser"). Started by root, as in CI, it is given -R with the system's
-// xrootd user (nobody where there is none), and the helper's directory is
-// made that user's: so files the test puts into the exported directory
+// superuser"). Started by root, as in CI, it runs as the system's xrootd
+// user (nobody where there is none), and the helper's directory is made
+// that user's: so files the test puts into the exported directory
 // behind the server's back should go through WriteFile and MkdirAll,
 // which give them to that user too.
 package xrootdtest
@@ -71,7 +71,10 @@ type Tokens struct {
 	// is fetched from it (discovery, then jwks_uri) when the server
 	// starts and by RefreshIssuerKeys.
 	Issuer string
-	// Audience are the audiences accepted; at least one.
+	// Audience are the audiences accepted besides the server's own HTTPS
+	// URLs (Server.HTTPS, https://127.0.0.1:<port>, as transfer.Audience
+	// writes it, and https://localhost:<port>), which are always
+	// accepted: a storage is the audience of tokens for it.
 	Audience []string
 	// BasePath is the directory of the export that scopes are relative
 	// to; "": "/".
@@ -92,6 +95,10 @@ type Server struct {
 	// HTTPS is the https:// URL of the export, without a trailing slash;
 	// "" unless HTTP or TPC was asked for.
 	HTTPS string
+	// HTTP is the same port spoken to in plain http (XrdHttp takes both),
+	// for a client that cannot be given the CA; "" unless HTTP or TPC was
+	// asked for.
+	HTTP string
 	// CA signed the server's certificate.
 	CA *CA
 
@@ -115,8 +122,10 @@ func Start(t testing.TB, opt Options) *Server {
 	if opt.CA == nil {
 		opt.CA = NewCA(t)
 	}
-	if opt.Tokens != nil && len(opt.Tokens.Audience) == 0 {
-		t.Fatal("xrootdtest: Tokens needs at least one audience")
+	if opt.Tokens != nil && !opt.HTTP {
+		// Tokens reach xrootd over HTTP here: go-hep's root:// client,
+		// Sluice's, speaks none of xrootd's token protocols (ztn).
+		t.Fatal("xrootdtest: Tokens need HTTP")
 	}
 	base, err := os.MkdirTemp("", "xrootdtest-")
 	if err != nil {
@@ -142,7 +151,6 @@ func Start(t testing.TB, opt Options) *Server {
 		s.write(t, filepath.Join(base, "cadir", "ca.pem"), opt.CA.PEM, 0o644)
 	}
 	if opt.Tokens != nil {
-		s.writeSciTokensConfig(t)
 		s.RefreshIssuerKeys(t)
 	}
 	log := &syncBuffer{}
@@ -161,8 +169,11 @@ func Start(t testing.TB, opt Options) *Server {
 		}
 		cfg := filepath.Join(base, "xrootd.cfg")
 		s.write(t, cfg, []byte(s.config(rootPort, httpPort)), 0o644)
+		if opt.Tokens != nil {
+			s.writeSciTokensConfig(t, fmt.Sprintf("https://127.0.0.1:%d", httpPort), fmt.Sprintf("https://localhost:%d", httpPort))
+		}
 		args := []string{"-c", cfg, "-n", "xrootdtest"}
-		if runAs != "" {
+		if runAs != "" && !switchesUser {
 			args = append(args, "-R", runAs)
 		}
 		log.Reset()
@@ -170,7 +181,7 @@ func Start(t testing.TB, opt Options) *Server {
 		s.cmd.Dir = base
 		s.cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+s.cacheDir, "HOME="+base)
 		s.cmd.Stdout, s.cmd.Stderr = log, log
-		s.cmd.SysProcAttr = sysProcAttr()
+		s.cmd.SysProcAttr = sysProcAttr(s.uid, s.gid)
 		if err := s.cmd.Start(); err != nil {
 			t.Fatalf("xrootdtest: starting %s: %v", bin, err)
 		}
@@ -179,6 +190,7 @@ func Start(t testing.TB, opt Options) *Server {
 		s.Root = fmt.Sprintf("root://127.0.0.1:%d/", rootPort)
 		if opt.HTTP {
 			s.HTTPS = fmt.Sprintf("https://127.0.0.1:%d", httpPort)
+			s.HTTP = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 		}
 		err := s.waitReady(rootPort, httpPort)
 		if err == nil {
@@ -197,9 +209,20 @@ func Start(t testing.TB, opt Options) *Server {
 // plugins opt needs are installed; it returns the path of xrootd.
 func Require(t testing.TB, opt Options) string {
 	t.Helper()
-	bin, err := exec.LookPath("xrootd")
-	if err != nil {
-		t.Skipf("real xrootd tests skipped: no xrootd on PATH; install %s", Install)
+	if why := Missing(opt); why != "" {
+		t.Skip(why)
+	}
+	bin, _ := exec.LookPath("xrootd")
+	return bin
+}
+
+// Missing says why a server with opt cannot run here, as the banner of a
+// skipped test: "" when xrootd and the plugins opt needs are installed. A
+// test that runs real xrootd beside other servers uses it to leave out
+// xrootd's part rather than skip the whole test.
+func Missing(opt Options) string {
+	if _, err := exec.LookPath("xrootd"); err != nil {
+		return "real xrootd tests skipped: no xrootd on PATH; install " + Install
 	}
 	var plugins []string
 	if opt.HTTP || opt.TPC {
@@ -213,10 +236,10 @@ func Require(t testing.TB, opt Options) string {
 	}
 	for _, p := range plugins {
 		if !pluginInstalled(p) {
-			t.Skipf("real xrootd tests skipped: no %s; install %s", p, Install)
+			return "real xrootd tests skipped: no " + p + "; install " + Install
 		}
 	}
-	return bin
+	return ""
 }
 
 // pluginInstalled says whether the loader finds the plugin library in one
@@ -266,10 +289,10 @@ func (s *Server) config(rootPort, httpPort int) string {
 }
 
 // writeSciTokensConfig writes the configuration of XrdAccSciTokens.
-func (s *Server) writeSciTokensConfig(t testing.TB) {
+func (s *Server) writeSciTokensConfig(t testing.TB, self ...string) {
 	t.Helper()
 	tok := s.opt.Tokens
-	aud, err := json.Marshal(tok.Audience)
+	aud, err := json.Marshal(append(self, tok.Audience...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,8 +409,8 @@ func (s *Server) MkdirAll(t testing.TB, name string) {
 // Log is what the server has logged so far.
 func (s *Server) Log() string { return s.log.String() }
 
-// userFor returns the user xrootd is to switch to (-R), and makes the
-// helper's directory theirs; "" when the test does not run as root.
+// userFor returns the user xrootd is to run as, and makes the helper's
+// directory theirs; "" when the test does not run as root.
 func (s *Server) userFor(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -72,6 +72,10 @@ func TestTheRealXrootdServesItsDirectoryOverRootAndHTTPS(t *testing.T) {
 	if err != nil && err != io.EOF || string(buf[:n]) != "over https" {
 		t.Fatalf("root:// read %q, %v", buf[:n], err)
 	}
+	// The same port speaks plain http.
+	if code, b := do(t, http.DefaultClient, http.MethodGet, s.HTTP+"/in/uploaded", "", nil, nil); code != http.StatusOK || string(b) != "over https" {
+		t.Fatalf("GET over plain http: %d %q", code, b)
+	}
 	// An HTTP client that does not trust the helper's CA is refused.
 	if _, err := http.Get(s.HTTPS + "/in/uploaded"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a client without the CA: %v, want a certificate error", err)
@@ -129,6 +133,7 @@ func TestTheRealXrootdWithSciTokensAllowsOnlyTokensForItsAudienceAndPath(t *test
 	}{
 		{"no token", "", http.StatusForbidden},
 		{"the right audience and path", mint(aud, "storage.read:/data"), http.StatusOK},
+		{"the server's own URL as audience", mint(s.HTTPS, "storage.read:/data/f"), http.StatusOK},
 		{"another audience", mint("https://elsewhere.example", "storage.read:/data"), http.StatusForbidden},
 		{"another path", mint(aud, "storage.read:/other"), http.StatusForbidden},
 		{"a scope to write only", mint(aud, "storage.create:/data"), http.StatusForbidden},

@@ -345,6 +345,9 @@ func (c *Core) record(e *entry, r Result) {
 	if r.Checksum != "" {
 		d.Checksum = r.Checksum
 	}
+	if r.ChecksumSource != "" {
+		d.ChecksumSource = r.ChecksumSource
+	}
 	if r.TURL != "" {
 		d.TURL = r.TURL
 	}

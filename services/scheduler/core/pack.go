@@ -102,6 +102,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, string(d.Options.TPC))
 	b = appendString(b, d.TransferMethod)
 	b = appendString(b, d.ChecksumUnverified)
+	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
 	c.scratch = b
 	return string(b)
 }
@@ -170,6 +171,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Options.TPC = dtr.TPCMode(r.str())
 	d.TransferMethod = r.str()
 	d.ChecksumUnverified = r.str()
+	d.ChecksumSource = c.names[r.uvarint()]
 	return d
 }
 

@@ -28,6 +28,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
 		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef", ChecksumMismatch: "adler32:ffff0000",
 		TransferMethod: dtr.TransferPull, ChecksumUnverified: "the destination storage gives no adler32 checksum and the job expects none",
+		ChecksumSource: dtr.ChecksumFromStorage,
 	}
 	tests := []struct {
 		name string
