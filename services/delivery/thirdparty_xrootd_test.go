@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -155,5 +156,43 @@ func TestADeliveryBetweenRealXrootdServersWithSciTokensLogsNoToken(t *testing.T)
 		if strings.Contains(out, tok) || strings.Contains(out, tok[:40]) {
 			t.Fatalf("a token is in the log or a result:\n%s", out)
 		}
+	}
+}
+
+func TestAThirdPartyCopyBetweenRealXrootdServersWithoutChecksumsSaysWhatWasVerified(t *testing.T) {
+	ca := xrootdtest.NewCA(t)
+	src := xrootdtest.Start(t, xrootdtest.Options{TPC: true, CA: ca})
+	dst := xrootdtest.Start(t, xrootdtest.Options{TPC: true, CA: ca})
+	data := bytes.Repeat([]byte("no checksums kept here "), 10000)
+	src.WriteFile(t, "/f", data)
+	sum := func() string { h, _ := checksum.New("adler32"); h.Write(data); return checksum.Format("adler32", h) }()
+	tests := []struct {
+		name, expected, unverified, source string
+		readBack                           bool
+	}{
+		{"the job expects a checksum: the copy is read back", sum, "", dtr.ChecksumFromStream, true},
+		{"the job expects none: nothing is compared, and the DTR says so", "", "the destination storage gives no adler32 checksum and the job expects none", "", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct := &counter{base: ca.Client().Transport}
+			s := New(Config{Client: transfer.New(&http.Client{Transport: ct}).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler))
+			d := dtr.DTR{ID: uuid.New(), Source: src.HTTPS + "/f", Destination: fmt.Sprintf("%s/g%d", dst.HTTPS, i), Size: int64(len(data)),
+				TransferGrant: uuid.NewString() + ".1", Options: dtr.Options{Checksum: tt.expected}}
+			res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {})
+			if res.Error != nil {
+				t.Fatal(res.Error)
+			}
+			if res.TransferMethod != dtr.TransferPull || res.ChecksumUnverified != tt.unverified || res.ChecksumSource != tt.source {
+				t.Errorf("method %q, unverified %q, source %q; want a pull, %q, %q", res.TransferMethod, res.ChecksumUnverified, res.ChecksumSource, tt.unverified, tt.source)
+			}
+			if tt.readBack && res.Checksum != sum {
+				t.Errorf("checksum %q, want %s read back", res.Checksum, sum)
+			}
+			// Only a read back moves the file's bytes through the deliverer.
+			if n := ct.n.Load(); tt.readBack != (n >= int64(len(data))) {
+				t.Errorf("%d bytes passed through the deliverer", n)
+			}
+		})
 	}
 }
