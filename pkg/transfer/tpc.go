@@ -264,6 +264,7 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		e := remoteError(ctx, op, active, withReason(err, reason), 0)
 		if refusesThirdParty(mode, se.Code, reason) {
 			e.Kind, e.Err = dtr.ErrPermanentRemote, fmt.Errorf("%w: the storage refuses COPY: %w", ErrNoThirdPartyCopy, e.Err)
+			return 0, &copyFailure{err: e}
 		}
 		// A 3xx or 4xx: the storage took nothing on; a 5xx may have
 		// started something.
