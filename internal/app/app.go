@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/scitag"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/services/delivery"
 	"github.com/sluice-dtr/sluice/services/generator"
@@ -95,9 +96,19 @@ type Config struct {
 	// HTTPTLSCert and HTTPTLSKey make that server serve HTTPS.
 	HTTPTLSCert string `envconfig:"HTTP_TLS_CERT" desc:"PEM certificate (its chain after it) of the HTTP server: set with SLUICE_HTTP_TLS_KEY, it serves HTTPS only"`
 	HTTPTLSKey  string `envconfig:"HTTP_TLS_KEY" desc:"PEM private key of SLUICE_HTTP_TLS_CERT"`
+	// FTSListen is where the generator serves the FTS3 REST API; FTS, if
+	// set, is a listener to use instead.
+	FTSListen string       `envconfig:"FTS_LISTEN" desc:"address of the FTS3 REST API that the generator serves (POST /jobs, GET /jobs/<id>, DELETE /jobs/<id>, GET /whoami; bearer tokens only): host:port, or a port alone for 127.0.0.1:<port>; HTTPS with SLUICE_HTTP_TLS_CERT and _KEY, which any address but loopback requires; empty: not served"`
+	FTS       net.Listener `ignored:"true"`
+	// SciTags maps owners and activities to packet markings (pkg/scitag).
+	SciTags scitag.Config `envconfig:"SCITAG"`
 	// InProcess, if set, is an embedded server that the services reach
 	// through nats.go's in-process connection instead of NATSURL.
 	InProcess *server.Server `ignored:"true"`
+	// StorageHTTP, if set, is the HTTP client that transfers use (one
+	// that trusts a test's certificate authority); nil: Go's default,
+	// which trusts the system's.
+	StorageHTTP *http.Client `ignored:"true"`
 }
 
 // AuthConfig is auth.Config under a name of its own, so that Config can
@@ -209,7 +220,9 @@ func (cfg Config) callers(ctx context.Context, roles []string, log *slog.Logger)
 
 // storageTokens returns what asks the storage token issuer for a token
 // per storage and path (WLCG: aud is the storage, the scope
-// storage.read:<path> or storage.modify:<path>); nil if none is set.
+// storage.read:<path>, storage.create:<path> or storage.modify:<path>):
+// the submitter's rights by token exchange for work submitted with a
+// token, Sluice's client's otherwise; nil if no issuer is set.
 func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if cfg.StorageTokens.Issuer == "" {
 		return nil, nil
@@ -218,14 +231,25 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage tokens (SLUICE_STORAGE_TOKEN_*): %w", err)
 	}
-	return func(ctx context.Context, u *url.URL, write bool) (string, error) {
-		scope := "storage.read:"
-		if write {
-			scope = "storage.modify:"
-		}
+	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		// The path as escaped in the URL: a space in it cannot add a scope.
-		return src.Token(ctx, transfer.Audience(u), scope+cmp.Or(u.EscapedPath(), "/"))
+		p := cmp.Or(u.EscapedPath(), "/")
+		scopes := make([]string, 0, 2)
+		for _, a := range scopesOf[access] {
+			scopes = append(scopes, string(a)+":"+p)
+		}
+		return src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
 	}, nil
+}
+
+// scopesOf are the storage scopes a token for a request of each access
+// names: its own, and storage.read beside storage.modify, since a storage
+// looks at what it is asked to delete or rename first (xrootd's SciTokens
+// plugin refuses a DELETE with storage.modify alone).
+var scopesOf = map[transfer.Access][]transfer.Access{
+	transfer.AccessRead:   {transfer.AccessRead},
+	transfer.AccessCreate: {transfer.AccessCreate},
+	transfer.AccessModify: {transfer.AccessRead, transfer.AccessModify},
 }
 
 // transferClient builds the one transfer client of the process's
@@ -250,7 +274,7 @@ func (cfg Config) transferClient(ln net.Listener) (*transfer.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := transfer.New(nil).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
+	client := transfer.New(cfg.StorageHTTP).WithGuard(guard).WithTokens(tokens).WithS3Credentials(s3keys).WithTokenSource(storageTokens)
 	if len(cfg.FileRoots) > 0 {
 		roots := append(slices.Clone(cfg.FileRoots), cfg.Processor.StageDirOrDefault())
 		if cfg.CacheDir != "" {
@@ -296,6 +320,18 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	}
 	if ln != nil {
 		defer ln.Close()
+	}
+	tags, err := scitag.New(cfg.SciTags)
+	if err != nil {
+		return err
+	}
+	fts, err := cfg.ftsListener(roles, cert != nil)
+	if err != nil {
+		return err
+	}
+	if fts != nil {
+		defer fts.Close()
+		cfg.FTS = fts // denied to transfers by the guard
 	}
 	var client *transfer.Client
 	if slices.Contains(roles, "processor") || slices.Contains(roles, "delivery") {
@@ -347,6 +383,8 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			sc.Cache = cfg.CacheDir != ""
 			sc.Heartbeat = cfg.Heartbeat
 			sc.Meter, sc.Callers, sc.FileRoots = meter, callers, cfg.FileRoots
+			sc.StorageTokens = scheduler.StorageTokens{Keep: cfg.StorageTokens.Issuer != "",
+				TTL: cfg.StorageTokens.SubjectTTL, FloorRate: cfg.StorageTokens.FloorRate}
 			s, err := scheduler.New(sc, nc, log)
 			if err != nil {
 				return err
@@ -362,6 +400,9 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 				return err
 			}
 			run = s.Run
+			if fts != nil {
+				g.Go(func() error { return serveHTTP(ctx, fts, s.FTSHandler(), cert, log, "the FTS3 REST API") })
+			}
 		case "processor":
 			pc := cfg.Processor
 			pc.Client, pc.CacheDir, pc.Meter, pc.Heartbeat = client, cfg.CacheDir, meter, cfg.Heartbeat
@@ -369,7 +410,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 			run = processor.New(pc, nc, log).Run
 		case "delivery":
 			dc := cfg.Delivery
-			dc.Client, dc.Meter, dc.Heartbeat = client, meter, cfg.Heartbeat
+			dc.Client, dc.Meter, dc.Heartbeat, dc.SciTags = client, meter, cfg.Heartbeat, tags
 			run = delivery.New(dc, nc, log).Run
 		default:
 			return fmt.Errorf("unknown role %q (roles: scheduler, generator, processor, delivery)", role)
@@ -387,7 +428,7 @@ func Run(ctx context.Context, cfg Config, roles []string, log *slog.Logger) erro
 	}
 	mux.Handle("/", site)
 	if ln != nil {
-		g.Go(func() error { return serveHTTP(ctx, ln, mux, cert, log) })
+		g.Go(func() error { return serveHTTP(ctx, ln, mux, cert, log, "/healthz, /metrics") })
 	}
 	return g.Wait()
 }

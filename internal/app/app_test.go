@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/token"
 	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 func TestRedactHidesPasswordsAndTokensOfNATSURLs(t *testing.T) {
@@ -284,30 +286,32 @@ func waitFinal(t *testing.T, nc *nats.Conn, id uuid.UUID) dtr.DTR {
 // TestStorageTokensNameTheStorageAndThePathOfEachRequest: with
 // SLUICE_STORAGE_TOKEN_* set, the token a transfer sends to a storage has
 // that storage (scheme, host and port) as its audience and the request's
-// path in its scope, storage.read for reads and storage.modify for writes.
+// path in its scope, storage.read for reads, storage.create for new files
+// and storage.modify, with storage.read, for other changes.
 func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 	is := tokentest.Start(t)
 	client := is.Client(t)
-	cfg := Config{StorageTokens: token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, RenewBefore: time.Minute}}
+	cfg := Config{StorageTokens: token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, Margin: time.Minute}}
 	source, err := cfg.storageTokens()
 	if err != nil || source == nil {
 		t.Fatalf("storage tokens: %v, %v", source, err)
 	}
 	tests := []struct {
 		url       string
-		write     bool
+		access    transfer.Access
 		audience  string
 		wantScope string
 	}{
-		{"https://storage.example.org/data/f1", false, "https://storage.example.org:443", "storage.read:/data/f1"},
-		{"https://storage.example.org:8443/data/dir/f2", true, "https://storage.example.org:8443", "storage.modify:/data/dir/f2"},
+		{"https://storage.example.org/data/f1", transfer.AccessRead, "https://storage.example.org:443", "storage.read:/data/f1"},
+		{"https://storage.example.org:8443/data/dir/f2", transfer.AccessCreate, "https://storage.example.org:8443", "storage.create:/data/dir/f2"},
+		{"https://storage.example.org:8443/data/dir/f3", transfer.AccessModify, "https://storage.example.org:8443", "storage.read:/data/dir/f3 storage.modify:/data/dir/f3"},
 		// A space in the path cannot add a scope (the issuer splits scopes
 		// on white space).
-		{"https://storage.example.org/pub/a%20storage.modify:/", false, "https://storage.example.org:443", "storage.read:/pub/a%20storage.modify:/"},
+		{"https://storage.example.org/pub/a%20storage.modify:/", transfer.AccessRead, "https://storage.example.org:443", "storage.read:/pub/a%20storage.modify:/"},
 	}
 	for _, tt := range tests {
 		u, _ := url.Parse(tt.url)
-		raw, err := source(t.Context(), u, tt.write)
+		raw, err := source(t.Context(), u, tt.access)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,8 +323,8 @@ func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: the token is not for %s: %v", tt.url, tt.audience, err)
 		}
-		if !c.HasScope(tt.wantScope) || len(c.Scopes) != 1 {
-			t.Fatalf("%s: scopes %q, want [%s]", tt.url, c.Scopes, tt.wantScope)
+		if want := strings.Fields(tt.wantScope); !slices.Equal(c.Scopes, want) {
+			t.Fatalf("%s: scopes %q, want %q", tt.url, c.Scopes, want)
 		}
 	}
 	if none, err := (Config{}).storageTokens(); none != nil || err != nil {

@@ -15,7 +15,8 @@ import (
 // a DTR would otherwise read or write like any storage: the NATS servers
 // of NATS_URL (and of the embedded server), their monitoring port
 // (SLUICE_NATS_MONITOR_PORT, on the same hosts), this process's HTTP
-// server (ln: /metrics, /debug/pprof) and SLUICE_DENY_ADDRESSES.
+// server (ln: /metrics, /debug/pprof), its FTS3 REST API and
+// SLUICE_DENY_ADDRESSES.
 func (cfg Config) guard(ln net.Listener) (*transfer.Guard, error) {
 	g, err := transfer.NewGuard(cfg.AllowNetworks...)
 	if err != nil {
@@ -59,6 +60,11 @@ func (cfg Config) guard(ln net.Listener) (*transfer.Guard, error) {
 	if ln != nil {
 		if err := g.Deny("this process's own HTTP server (SLUICE_HTTP_ADDR: /metrics, /debug/pprof)", ln.Addr().String()); err != nil {
 			return nil, fmt.Errorf("SLUICE_HTTP_ADDR: %w", err)
+		}
+	}
+	if cfg.FTS != nil {
+		if err := g.Deny("this process's own FTS3 REST API (SLUICE_FTS_LISTEN)", cfg.FTS.Addr().String()); err != nil {
+			return nil, fmt.Errorf("SLUICE_FTS_LISTEN: %w", err)
 		}
 	}
 	if err := g.Deny("an address SLUICE_DENY_ADDRESSES names", cfg.DenyAddresses...); err != nil {

@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -183,7 +185,7 @@ func httpCert(certFile, keyFile string) (*tls.Certificate, error) {
 }
 
 // serveHTTP serves mux on ln until ctx ends: HTTPS with cert, if set.
-func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, cert *tls.Certificate, log *slog.Logger) error {
+func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, cert *tls.Certificate, log *slog.Logger, what string) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if cert != nil {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
@@ -196,13 +198,45 @@ func serveHTTP(ctx context.Context, ln net.Listener, mux http.Handler, cert *tls
 	}()
 	serve := srv.Serve
 	if cert != nil {
-		log.Info("serving HTTPS: /healthz, /metrics", "addr", ln.Addr().String())
+		log.Info("serving HTTPS: "+what, "addr", ln.Addr().String())
 		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 	} else {
-		log.Info("serving HTTP: /healthz, /metrics", "addr", ln.Addr().String())
+		log.Info("serving HTTP: "+what, "addr", ln.Addr().String())
 	}
 	if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server: %w", err)
 	}
 	return nil
+}
+
+// ftsListener opens the FTS3 REST API's listener (SLUICE_FTS_LISTEN) for a
+// process that runs the generator; nil if it is not served here. Bearer
+// tokens must not cross the network in clear: without TLS only a loopback
+// address is served.
+func (cfg Config) ftsListener(roles []string, tls bool) (net.Listener, error) {
+	if !slices.Contains(roles, "generator") {
+		return nil, nil
+	}
+	if cfg.FTS != nil {
+		return cfg.FTS, nil
+	}
+	addr := strings.TrimSpace(cfg.FTSListen)
+	if addr == "" {
+		return nil, nil
+	}
+	if !strings.Contains(addr, ":") {
+		addr = "127.0.0.1:" + addr // a port alone
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("SLUICE_FTS_LISTEN %q: %w", cfg.FTSListen, err)
+	}
+	if ip := net.ParseIP(host); !tls && (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+		return nil, fmt.Errorf("SLUICE_FTS_LISTEN %q is not a loopback address: bearer tokens would cross the network in clear; set SLUICE_HTTP_TLS_CERT and SLUICE_HTTP_TLS_KEY to serve HTTPS", cfg.FTSListen)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("FTS3 REST API (SLUICE_FTS_LISTEN): %w", err)
+	}
+	return ln, nil
 }

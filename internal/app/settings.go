@@ -44,6 +44,8 @@ var Groups = []Group{
 		Prefix: "sluice", Spec: func(c *Config) any { return c }, Only: func(k string) bool { return k == "SLUICE_AS_USER" }, Extra: clientSettings},
 	{Role: "scheduler", Heading: "Scheduler", Prefix: "sluice", Spec: func(c *Config) any { return &c.Config }},
 	{Role: "policies", Heading: "Fair-share policies (read by the scheduler)", Prefix: "sluice", Spec: func(c *Config) any { return &c.Config }, Only: policySetting},
+	{Role: "fts", Heading: "FTS3 REST API (served by the generator) and SciTags packet marking (sent by delivery)",
+		Prefix: "sluice", Spec: func(c *Config) any { return c }, Only: func(k string) bool { return k == "SLUICE_FTS_LISTEN" || strings.HasPrefix(k, "SLUICE_SCITAG_") }},
 	{Role: "generator", Heading: "Generator", Prefix: "sluice_generator", Spec: func(c *Config) any { return &c.Generator }},
 	{Role: "processor", Heading: "Processor", Prefix: "sluice_processor", Spec: func(c *Config) any { return &c.Processor }},
 	{Role: "delivery", Heading: "Delivery", Prefix: "sluice_delivery", Spec: func(c *Config) any { return &c.Delivery }},

@@ -109,6 +109,14 @@ const (
 	TypeHeartbeat   = "org.sluice.heartbeat.v1"
 )
 
+// HeaderSubjectToken, on a dtr.submit message of a trusted caller (the
+// generator), carries the bearer token that the work was submitted with
+// (a job's), so that its transfers reach storage with the submitter's
+// rights: the scheduler verifies it, keeps it for the DTRs that its holder
+// owns, and ignores it from any other caller. Only the scheduler reads
+// SLUICE_SUBMIT, where it stays until taken.
+const HeaderSubjectToken = "Sluice-Subject-Token"
+
 // Grant is the data of a grant event: the scheduler gives a DTR a slot in
 // one state. The worker holds the grant until it publishes a Result; it
 // renews the lease with Progress events while the work lasts. The
@@ -125,6 +133,10 @@ type Grant struct {
 	Cleanup bool `json:"cleanup,omitempty"`
 	// Emergency marks a grant on one of the state's emergency slots.
 	Emergency bool `json:"emergency,omitempty"`
+	// ExpectedSeconds is how long the scheduler expects the work to take
+	// (for a transfer, its size at the link's recent throughput): the
+	// storage tokens it gets must outlive it. 0: not said, or short.
+	ExpectedSeconds float64 `json:"expected_seconds,omitempty"`
 	// Term is the term of the scheduler that issued the grant (the
 	// journal sequence at which it began to lead): it only grows, and a
 	// worker drops a grant of an older term than one it has seen. 0 from a
@@ -139,6 +151,11 @@ type Grant struct {
 	// it has already (AppendDTR). From the scheduler's core it points into
 	// the core: read it before calling the core again.
 	DTR *dtr.DTR `json:"dtr,omitempty"`
+}
+
+// Expected returns the grant's expected duration.
+func (g Grant) Expected() time.Duration {
+	return time.Duration(g.ExpectedSeconds * float64(time.Second))
 }
 
 // Lease returns the grant's lease as a duration.

@@ -203,22 +203,69 @@ func (r *Resolver) Caller(ctx context.Context, base, subject string, h nats.Head
 		return Caller{}, fmt.Errorf("subject %s is not %s or %s.<user>", subject, base, base)
 	}
 	if raw, ok := bearer(h); ok {
-		if r.tokens == nil {
-			return Caller{}, fmt.Errorf("%w: this Sluice takes no bearer tokens (SLUICE_TOKEN_ISSUERS is empty)", ErrForbidden)
-		}
-		if raw == "" {
-			return Caller{}, fmt.Errorf("%w: the Authorization header holds no bearer token", ErrForbidden)
-		}
-		t, err := r.tokens.Verify(ctx, raw)
-		if err != nil {
-			return Caller{}, fmt.Errorf("%w: %w", ErrForbidden, err)
-		}
-		c = Caller{Identity: dtr.Identity{DN: t.ID, FQANs: slices.Clone(t.Groups)}, Via: ViaToken, Name: t.ID, Scopes: t.Scopes}
+		return r.tokenCaller(ctx, raw)
 	}
 	if !c.Admin {
 		c.Admin = r.admin(c.Identity)
 	}
 	return c, nil
+}
+
+// ErrNoToken is what a request without a bearer token gets where a token
+// is the only way in (the FTS3 REST API): unlike ErrForbidden, the caller
+// has not said who it is yet.
+var ErrNoToken = errors.New("no bearer token")
+
+// TokenCaller establishes the caller of a request whose only credential
+// is its Authorization header, as the FTS3 REST API's requests are: the
+// holder of the bearer token in it, checked as Caller checks a message's.
+// Without one it is never the operator but an error wrapping ErrNoToken.
+func (r *Resolver) TokenCaller(ctx context.Context, authorization string) (Caller, error) {
+	if r == nil {
+		r = &Resolver{}
+	}
+	h := nats.Header{}
+	h.Set("Authorization", authorization)
+	raw, ok := bearer(h)
+	if !ok || raw == "" {
+		return Caller{}, fmt.Errorf("%w: send Authorization: Bearer <token>", ErrNoToken)
+	}
+	return r.tokenCaller(ctx, raw)
+}
+
+// tokenCaller checks a raw bearer token and returns its holder.
+func (r *Resolver) tokenCaller(ctx context.Context, raw string) (Caller, error) {
+	if r.tokens == nil {
+		return Caller{}, fmt.Errorf("%w: this Sluice takes no bearer tokens (SLUICE_TOKEN_ISSUERS is empty)", ErrForbidden)
+	}
+	if raw == "" {
+		return Caller{}, fmt.Errorf("%w: the Authorization header holds no bearer token", ErrForbidden)
+	}
+	t, err := r.tokens.Verify(ctx, raw)
+	if err != nil {
+		return Caller{}, fmt.Errorf("%w: %w", ErrForbidden, err)
+	}
+	c := Caller{Identity: dtr.Identity{DN: t.ID, FQANs: slices.Clone(t.Groups)}, Via: ViaToken, Name: t.ID, Scopes: t.Scopes}
+	c.Admin = r.admin(c.Identity)
+	return c, nil
+}
+
+// MayTag returns nil if the caller may choose the SciTag (packet marking)
+// of its transfers: trusted callers and administrators may; anyone else
+// would mark its traffic as another experiment's or activity's, so its
+// transfers get the site's mapping.
+func (c Caller) MayTag() error {
+	if c.Trusted || c.Admin {
+		return nil
+	}
+	return fmt.Errorf("%w: only trusted callers and administrators may choose a SciTag; %s's transfers are marked by the site's mapping of its VO and activity", ErrForbidden, c)
+}
+
+// Bearer returns the token of a message's "Authorization: Bearer" header,
+// "" if it has none: what a caller established ViaToken sent.
+func Bearer(h nats.Header) string {
+	tok, _ := bearer(h)
+	return tok
 }
 
 // bearer returns the token of an "Authorization: Bearer" header.

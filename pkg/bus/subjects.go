@@ -42,8 +42,16 @@ const (
 	// BucketLeader holds the key of the scheduler that leads (its
 	// election, services/scheduler/leader.go); its TTL removes the key of
 	// a leader that stops renewing it.
-	BucketLeader    = "sluice_leader"
-	MaxMessageBytes = 1 << 20
+	BucketLeader = "sluice_leader"
+	// BucketSubjectTokens holds the bearer tokens that DTRs were submitted
+	// with, each under a random reference that the DTR carries (its
+	// token_ref), so that the workers of its transfers can exchange the
+	// token for storage tokens with the submitter's rights. Only the
+	// scheduler writes it and only processors and deliverers read it; the
+	// tokens are in no DTR record, event, log or trace. Entries live for
+	// Setup.SubjectTokenTTL.
+	BucketSubjectTokens = "sluice_subject_tokens"
+	MaxMessageBytes     = 1 << 20
 )
 
 // MaxDTRBytes is the size of the largest DTR (the body of its dtr.submit
@@ -80,7 +88,15 @@ type Setup struct {
 	// LeaderTTL is how long the scheduler's leader key lives without a
 	// renewal (the TTL of BucketLeader); 0: DefaultLeaderTTL.
 	LeaderTTL time.Duration
+	// SubjectTokenTTL is how long a submitter's token is kept in
+	// BucketSubjectTokens; 0: DefaultSubjectTokenTTL.
+	SubjectTokenTTL time.Duration
 }
+
+// DefaultSubjectTokenTTL is how long submitters' tokens are kept by
+// default: longer than WLCG access tokens live (at most a few hours),
+// after which they could not be exchanged anyway.
+const DefaultSubjectTokenTTL = 24 * time.Hour
 
 // withDefaults fills in what is not set.
 func (s Setup) withDefaults() Setup {
@@ -201,6 +217,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	if err := ensureLeaderBucket(ctx, js, s); err != nil {
 		return err
 	}
+	if err := ensureSubjectTokenBucket(ctx, js, s); err != nil {
+		return err
+	}
 	if s.ExpiringRecords {
 		// Allowed on a bucket made before; never turned off again, since
 		// records stored with a TTL may remain.
@@ -291,6 +310,37 @@ func ensureLeaderBucket(ctx context.Context, js jetstream.JetStream, s Setup) er
 		Description: "the scheduler that leads: its key lives for the TTL unless renewed",
 	}); err != nil {
 		return fmt.Errorf("bucket %s: %w", BucketLeader, reserveHint(err))
+	}
+	return nil
+}
+
+// ensureSubjectTokenBucket creates the bucket of submitters' tokens, or
+// gives it the TTL and copies wanted.
+func ensureSubjectTokenBucket(ctx context.Context, js jetstream.JetStream, s Setup) error {
+	ttl := s.SubjectTokenTTL
+	if ttl <= 0 {
+		ttl = DefaultSubjectTokenTTL
+	}
+	if st, err := js.Stream(ctx, "KV_"+BucketSubjectTokens); err == nil {
+		cfg := st.CachedInfo().Config
+		if cfg.MaxAge == ttl && cfg.Replicas == s.Replicas {
+			return nil
+		}
+		cfg.MaxAge, cfg.Replicas = ttl, s.Replicas
+		if cfg.Duplicates > ttl {
+			cfg.Duplicates = ttl
+		}
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bucket %s: TTL %s, %d copies: %w", BucketSubjectTokens, ttl, s.Replicas, err)
+		}
+		return nil
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BucketSubjectTokens, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, TTL: ttl,
+		MaxValueSize: 64 << 10, // a bearer token; the verifier takes none larger
+		Description:  "submitters' bearer tokens under random references, for the exchange of storage tokens",
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", BucketSubjectTokens, reserveHint(err))
 	}
 	return nil
 }

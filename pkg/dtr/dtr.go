@@ -55,7 +55,19 @@ type Options struct {
 	// TPC says whether the file may be moved by an HTTP third-party copy,
 	// storage to storage, instead of through a deliverer.
 	TPC TPCMode `json:"tpc,omitempty"`
+	// SciTag is the packet marking (SciTags: experiment << 6 | activity)
+	// that the transfer's requests carry, chosen by a trusted caller
+	// (65–65535); 0 lets the site's mapping of the owner's VO and the
+	// activity decide. Only trusted callers and administrators may set it.
+	SciTag int `json:"scitag,omitempty"`
 }
+
+// The range of a SciTag: an experiment id of at least 1 in the high ten
+// bits, an activity id in the low six (FTS3 takes the same range).
+const (
+	MinSciTag = 65
+	MaxSciTag = 65535
+)
 
 // TPCMode says whether a transfer may be a third-party copy.
 type TPCMode string
@@ -86,6 +98,9 @@ func (o Options) Check() []error {
 	}
 	if err := CheckActivity(o.Activity); err != nil {
 		errs = append(errs, err)
+	}
+	if o.SciTag != 0 && (o.SciTag < MinSciTag || o.SciTag > MaxSciTag) {
+		errs = append(errs, fmt.Errorf("scitag: %d is outside %d–%d", o.SciTag, MinSciTag, MaxSciTag))
 	}
 	switch o.TPC {
 	case "", TPCAuto, TPCOnly, TPCNever:
@@ -220,6 +235,12 @@ type DTR struct {
 	// bytes never passed through Sluice, with no checksum from the job
 	// or the source to compare the destination's with.
 	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
+	// TokenRef names, in the bucket sluice_subject_tokens, the bearer
+	// token the DTR was submitted with: its transfers exchange it for
+	// storage tokens with the submitter's rights. A random reference, not
+	// the token, which no DTR record holds; empty for work submitted
+	// without a token.
+	TokenRef string `json:"token_ref,omitempty"`
 	// ChecksumSource says what Checksum was checked against:
 	// ChecksumFromStorage when a checksum the storage itself stated (the
 	// source's Digest, or the destination's once written) agreed with

@@ -65,6 +65,9 @@ type File struct {
 	// TPC is auto (the default), only or never: whether the file may be
 	// moved by an HTTP third-party copy, storage to storage.
 	TPC dtr.TPCMode `json:"tpc,omitempty"`
+	// SciTag is the packet marking of the file's transfer (65–65535),
+	// taken from trusted callers only; 0 leaves it to the site's mapping.
+	SciTag int `json:"scitag,omitempty"`
 }
 
 // Parse reads a job description in either format: JSON when its first
@@ -144,7 +147,7 @@ func (j *Job) Validate() error {
 				seen[key] = field
 			}
 		}
-		for _, err := range (dtr.Options{Checksum: f.Checksum, Activity: f.Activity, TPC: f.TPC}).Check() {
+		for _, err := range (dtr.Options{Checksum: f.Checksum, Activity: f.Activity, TPC: f.TPC, SciTag: f.SciTag}).Check() {
 			errs = append(errs, fmt.Errorf("%s.%w", field, err))
 		}
 		if f.TPC == dtr.TPCOnly {
@@ -228,6 +231,7 @@ func (j *Job) DTRs(now time.Time) []*dtr.DTR {
 				NoCache:        f.NoCache,
 				Activity:       f.Activity,
 				TPC:            f.TPC,
+				SciTag:         f.SciTag,
 			},
 			State:   dtr.New,
 			Created: now,

@@ -47,6 +47,7 @@ var (
 		"replicas":        {kind: kArray, elem: stringShape},
 		"activity":        stringShape,
 		"tpc":             stringShape,
+		"scitag":          {kind: kInt},
 	}}
 	jobShape = &shape{kind: kObject, fields: map[string]*shape{
 		"id":   stringShape,

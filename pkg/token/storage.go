@@ -2,6 +2,8 @@ package token
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,17 +21,27 @@ import (
 // StorageConfig is read from the environment with the prefix
 // SLUICE_STORAGE_TOKEN (SLUICE_STORAGE_TOKEN_ISSUER, ...).
 type StorageConfig struct {
-	Issuer           string        `envconfig:"ISSUER" desc:"URL of the issuer of storage tokens (https, or http on 127.0.0.1, ::1 or localhost); its token endpoint comes from <issuer>/.well-known/openid-configuration; empty: no storage tokens"`
-	ClientID         string        `envconfig:"CLIENT_ID" desc:"OAuth2 client of Sluice at that issuer, allowed the client-credentials grant for the storage audiences and storage.read/storage.modify scopes it asks for"`
-	ClientSecretFile string        `envconfig:"CLIENT_SECRET_FILE" desc:"file holding that client's secret (read at every token request; white space around it is ignored)"`
-	RenewBefore      time.Duration `envconfig:"RENEW_BEFORE" default:"2m" desc:"a cached storage token is renewed this long before it expires, or after half its lifetime if that comes first"`
+	Issuer           string `envconfig:"ISSUER" desc:"URL of the issuer of storage tokens (https, or http on 127.0.0.1, ::1 or localhost); its token endpoint comes from <issuer>/.well-known/openid-configuration; empty: no storage tokens"`
+	ClientID         string `envconfig:"CLIENT_ID" desc:"OAuth2 client of Sluice at that issuer: allowed the client-credentials grant for the storage audiences and storage.read/storage.create/storage.modify scopes it asks for (work submitted without a token), and the token-exchange grant (RFC 8693) for work submitted with one"`
+	ClientSecretFile string `envconfig:"CLIENT_SECRET_FILE" desc:"file holding that client's secret (read at every token request; white space around it is ignored)"`
+	// FloorRate and SubjectTTL are the scheduler's: it says how long each
+	// transfer is expected to take, and keeps the submitters' tokens.
+	FloorRate  float64       `envconfig:"FLOOR_RATE" default:"1000000" desc:"bytes/s a transfer is expected to move at least on a link whose recent throughput the scheduler has not seen (else half that throughput): with the DTR's size it gives the grant's expected duration, which storage tokens must outlive"`
+	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"how long the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; a DTR that waits longer fails as if the token had expired"`
+	Margin     time.Duration `envconfig:"MARGIN" default:"2m" desc:"a storage token is used for a transfer only if it stays valid this long past the transfer's expected end (the grant's expected duration); a cached token that does not is replaced by a new one, when a transfer asks, never before"`
 }
 
-// StorageSource obtains tokens for storage endpoints from an issuer by the
-// OAuth2 client-credentials grant: a token whose aud is the storage and
-// whose scope is what is to be done there, such as storage.read:/data/file1
-// or storage.modify:/data/dir. Each token is cached until shortly before it
-// expires. It is safe for concurrent use.
+// StorageSource obtains tokens for storage endpoints from an issuer: a
+// token whose aud is the storage and whose scope is what is to be done
+// there, such as storage.read:/data/file1 or storage.create:/data/dir.
+// Work submitted with a bearer token gets the submitter's rights, by
+// exchanging that token (Exchange); other work gets Sluice's own, by the
+// client-credentials grant (Token).
+//
+// Tokens are fetched just in time: a cached token is reused only while it
+// outlives the end of the work that asks for it (NeededUntil of the
+// caller's context) by Margin; otherwise a new one is fetched then. Nothing
+// is renewed in the background. It is safe for concurrent use.
 type StorageSource struct {
 	cfg    StorageConfig
 	client *http.Client
@@ -41,11 +53,24 @@ type StorageSource struct {
 	cache    map[string]cachedToken
 }
 
-// cachedToken is a token and the time to renew it.
+// cachedToken is a token and when it expires.
 type cachedToken struct {
-	token   string
-	renewAt time.Time
+	token  string
+	expiry time.Time
 }
+
+// Errors of token exchange, for errors.Is. Neither is worth a retry: the
+// submitter's token will not become valid again, nor gain rights.
+var (
+	// ErrSubjectExpired: the submitter's token has expired, so it cannot
+	// be exchanged for a storage token any more.
+	ErrSubjectExpired = errors.New("the submitter's token has expired")
+	// ErrExchangeRefused: the issuer would not exchange the submitter's
+	// token for the storage token asked for (rights beyond the
+	// submitter's, an audience it does not serve, a token it does not
+	// accept).
+	ErrExchangeRefused = errors.New("the issuer refused to exchange the submitter's token")
+)
 
 // NewStorageSource checks cfg. The issuer is first asked for its token
 // endpoint when a token is wanted.
@@ -59,8 +84,14 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 	if cfg.ClientSecretFile == "" {
 		return nil, errors.New("token: no storage token client secret file is configured (SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE)")
 	}
-	if cfg.RenewBefore < 0 {
-		return nil, fmt.Errorf("token: storage token renewal %v is negative (SLUICE_STORAGE_TOKEN_RENEW_BEFORE)", cfg.RenewBefore)
+	if cfg.Margin < 0 {
+		return nil, fmt.Errorf("token: storage token margin %v is negative (SLUICE_STORAGE_TOKEN_MARGIN)", cfg.Margin)
+	}
+	if cfg.FloorRate < 0 {
+		return nil, fmt.Errorf("token: floor rate %v bytes/s is negative (SLUICE_STORAGE_TOKEN_FLOOR_RATE)", cfg.FloorRate)
+	}
+	if cfg.SubjectTTL < 0 {
+		return nil, fmt.Errorf("token: submitters' tokens kept for %v, which is negative (SLUICE_STORAGE_TOKEN_SUBJECT_TTL)", cfg.SubjectTTL)
 	}
 	return &StorageSource{
 		cfg:    cfg,
@@ -70,25 +101,131 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 	}, nil
 }
 
+// neededUntilKey is the context key of the time a storage token must stay
+// valid until.
+type neededUntilKey struct{}
+
+// WithNeededUntil returns a context whose storage tokens must stay valid
+// until end (the expected end of the work that runs in it), plus Margin.
+func WithNeededUntil(ctx context.Context, end time.Time) context.Context {
+	return context.WithValue(ctx, neededUntilKey{}, end)
+}
+
+// NeededUntil is the time of WithNeededUntil; zero if none was set (then
+// a token is needed from now, for Margin).
+func NeededUntil(ctx context.Context) time.Time {
+	t, _ := ctx.Value(neededUntilKey{}).(time.Time)
+	return t
+}
+
 // Token returns a token for the storage audience (such as
 // "https://storage.example.org:8443") with scope (one or more
-// space-separated scopes, such as "storage.read:/data/file1"): a cached one
-// if it is not about to expire, or else a new one from the issuer.
+// space-separated scopes, such as "storage.read:/data/file1") by Sluice's
+// own client credentials: a cached one if it outlives the work of ctx,
+// or else a new one from the issuer.
 func (s *StorageSource) Token(ctx context.Context, audience, scope string) (string, error) {
 	if audience == "" || strings.TrimSpace(scope) == "" {
 		return "", fmt.Errorf("token: a storage token needs an audience and a scope (got %q and %q)", audience, scope)
 	}
-	key := audience + "\x00" + scope
+	return s.get(ctx, "client\x00"+audience+"\x00"+scope, func(ctx context.Context) (*oauth2.Token, error) {
+		return s.request(ctx, audience, scope, nil)
+	}, audience)
+}
+
+// Exchange returns a token for the storage audience with scope obtained by
+// exchanging subject, the access token of the submitter of the work
+// (RFC 8693 token exchange), so that the storage sees the submitter's
+// rights. Sluice authenticates to the issuer as its client. A token
+// already obtained from the same subject for the same audience and scope
+// is reused while it outlives the work of ctx. An expired subject fails
+// with ErrSubjectExpired, a refusal with ErrExchangeRefused; neither
+// error quotes a token.
+func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope string) (string, error) {
+	if audience == "" || strings.TrimSpace(scope) == "" {
+		return "", fmt.Errorf("token: a storage token needs an audience and a scope (got %q and %q)", audience, scope)
+	}
+	if subject == "" {
+		return "", errors.New("token: no submitter's token to exchange")
+	}
+	// The cache key holds a digest of the subject, never the token.
+	sum := sha256.Sum256([]byte(subject))
+	key := "exchange\x00" + hex.EncodeToString(sum[:]) + "\x00" + audience + "\x00" + scope
+	expired := func() error {
+		if exp := expiryOf(subject); !exp.IsZero() && !s.now().Before(exp) {
+			return fmt.Errorf("token: storage token for %q with scope %q: %w (at %s): submit the work again with a valid token",
+				audience, scope, ErrSubjectExpired, exp.UTC().Format(time.RFC3339))
+		}
+		return nil
+	}
+	return s.get(ctx, key, func(ctx context.Context) (*oauth2.Token, error) {
+		if err := expired(); err != nil {
+			return nil, err // the issuer is not asked
+		}
+		tok, err := s.request(ctx, audience, scope, url.Values{
+			"grant_type":           {"urn:ietf:params:oauth:grant-type:token-exchange"},
+			"subject_token":        {subject},
+			"subject_token_type":   {"urn:ietf:params:oauth:token-type:access_token"},
+			"requested_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+		})
+		var re *oauth2.RetrieveError
+		if !errors.As(err, &re) {
+			return tok, err
+		}
+		if err := expired(); err != nil {
+			return nil, err // it expired on the way
+		}
+		// The issuer's own words, never its whole answer, which a
+		// non-conforming issuer might make an echo of the request.
+		if re.ErrorCode == "" {
+			status := "no answer"
+			if re.Response != nil {
+				status = "HTTP " + re.Response.Status
+			}
+			return nil, fmt.Errorf("token: storage token for %q with scope %q: the issuer answered the token exchange with %s", audience, scope, status)
+		}
+		why := re.ErrorCode
+		if re.ErrorDescription != "" {
+			why += ": " + re.ErrorDescription
+		}
+		return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (%s)", audience, scope, ErrExchangeRefused, why)
+	}, audience)
+}
+
+// expiryOf is the exp of a JWT, read without checking it (the issuer
+// checks); zero if it has none or is no JWT.
+func expiryOf(raw string) time.Time {
+	var h header
+	var p struct {
+		Exp *float64 `json:"exp"`
+	}
+	if parseUnverified(raw, &h, &p) != nil || p.Exp == nil {
+		return time.Time{}
+	}
+	return time.Unix(int64(*p.Exp), 0)
+}
+
+// get returns the token cached under key if it outlives the work of ctx
+// by Margin, or else fetches one with fetch and caches it.
+func (s *StorageSource) get(ctx context.Context, key string, fetch func(context.Context) (*oauth2.Token, error), audience string) (string, error) {
+	need := s.neededUntil(ctx)
 	s.mu.Lock()
 	c, ok := s.cache[key]
 	s.mu.Unlock()
-	if ok && s.now().Before(c.renewAt) {
+	if ok && c.expiry.After(need) {
 		return c.token, nil
 	}
 	// One request for a token at a time, whatever the callers: the first
-	// one's ctx does not end the others' wait.
+	// one's ctx does not end the others' wait. A new token is the longest
+	// lived the issuer gives, whoever asked.
 	ch := s.flight.DoChan(key, func() (any, error) {
-		return s.fetch(context.WithoutCancel(ctx), key, audience, scope)
+		fctx := context.WithoutCancel(ctx)
+		start := s.now()
+		tok, err := fetch(fctx)
+		if err != nil {
+			return "", err
+		}
+		s.store(key, tok, start)
+		return tok.AccessToken, nil
 	})
 	select {
 	case r := <-ch:
@@ -101,60 +238,72 @@ func (s *StorageSource) Token(ctx context.Context, audience, scope string) (stri
 	}
 }
 
-// fetch obtains a token from the issuer and caches it under key.
-func (s *StorageSource) fetch(ctx context.Context, key, audience, scope string) (string, error) {
+// neededUntil is how long a token handed out in ctx must stay valid: the
+// end of its work (or now) plus Margin.
+func (s *StorageSource) neededUntil(ctx context.Context) time.Time {
+	end := NeededUntil(ctx)
+	if now := s.now(); end.Before(now) {
+		end = now
+	}
+	return end.Add(s.cfg.Margin)
+}
+
+// request asks the issuer for a token: by the client-credentials grant,
+// or by the grant and parameters of params.
+func (s *StorageSource) request(ctx context.Context, audience, scope string, params url.Values) (*oauth2.Token, error) {
 	tokenURL, err := s.endpoint(ctx)
 	if err != nil {
-		return "", fmt.Errorf("token: storage token issuer %q: %w", s.cfg.Issuer, err)
+		return nil, fmt.Errorf("token: storage token issuer %q: %w", s.cfg.Issuer, err)
 	}
 	secret, err := os.ReadFile(s.cfg.ClientSecretFile)
 	if err != nil {
-		return "", fmt.Errorf("token: storage token client secret (SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE): %w", err)
+		return nil, fmt.Errorf("token: storage token client secret (SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE): %w", err)
 	}
 	if len(strings.TrimSpace(string(secret))) == 0 {
-		return "", fmt.Errorf("token: storage token client secret file %s is empty", s.cfg.ClientSecretFile)
+		return nil, fmt.Errorf("token: storage token client secret file %s is empty", s.cfg.ClientSecretFile)
+	}
+	endpointParams := url.Values{"audience": {audience}}
+	for k, v := range params {
+		endpointParams[k] = v
 	}
 	cc := clientcredentials.Config{
 		ClientID:       s.cfg.ClientID,
 		ClientSecret:   strings.TrimSpace(string(secret)),
 		TokenURL:       tokenURL,
 		Scopes:         strings.Fields(scope),
-		EndpointParams: url.Values{"audience": {audience}},
+		EndpointParams: endpointParams,
 		AuthStyle:      oauth2.AuthStyleInHeader,
 	}
-	start := s.now()
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, s.client))
 	if err != nil {
-		return "", fmt.Errorf("token: storage token for %q with scope %q: %w", audience, scope, err)
+		return nil, fmt.Errorf("token: storage token for %q with scope %q: %w", audience, scope, err)
 	}
 	if tok.AccessToken == "" {
-		return "", fmt.Errorf("token: storage token for %q with scope %q: the issuer sent none", audience, scope)
+		return nil, fmt.Errorf("token: storage token for %q with scope %q: the issuer sent none", audience, scope)
 	}
+	return tok, nil
+}
+
+// store caches tok under key, fetched at start, and drops the expired.
+func (s *StorageSource) store(key string, tok *oauth2.Token, start time.Time) {
 	var expiry time.Time
 	if !tok.Expiry.IsZero() {
+		// On s's clock: expires_in counts from the answer.
 		expiry = start.Add(time.Until(tok.Expiry))
 	} else {
-		// Without expires_in, the token's own exp says.
-		var h header
-		var p struct {
-			Exp *float64 `json:"exp"`
-		}
-		if parseUnverified(tok.AccessToken, &h, &p) == nil && p.Exp != nil {
-			expiry = time.Unix(int64(*p.Exp), 0)
+		expiry = expiryOf(tok.AccessToken) // without expires_in, the token's own exp says
+	}
+	if !expiry.After(start) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, c := range s.cache {
+		if !start.Before(c.expiry) {
+			delete(s.cache, k)
 		}
 	}
-	if lifetime := expiry.Sub(start); lifetime > 0 {
-		renewAt := expiry.Add(-min(s.cfg.RenewBefore, lifetime/2))
-		s.mu.Lock()
-		for k, c := range s.cache {
-			if !start.Before(c.renewAt) {
-				delete(s.cache, k)
-			}
-		}
-		s.cache[key] = cachedToken{token: tok.AccessToken, renewAt: renewAt}
-		s.mu.Unlock()
-	}
-	return tok.AccessToken, nil
+	s.cache[key] = cachedToken{token: tok.AccessToken, expiry: expiry}
 }
 
 // endpoint returns the issuer's token endpoint, discovering it first.
@@ -176,4 +325,40 @@ func (s *StorageSource) endpoint(ctx context.Context) (string, error) {
 	s.tokenURL = d.TokenEndpoint
 	s.mu.Unlock()
 	return d.TokenEndpoint, nil
+}
+
+// Subject gives the bearer token that the work running in a context was
+// submitted with, read when a storage token is first needed (from where
+// the scheduler keeps it, never from the work's record).
+type Subject func(ctx context.Context) (string, error)
+
+// subjectKey is the context key of a Subject.
+type subjectKey struct{}
+
+// WithSubject returns a context whose storage tokens are obtained by
+// exchanging the token that s gives: the submitter's rights, not Sluice's.
+func WithSubject(ctx context.Context, s Subject) context.Context {
+	return context.WithValue(ctx, subjectKey{}, s)
+}
+
+// SubjectOf is the Subject of WithSubject; nil for work submitted without
+// a token, which gets Sluice's own storage tokens.
+func SubjectOf(ctx context.Context) Subject {
+	s, _ := ctx.Value(subjectKey{}).(Subject)
+	return s
+}
+
+// ForRequest returns the storage token of a request to audience with
+// scope, for the work of ctx: the submitter's, by Exchange, when ctx has a
+// Subject; else Sluice's own, by Token.
+func (s *StorageSource) ForRequest(ctx context.Context, audience, scope string) (string, error) {
+	sub := SubjectOf(ctx)
+	if sub == nil {
+		return s.Token(ctx, audience, scope)
+	}
+	raw, err := sub(ctx)
+	if err != nil {
+		return "", fmt.Errorf("token: storage token for %q: %w", audience, err)
+	}
+	return s.Exchange(ctx, raw, audience, scope)
 }

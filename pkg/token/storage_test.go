@@ -15,7 +15,7 @@ const storageAud = "https://storage.example.org:8443"
 
 func newStorageSource(t *testing.T, iss *tokentest.Issuer, c tokentest.Client) *StorageSource {
 	t.Helper()
-	s, err := NewStorageSource(StorageConfig{Issuer: iss.URL, ClientID: c.ID, ClientSecretFile: c.SecretFile, RenewBefore: 2 * time.Minute})
+	s, err := NewStorageSource(StorageConfig{Issuer: iss.URL, ClientID: c.ID, ClientSecretFile: c.SecretFile, Margin: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,42 +71,55 @@ func TestStorageTokenCarriesTheAudienceAndScope(t *testing.T) {
 	refused(t, err, "does not name this Sluice", raw)
 }
 
-func TestStorageTokensAreCachedUntilShortlyBeforeTheyExpire(t *testing.T) {
+func TestACachedStorageTokenIsReusedOnlyWhileItOutlivesTheTransferThatAsks(t *testing.T) {
 	t.Parallel()
-	iss := tokentest.Start(t)
+	iss := tokentest.Start(t) // tokens live an hour; the margin is 2 minutes
 	src := newStorageSource(t, iss, iss.Client(t))
 	now := time.Now()
 	src.now = func() time.Time { return now }
 	steps := []struct {
 		name         string
 		after        time.Duration // clock moved on by this
+		expected     time.Duration // the transfer's expected duration; 0: none said
 		audience     string
 		scope        string
 		wantRequests int
-		wantSame     bool // the token the step before got
+		wantSame     bool // the token the last step with this audience and scope got
 	}{
-		{"first", 0, storageAud, "storage.read:/data/file1", 1, false},
-		{"again", 0, storageAud, "storage.read:/data/file1", 1, true},
-		{"another scope", 0, storageAud, "storage.modify:/data/file1", 2, false},
-		{"another audience", 0, "https://b.example.org", "storage.modify:/data/file1", 3, false},
-		{"57 minutes on", 57 * time.Minute, "https://b.example.org", "storage.modify:/data/file1", 3, true},
-		{"2 minutes before expiry", time.Minute + time.Second, "https://b.example.org", "storage.modify:/data/file1", 4, false},
-		{"renewed", 0, "https://b.example.org", "storage.modify:/data/file1", 4, true},
+		{"first", 0, 0, storageAud, "storage.read:/data/file1", 1, false},
+		{"again", 0, 0, storageAud, "storage.read:/data/file1", 1, true},
+		{"a transfer of 50 minutes", 0, 50 * time.Minute, storageAud, "storage.read:/data/file1", 1, true},
+		{"another scope", 0, 0, storageAud, "storage.create:/data/file1", 2, false},
+		{"another audience", 0, 0, "https://b.example.org", "storage.create:/data/file1", 3, false},
+		// 40 minutes on, 20 left: a 10-minute transfer still fits with
+		// its margin, a 19-minute one does not and gets a new token.
+		{"40 minutes on, a 10-minute transfer", 40 * time.Minute, 10 * time.Minute, "https://b.example.org", "storage.create:/data/file1", 3, true},
+		{"a 19-minute transfer", 0, 19 * time.Minute, "https://b.example.org", "storage.create:/data/file1", 4, false},
+		{"the new token serves the next", 0, 19 * time.Minute, "https://b.example.org", "storage.create:/data/file1", 4, true},
+		// Nothing was renewed early: the first token served a short
+		// transfer 57 minutes after it was fetched.
+		{"57 minutes on, a short transfer", 17 * time.Minute, 0, storageAud, "storage.read:/data/file1", 4, true},
+		{"58 minutes on, inside the margin", time.Minute + time.Second, 0, storageAud, "storage.read:/data/file1", 5, false},
 	}
-	last := ""
+	last := map[string]string{}
 	for _, s := range steps {
 		now = now.Add(s.after)
-		tok, err := src.Token(t.Context(), s.audience, s.scope)
+		ctx := t.Context()
+		if s.expected > 0 {
+			ctx = WithNeededUntil(ctx, now.Add(s.expected))
+		}
+		tok, err := src.Token(ctx, s.audience, s.scope)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		if n := iss.TokenRequests(); n != s.wantRequests {
 			t.Fatalf("%s: %d token requests, want %d", s.name, n, s.wantRequests)
 		}
-		if (tok == last) != s.wantSame {
-			t.Fatalf("%s: same token as before: %v, want %v", s.name, tok == last, s.wantSame)
+		key := s.audience + " " + s.scope
+		if (tok == last[key]) != s.wantSame {
+			t.Fatalf("%s: same token as before: %v, want %v", s.name, tok == last[key], s.wantSame)
 		}
-		last = tok
+		last[key] = tok
 	}
 }
 
@@ -195,7 +208,9 @@ func TestNewStorageSourceRefusesBadConfigurations(t *testing.T) {
 		{"plain http", StorageConfig{Issuer: "http://iam.example.org", ClientID: "c", ClientSecretFile: "/s"}, "is not https"},
 		{"no client", StorageConfig{Issuer: "https://iam.example.org", ClientSecretFile: "/s"}, "SLUICE_STORAGE_TOKEN_CLIENT_ID"},
 		{"no secret file", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c"}, "SLUICE_STORAGE_TOKEN_CLIENT_SECRET_FILE"},
-		{"negative renewal", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", RenewBefore: -time.Second}, "SLUICE_STORAGE_TOKEN_RENEW_BEFORE"},
+		{"negative floor rate", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", FloorRate: -1}, "SLUICE_STORAGE_TOKEN_FLOOR_RATE"},
+		{"negative subject TTL", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", SubjectTTL: -time.Hour}, "SLUICE_STORAGE_TOKEN_SUBJECT_TTL"},
+		{"negative margin", StorageConfig{Issuer: "https://iam.example.org", ClientID: "c", ClientSecretFile: "/s", Margin: -time.Second}, "SLUICE_STORAGE_TOKEN_MARGIN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,15 +38,45 @@ import (
 
 // TokenSource gives the bearer token of one request hop, "" for none. u is
 // the URL that hop goes to, always https: its audience is
-// scheme://host:port (Audience) and its scope the path, storage.read:/path
-// or, when write is set, storage.modify:/path (for a WebDAV MOVE, the
-// path is the directory holding both names: tokenScopeURL). write is set
-// for every method but GET, HEAD, PROPFIND and OPTIONS. A TokenSource is asked at
-// every https hop to a host and port that SLUICE_HTTP_TOKENS has no token
-// for, so a redirect to another host or port gets that one's token or
-// none, never the first one's. An error fails the request as LOCAL_FILE
-// (this site's credentials, not retried), like an unreadable token file.
-type TokenSource func(ctx context.Context, u *url.URL, write bool) (string, error)
+// scheme://host:port (Audience) and its scope the path with the access
+// the request needs (Access: storage.read:/path, storage.create:/path or
+// storage.modify:/path; for a WebDAV MOVE, the path is the directory
+// holding both names: tokenScopeURL). A TokenSource is asked at every https hop to a
+// host and port that SLUICE_HTTP_TOKENS has no token for, so a redirect to
+// another host or port gets that one's token or none, never the first
+// one's. An error fails the request as LOCAL_FILE (credentials, not
+// retried), like an unreadable token file.
+type TokenSource func(ctx context.Context, u *url.URL, access Access) (string, error)
+
+// Access is what a request does to storage, as a WLCG storage scope names
+// it.
+type Access string
+
+// The storage accesses of requests.
+const (
+	AccessRead   Access = "storage.read"
+	AccessCreate Access = "storage.create" // a new file or directory
+	AccessModify Access = "storage.modify" // anything else that changes what is stored
+)
+
+// accessOfMethod is the access each HTTP method needs; a method not here
+// needs AccessModify (DELETE, MOVE, PROPPATCH, ...).
+var accessOfMethod = map[string]Access{
+	http.MethodGet:     AccessRead,
+	http.MethodHead:    AccessRead,
+	http.MethodOptions: AccessRead,
+	"PROPFIND":         AccessRead,
+	http.MethodPut:     AccessCreate,
+	"MKCOL":            AccessCreate,
+}
+
+// AccessOf is the access a request of method needs.
+func AccessOf(method string) Access {
+	if a, ok := accessOfMethod[method]; ok {
+		return a
+	}
+	return AccessModify
+}
 
 // WithTokenSource returns a copy of c that asks ts for the bearer tokens
 // of https requests (see TokenSource).
@@ -143,7 +173,7 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
-		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), writes(req.Method))
+		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), accessOfRequest(req))
 		if err != nil {
 			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
 		}
@@ -179,15 +209,6 @@ func tokenScopeURL(req *http.Request) *url.URL {
 	}
 	hop.Path, hop.RawPath = cmp.Or(strings.Join(from[:n], "/"), "/"), ""
 	return &hop
-}
-
-// writes reports whether a request of method changes what is stored.
-func writes(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, "PROPFIND":
-		return false
-	}
-	return true
 }
 
 // defaultPort is the port of a URL scheme when its URL names none.

@@ -180,14 +180,10 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 	h := newHops(t)
 	var mu sync.Mutex
 	var asked []string
-	source := func(_ context.Context, u *url.URL, write bool) (string, error) {
+	source := func(_ context.Context, u *url.URL, access transfer.Access) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		scope := "storage.read:"
-		if write {
-			scope = "storage.modify:"
-		}
-		asked = append(asked, transfer.Audience(u)+" "+scope+u.Path)
+		asked = append(asked, transfer.Audience(u)+" "+string(access)+":"+u.Path)
 		if u.Path == "/fails" {
 			return "", errors.New("token service down")
 		}
@@ -220,7 +216,7 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 	if _, err := c.Copy(ctx, fileURL(src), h.a.URL+"/up", transfer.CopyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := take(), []string{audA + " storage.modify:/up"}; !slices.Equal(got, want) {
+	if got, want := take(), []string{audA + " storage.create:/up"}; !slices.Equal(got, want) {
 		t.Errorf("an upload asked %q, want %q", got, want)
 	}
 	h.take()
@@ -256,16 +252,16 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 func TestATokenForAWebDAVMoveCoversTheDirectoryOfBothNames(t *testing.T) {
 	h := newHops(t)
 	var asked []string
-	source := func(_ context.Context, u *url.URL, write bool) (string, error) {
-		asked = append(asked, u.EscapedPath()+" "+map[bool]string{true: "write", false: "read"}[write])
+	source := func(_ context.Context, u *url.URL, access transfer.Access) (string, error) {
+		asked = append(asked, u.EscapedPath()+" "+string(access))
 		return "token", nil
 	}
 	c := h.client().WithTokenSource(source)
 	dav := "davs://" + hostOf(h.a)
 	cases := []struct{ from, to, want string }{
-		{dav + "/data/run 1/.f.sluice-g.1.part", dav + "/data/run 1/f", "/data/run%201 write"},
-		{dav + "/data/a/f", dav + "/data/b/f", "/data write"},
-		{dav + "/f.part", dav + "/f", "/ write"},
+		{dav + "/data/run 1/.f.sluice-g.1.part", dav + "/data/run 1/f", "/data/run%201 storage.modify"},
+		{dav + "/data/a/f", dav + "/data/b/f", "/data storage.modify"},
+		{dav + "/f.part", dav + "/f", "/ storage.modify"},
 	}
 	for _, tc := range cases {
 		asked = nil

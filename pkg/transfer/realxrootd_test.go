@@ -62,10 +62,10 @@ func storageTokens(t *testing.T, is *tokentest.Issuer) transfer.TokenSource {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(ctx context.Context, u *url.URL, write bool) (string, error) {
+	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		p := cmp.Or(u.EscapedPath(), "/")
 		scope := "storage.read:" + p
-		if write {
+		if access != transfer.AccessRead {
 			scope += " storage.modify:" + p
 		}
 		return src.Token(ctx, transfer.Audience(u), scope)
@@ -87,7 +87,7 @@ func sciTokensXrootd(t *testing.T) (*xrootdtest.Server, func(aud, scope string) 
 		t.Fatal(err)
 	}
 	return s, func(aud, scope string) *transfer.Client {
-		return transfer.New(s.Client()).WithGuard(loopback).WithTokenSource(func(ctx context.Context, _ *url.URL, _ bool) (string, error) {
+		return transfer.New(s.Client()).WithGuard(loopback).WithTokenSource(func(ctx context.Context, _ *url.URL, _ transfer.Access) (string, error) {
 			return src.Token(ctx, aud, scope)
 		})
 	}

@@ -327,6 +327,23 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 	return last, &copyFailure{err: e, cleanup: true}
 }
 
+// accessOfRequest is the access a request needs: its method's, but a
+// third-party COPY's depends on the end it is sent to. A pull (Source)
+// creates the file at the destination; a push (Destination) reads the
+// source. What the other end needs is asked for that end's URL, as the
+// GET or PUT Sluice would send there itself.
+func accessOfRequest(req *http.Request) Access {
+	if req.Method == "COPY" {
+		switch {
+		case req.Header.Get("Source") != "":
+			return AccessCreate
+		case req.Header.Get("Destination") != "":
+			return AccessRead
+		}
+	}
+	return AccessOf(req.Method)
+}
+
 // transferAuthorization is the header whose value the active storage
 // sends to the remote one as Authorization.
 const transferAuthorization = "TransferHeaderAuthorization"

@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,16 +82,24 @@ func TestARealXrootdThirdPartyCopyWithSciTokensCarriesEachStoragesOwnToken(t *te
 	ca, a, b := xrootdPair(t, &xrootdtest.Tokens{Issuer: is.URL, Audience: []string{aud}})
 	a.WriteFile(t, "/data/f", []byte("scoped third-party copy"))
 	b.MkdirAll(t, "/out")
-	var minted []string
-	c, _ := caClient(ca)
-	c = c.WithTokenSource(func(ctx context.Context, u *url.URL, write bool) (string, error) {
-		scope := "storage.read:/data"
-		if strings.HasPrefix(u.Path, "/out") {
-			scope = "storage.create:/out storage.modify:/out storage.read:/out"
+	// Each token names exactly the access asked for, on the file's
+	// directory: xrootd then takes only what the request needs.
+	var minted, asked []string
+	mint := func(u *url.URL, access transfer.Access) string {
+		scope := string(access) + ":" + path.Dir(u.Path)
+		scopes := []string{scope}
+		if access == transfer.AccessModify {
+			// As the storage token source does: xrootd deletes only with
+			// storage.read beside storage.modify.
+			scopes = append(scopes, string(transfer.AccessRead)+":"+path.Dir(u.Path))
 		}
-		tok := is.Mint(t, tokentest.Mint{Subject: "sluice", Audience: []string{aud}, Scopes: strings.Fields(scope), NotBefore: time.Now().Add(-time.Minute)})
-		minted = append(minted, tok)
-		return tok, nil
+		tok := is.Mint(t, tokentest.Mint{Subject: "sluice", Audience: []string{aud}, Scopes: scopes, NotBefore: time.Now().Add(-time.Minute)})
+		minted, asked = append(minted, tok), append(asked, scope)
+		return tok
+	}
+	c, _ := caClient(ca)
+	c = c.WithTokenSource(func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
+		return mint(u, access), nil
 	})
 	res, err := c.ThirdPartyCopy(context.Background(), a.HTTPS+"/data/f", b.HTTPS+"/out/g", transfer.ThirdPartyOptions{})
 	if err != nil {
@@ -98,14 +108,22 @@ func TestARealXrootdThirdPartyCopyWithSciTokensCarriesEachStoragesOwnToken(t *te
 	if got, _ := os.ReadFile(b.Path("/out/g")); string(got) != "scoped third-party copy" || res.Bytes != int64(len(got)) {
 		t.Fatalf("the destination has %q", got)
 	}
+	// The source's token, for the storage to read with, and the
+	// destination's, to create the file (and to read its size and
+	// checksum after).
+	for _, want := range []string{"storage.read:/data", "storage.create:/out", "storage.read:/out"} {
+		if !slices.Contains(asked, want) {
+			t.Errorf("tokens asked for %v; want one of %s", asked, want)
+		}
+	}
 	// Without the source's token (a source Sluice has no credentials for)
 	// the source refuses the storage, and the error says so, with no token.
 	c2, _ := caClient(ca)
-	c2 = c2.WithTokenSource(func(ctx context.Context, u *url.URL, write bool) (string, error) {
+	c2 = c2.WithTokenSource(func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		if !strings.HasPrefix(u.Path, "/out") {
 			return "", nil
 		}
-		return is.Mint(t, tokentest.Mint{Subject: "sluice", Audience: []string{aud}, Scopes: []string{"storage.create:/out", "storage.modify:/out", "storage.read:/out"}, NotBefore: time.Now().Add(-time.Minute)}), nil
+		return mint(u, access), nil
 	})
 	_, err = c2.ThirdPartyCopy(context.Background(), a.HTTPS+"/data/f", b.HTTPS+"/out/h", transfer.ThirdPartyOptions{})
 	if err == nil || transfer.KindOf(err) != dtr.ErrPermanentRemote || errors.Is(err, transfer.ErrNoThirdPartyCopy) {

@@ -140,7 +140,7 @@ func (c *Client) build() {
 		rt, everyRequest = tr, true
 	}
 	c.roundTrip = &guardedTransport{base: rt, guard: c.guard, proxy: proxy, everyRequest: everyRequest}
-	hc.Transport = &credentialTransport{base: c.roundTrip}
+	hc.Transport = &sciTagTransport{base: &credentialTransport{base: c.roundTrip}}
 	c.http = hc
 }
 

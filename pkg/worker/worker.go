@@ -58,7 +58,10 @@ type Pool struct {
 	js      jetstream.JetStream
 	mu      sync.Mutex
 	held    map[string]*held // the grants taken and not yet answered
-	results *resultSender
+	// subjects is the bucket of submitters' tokens, once opened
+	// (subject.go).
+	subjects jetstream.KeyValue
+	results  *resultSender
 	// id is the process's micro service instance id; host and started
 	// say where and since when it runs; shown says they are set (Show,
 	// presence.go).
@@ -477,7 +480,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	// renewLeases keeps the lease alive, as it did while the grant waited.
 	start := time.Now()
 	ended := p.metrics.started(ctx)
-	res := p.Handler(wctx, g, func(b, s int64) {
+	res := p.Handler(p.withStorageTokens(wctx, g, start), g, func(b, s int64) {
 		p.metrics.moved(ctx, b-h.moved.Swap(b))
 		h.size.Store(s)
 	})

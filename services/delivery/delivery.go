@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/scitag"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 	"github.com/sluice-dtr/sluice/pkg/worker"
 )
@@ -49,6 +50,9 @@ type Config struct {
 	// Heartbeat is how often the pool sends a heartbeat (SLUICE_HEARTBEAT,
 	// shared; 0: worker.DefaultHeartbeat).
 	Heartbeat time.Duration `ignored:"true"`
+	// SciTags marks each transfer's requests for the network
+	// (SLUICE_SCITAG_*); nil marks nothing.
+	SciTags *scitag.Table `ignored:"true"`
 }
 
 // errTooSlow ends a transfer that broke a speed limit.
@@ -126,6 +130,7 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	ctx = transfer.WithSciTag(ctx, s.cfg.SciTags.For(&d))
 	meter := newSpeedMeter(SpeedLimits{MinSpeed: s.cfg.MinSpeed, MinSpeedTime: s.cfg.MinSpeedTime,
 		MinAverageSpeed: s.cfg.MinAverageSpeed, MaxInactivity: s.cfg.MaxInactivity}, time.Now())
 	stop := s.watchSpeed(ctx, cancel, meter)

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/httpstore"
+	"github.com/sluice-dtr/sluice/pkg/scitag"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
@@ -304,5 +305,23 @@ func TestAFileBetweenTwoPlainWebDAVServersIsStreamedSayingWhy(t *testing.T) {
 		if got, _ := os.ReadFile(filepath.Join(dirs[1], tmp)); !bytes.Equal(got, data) {
 			t.Errorf("the temporary file %s does not hold the source's bytes", tmp)
 		}
+	}
+}
+
+func TestAThirdPartyCopyCarriesTheTransfersSciTagToTheStorageThatCopies(t *testing.T) {
+	tags, err := scitag.New(scitag.Config{Experiments: "atlas=2,cms=3", Activities: "default=1,Production Input=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := newStore(t, nil), newStore(t, &httpstore.CopyOptions{})
+	randomFile(t, filepath.Join(src.dir, "f"), 1000)
+	s, _ := deliverer(t, src.srv, Config{SciTags: tags}, nil)
+	d := dtr.DTR{ID: uuid.New(), Source: src.url("f"), Destination: dst.url("g"), TransferGrant: uuid.NewString() + ".1",
+		Owner: dtr.Identity{DN: "/CN=x", FQANs: []string{"/cms/Role=production"}}, Options: dtr.Options{Activity: "Production Input"}}
+	if res := s.Handle(context.Background(), api.Grant{DTR: &d}, func(int64, int64) {}); res.Error != nil || res.TransferMethod != dtr.TransferPull {
+		t.Fatalf("result %+v, error %+v; want a pull", res, res.Error)
+	}
+	if got := dst.copy.Headers()[0].Get(transfer.HeaderSciTag); got != "194" {
+		t.Errorf("the COPY carried SciTag %q, want 194 (cms 3 << 6 | Production Input 2)", got)
 	}
 }

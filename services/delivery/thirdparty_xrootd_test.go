@@ -121,7 +121,7 @@ func TestADeliveryBetweenRealXrootdServersWithSciTokensLogsNoToken(t *testing.T)
 	var minted []string
 	var logged bytes.Buffer
 	client := transfer.New(&http.Client{Transport: ca.Client().Transport}).WithGuard(loopback(t)).WithTokenSource(
-		func(ctx context.Context, u *url.URL, write bool) (string, error) {
+		func(ctx context.Context, u *url.URL, _ transfer.Access) (string, error) {
 			scope := "storage.read:/data"
 			if strings.HasPrefix(u.Path, "/out") {
 				scope = "storage.create:/out storage.modify:/out storage.read:/out"

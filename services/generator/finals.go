@@ -301,26 +301,34 @@ func (s *Service) cancelDownloads(ctx context.Context, jobID string, failed uuid
 	if _, err := s.get(ctx, jobID+".files", &refs); err != nil {
 		return err
 	}
-	out := bus.NewBatch(ctx, s.js)
-	n := 0
+	var ids []uuid.UUID
 	for _, ref := range refs {
-		if ref.Direction != dtr.Download || ref.DTR == failed {
-			continue
+		if ref.Direction == dtr.Download && ref.DTR != failed {
+			ids = append(ids, ref.DTR)
 		}
-		ev, err := codec.NewEvent(api.TypeCancel, "sluice/generator", ref.DTR.String(),
-			api.Cancel{DTR: ref.DTR, Reason: "another download of job " + jobID + " failed"})
+	}
+	s.log.Info("download failed: cancelling the job's other downloads", "job", jobID, "downloads", len(ids))
+	return s.cancelDTRs(ctx, jobID, ids, "another download of job "+jobID+" failed")
+}
+
+// cancelDTRs asks the scheduler to cancel DTRs of a job, for reason.
+func (s *Service) cancelDTRs(ctx context.Context, jobID string, ids []uuid.UUID, reason string) error {
+	out := bus.NewBatch(ctx, s.js)
+	for _, id := range ids {
+		ev, err := codec.NewEvent(api.TypeCancel, "sluice/generator", id.String(), api.Cancel{DTR: id, Reason: reason})
 		if err != nil {
 			return err
 		}
-		m, err := codec.Encode(ctx, api.SubjectCancelCommand, "cancel."+ref.DTR.String(), ev)
+		m, err := codec.Encode(ctx, api.SubjectCancelCommand, "cancel."+id.String(), ev)
 		if err != nil {
 			return err
 		}
 		out.Add(m)
-		n++
 	}
-	s.log.Info("download failed: cancelling the job's other downloads", "job", jobID, "downloads", n)
-	return out.Wait(ctx)
+	if err := out.Wait(ctx); err != nil {
+		return fmt.Errorf("cancel DTRs of job %s: %w", jobID, err)
+	}
+	return nil
 }
 
 // announce publishes the job's end with per-file statistics (of finals,

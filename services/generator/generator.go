@@ -148,6 +148,10 @@ type Service struct {
 	members map[string]map[uuid.UUID]struct{}
 	// owners holds what each owner's running jobs hold, by DN (owners.go).
 	owners map[string]ownerUse
+	// started is closed once Run has the job records' bucket: the FTS3
+	// API waits for it.
+	started   chan struct{}
+	startOnce sync.Once
 }
 
 // suspect marks a job for reconcile.
@@ -262,7 +266,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: log.With("service", "generator"), jobs: jobs, dtrs: dtrs, space: bus.SpaceOf(nc),
 		suspects: map[string]bool{}, lastFinal: map[string]time.Time{}, members: map[string]map[uuid.UUID]struct{}{},
-		owners: map[string]ownerUse{}}, nil
+		owners: map[string]ownerUse{}, started: make(chan struct{})}, nil
 }
 
 // Run serves job submissions and follows jobs until ctx ends.
@@ -276,6 +280,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.kv = kv
+	s.startOnce.Do(func() { close(s.started) })
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "sluice-generator", Version: version.SemVer(),
 		Description: "Sluice generator: jobs in, DTRs out"})
 	if err != nil {
@@ -340,6 +345,13 @@ func (s *Service) Run(ctx context.Context) error {
 // same job id again submits the same DTR ids, which the scheduler takes
 // only once.
 func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.SubmitReply, error) {
+	return s.submit(ctx, c, j, nil)
+}
+
+// submit is Submit; sidecar, if set, is stored under <job>.fts with the
+// job's other records (what the FTS3 API keeps of a submission), and
+// removed with them if the job is refused for want of space.
+func (s *Service) submit(ctx context.Context, c auth.Caller, j *job.Job, sidecar []byte) (api.SubmitReply, error) {
 	if err := c.Allow(auth.ScopeCreate); err != nil {
 		return api.SubmitReply{}, err
 	}
@@ -401,6 +413,12 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	// Refused for want of space before the DTRs, what this call created is
 	// removed again: nothing of the job is left.
 	var created []string
+	if sidecar != nil {
+		if _, err := s.kv.Create(ctx, j.ID+ftsSuffix, sidecar); err != nil {
+			return reply, s.refuseFull(ctx, j.ID, created, fmt.Errorf("store %s%s: %w", j.ID, ftsSuffix, err))
+		}
+		created = append(created, j.ID+ftsSuffix)
+	}
 	var before []api.FileRef // the file list of this job submitted before
 	sameFiles := func(stored []byte) bool {
 		return json.Unmarshal(stored, &before) == nil && sameRefs(before, refs)
@@ -444,6 +462,13 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 		refused++
 		return nil
 	}
+	if tok := subjectToken(ctx); tok != "" && c.Via == auth.ViaToken {
+		// The job's own token goes with its DTRs, for their storage
+		// tokens (api.HeaderSubjectToken); never in their text.
+		for _, m := range msgs {
+			m.Header.Set(api.HeaderSubjectToken, tok)
+		}
+	}
 	for _, m := range msgs {
 		out.Add(m)
 	}
@@ -462,6 +487,22 @@ func (s *Service) Submit(ctx context.Context, c auth.Caller, j *job.Job) (api.Su
 	s.dtrs.Add(ctx, int64(len(ds)), dtrSubmitted)
 	s.log.Info("job submitted", "job", j.ID, "files", len(ds), "owner", j.Owner.DN)
 	return reply, nil
+}
+
+// subjectTokenKey is the context key of the token a job was submitted
+// with.
+type subjectTokenKey struct{}
+
+// WithSubjectToken returns ctx carrying the bearer token that the caller
+// of Submit sent, which Submit hands on with the job's DTRs so that their
+// transfers get the submitter's rights on storage.
+func WithSubjectToken(ctx context.Context, raw string) context.Context {
+	return context.WithValue(ctx, subjectTokenKey{}, raw)
+}
+
+func subjectToken(ctx context.Context) string {
+	s, _ := ctx.Value(subjectTokenKey{}).(string)
+	return s
 }
 
 // sameRefs says whether two file lists name the same files, whatever
@@ -573,6 +614,9 @@ func (s *Service) handleSubmit(ctx context.Context, r micro.Request) {
 	if err != nil {
 		_ = r.Error("400", "bad job description: "+oneLine(err), nil)
 		return
+	}
+	if c.Via == auth.ViaToken {
+		ctx = WithSubjectToken(ctx, auth.Bearer(nats.Header(h)))
 	}
 	reply, err := s.Submit(ctx, c, j)
 	var full *fullError

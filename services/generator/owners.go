@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,6 +30,13 @@ var ErrOwnerLimit = errors.New("owner limit reached")
 // another), and, for a caller who is not trusted, a job id in the owner's
 // own namespace (auth.Caller.JobID).
 func ownJob(c auth.Caller, j *job.Job) error {
+	for i, f := range slices.Concat(j.Inputs, j.Outputs) {
+		if f.SciTag != 0 {
+			if err := c.MayTag(); err != nil {
+				return fmt.Errorf("file %d: scitag: %w", i+1, err)
+			}
+		}
+	}
 	j.Owner = c.Owner(j.Owner)
 	id, err := c.JobID(j.Owner, j.ID)
 	j.ID = id

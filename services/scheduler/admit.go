@@ -53,6 +53,11 @@ func (s *Service) admit(c auth.Caller, d *dtr.DTR) error {
 		return err
 	}
 	d.JobID = id
+	if d.Options.SciTag != 0 {
+		if err := c.MayTag(); err != nil {
+			return err
+		}
+	}
 	urls := append([]string{d.Source, d.Destination}, d.Replicas...)
 	if err := (auth.Confinement{Roots: s.cfg.FileRoots}).Check(c, urls...); err != nil {
 		return err

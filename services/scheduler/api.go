@@ -454,6 +454,26 @@ type loopRequest struct {
 	err    error
 }
 
+// answerAside answers a request that reaches the loop while it cannot act
+// on changes (a committer busy with earlier steps, or a standby): one that
+// changes nothing runs at once; a change is refused with errStoreFull while
+// the store is full, else with refusal, or parked (refusal nil) to be
+// answered once the loop can act on it.
+func (s *Service) answerAside(q *loopRequest, refusal error) {
+	switch full, _, _ := bus.SpaceOf(s.nc).Full(); {
+	case !q.change:
+		q.f()
+	case full:
+		q.err = errStoreFull
+	case refusal == nil:
+		s.parked = append(s.parked, q)
+		return
+	default:
+		q.err = refusal
+	}
+	close(q.done)
+}
+
 // errStopped answers requests that reach a scheduler on its way out.
 var errStopped = errors.New("the scheduler is stopping; try again")
 

@@ -35,16 +35,7 @@ func (s *Service) hand(ctx context.Context, commits chan<- *commit, c *commit) b
 		case commits <- c:
 			return true
 		case q := <-s.queries:
-			switch full, _, _ := bus.SpaceOf(s.nc).Full(); {
-			case !q.change:
-				q.f()
-			case full:
-				q.err = errStoreFull
-			default:
-				s.parked = append(s.parked, q)
-				continue
-			}
-			close(q.done)
+			s.answerAside(q, nil)
 		case <-ctx.Done():
 			if c.done != nil {
 				c.done(errStopped)

@@ -63,6 +63,7 @@ func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, en
 		s.finished.Add(d.ID, now)
 		if count {
 			s.mon.final(now, d)
+			s.rates.observe(d)
 		}
 		b, ok := encoded[d.ID]
 		if !ok {
@@ -138,6 +139,9 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 		// The grant without its DTR, and then the DTR's JSON appended.
 		data := g
 		data.DTR, data.TraceParent, data.Term = nil, tracing.TraceParent(gctx), s.term.Load()
+		if g.Stage == dtr.StageDelivery {
+			data.ExpectedSeconds = s.rates.expected(g.DTR, s.cfg.StorageTokens.FloorRate).Seconds()
+		}
 		span.End()
 		b, err := codec.EncodeJSON(data)
 		if err != nil {

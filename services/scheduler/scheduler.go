@@ -101,6 +101,10 @@ type Config struct {
 	// FileRoots are the directories file:// URLs must lie under
 	// (SLUICE_FILE_ROOTS); internal/app sets them.
 	FileRoots []string `ignored:"true"`
+	// StorageTokens says whether the tokens DTRs are submitted with are
+	// kept for their storage tokens, and how long transfers are expected
+	// to take (tokens.go); internal/app sets it.
+	StorageTokens StorageTokens `ignored:"true"`
 	OwnerLimits
 }
 
@@ -168,8 +172,12 @@ type Service struct {
 	// role what it is now (roleStandby, roleLeader; empty while starting).
 	kv       jetstream.KeyValue
 	election *election
-	term     atomic.Uint64
-	role     atomic.Value
+	// keeper keeps submitters' tokens (nil: they are not kept); rates
+	// are the links' recent throughputs (tokens.go).
+	keeper *tokenKeeper
+	rates  *linkRates
+	term   atomic.Uint64
+	role   atomic.Value
 	// campaignLogged is when a failed campaign was last logged.
 	campaignLogged time.Time
 }
@@ -199,7 +207,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, core: core.New(cc), log: log.With("service", "scheduler"),
 		queries: make(chan *loopRequest), finished: newRecentIDs(finishedSpan(cfg.Retention)), stopped: make(chan struct{}),
-		mon: newMonitor(cmp.Or(cfg.Policy, fairshare.Default)),
+		mon: newMonitor(cmp.Or(cfg.Policy, fairshare.Default)), rates: newLinkRates(),
 	}
 	s.leases = newLeaseClock(nc, js, s.core, s.log, cfg.Tick)
 	s.workers = newWorkerTracker(cfg.Heartbeat, cfg.Lease)
@@ -234,6 +242,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	s.election = newElection(lkv, s.cfg.LeaderTTL, s.name)
+	if s.cfg.StorageTokens.Keep {
+		tkv, err := s.js.KeyValue(ctx, bus.BucketSubjectTokens)
+		if err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		s.keeper = newTokenKeeper(tkv, s.cfg.StorageTokens.TTL)
+	}
 	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
 	every, atMost := s.cfg.CheckpointEvery, s.cfg.CheckpointRecords
 	if every <= 0 {
@@ -542,7 +557,7 @@ func drain(batch []jetstream.Msg, results, submits <-chan jetstream.Msg) []jetst
 // setup is how the scheduler sets up streams, consumers and buckets.
 func (s *Service) setup() bus.Setup {
 	return bus.Setup{Replicas: s.cfg.StreamReplicas, ExpiringRecords: s.cfg.Retention > 0,
-		Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL}
+		Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL, SubjectTokenTTL: s.cfg.StorageTokens.TTL}
 }
 
 // setUp creates or checks every stream, consumer and bucket (bus.Ensure).
@@ -593,6 +608,11 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			sub.caller, sub.err = s.caller(ctx, api.SubjectSubmit, m.Subject(), m.Headers())
 			if sub.err == nil {
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
+			}
+			if sub.err == nil && s.keeper != nil {
+				if err := s.keepToken(ctx, now, m.Headers(), &sub); err != nil {
+					return nil, err
+				}
 			}
 			subs[m] = sub
 		}
@@ -801,6 +821,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
 					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
+					if sub.tokenOwner == "" || sub.tokenOwner == e.DTR.Owner.DN {
+						e.DTR.TokenRef = sub.tokenRef
+					}
 				}
 			}
 			if err == nil {

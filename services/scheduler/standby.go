@@ -163,15 +163,7 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 		case <-prune.C:
 			s.pruneKept(ctx)
 		case q := <-s.queries:
-			switch full, _, _ := bus.SpaceOf(s.nc).Full(); {
-			case !q.change:
-				q.f()
-			case full:
-				q.err = errStoreFull
-			default:
-				q.err = errStandby
-			}
-			close(q.done)
+			s.answerAside(q, errStandby)
 		case now := <-sample.C:
 			s.sample(now)
 		}

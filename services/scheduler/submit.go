@@ -98,6 +98,11 @@ type submitted struct {
 	dtrs   []Submitted
 	err    error
 	caller auth.Caller
+	// tokenRef names the caller's bearer token in the bucket
+	// sluice_subject_tokens, if it is kept (tokens.go). tokenOwner, for
+	// the token a trusted caller sent on behalf of its holder, is that
+	// holder: only the DTRs it owns get the token.
+	tokenRef, tokenOwner string
 }
 
 // Submitted is one DTR of a message on dtr.submit, or why it is refused.

@@ -4,7 +4,8 @@
 // and its keys (/keys) over plain http, and issues JWT access tokens by the
 // client-credentials grant (/oauth/token) whose aud is the form parameter
 // audience and whose scope is the scopes asked for, as WLCG storage tokens
-// are.
+// are. The same endpoint exchanges a user's token for a storage token
+// (RFC 8693 token exchange) within that user's rights.
 //
 // WLCG tokens with chosen claims (wlcg.groups, scope, aud, nbf, a past exp)
 // cannot be asked of the provider through its protocol, so Mint signs them
@@ -222,6 +223,13 @@ func (is *Issuer) SetDown(down bool) { is.down.Store(down) }
 // up).
 func (is *Issuer) TokenRequests() int { return int(is.tokenRequests.Load()) }
 
+// Exchanges is how many token exchanges the issuer has granted.
+func (is *Issuer) Exchanges() int {
+	is.store.mu.Lock()
+	defer is.store.mu.Unlock()
+	return is.store.exchanges
+}
+
 // KeyRequests is how many requests the key set (jwks_uri) has had (while
 // up).
 func (is *Issuer) KeyRequests() int { return int(is.keyRequests.Load()) }
@@ -238,6 +246,8 @@ type store struct {
 	keys     []*signingKey     // the last one signs
 	clients  map[string]string // secrets by id
 	lifetime time.Duration
+	// exchanges counts the token exchanges granted.
+	exchanges int
 }
 
 var _ op.ClientCredentialsStorage = (*store)(nil)
@@ -302,7 +312,7 @@ type jwtClient struct{ *storage.Client }
 
 func (jwtClient) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeJWT }
 func (jwtClient) GrantTypes() []oidc.GrantType {
-	return []oidc.GrantType{oidc.GrantTypeClientCredentials}
+	return []oidc.GrantType{oidc.GrantTypeClientCredentials, oidc.GrantTypeTokenExchange}
 }
 
 // signingKey is a key of the issuer; it is the op's SigningKey.
@@ -341,3 +351,122 @@ func (p publicKey) ID() string                         { return p.k.id }
 func (p publicKey) Algorithm() jose.SignatureAlgorithm { return p.k.alg }
 func (p publicKey) Use() string                        { return "sig" }
 func (p publicKey) Key() any                           { return p.k.priv.Public() }
+
+// Token exchange (RFC 8693), as a WLCG issuer does it: a client of the
+// issuer (Sluice) hands in a user's access token (subject_token) and asks
+// for a token for one storage (audience) with storage scopes. The new
+// token is the user's (its sub), names the client as its actor (act), and
+// holds only rights the user's token holds: a storage scope is granted
+// only under a path the subject token has the same or a wider right on
+// (storage.modify also covers storage.create), so a user cannot get
+// through Sluice what the user could not get alone.
+
+var _ op.TokenExchangeStorage = (*store)(nil)
+
+// covers says which subject-token scopes grant a requested storage scope
+// verb: a verb is covered by itself and by the verbs listed.
+var covers = map[string][]string{
+	"storage.read":   {"storage.read"},
+	"storage.stage":  {"storage.stage"},
+	"storage.create": {"storage.create", "storage.modify"},
+	"storage.modify": {"storage.modify"},
+}
+
+// underPath reports whether path p is dir or inside it.
+func underPath(p, dir string) bool {
+	if dir == "/" || p == dir {
+		return true
+	}
+	return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// allowedBy reports whether the scope want ("storage.read:/a/b") is
+// within the scopes held.
+func allowedBy(want string, held []string) bool {
+	verb, path, ok := strings.Cut(want, ":")
+	if !ok || !strings.HasPrefix(path, "/") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
+		return false
+	}
+	for _, h := range held {
+		hverb, hpath, ok := strings.Cut(h, ":")
+		if !ok {
+			continue
+		}
+		for _, v := range covers[verb] {
+			if hverb == v && underPath(path, hpath) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *store) ValidateTokenExchangeRequest(_ context.Context, req op.TokenExchangeRequest) error {
+	switch req.GetRequestedTokenType() {
+	case "":
+		req.SetRequestedTokenType(oidc.AccessTokenType)
+	case oidc.AccessTokenType:
+	default:
+		return oidc.ErrInvalidRequest().WithDescription("only access tokens are issued by exchange")
+	}
+	if req.GetExchangeSubjectTokenType() != oidc.AccessTokenType {
+		return oidc.ErrInvalidRequest().WithDescription("subject_token_type must be an access token")
+	}
+	if len(req.GetAudience()) != 1 || req.GetAudience()[0] == "" {
+		return oidc.ErrInvalidTarget().WithDescription("exactly one audience, the storage, is required")
+	}
+	claims := req.GetExchangeSubjectTokenClaims()
+	scope, _ := claims["scope"].(string)
+	held := strings.Fields(scope)
+	if len(req.GetScopes()) == 0 {
+		return oidc.ErrInvalidScope().WithDescription("no scope asked for")
+	}
+	for _, want := range req.GetScopes() {
+		if !allowedBy(want, held) {
+			return oidc.ErrInvalidScope().WithDescription("scope %s is beyond the subject token's rights", want)
+		}
+	}
+	s.mu.Lock()
+	s.exchanges++
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *store) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error {
+	return nil
+}
+
+// GetPrivateClaimsFromTokenExchangeRequest gives the exchanged token its
+// scope, the subject's groups and the client that acts for the subject.
+func (s *store) GetPrivateClaimsFromTokenExchangeRequest(_ context.Context, req op.TokenExchangeRequest) (map[string]any, error) {
+	claims := map[string]any{
+		"scope":    strings.Join(req.GetScopes(), " "),
+		"wlcg.ver": "1.0",
+		"act":      map[string]any{"sub": req.GetClientID()},
+	}
+	if g, ok := req.GetExchangeSubjectTokenClaims()["wlcg.groups"]; ok {
+		claims["wlcg.groups"] = g
+	}
+	return claims, nil
+}
+
+func (s *store) SetUserinfoFromTokenExchangeRequest(context.Context, *oidc.UserInfo, op.TokenExchangeRequest) error {
+	return nil
+}
+
+// AuthorizeClientIDSecret and GetClientByClientID know the clients of
+// Client, which the token-exchange grant authenticates this way.
+func (s *store) AuthorizeClientIDSecret(ctx context.Context, clientID, clientSecret string) error {
+	_, err := s.ClientCredentials(ctx, clientID, clientSecret)
+	return err
+}
+
+func (s *store) GetClientByClientID(ctx context.Context, clientID string) (op.Client, error) {
+	s.mu.Lock()
+	secret, ok := s.clients[clientID]
+	s.mu.Unlock()
+	if !ok {
+		return s.Storage.GetClientByClientID(ctx, clientID)
+	}
+	return jwtClient{storage.WebClient(clientID, secret)}, nil
+}

@@ -102,7 +102,9 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, string(d.Options.TPC))
 	b = appendString(b, d.TransferMethod)
 	b = appendString(b, d.ChecksumUnverified)
+	b = appendString(b, d.TokenRef)
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
+	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
 	c.scratch = b
 	return string(b)
 }
@@ -171,7 +173,9 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Options.TPC = dtr.TPCMode(r.str())
 	d.TransferMethod = r.str()
 	d.ChecksumUnverified = r.str()
+	d.TokenRef = r.str()
 	d.ChecksumSource = c.names[r.uvarint()]
+	d.Options.SciTag = int(r.uvarint())
 	return d
 }
 

@@ -17,7 +17,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Source: "https://storage.example.org/data/f ü.root", Destination: "file:///scratch/f.root",
 		Owner:     dtr.Identity{DN: "/DC=org/CN=Alice", FQANs: []string{"/atlas/Role=production", "/atlas"}},
 		Direction: dtr.Upload, UserPriority: 77,
-		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true, NoCache: true, Activity: "Production Input", TPC: dtr.TPCOnly},
+		Options: dtr.Options{Checksum: "adler32:0a0b0c0d", Overwrite: true, FailureAllowed: true, Stage: true, NoCache: true, Activity: "Production Input", TPC: dtr.TPCOnly, SciTag: 2<<6 | 3},
 		Share:   "atlas-upload", Priority: 38, State: dtr.RegisterReplica, Attempts: 3, MaxAttempts: 10,
 		Error:  &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "503 from storage", State: dtr.Transferring, Location: dtr.LocationSource},
 		Cancel: true, Size: 1 << 40, Bytes: -1, Checksum: "md5:0123",
@@ -28,6 +28,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
 		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef", ChecksumMismatch: "adler32:ffff0000",
 		TransferMethod: dtr.TransferPull, ChecksumUnverified: "the destination storage gives no adler32 checksum and the job expects none",
+		TokenRef:       "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
 		ChecksumSource: dtr.ChecksumFromStorage,
 	}
 	tests := []struct {

@@ -1,0 +1,183 @@
+package scheduler
+
+// Storage tokens with the submitter's rights: the scheduler keeps the
+// bearer token a DTR was submitted with where only the workers can read
+// it, under a random reference the DTR carries, and tells each grant how
+// long its work is expected to take, so that the storage tokens the worker
+// gets outlive it.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/auth"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// StorageTokens says what the scheduler does for storage tokens; internal/app
+// sets it from SLUICE_STORAGE_TOKEN_*.
+type StorageTokens struct {
+	// Keep keeps the tokens DTRs are submitted with, for their transfers
+	// to exchange (storage tokens are issued).
+	Keep bool
+	// TTL is how long a token is kept (bus.Setup.SubjectTokenTTL).
+	TTL time.Duration
+	// FloorRate, in bytes/s, is the rate a transfer is expected to reach
+	// on a link not seen lately.
+	FloorRate float64
+}
+
+// maxKeptRefs bounds the references remembered; past it they are
+// forgotten, and a token seen again is kept again under a new one.
+const maxKeptRefs = 10000
+
+// tokenKeeper puts submitters' tokens in the bucket sluice_subject_tokens,
+// each under a random reference, once per token (a job's worth of DTRs
+// sent with one token shares one entry).
+type tokenKeeper struct {
+	kv  jetstream.KeyValue
+	ttl time.Duration
+
+	mu   sync.Mutex
+	refs map[[32]byte]keptRef // by the token's SHA-256: the token is not kept here
+}
+
+type keptRef struct {
+	ref string
+	at  time.Time
+}
+
+func newTokenKeeper(kv jetstream.KeyValue, ttl time.Duration) *tokenKeeper {
+	if ttl <= 0 {
+		ttl = bus.DefaultSubjectTokenTTL
+	}
+	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}}
+}
+
+// keep returns the reference of raw in the bucket, putting it there
+// unless it was put in the first half of its time to live.
+func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (string, error) {
+	sum := sha256.Sum256([]byte(raw))
+	k.mu.Lock()
+	r, ok := k.refs[sum]
+	k.mu.Unlock()
+	if ok && now.Sub(r.at) < k.ttl/2 {
+		return r.ref, nil
+	}
+	ref := "t" + rand.Text() // 130 random bits
+	if _, err := k.kv.Put(ctx, ref, []byte(raw)); err != nil {
+		return "", fmt.Errorf("keep the submitter's token for its transfers (bucket %s): %w", bus.BucketSubjectTokens, err)
+	}
+	k.mu.Lock()
+	if len(k.refs) >= maxKeptRefs {
+		clear(k.refs)
+	}
+	k.refs[sum] = keptRef{ref: ref, at: now}
+	k.mu.Unlock()
+	return ref, nil
+}
+
+// keepToken keeps the token of a message on dtr.submit for the DTRs it
+// brings: the caller's own bearer token, or the token a trusted caller
+// (the generator) sends on behalf of the work's submitter
+// (api.HeaderSubjectToken), verified here, for the DTRs its holder owns.
+// A token that does not verify refuses the message; one that cannot be
+// kept fails the step, whose inputs then come again.
+func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) error {
+	var raw string
+	switch {
+	case sub.caller.Via == auth.ViaToken:
+		raw = auth.Bearer(h)
+	case sub.caller.Trusted && h.Get(api.HeaderSubjectToken) != "":
+		raw = h.Get(api.HeaderSubjectToken)
+		holder, err := s.caller(ctx, api.SubjectSubmit, api.SubjectSubmit, nats.Header{"Authorization": {"Bearer " + raw}})
+		if err != nil {
+			sub.err = fmt.Errorf("the submitter's token sent with these DTRs (%s): %w", api.HeaderSubjectToken, err)
+			return nil
+		}
+		sub.tokenOwner = holder.Identity.DN
+	}
+	if raw == "" {
+		return nil
+	}
+	var err error
+	sub.tokenRef, err = s.keeper.keep(ctx, raw, now)
+	return err
+}
+
+// maxLinks bounds the links whose throughput is remembered.
+const maxLinks = 10000
+
+// linkRates learns each link's recent throughput from the transfers that
+// finish: an exponentially weighted average, each new transfer counting
+// for a third.
+type linkRates struct {
+	mu    sync.Mutex
+	rates map[string]float64 // bytes/s by link
+}
+
+func newLinkRates() *linkRates { return &linkRates{rates: map[string]float64{}} }
+
+// linkOf names the link a DTR's transfer takes: from its source's host to
+// its target's.
+func linkOf(d *dtr.DTR) string {
+	return hostOf(d.Source) + " -> " + hostOf(d.Target())
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// observe learns from a DTR that finished.
+func (l *linkRates) observe(d *dtr.DTR) {
+	took := d.Ended.Sub(d.Started).Seconds()
+	if d.State != dtr.Done || d.Bytes <= 0 || took <= 0 {
+		return
+	}
+	rate := float64(d.Bytes) / took
+	link := linkOf(d)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old, ok := l.rates[link]; ok {
+		rate = old + (rate-old)/3
+	} else if len(l.rates) >= maxLinks {
+		clear(l.rates)
+	}
+	l.rates[link] = rate
+}
+
+// expected is how long d's transfer is expected to take: its size at half
+// its link's recent throughput (a transfer may well go at half the pace of
+// those before it), or at floor bytes/s on a link not seen lately. 0 when
+// its size is not known.
+func (l *linkRates) expected(d *dtr.DTR, floor float64) time.Duration {
+	if d.Size <= 0 {
+		return 0
+	}
+	l.mu.Lock()
+	rate, ok := l.rates[linkOf(d)]
+	l.mu.Unlock()
+	if ok {
+		rate /= 2
+	} else {
+		rate = floor
+	}
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(d.Size) / rate * float64(time.Second))
+}
