@@ -447,25 +447,28 @@ func (c *Client) removeAfterFailure(ctx context.Context, dst string, failure *Er
 	}
 }
 
-// thirdPartyRefusals are the answers of a storage that does not do
-// third-party copy at all, as opposed to one that tried and failed: the
-// statuses of a COPY it does not know, and the phrases of a failure that
-// says so. A storage that does third-party copy answers a COPY it cannot
-// make with a failure line, or with 401, 403 or 404 before it starts.
+// thirdPartyRefusals are the answers of a storage that will not make a
+// third-party copy, as opposed to one that tried and failed: the statuses
+// of a COPY it does not know or does not allow, and the phrases of a
+// failure that says so. The transfer may then still be streamed, which
+// answers for itself (a storage that refused COPY for want of rights
+// refuses the PUT too, and says so).
 var thirdPartyRefusals = struct {
 	// statuses refuse in either mode: 405 and 501 from a server without
 	// COPY; 400 from XrdHttp without its third-party-copy handler ("400
 	// Unknown", "Request unknown") and from a plain WebDAV server, whose
-	// COPY wants a Destination header, to a pull.
+	// COPY wants a Destination header, to a pull; 401 and 403 from a
+	// storage whose authorisation knows no COPY, or allows it to no one.
 	statuses map[int]bool
 	// pushStatuses refuse a push: a plain WebDAV server answers a COPY to
 	// another server with 502 (RFC 4918: the destination is on a server
 	// that refuses the resource).
 	pushStatuses map[int]bool
-	// phrases refuse in a 403 answer or a failure line.
+	// phrases refuse in a failure line.
 	phrases []string
 }{
-	statuses:     map[int]bool{http.StatusBadRequest: true, http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true},
+	statuses: map[int]bool{http.StatusBadRequest: true, http.StatusUnauthorized: true, http.StatusForbidden: true,
+		http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true},
 	pushStatuses: map[int]bool{http.StatusBadGateway: true},
 	phrases: []string{"not supported", "unsupported", "not implemented", "no third-party copy",
 		"third-party copy is disabled", "tpc is disabled", "request unknown", "unknown method"},
@@ -477,7 +480,7 @@ func refusesThirdParty(mode ThirdPartyMode, status int, reason string) bool {
 	if thirdPartyRefusals.statuses[status] || mode == ThirdPartyPush && thirdPartyRefusals.pushStatuses[status] {
 		return true
 	}
-	if status != 0 && status != http.StatusForbidden {
+	if status != 0 {
 		return false
 	}
 	lower := strings.ToLower(reason)
