@@ -305,11 +305,17 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		return last, &copyFailure{err: cancelled(ctx, op, active), cleanup: true}
 	case err != nil:
 		var me *MarkerError
-		if errors.As(err, &me) && me.unfinished && me.Line <= 1 && (resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent) {
-			// No markers, at most a line ("Created"): a plain WebDAV
-			// server's COPY within itself, made before it answered. What
-			// it made is verified as any copy.
-			return 0, nil
+		if errors.Is(err, errNotThirdParty) || errors.As(err, &me) && me.silent {
+			// No marker and no final line: a plain WebDAV server that made
+			// the COPY within itself (201 or 204, at most a line,
+			// "Created"), whose copy is checked as any; or a server that
+			// does not speak third-party copy, whatever its status.
+			local := me != nil && me.Line <= 1 && (resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent)
+			if local && c.madeWhole(ctx, mode, active, remote, opt.ExpectedSize) {
+				return 0, nil
+			}
+			return 0, &copyFailure{err: &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: active,
+				Err: fmt.Errorf("%w: the storage answered COPY with %s and no perf markers", ErrNoThirdPartyCopy, resp.Status)}}
 		}
 		if errors.As(err, &me) {
 			return last, &copyFailure{err: &Error{Kind: dtr.ErrTemporaryRemote, Op: op, URL: active, Err: err}, cleanup: true}
@@ -342,6 +348,18 @@ func accessOfRequest(req *http.Request) Access {
 		}
 	}
 	return AccessOf(req.Method)
+}
+
+// madeWhole reports whether a markerless COPY left the destination with
+// the size expected (known: a copy of unknown size is not taken on a
+// server's word).
+func (c *Client) madeWhole(ctx context.Context, mode ThirdPartyMode, active, remote string, expected int64) bool {
+	dst := active
+	if mode == ThirdPartyPush {
+		dst = remote
+	}
+	info, err := c.Stat(ctx, dst)
+	return err == nil && info.Exists && expected > 0 && info.Size == expected
 }
 
 // transferAuthorization is the header whose value the active storage
@@ -546,8 +564,9 @@ func redactSecrets(s string) string {
 type MarkerError struct {
 	Line   int
 	Reason string
-	// unfinished: the stream ended cleanly without a final line.
-	unfinished bool
+	// unfinished: the stream ended cleanly without a final line; silent:
+	// and without a marker.
+	unfinished, silent bool
 }
 
 func (e *MarkerError) Error() string {
@@ -563,6 +582,14 @@ type markerOutcome struct {
 
 // maxMarkerLine is the longest line of a marker stream.
 const maxMarkerLine = 16 << 10
+
+// maxPreamble is how many lines may come before the first perf marker or
+// final line: a server that sends more (a file, a page) does not speak
+// third-party copy, whatever its status said.
+const maxPreamble = 8
+
+// errNotThirdParty is a 2xx answer to COPY that is no marker stream.
+var errNotThirdParty = errors.New("the answer to COPY is not a perf-marker stream")
 
 // readMarkers reads a perf-marker stream: blocks of "Perf Marker", then
 // "Key: value" lines, then "End", repeated, and a final "success: ..." or
@@ -581,12 +608,17 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (markerOutcome, err
 	var index, bytes int64
 	var haveBytes bool
 	line := 0
+	spoke := false // a marker has begun
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
 		lower := strings.ToLower(text)
+		if !spoke && line > maxPreamble && lower != "perf marker" && !strings.HasPrefix(lower, "success") && !strings.HasPrefix(lower, "failure") {
+			return markerOutcome{bytes: total}, errNotThirdParty
+		}
 		switch {
 		case lower == "perf marker":
+			spoke = true
 			if in {
 				return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "a perf marker starts before the last one ended"}
 			}
@@ -633,9 +665,15 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (markerOutcome, err
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
+			if !spoke {
+				return markerOutcome{bytes: total}, errNotThirdParty
+			}
 			return markerOutcome{bytes: total}, &MarkerError{Line: line + 1, Reason: fmt.Sprintf("a line longer than %d bytes", maxMarkerLine)}
 		}
 		return markerOutcome{bytes: total}, err
+	}
+	if !spoke {
+		return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line", unfinished: true, silent: true}
 	}
 	return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line", unfinished: true}
 }

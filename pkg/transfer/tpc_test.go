@@ -546,7 +546,11 @@ func TestPerfMarkersAreReadWhateverTheirChunksAndAMalformedStreamIsAClearError(t
 			`malformed perf-marker stream at line 2: bytes transferred "lots" is not a number`},
 		{"a marker inside a marker", "Perf Marker\nPerf Marker\n", 0, dtr.ErrTemporaryRemote, "at line 2: a perf marker starts before the last one ended"},
 		{"no final line", marker(0, 10), 10, dtr.ErrTemporaryRemote, "the stream ended without a success or failure line"},
-		{"a line without end", strings.Repeat("x", 20<<10), 0, dtr.ErrTemporaryRemote, "a line longer than 16384 bytes"},
+		{"a line without end", marker(0, 10) + strings.Repeat("x", 20<<10), 10, dtr.ErrTemporaryRemote, "a line longer than 16384 bytes"},
+		{"a page, not a marker stream", strings.Repeat("<p>a file, or a web page</p>\n", 10), 0, dtr.ErrPermanentRemote,
+			"no third-party copy: the storage answered COPY with 201 Created and no perf markers"},
+		{"binary bytes, not a marker stream", strings.Repeat("\x00\x01", 10<<10), 0, dtr.ErrPermanentRemote,
+			"no third-party copy: the storage answered COPY with 201 Created and no perf markers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
