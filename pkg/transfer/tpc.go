@@ -305,12 +305,14 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		return last, &copyFailure{err: cancelled(ctx, op, active), cleanup: true}
 	case err != nil:
 		var me *MarkerError
-		if errors.Is(err, errNotThirdParty) || errors.As(err, &me) && me.silent {
+		if errors.Is(err, errNotThirdParty) || !outcome.spoke {
 			// No marker and no final line: a plain WebDAV server that made
 			// the COPY within itself (201 or 204, at most a line,
 			// "Created"), whose copy is checked as any; or a server that
-			// does not speak third-party copy, whatever its status.
-			local := me != nil && me.Line <= 1 && (resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent)
+			// does not speak third-party copy, whatever its status and
+			// however its answer ended. (A storage that does, lost before
+			// its first marker, is then streamed to.)
+			local := errors.As(err, &me) && me.silent && me.Line <= 1 && (resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusNoContent)
 			if local && c.madeWhole(ctx, mode, active, remote, opt.ExpectedSize) {
 				return 0, nil
 			}
@@ -575,6 +577,8 @@ func (e *MarkerError) Error() string {
 
 // markerOutcome is how a marker stream ended.
 type markerOutcome struct {
+	// spoke: the stream held a marker or a final line.
+	spoke   bool
 	success bool
 	reason  string // of a failure
 	bytes   int64  // the last total
@@ -599,7 +603,7 @@ var errNotThirdParty = errors.New("the answer to COPY is not a perf-marker strea
 // Unknown lines and keys are skipped. A stream that ends without a final
 // line is an error, as is a block with a bad number; a failure line
 // returns the reason.
-func readMarkers(r io.Reader, marker func(total int64) bool) (markerOutcome, error) {
+func readMarkers(r io.Reader, marker func(total int64) bool) (out markerOutcome, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), maxMarkerLine)
 	stripes := map[int64]int64{}
@@ -609,6 +613,7 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (markerOutcome, err
 	var haveBytes bool
 	line := 0
 	spoke := false // a marker has begun
+	defer func() { out.spoke = spoke || out.success || out.reason != "" }()
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
