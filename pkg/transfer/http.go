@@ -106,11 +106,15 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 	case in.size == 0:
 		// A zero ContentLength with a real body would be sent chunked.
 		req.Body, w = http.NoBody, io.Discard
-	case in.size < 0:
+	case in.size < 0 && !c.noExpect.has(req.URL):
 		// A chunked body waits for the server's 100 Continue, as curl
 		// sends it: xrootd 5.5 reads one sent without waiting as
 		// "Invalid chunked encoding" (400). A server that answers no 100
-		// gets the body after the transport's ExpectContinueTimeout (1 s).
+		// gets the body after the transport's ExpectContinueTimeout (1 s);
+		// one that refuses the expectation (417) is remembered, and the
+		// attempt fails as temporary so the next one sends the body
+		// without waiting (the source is read once: it cannot be sent
+		// again within this attempt).
 		req.Header.Set("Expect", "100-continue")
 	}
 	done := make(chan error, 1)
@@ -146,7 +150,12 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 		return n, nil
 	}
 	var se *StatusError
-	if errors.As(putErr, &se) && se.Code < 500 {
+	if errors.As(putErr, &se) && se.Code == http.StatusExpectationFailed && req.Header.Get("Expect") != "" {
+		c.noExpect.add(req.URL)
+		failure.Kind = dtr.ErrTemporaryRemote
+		failure.Err = fmt.Errorf("%w (the storage refuses Expect: 100-continue; the next attempt sends the body without waiting)", failure.Err)
+	}
+	if se != nil && se.Code < 500 {
 		// Refused (4xx) or sent elsewhere (3xx): nothing of ours was
 		// stored here, and whatever is there is not ours to delete.
 		return n, failure
@@ -236,7 +245,10 @@ func (c *Client) send(ctx context.Context, method, rawURL string, body io.Reader
 	again := req.Clone(req.Context())
 	again.Header.Del("Want-Digest")
 	resp2, err := c.http.Do(again)
-	if err == nil && refused && resp2.StatusCode != resp.StatusCode {
+	// Remembered only if the same host answered without the header:
+	// behind a redirector the retry may reach another pool, and one
+	// pool's refusal must not stop the checksums of another.
+	if err == nil && refused && resp2.StatusCode != resp.StatusCode && hostKey(resp2.Request.URL) == hostKey(hop) {
 		c.noDigest.add(hop)
 	}
 	return resp2, err

@@ -2,9 +2,11 @@ package transfer_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,4 +118,92 @@ func TestDeleteHTTP(t *testing.T) {
 		})
 	}
 	checkAbsent(t, filepath.Join(st.dir, "f"))
+}
+
+// A storage that refuses Expect: 100-continue (417) fails the upload of a
+// source of unknown size as temporary, and the next attempt sends the
+// body without waiting: the source is read once, so one attempt cannot
+// send it again.
+func TestAnUploadRefusedForItsExpectationIsRetriedWithoutIt(t *testing.T) {
+	var mu sync.Mutex
+	var stored []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			return
+		}
+		if r.Header.Get("Expect") != "" {
+			w.WriteHeader(http.StatusExpectationFailed)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		stored = b
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	c := transfer.New(nil).WithGuard(loopback)
+	src, _ := closeDelimitedServer(t, sized(1000))
+	_, err := c.Copy(context.Background(), src+"/f", srv.URL+"/dst", transfer.CopyOptions{})
+	if transfer.KindOf(err) != dtr.ErrTemporaryRemote || !strings.Contains(err.Error(), "Expect: 100-continue") {
+		t.Fatalf("first attempt: %v (%s), want a temporary failure naming the expectation", err, transfer.KindOf(err))
+	}
+	src, _ = closeDelimitedServer(t, sized(1000))
+	if res, err := c.Copy(context.Background(), src+"/f", srv.URL+"/dst", transfer.CopyOptions{}); err != nil || res.Bytes != 1000 {
+		t.Fatalf("next attempt: %+v, %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stored) != 1000 {
+		t.Fatalf("stored %d bytes, want 1000", len(stored))
+	}
+}
+
+// Behind a redirector, the request asked again without Want-Digest may
+// reach another pool: the pool that refused is remembered only if it is
+// the one that then answered, so one pool's refusal does not stop the
+// checksums of another.
+func TestAWantDigestRefusalIsRememberedOnlyForTheHostThatAnsweredWithoutIt(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{} // pool → requests that carried Want-Digest
+	pool := func(name string, refuses bool) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Want-Digest") != "" {
+				mu.Lock()
+				asked[name]++
+				mu.Unlock()
+				if refuses {
+					w.WriteHeader(http.StatusMethodNotAllowed)
+					return
+				}
+			}
+			w.Header().Set("Content-Length", "3")
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := pool("a", true), pool("b", false)
+	var n int
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		to := []string{a.URL, b.URL}[n%2]
+		n++
+		mu.Unlock()
+		http.Redirect(w, r, to+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(redirector.Close)
+	c := transfer.New(nil).WithGuard(loopback)
+	if info, err := c.Stat(context.Background(), redirector.URL+"/f"); err != nil || !info.Exists {
+		t.Fatalf("stat through the redirector: %+v, %v", info, err)
+	}
+	// Pool a refused, pool b answered the retry: a is asked again, with
+	// Want-Digest, when reached directly.
+	if _, err := c.Stat(context.Background(), a.URL+"/f"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked["a"] != 2 {
+		t.Fatalf("pool a was asked with Want-Digest %d times, want 2: it was remembered for pool b's answer", asked["a"])
+	}
 }

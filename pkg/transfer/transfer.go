@@ -67,6 +67,9 @@ type Client struct {
 	// noDigest are the hosts that refuse a request carrying Want-Digest
 	// (wantdigest.go), shared by the Client's copies.
 	noDigest *hostMemory
+	// noExpect are the hosts that refused an upload carrying Expect:
+	// 100-continue (417).
+	noExpect *hostMemory
 }
 
 // New returns a Client that makes HTTP requests with httpClient. A nil
@@ -86,7 +89,8 @@ type Client struct {
 // used on a copy that dials through the Guard (see WithGuard).
 func New(httpClient *http.Client) *Client {
 	c := &Client{base: httpClient, s3: &s3Clients{byHost: map[string]*minio.Client{}}, s3Default: envS3Keys(),
-		noDigest: newHostMemory(wantDigestMemory, wantDigestHosts)}
+		noDigest: newHostMemory(wantDigestMemory, wantDigestHosts),
+		noExpect: newHostMemory(wantDigestMemory, wantDigestHosts)}
 	c.build()
 	return c
 }

@@ -98,7 +98,9 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, d.Cache)
 	b = appendString(b, d.CacheFile)
 	b = appendString(b, d.ChecksumMismatch)
-	b = binary.AppendUvarint(b, c.nameID(d.Options.Activity))
+	// Not interned: an activity is any submitter's free text, and the
+	// table of names is never pruned.
+	b = appendString(b, d.Options.Activity)
 	b = appendString(b, string(d.Options.TPC))
 	b = appendString(b, d.TransferMethod)
 	b = appendString(b, d.ChecksumUnverified)
@@ -169,7 +171,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Cache = r.str()
 	d.CacheFile = r.str()
 	d.ChecksumMismatch = r.str()
-	d.Options.Activity = c.names[r.uvarint()]
+	d.Options.Activity = r.str()
 	d.Options.TPC = dtr.TPCMode(r.str())
 	d.TransferMethod = r.str()
 	d.ChecksumUnverified = r.str()

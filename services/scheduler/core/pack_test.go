@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -62,6 +63,24 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 				t.Error("shareOf reads the wrong share")
 			}
 		})
+	}
+}
+
+// A submitter's free text is not interned: the table of names is never
+// pruned, so every distinct activity would stay for the process's life.
+func TestActivitiesAreNotKeptInTheTableOfNames(t *testing.T) {
+	c := New(DefaultConfig())
+	d := dtr.DTR{ID: uuid.New(), Source: "file:///a", Destination: "file:///b", Owner: dtr.Identity{DN: "/CN=a"}, Share: "s"}
+	c.packDTR(&d)
+	names := len(c.names)
+	for i := range 1000 {
+		d.Options.Activity = fmt.Sprintf("activity %d", i)
+		if got := c.unpackDTR(c.packDTR(&d)).Options.Activity; got != d.Options.Activity {
+			t.Fatalf("activity %q read back as %q", d.Options.Activity, got)
+		}
+	}
+	if len(c.names) != names {
+		t.Fatalf("the table of names grew from %d to %d with 1000 activities", names, len(c.names))
 	}
 }
 
