@@ -324,6 +324,12 @@ func printDTR(w io.Writer, d dtr.DTR, traceID string) {
 	if d.Checksum != "" {
 		fmt.Fprintf(tw, "checksum\t%s%s\n", d.Checksum, checksumSourceText[d.ChecksumSource])
 	}
+	if d.ChecksumUnverified != "" {
+		fmt.Fprintf(tw, "checksum unverified\t%s\n", d.ChecksumUnverified)
+	}
+	if d.TransferMethod != "" {
+		fmt.Fprintf(tw, "transfer\t%s\n", d.TransferMethod)
+	}
 	if !d.NextProcess.IsZero() {
 		fmt.Fprintf(tw, "retry at\t%s\n", d.NextProcess.Format(time.RFC3339))
 	}

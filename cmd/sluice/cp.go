@@ -67,6 +67,7 @@ func cpCommand(cfg *Config) *cobra.Command {
 	fs.BoolVar(&f.Overwrite, "overwrite", false, "replace an existing destination")
 	fs.StringArrayVar(&f.Replicas, "replica", nil, "another URL of the same source, tried when the source fails (repeatable)")
 	fs.BoolVar(&f.Stage, "stage", false, "stage the source first (slow or tape-backed storage)")
+	fs.StringVar((*string)(&f.TPC), "tpc", "", "auto (default), only or never: whether two HTTP(S)/WebDAV storages copy the file themselves (third-party copy)")
 	fs.StringVar(&name, "name", "", "the job's name (default: sluice cp SOURCE's base name)")
 	fs.IntVar(&priority, "priority", 0, "the job's priority, 1–100 (default 50)")
 	fs.BoolVar(&noWait, "no-wait", false, "return once the job is submitted, printing its id")

@@ -63,6 +63,12 @@ func TestCpCopiesOneFileAndFollowsIt(t *testing.T) {
 			t.Fatalf("cp of a missing file: %v (exit %d)\n%s", err, exitCode(err), out)
 		}
 	})
+	t.Run("--tpc only between local paths is refused, naming the end", func(t *testing.T) {
+		out, err := runAnswered(t, "cp", "--tpc", "only", src, filepath.Join(dir, "out", "e.bin"))
+		if err == nil || !strings.Contains(err.Error()+out, "tpc: only, but the destination is file://, which has no third-party copy") {
+			t.Fatalf("cp --tpc only: %v\n%s", err, out)
+		}
+	})
 	t.Run("--no-wait returns the job id", func(t *testing.T) {
 		out, err := runAnswered(t, "cp", "--no-wait", "--json", src, filepath.Join(dir, "out", "d.bin"))
 		var r api.SubmitReply

@@ -216,6 +216,10 @@ type Result struct {
 	Size     int64        `json:"size,omitempty"`
 	Bytes    int64        `json:"bytes,omitempty"`
 	Checksum string       `json:"checksum,omitempty"`
+	// TransferMethod and ChecksumUnverified are a transfer's, as on
+	// dtr.DTR.
+	TransferMethod     string `json:"transfer_method,omitempty"`
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 	// ChecksumSource says what Checksum was checked against
 	// (dtr.ChecksumFromStorage, dtr.ChecksumFromStream); "" leaves the
 	// DTR's as it is.

@@ -225,6 +225,16 @@ type DTR struct {
 	// was not Options.Checksum. One such mismatch is retried with a fresh
 	// copy; a second fails the DTR (PERMANENT_REMOTE), naming both values.
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
+	// TransferMethod says how the last transfer moved the bytes:
+	// TransferPull or TransferPush (a third-party copy, storage to
+	// storage), or TransferStreamed through a deliverer, followed by
+	// ": <why>" when a third-party copy was wanted and not made.
+	TransferMethod string `json:"transfer_method,omitempty"`
+	// ChecksumUnverified says why the last transfer's checksum was
+	// compared with nothing, when it was not: a third-party copy whose
+	// bytes never passed through Sluice, with no checksum from the job
+	// or the source to compare the destination's with.
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 	// TokenRef names, in the bucket sluice_subject_tokens, the bearer
 	// token the DTR was submitted with: its transfers exchange it for
 	// storage tokens with the submitter's rights. A random reference, not
@@ -244,6 +254,13 @@ type DTR struct {
 const (
 	ChecksumFromStorage = "storage"
 	ChecksumFromStream  = "stream"
+)
+
+// How a transfer moved the bytes, for DTR.TransferMethod.
+const (
+	TransferPull     = "third-party pull"
+	TransferPush     = "third-party push"
+	TransferStreamed = "streamed"
 )
 
 // How the cache serves a DTR.
@@ -312,7 +329,38 @@ func (d *DTR) Validate() error {
 		errs = append(errs, fmt.Errorf("direction %q is neither download nor upload", d.Direction))
 	}
 	errs = append(errs, d.Options.Check()...)
+	if d.Options.TPC == TPCOnly {
+		errs = append(errs, CheckTPCOnly(d.Source, d.Destination, d.Replicas, d.Options.Stage)...)
+	}
 	return errors.Join(errs...)
+}
+
+// CheckTPCOnly says why a file with tpc only could never be a third-party
+// copy: a URL of a scheme without one, or a source staged to a local copy
+// first.
+func CheckTPCOnly(source, destination string, replicas []string, stage bool) []error {
+	var errs []error
+	urls := append([]string{destination, source}, replicas...)
+	for i, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil {
+			continue // ValidateURL says why
+		}
+		if s, ok := SchemeOf(p.Scheme); ok && !s.ThirdPartyCopy {
+			what := "destination"
+			switch {
+			case i == 1:
+				what = "source"
+			case i > 1:
+				what = fmt.Sprintf("replica %d", i-1)
+			}
+			errs = append(errs, fmt.Errorf("tpc: only, but the %s is %s://, which has no third-party copy (only http, https, dav and davs)", what, p.Scheme))
+		}
+	}
+	if stage {
+		errs = append(errs, errors.New("tpc: only, but stage copies the source to local disk first: a staged file is streamed"))
+	}
+	return errs
 }
 
 // ValidateURL checks that u is an absolute URL of a scheme Sluice moves, in
@@ -445,7 +493,8 @@ const recordOverhead = 512
 // Footprint is about how many bytes d's record takes, in memory and in the
 // store: what the per-owner limit SLUICE_OWNER_MAX_BYTES counts.
 func Footprint(d *DTR) int64 {
-	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum) + len(d.Options.Activity)
+	n := recordOverhead + len(d.Source) + len(d.Destination) + len(d.JobID) + len(d.Owner.DN) + len(d.Options.Checksum) + len(d.Options.Activity) +
+		len(d.TransferMethod) + len(d.ChecksumUnverified)
 	for _, r := range d.Replicas {
 		n += len(r)
 	}

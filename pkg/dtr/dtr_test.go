@@ -97,6 +97,36 @@ func TestValidateRefusesAJobIDTheGeneratorCannotUse(t *testing.T) {
 	}
 }
 
+func TestValidateRefusesTPCOnlyForADTRThatCanNeverBeAThirdPartyCopy(t *testing.T) {
+	tests := []struct {
+		name     string
+		src, dst string
+		replicas []string
+		stage    bool
+		err      string
+	}{
+		{"https to davs", "https://a/f", "davs://b/f", nil, false, ""},
+		{"a local destination", "https://a/f", "file:///data/f", nil, false, "tpc: only, but the destination is file://"},
+		{"an xrootd source", "root://a//f", "https://b/f", nil, false, "tpc: only, but the source is root://"},
+		{"an S3 replica", "https://a/f", "https://b/f", []string{"https://a/f", "s3://c/bucket/f"}, false, "tpc: only, but the replica 2 is s3://"},
+		{"a staged source", "https://a/f", "https://b/f", nil, true, "tpc: only, but stage copies the source to local disk first"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &DTR{ID: uuid.New(), Source: tt.src, Destination: tt.dst, Replicas: tt.replicas,
+				Options: Options{TPC: TPCOnly, Stage: tt.stage}}
+			err := d.Validate()
+			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+				t.Fatalf("Validate = %v, want %q", err, tt.err)
+			}
+			d.Options.TPC = TPCAuto
+			if err := d.Validate(); err != nil {
+				t.Fatalf("with tpc auto: %v", err)
+			}
+		})
+	}
+}
+
 func TestOptionsCheckNamesTheFieldOfEachProblem(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -31,6 +31,9 @@ type Scheme struct {
 	StatesChecksums bool
 	// Path checks what the scheme asks of a URL's path (nil: nothing).
 	Path func(path string) error
+	// ThirdPartyCopy says its storages may copy to and from each other
+	// themselves (HTTP third-party copy, COPY with perf markers).
+	ThirdPartyCopy bool
 }
 
 // Check says what is wrong with u as a URL of the scheme: a local URL
@@ -82,10 +85,10 @@ const (
 // SchemeTable lists the schemes Sluice moves data between.
 var SchemeTable = []Scheme{
 	{Name: "file", Renames: true, Local: true},
-	{Name: "http", DefaultPort: "80", Credentials: CredentialsBearer, StatesChecksums: true},
-	{Name: "https", DefaultPort: "443", Credentials: CredentialsBearer, StatesChecksums: true},
-	{Name: "dav", DefaultPort: "80", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true},
-	{Name: "davs", DefaultPort: "443", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true},
+	{Name: "http", DefaultPort: "80", Credentials: CredentialsBearer, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "https", DefaultPort: "443", Credentials: CredentialsBearer, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "dav", DefaultPort: "80", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true, ThirdPartyCopy: true},
+	{Name: "davs", DefaultPort: "443", Credentials: CredentialsBearer, Renames: true, StatesChecksums: true, ThirdPartyCopy: true},
 	{Name: "s3", DefaultPort: "80", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
 	{Name: "s3s", DefaultPort: "443", Credentials: CredentialsS3, AppearsWhole: true, Path: s3Path},
 	{Name: "root", DefaultPort: "1094", Renames: true, Path: xrootdPath},

@@ -150,6 +150,11 @@ func (j *Job) Validate() error {
 		for _, err := range (dtr.Options{Checksum: f.Checksum, Activity: f.Activity, TPC: f.TPC, SciTag: f.SciTag}).Check() {
 			errs = append(errs, fmt.Errorf("%s.%w", field, err))
 		}
+		if f.TPC == dtr.TPCOnly {
+			for _, err := range dtr.CheckTPCOnly(f.Source, f.Destination, f.Replicas, f.Stage) {
+				errs = append(errs, fmt.Errorf("%s.%w", field, err))
+			}
+		}
 		for k, r := range f.Replicas {
 			if err := dtr.ValidateURL(r); err != nil {
 				errs = append(errs, fmt.Errorf("%s.replicas[%d]: %w", field, k, err))

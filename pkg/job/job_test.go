@@ -112,6 +112,11 @@ func TestValidate(t *testing.T) {
 		{"an upper-case checksum type is accepted", func(j *Job) { j.Inputs[0].Checksum = "MD5:0CC175B9C0F1B6A831C399E269772661" }, nil},
 		{"file://localhost URLs are accepted", func(j *Job) { j.Inputs[0].Destination = "file://localhost/sess/a" }, nil},
 
+		{"tpc only between two https storages is allowed", func(j *Job) {
+			j.Inputs[0].Destination, j.Inputs[0].TPC = "https://b.example/a", dtr.TPCOnly
+		}, nil},
+		{"tpc only with a local destination is reported", func(j *Job) { j.Inputs[0].TPC = dtr.TPCOnly },
+			[]string{"inputs[0].tpc: only, but the destination is file://, which has no third-party copy"}},
 		{"an empty ID is reported", func(j *Job) { j.ID = "" }, []string{"id is empty"}},
 		{"an ID longer than 64 characters is reported", func(j *Job) { j.ID = strings.Repeat("a", 65) },
 			[]string{`id "` + strings.Repeat("a", 65) + `" is not 1–64 characters`}},

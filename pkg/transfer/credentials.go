@@ -128,11 +128,25 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			return nil, err
 		}
 	}
-	if auth != "" || req.Header.Get("Authorization") != "" {
+	// A third-party copy's credential for the remote storage goes only to
+	// the storage it was meant for: a redirect elsewhere drops it (tpc.go).
+	var transfer string
+	if tc, ok := req.Context().Value(transferCredentialKey{}).(transferCredential); ok && Audience(req.URL) == tc.audience {
+		transfer = tc.value
+	}
+	if auth != "" || req.Header.Get("Authorization") != "" || transfer != "" || req.Header.Get(transferAuthorization) != "" {
 		req = req.Clone(req.Context())
 		req.Header.Del("Authorization")
+		req.Header.Del(transferAuthorization)
+		delete(req.Header, transferAuthorization)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
+		}
+		if transfer != "" {
+			// Spelled as the storages match it: net/http would send the
+			// canonical "Transferheaderauthorization", which XrdHttpTPC
+			// does not take for a transfer header.
+			req.Header[transferAuthorization] = []string{transfer}
 		}
 	}
 	if c, ok := req.Context().Value(clientKey{}).(*Client); ok && req.Header.Get("Want-Digest") != "" && c.noDigest.has(req.URL) {
@@ -159,7 +173,7 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
-		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), AccessOf(req.Method))
+		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), accessOfRequest(req))
 		if err != nil {
 			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
 		}

@@ -139,31 +139,28 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 	if d.TURL != "" {
 		src = d.TURL // the staged copy
 	}
+	progress := func(b int64) {
+		meter.Record(time.Now(), b)
+		report(b, d.Size)
+	}
+	res, streamed, done := s.thirdParty(ctx, &d, src, typ, progress)
+	if done {
+		return res
+	}
 	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
 		// d.Size is what QUERY_REPLICA found (0: unknown), and the staged
 		// copy has it too.
 		ExpectedSize: d.Size,
 		MaxSize:      s.cfg.MaxFileSize,
-		Progress: func(b int64) {
-			meter.Record(time.Now(), b)
-			report(b, d.Size)
-		},
+		Progress:     progress,
 	})
 	// Size only on success: the scheduler takes a result's size as the
 	// file's, and the next attempt would expect the bytes a failed one
 	// moved.
-	res := api.Result{Bytes: cr.Bytes, Started: cr.Started, Ended: cr.Ended}
+	res = api.Result{Bytes: cr.Bytes, Started: cr.Started, Ended: cr.Ended, TransferMethod: streamed}
 	if err != nil {
-		kind, text := transfer.KindOf(err), err.Error()
-		if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {
-			kind, text = dtr.ErrTransferSpeed, cause.Error()
-		}
-		res.Error = &dtr.Failure{Kind: kind, Text: text, Location: dtr.LocationDestination}
-		var te *transfer.Error
-		if errors.As(err, &te) && te.URL == src || errors.Is(context.Cause(ctx), errTooSlow) {
-			res.Error.Location = dtr.LocationSource // a slow transfer: try another copy
-		}
+		res.Error = failure(ctx, err, src)
 		return res
 	}
 	res.Size, res.Checksum = cr.Bytes, cr.Checksums[typ]
@@ -176,4 +173,18 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		res.ChecksumSource = dtr.ChecksumFromStorage
 	}
 	return res
+}
+
+// failure is the failure of a transfer from src that ended with err.
+func failure(ctx context.Context, err error, src string) *dtr.Failure {
+	kind, text := transfer.KindOf(err), err.Error()
+	if cause := context.Cause(ctx); errors.Is(cause, errTooSlow) {
+		kind, text = dtr.ErrTransferSpeed, cause.Error()
+	}
+	f := &dtr.Failure{Kind: kind, Text: text, Location: dtr.LocationDestination}
+	var te *transfer.Error
+	if errors.As(err, &te) && te.URL == src || errors.Is(context.Cause(ctx), errTooSlow) {
+		f.Location = dtr.LocationSource // a slow transfer: try another copy
+	}
+	return f
 }

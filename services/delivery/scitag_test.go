@@ -74,8 +74,10 @@ func TestATransfersRequestsCarryTheSciTagOfItsOwnersVOAndActivity(t *testing.T) 
 		{"no FQAN sends none", nil, "Production Input", 0, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			// Streamed (tpc never): a third-party copy's COPY carries the
+			// tag too (TestAThirdPartyCopyCarriesTheTransfersSciTag...).
 			d := dtr.DTR{ID: uuid.New(), Source: srv.URL + "/in", Destination: srv.URL + "/out",
-				Owner: dtr.Identity{DN: "/CN=x", FQANs: tt.fqans}, Options: dtr.Options{Activity: tt.activity, SciTag: tt.chosen},
+				Owner: dtr.Identity{DN: "/CN=x", FQANs: tt.fqans}, Options: dtr.Options{Activity: tt.activity, SciTag: tt.chosen, TPC: dtr.TPCNever},
 				TransferGrant: uuid.NewString() + ".1"}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -83,9 +83,11 @@ type dtrWire struct {
 	Cache         string        `json:"cache,omitempty"`
 	CacheFile     string        `json:"cache_file,omitempty"`
 
-	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
-	TokenRef         string `json:"token_ref,omitempty"`
-	ChecksumSource   string `json:"checksum_source,omitempty"`
+	ChecksumMismatch   string `json:"checksum_mismatch,omitempty"`
+	TransferMethod     string `json:"transfer_method,omitempty"`
+	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
+	TokenRef           string `json:"token_ref,omitempty"`
+	ChecksumSource     string `json:"checksum_source,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -103,5 +105,5 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
-		TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource}
+		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified, TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource}
 }

@@ -353,6 +353,7 @@ func (c *Core) record(e *entry, r Result) {
 	}
 	if classOf(e.queued).IsTransfer {
 		d.Started, d.Ended = r.Started, r.Ended
+		d.TransferMethod, d.ChecksumUnverified = r.TransferMethod, r.ChecksumUnverified
 	}
 	switch e.queued {
 	case dtr.CheckCache:

@@ -102,6 +102,8 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	// table of names is never pruned.
 	b = appendString(b, d.Options.Activity)
 	b = appendString(b, string(d.Options.TPC))
+	b = appendString(b, d.TransferMethod)
+	b = appendString(b, d.ChecksumUnverified)
 	b = appendString(b, d.TokenRef)
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
 	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
@@ -171,6 +173,8 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.ChecksumMismatch = r.str()
 	d.Options.Activity = r.str()
 	d.Options.TPC = dtr.TPCMode(r.str())
+	d.TransferMethod = r.str()
+	d.ChecksumUnverified = r.str()
 	d.TokenRef = r.str()
 	d.ChecksumSource = c.names[r.uvarint()]
 	d.Options.SciTag = int(r.uvarint())
