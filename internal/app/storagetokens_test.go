@@ -460,3 +460,69 @@ func TestTheRealXrootdDeletesWithAnExchangedTokenOfReadAndModify(t *testing.T) {
 		t.Fatalf("the file is still there: %v", err)
 	}
 }
+
+// submitFor publishes a DTR on dtr.submit as the generator does for a job
+// submitted with a token: as a trusted caller (the operator here), naming
+// the owner, with the submitter's token in api.HeaderSubjectToken.
+func (rig *tokenRig) submitFor(t *testing.T, subjectToken, ownerDN, src, dst string) uuid.UUID {
+	t.Helper()
+	js, _ := jetstream.New(rig.nc)
+	id := uuid.New()
+	b, _ := json.Marshal(map[string]any{"id": id.String(), "source": src, "destination": dst, "owner": map[string]string{"dn": ownerDN}})
+	m := nats.NewMsg(api.SubjectSubmit)
+	m.Data = b
+	m.Header.Set(api.HeaderSubjectToken, subjectToken)
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestDTRsWhoseTokenCannotBeKeptFailSayingSoNeitherLostNorRunWithSluicesCredentials:
+// the generator checked a job's token and answered "submitted", but the
+// token expired before the scheduler took its DTRs (a backlog, a
+// failover); or the token sent is not the DTR owner's. The DTRs are not
+// refused unseen, nor run with Sluice's own client credentials: they fail
+// at their first request to storage, saying the token was not kept, and
+// the storage never sees a request.
+func TestDTRsWhoseTokenCannotBeKeptFailSayingSoNeitherLostNorRunWithSluicesCredentials(t *testing.T) {
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's file")
+	scopes := []string{"compute.create", "storage.read:/data/alice", "storage.create:/out/alice"}
+	aliceDN := "alice@" + iss.URL
+	expired := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience}, Scopes: scopes,
+		Expiry: time.Now().Add(-time.Minute)})
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience}, Scopes: scopes})
+
+	rig := startTokenRig(t, iss, client, storage.srv.Client())
+	at := storage.srv.URL
+	var ids []uuid.UUID
+	for _, tt := range []struct {
+		name         string
+		token, owner string
+	}{
+		{"a token that expired after the generator took the job", expired, aliceDN},
+		{"a token that is not the DTR owner's", alice, "bob@" + iss.URL},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := rig.submitFor(t, tt.token, tt.owner, at+"/data/alice/f1", at+"/out/alice/f1")
+			ids = append(ids, id)
+			d := waitFinal(t, rig.nc, id)
+			if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "was not kept for its transfers") {
+				t.Fatalf("%s (%+v), want ERROR saying the token was not kept", d.State, d.Error)
+			}
+			if !d.SubmittedWithToken || d.TokenRef != "" {
+				t.Errorf("submitted_with_token %v, token_ref %q: want true and none", d.SubmittedWithToken, d.TokenRef)
+			}
+			if d.Attempts > 1 {
+				t.Errorf("tried %d times; it cannot change", d.Attempts)
+			}
+		})
+	}
+	if reqs := storage.requests("/"); len(reqs) != 0 {
+		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
+	}
+	rig.noTokenIn(t, []string{expired, alice}, ids...)
+}

@@ -59,7 +59,7 @@ type cachedToken struct {
 	expiry time.Time
 }
 
-// Errors of token exchange, for errors.Is. Neither is worth a retry: the
+// Errors of token exchange, for errors.Is. None is worth a retry: the
 // submitter's token will not become valid again, nor gain rights.
 var (
 	// ErrSubjectExpired: the submitter's token has expired, so it cannot
@@ -70,6 +70,9 @@ var (
 	// submitter's, an audience it does not serve, a token it does not
 	// accept).
 	ErrExchangeRefused = errors.New("the issuer refused to exchange the submitter's token")
+	// ErrSubjectNotKept: the work was submitted with a token that was not
+	// kept for its transfers, which then get no storage token at all.
+	ErrSubjectNotKept = errors.New("the token the work was submitted with was not kept for its transfers")
 )
 
 // NewStorageSource checks cfg. The issuer is first asked for its token

@@ -24,10 +24,23 @@ import (
 // and the submitter's when g's DTR names a kept token.
 func (p *Pool) withStorageTokens(ctx context.Context, g api.Grant, start time.Time) context.Context {
 	ctx = token.WithNeededUntil(ctx, start.Add(g.Expected()))
-	if ref := g.DTR.TokenRef; ref != "" {
-		ctx = token.WithSubject(ctx, p.subjectToken(ref))
+	switch {
+	case g.DTR.TokenRef != "":
+		ctx = token.WithSubject(ctx, p.subjectToken(g.DTR.TokenRef))
+	case g.DTR.SubmittedWithToken:
+		// Never Sluice's own rights for work submitted with a token.
+		ctx = token.WithSubject(ctx, notKept)
 	}
 	return ctx
+}
+
+// notKept is the Subject of a DTR submitted with a token that the
+// scheduler did not keep.
+func notKept(context.Context) (string, error) {
+	return "", fmt.Errorf("%w: it was not valid when the scheduler took the DTR (expired or unverifiable then), "+
+		"it was not the DTR owner's, or the scheduler has no SLUICE_STORAGE_TOKEN_ISSUER; "+
+		"the transfer is not made with Sluice's own credentials instead: submit the work again with a valid token",
+		token.ErrSubjectNotKept)
 }
 
 // subjectToken reads the token kept under ref when a storage token is

@@ -609,7 +609,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			if sub.err == nil {
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
 			}
-			if sub.err == nil && s.keeper != nil {
+			if sub.err == nil {
 				if err := s.keepToken(ctx, now, m.Headers(), &sub); err != nil {
 					return nil, err
 				}
@@ -821,8 +821,13 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
 					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
+					e.DTR.SubmittedWithToken = sub.withToken
 					if sub.tokenOwner == "" || sub.tokenOwner == e.DTR.Owner.DN {
 						e.DTR.TokenRef = sub.tokenRef
+					}
+					if err == nil && sub.withToken && e.DTR.TokenRef == "" {
+						s.log.Warn("a DTR submitted with a token is admitted without it: its transfers that need a storage token will fail, not run with Sluice's own credentials",
+							"dtr", e.DTR.ID, "job", e.DTR.JobID)
 					}
 				}
 			}

@@ -91,23 +91,39 @@ func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (stri
 // brings: the caller's own bearer token, or the token a trusted caller
 // (the generator) sends on behalf of the work's submitter
 // (api.HeaderSubjectToken), verified here, for the DTRs its holder owns.
-// A token that does not verify refuses the message; one that cannot be
-// kept fails the step, whose inputs then come again.
+//
+// Either way the DTRs are marked as submitted with a token, so that they
+// never run with Sluice's own storage credentials. A token the trusted
+// caller sent that no longer verifies (it expired after the generator
+// took the job, or its issuer cannot be reached now) does not refuse the
+// message: the generator has answered "submitted" already and reads no
+// rejections, so its DTRs would never exist. They are admitted without
+// the token instead, and their transfers fail, visibly, saying so. A
+// token that cannot be kept fails the step, whose inputs then come again.
 func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) error {
 	var raw string
 	switch {
 	case sub.caller.Via == auth.ViaToken:
 		raw = auth.Bearer(h)
 	case sub.caller.Trusted && h.Get(api.HeaderSubjectToken) != "":
+		sub.withToken = true
+		if s.keeper == nil {
+			return nil
+		}
 		raw = h.Get(api.HeaderSubjectToken)
 		holder, err := s.caller(ctx, api.SubjectSubmit, api.SubjectSubmit, nats.Header{"Authorization": {"Bearer " + raw}})
 		if err != nil {
-			sub.err = fmt.Errorf("the submitter's token sent with these DTRs (%s): %w", api.HeaderSubjectToken, err)
+			s.log.Warn("the submitter's token sent with DTRs does not verify now: they are admitted without it",
+				"header", api.HeaderSubjectToken, "reason", err)
 			return nil
 		}
 		sub.tokenOwner = holder.Identity.DN
 	}
 	if raw == "" {
+		return nil
+	}
+	sub.withToken = true
+	if s.keeper == nil {
 		return nil
 	}
 	var err error

@@ -86,6 +86,8 @@ type dtrWire struct {
 	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
 	TokenRef         string `json:"token_ref,omitempty"`
 	ChecksumSource   string `json:"checksum_source,omitempty"`
+
+	SubmittedWithToken bool `json:"submitted_with_token,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -103,5 +105,6 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
-		TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource}
+		TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource,
+		SubmittedWithToken: d.SubmittedWithToken}
 }

@@ -28,8 +28,9 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Cleanup: true, Grant: "x.3", TURL: "file:///stage/6f1c1c1e-8f8e-4d8e-9b1a-7c1d2e3f4a5b",
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
 		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef", ChecksumMismatch: "adler32:ffff0000",
-		TokenRef:       "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
-		ChecksumSource: dtr.ChecksumFromStorage,
+		TokenRef:           "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
+		ChecksumSource:     dtr.ChecksumFromStorage,
+		SubmittedWithToken: true,
 	}
 	tests := []struct {
 		name string
