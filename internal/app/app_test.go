@@ -327,6 +327,31 @@ func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 			t.Fatalf("%s: scopes %q, want %q", tt.url, c.Scopes, want)
 		}
 	}
+	// A path that a storage would resolve elsewhere: refused before the
+	// issuer is asked, with the URL (without its password) named.
+	before := is.TokenRequests()
+	for _, raw := range []string{
+		"https://storage.example.org/atlas/data/%2e%2e/user/bob/secret",
+		"https://storage.example.org/atlas/data/%2E%2e/user/bob/secret",
+		"https://storage.example.org/atlas/data/../user/bob/secret",
+		"https://storage.example.org/atlas/data/./f",
+		"https://storage.example.org/atlas/data%2f..%2fsecret",
+		"https://storage.example.org/atlas/data/%5c..%5csecret",
+		"https://user:hunter2@storage.example.org/atlas/data/%2e%2e/secret",
+	} {
+		u := &url.URL{}
+		if err := u.UnmarshalBinary([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := source(t.Context(), u, transfer.AccessRead)
+		if err == nil || !strings.Contains(err.Error(), "no storage token for https://storage.example.org/atlas/data") ||
+			!strings.Contains(err.Error(), "another path") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want it refused naming the URL without its password", raw, err)
+		}
+	}
+	if n := is.TokenRequests() - before; n != 0 {
+		t.Errorf("the issuer was asked %d times for paths refused", n)
+	}
 	if none, err := (Config{}).storageTokens(); none != nil || err != nil {
 		t.Fatalf("no issuer set: %v, %v; want no storage tokens", none, err)
 	}
