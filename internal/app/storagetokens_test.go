@@ -202,6 +202,14 @@ const rigAudience = "https://sluice.example.org"
 
 func startTokenRig(t *testing.T, iss *tokentest.Issuer, client tokentest.Client, storageHTTP *http.Client) *tokenRig {
 	t.Helper()
+	return startTokenRigWith(t, iss, client, storageHTTP, true)
+}
+
+// startTokenRigWith is startTokenRig, with the scheduler and generator
+// given no SLUICE_STORAGE_TOKEN_* unless schedulerKeeps (the workers have
+// them either way).
+func startTokenRigWith(t *testing.T, iss *tokentest.Issuer, client tokentest.Client, storageHTTP *http.Client, schedulerKeeps bool) *tokenRig {
+	t.Helper()
 	rig := &tokenRig{}
 	oldLog := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&rig.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -220,7 +228,14 @@ func startTokenRig(t *testing.T, iss *tokentest.Issuer, client tokentest.Client,
 	cfg.Tokens.Issuers, cfg.Tokens.Audience = []string{iss.URL}, []string{rigAudience}
 	cfg.StorageTokens.Issuer, cfg.StorageTokens.ClientID, cfg.StorageTokens.ClientSecretFile = iss.URL, client.ID, client.SecretFile
 	cfg.StorageHTTP = storageHTTP
-	rig.r = runRoles(t, cfg, Roles...)
+	if schedulerKeeps {
+		rig.r = runRoles(t, cfg, Roles...)
+	} else {
+		front := cfg
+		front.StorageTokens = token.StorageConfig{}
+		runRoles(t, front, "scheduler", "generator").healthy(t, nil)
+		rig.r = runRoles(t, cfg, "processor", "delivery")
+	}
 	rig.r.healthy(t, nil)
 
 	if rig.nc, err = nats.Connect(ns.ClientURL()); err != nil {
@@ -525,4 +540,25 @@ func TestDTRsWhoseTokenCannotBeKeptFailSayingSoNeitherLostNorRunWithSluicesCrede
 		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
 	}
 	rig.noTokenIn(t, []string{expired, alice}, ids...)
+}
+
+// TestWithNoStorageIssuerAtTheSchedulerATokenSubmittersDTRIsNotRunWithSluicesCredentials:
+// the workers have SLUICE_STORAGE_TOKEN_* but the scheduler has not, so
+// it keeps no token: alice's DTR fails saying so, where it once ran with
+// Sluice's own client credentials, broader than hers.
+func TestWithNoStorageIssuerAtTheSchedulerATokenSubmittersDTRIsNotRunWithSluicesCredentials(t *testing.T) {
+	iss := tokentest.Start(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's file")
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience},
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.create:/out/alice"}})
+	rig := startTokenRigWith(t, iss, iss.Client(t), storage.srv.Client(), false)
+	id := rig.submit(t, alice, storage.srv.URL+"/data/alice/f1", storage.srv.URL+"/out/alice/f1")
+	d := waitFinal(t, rig.nc, id)
+	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "was not kept for its transfers") {
+		t.Fatalf("%s (%+v), want ERROR saying the token was not kept", d.State, d.Error)
+	}
+	if reqs := storage.requests("/"); len(reqs) != 0 {
+		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
+	}
 }
