@@ -171,3 +171,32 @@ func TestAnIssuerThatFailsAnExchangeIsNamedWithItsStatusNotItsAnswer(t *testing.
 		t.Fatalf("the error quotes the issuer's answer: %v", err)
 	}
 }
+
+// TestATokenOfAnotherIssuerIsNeverSentToTheStorageTokenIssuer: with
+// several issuers of submitters' tokens, a user of issuer B must not have
+// their token POSTed to the storage token issuer A: the exchange fails at
+// once, naming both issuers, and A is never asked.
+func TestATokenOfAnotherIssuerIsNeverSentToTheStorageTokenIssuer(t *testing.T) {
+	t.Parallel()
+	a, b := tokentest.Start(t), tokentest.Start(t)
+	src := newStorageSource(t, a, a.Client(t))
+	for _, tt := range []struct{ name, subject string }{
+		{"a token of another issuer", alice(t, b, time.Time{})},
+		{"no JWT at all", "an-opaque-token-of-some-issuer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := src.Exchange(t.Context(), tt.subject, storageAud, "storage.read:/atlas/data/f")
+			refused(t, err, "is not of the storage token issuer", tt.subject)
+			if !errors.Is(err, ErrForeignIssuer) {
+				t.Fatalf("error %v is not ErrForeignIssuer", err)
+			}
+		})
+	}
+	if n := a.TokenRequests(); n != 0 {
+		t.Fatalf("the storage token issuer was sent %d token requests, want none", n)
+	}
+	// Its own users' tokens are exchanged as before.
+	if _, err := src.Exchange(t.Context(), alice(t, a, time.Time{}), storageAud, "storage.read:/atlas/data/f"); err != nil {
+		t.Fatal(err)
+	}
+}

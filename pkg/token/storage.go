@@ -73,6 +73,10 @@ var (
 	// ErrSubjectNotKept: the work was submitted with a token that was not
 	// kept for its transfers, which then get no storage token at all.
 	ErrSubjectNotKept = errors.New("the token the work was submitted with was not kept for its transfers")
+	// ErrForeignIssuer: the submitter's token is not of the storage token
+	// issuer, which is then not sent it: an issuer is handed only its
+	// own tokens.
+	ErrForeignIssuer = errors.New("the submitter's token is not of the storage token issuer")
 )
 
 // NewStorageSource checks cfg. The issuer is first asked for its token
@@ -140,9 +144,10 @@ func (s *StorageSource) Token(ctx context.Context, audience, scope string) (stri
 // (RFC 8693 token exchange), so that the storage sees the submitter's
 // rights. Sluice authenticates to the issuer as its client. A token
 // already obtained from the same subject for the same audience and scope
-// is reused while it outlives the work of ctx. An expired subject fails
-// with ErrSubjectExpired, a refusal with ErrExchangeRefused; neither
-// error quotes a token.
+// is reused while it outlives the work of ctx. A subject whose iss is not
+// the storage token issuer is not sent and fails with ErrForeignIssuer,
+// an expired one with ErrSubjectExpired, a refusal with
+// ErrExchangeRefused; no error quotes a token.
 func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope string) (string, error) {
 	if audience == "" || strings.TrimSpace(scope) == "" {
 		return "", fmt.Errorf("token: a storage token needs an audience and a scope (got %q and %q)", audience, scope)
@@ -159,6 +164,12 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 				audience, scope, ErrSubjectExpired, exp.UTC().Format(time.RFC3339))
 		}
 		return nil
+	}
+	if iss := issuerOf(subject); !sameIssuer(iss, s.cfg.Issuer) {
+		// Checked before the cache too: no token of another issuer's is
+		// ever sent, nor matched.
+		return "", fmt.Errorf("token: storage token for %q with scope %q: %w (%q, not %q): its holder's work cannot get storage tokens here",
+			audience, scope, ErrForeignIssuer, iss, s.cfg.Issuer)
 	}
 	return s.get(ctx, key, func(ctx context.Context) (*oauth2.Token, error) {
 		if err := expired(); err != nil {
@@ -192,6 +203,25 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 		}
 		return nil, fmt.Errorf("token: storage token for %q with scope %q: %w (%s)", audience, scope, ErrExchangeRefused, why)
 	}, audience)
+}
+
+// issuerOf is the iss of a JWT, read without checking it (the issuer
+// checks); "" if it has none or is no JWT.
+func issuerOf(raw string) string {
+	var h header
+	var p struct {
+		Iss string `json:"iss"`
+	}
+	if parseUnverified(raw, &h, &p) != nil {
+		return ""
+	}
+	return p.Iss
+}
+
+// sameIssuer reports whether two issuer URLs are the same, a trailing
+// '/' aside.
+func sameIssuer(a, b string) bool {
+	return a != "" && strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
 }
 
 // expiryOf is the exp of a JWT, read without checking it (the issuer
