@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,7 +145,8 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 
 	// A trusted caller (here the generator's user) that sends her token
 	// with a DTR owned by someone else gets no token kept for it: the
-	// token is only ever used for its holder's work.
+	// token is only ever used for its holder's work, and the DTR fails
+	// rather than run with Sluice's own credentials.
 	gen := connectAs(t, ns, "generator", passwords["generator"])
 	other := uuid.New()
 	om := nats.NewMsg(api.SubjectSubmit)
@@ -162,9 +164,10 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 			break
 		}
 	}
-	if !od.DTR.State.Final() || od.DTR.TokenRef != "" || od.DTR.Owner.DN != "/DC=org/CN=Mallory" {
-		t.Fatalf("mallory's DTR sent with alice's token: %s, owner %q, token_ref %q: want it final, mallory's, with no token kept",
-			od.DTR.State, od.DTR.Owner.DN, od.DTR.TokenRef)
+	if od.DTR.State != dtr.Error || od.DTR.TokenRef != "" || od.DTR.Owner.DN != "/DC=org/CN=Mallory" ||
+		od.DTR.Error == nil || !strings.Contains(od.DTR.Error.Text, "was not kept for its transfers") {
+		t.Fatalf("mallory's DTR sent with alice's token: %s (%+v), owner %q, token_ref %q: want it ERROR, mallory's, with no token kept",
+			od.DTR.State, od.DTR.Error, od.DTR.Owner.DN, od.DTR.TokenRef)
 	}
 
 	// A user cannot read the bucket of tokens.

@@ -234,14 +234,29 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
 		p, err := scopePath(u)
 		if err != nil {
-			return "", err
+			return "", transfer.TokenRefused(err)
 		}
 		scopes := make([]string, 0, 2)
 		for _, a := range scopesOf[access] {
 			scopes = append(scopes, string(a)+":"+p)
 		}
-		return src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
+		tok, err := src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
+		if err != nil && slices.ContainsFunc(finalTokenErrors, func(e error) bool { return errors.Is(err, e) }) {
+			return "", transfer.TokenRefused(err)
+		}
+		return tok, err
 	}, nil
+}
+
+// finalTokenErrors are the storage token failures that asking again will
+// not change: the DTR fails at once. Any other (an issuer that cannot be
+// reached, answers 5xx or times out; the bucket of submitters' tokens
+// that cannot be read) is retried.
+var finalTokenErrors = []error{
+	token.ErrSubjectExpired,
+	token.ErrExchangeRefused,
+	token.ErrSubjectNotKept,
+	token.ErrForeignIssuer,
 }
 
 // scopePath is the path of u as a storage scope names it: as escaped in

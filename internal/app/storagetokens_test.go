@@ -562,3 +562,43 @@ func TestWithNoStorageIssuerAtTheSchedulerATokenSubmittersDTRIsNotRunWithSluices
 		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
 	}
 }
+
+// TestATransferWhoseIssuerAnswers503IsRetriedAndDoneWhenItRecovers: an
+// issuer that cannot give a storage token now (503) does not fail the
+// DTR for good, as an expired token or a refusal does: the attempt fails
+// as TEMPORARY_REMOTE and a later one, once the issuer is back, moves
+// the file with the submitter's rights.
+func TestATransferWhoseIssuerAnswers503IsRetriedAndDoneWhenItRecovers(t *testing.T) {
+	iss := tokentest.Start(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's first file")
+	storage.put("/data/alice/f2", "alice's second file")
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience},
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
+	rig := startTokenRig(t, iss, iss.Client(t), storage.srv.Client())
+	at := storage.srv.URL
+	// A first DTR, so that every role knows the issuer's keys.
+	if d := waitFinal(t, rig.nc, rig.submit(t, alice, at+"/data/alice/f1", at+"/out/alice/f1")); d.State != dtr.Done {
+		t.Fatalf("the first DTR: %s (%+v)", d.State, d.Error)
+	}
+	iss.SetDown(true)
+	id := rig.submit(t, alice, at+"/data/alice/f2", at+"/out/alice/f2")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(rig.r.log.String(), "no bearer token now") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no attempt failed for want of a token while the issuer was down:\n%s", rig.r.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	iss.SetDown(false)
+	d := waitFinal(t, rig.nc, id)
+	if d.State != dtr.Done {
+		t.Fatalf("%s (%+v), want DONE once the issuer is back", d.State, d.Error)
+	}
+	if d.Attempts < 2 {
+		t.Errorf("%d attempts, want a retry after the 503", d.Attempts)
+	}
+	if got, _ := storage.file("/out/alice/f2"); got != "alice's second file" {
+		t.Errorf("the copy holds %q", got)
+	}
+}

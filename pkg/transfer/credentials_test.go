@@ -187,6 +187,9 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 		if u.Path == "/fails" {
 			return "", errors.New("token service down")
 		}
+		if u.Path == "/refused" {
+			return "", transfer.TokenRefused(errors.New("scope refused"))
+		}
 		return "for-" + transfer.Audience(u), nil
 	}
 	take := func() []string {
@@ -239,10 +242,15 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 		t.Errorf("with a static token: asked %q, the servers saw %q", got, seen)
 	}
 
-	// A source that fails is this site's problem, as an unreadable token file.
+	// A source that fails may succeed next time: retried.
 	_, err := c.Stat(ctx, h.a.URL+"/fails")
-	if transfer.KindOf(err) != dtr.ErrLocalFile || !strings.Contains(err.Error(), "token service down") {
-		t.Errorf("a failing source: %v (%s), want LOCAL_FILE", err, transfer.KindOf(err))
+	if transfer.KindOf(err) != dtr.ErrTemporaryRemote || !strings.Contains(err.Error(), "token service down") {
+		t.Errorf("a failing source: %v (%s), want TEMPORARY_REMOTE", err, transfer.KindOf(err))
+	}
+	// One that refuses for good is final, as an unreadable token file.
+	_, err = c.Stat(ctx, h.a.URL+"/refused")
+	if transfer.KindOf(err) != dtr.ErrLocalFile || !strings.Contains(err.Error(), "scope refused") {
+		t.Errorf("a refusing source: %v (%s), want LOCAL_FILE", err, transfer.KindOf(err))
 	}
 	if seen := h.take(); len(seen) != 0 {
 		t.Errorf("a request without its token went out: %q", seen)
