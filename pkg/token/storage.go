@@ -27,7 +27,7 @@ type StorageConfig struct {
 	// FloorRate and SubjectTTL are the scheduler's: it says how long each
 	// transfer is expected to take, and keeps the submitters' tokens.
 	FloorRate  float64       `envconfig:"FLOOR_RATE" default:"1000000" desc:"bytes/s a transfer is expected to move at least on a link whose recent throughput the scheduler has not seen (else half that throughput): with the DTR's size it gives the grant's expected duration, which storage tokens must outlive"`
-	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"how long the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; a DTR that waits longer fails as if the token had expired"`
+	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"the longest the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; each entry goes when its token expires, if sooner; a DTR that waits longer fails as if the token had expired"`
 	Margin     time.Duration `envconfig:"MARGIN" default:"2m" desc:"a storage token is used for a transfer only if it stays valid this long past the transfer's expected end (the grant's expected duration); a cached token that does not is replaced by a new one, when a transfer asks, never before"`
 }
 
@@ -223,6 +223,11 @@ func issuerOf(raw string) string {
 func sameIssuer(a, b string) bool {
 	return a != "" && strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
 }
+
+// ExpiryOf is the exp of a JWT, read without checking its signature
+// (for how long to keep it: whoever uses it checks it); zero if it has
+// none or is no JWT.
+func ExpiryOf(raw string) time.Time { return expiryOf(raw) }
 
 // expiryOf is the exp of a JWT, read without checking it (the issuer
 // checks); zero if it has none or is no JWT.

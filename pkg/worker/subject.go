@@ -38,9 +38,9 @@ func (p *Pool) withStorageTokens(ctx context.Context, g api.Grant, start time.Ti
 // scheduler did not keep.
 func notKept(context.Context) (string, error) {
 	return "", fmt.Errorf("%w: it was not valid when the scheduler took the DTR (expired or unverifiable then), "+
-		"it was not the DTR owner's, or the scheduler has no SLUICE_STORAGE_TOKEN_ISSUER; "+
+		"it was not the DTR owner's, the bucket %s was full, or the scheduler has no SLUICE_STORAGE_TOKEN_ISSUER; "+
 		"the transfer is not made with Sluice's own credentials instead: submit the work again with a valid token",
-		token.ErrSubjectNotKept)
+		token.ErrSubjectNotKept, bus.BucketSubjectTokens)
 }
 
 // subjectToken reads the token kept under ref when a storage token is

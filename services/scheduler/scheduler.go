@@ -610,9 +610,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
 			}
 			if sub.err == nil {
-				if err := s.keepToken(ctx, now, m.Headers(), &sub); err != nil {
-					return nil, err
-				}
+				s.keepToken(ctx, now, m.Headers(), &sub)
 			}
 			subs[m] = sub
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token"
 )
 
 // StorageTokens says what the scheduler does for storage tokens; internal/app
@@ -43,7 +45,8 @@ const maxKeptRefs = 10000
 
 // tokenKeeper puts submitters' tokens in the bucket sluice_subject_tokens,
 // each under a random reference, once per token (a job's worth of DTRs
-// sent with one token shares one entry).
+// sent with one token shares one entry). Each entry lives until its
+// token expires (it is of no use after), and at most ttl.
 type tokenKeeper struct {
 	kv  jetstream.KeyValue
 	ttl time.Duration
@@ -52,9 +55,10 @@ type tokenKeeper struct {
 	refs map[[32]byte]keptRef // by the token's SHA-256: the token is not kept here
 }
 
+// keptRef is a reference in the bucket and when its entry ends.
 type keptRef struct {
 	ref string
-	at  time.Time
+	end time.Time
 }
 
 func newTokenKeeper(kv jetstream.KeyValue, ttl time.Duration) *tokenKeeper {
@@ -64,25 +68,48 @@ func newTokenKeeper(kv jetstream.KeyValue, ttl time.Duration) *tokenKeeper {
 	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}}
 }
 
-// keep returns the reference of raw in the bucket, putting it there
-// unless it was put in the first half of its time to live.
+// errTokenExpired: a token that has expired is not kept.
+var errTokenExpired = errors.New("the token has expired")
+
+// life is how long raw, put now, is kept: ttl, or less if it expires
+// sooner; 0 if it has expired. JetStream counts a message's time to live
+// in whole seconds, from one up.
+func (k *tokenKeeper) life(raw string, now time.Time) time.Duration {
+	life := k.ttl
+	if exp := token.ExpiryOf(raw); !exp.IsZero() {
+		life = min(life, exp.Sub(now).Truncate(time.Second))
+	}
+	if life < time.Second {
+		return 0
+	}
+	return life
+}
+
+// keep returns the reference of raw in the bucket. An entry put before
+// is reused while it has at least half the life left that a new entry
+// would have (so a DTR never gets an entry much shorter lived than
+// possible); otherwise raw is put again, under a new reference.
 func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (string, error) {
+	life := k.life(raw, now)
+	if life == 0 {
+		return "", errTokenExpired
+	}
 	sum := sha256.Sum256([]byte(raw))
 	k.mu.Lock()
 	r, ok := k.refs[sum]
 	k.mu.Unlock()
-	if ok && now.Sub(r.at) < k.ttl/2 {
+	if ok && r.end.Sub(now) >= life/2 {
 		return r.ref, nil
 	}
 	ref := "t" + rand.Text() // 130 random bits
-	if _, err := k.kv.Put(ctx, ref, []byte(raw)); err != nil {
+	if _, err := k.kv.Create(ctx, ref, []byte(raw), jetstream.KeyTTL(life)); err != nil {
 		return "", fmt.Errorf("keep the submitter's token for its transfers (bucket %s): %w", bus.BucketSubjectTokens, err)
 	}
 	k.mu.Lock()
 	if len(k.refs) >= maxKeptRefs {
 		clear(k.refs)
 	}
-	k.refs[sum] = keptRef{ref: ref, at: now}
+	k.refs[sum] = keptRef{ref: ref, end: now.Add(life)}
 	k.mu.Unlock()
 	return ref, nil
 }
@@ -98,9 +125,10 @@ func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (stri
 // took the job, or its issuer cannot be reached now) does not refuse the
 // message: the generator has answered "submitted" already and reads no
 // rejections, so its DTRs would never exist. They are admitted without
-// the token instead, and their transfers fail, visibly, saying so. A
-// token that cannot be kept fails the step, whose inputs then come again.
-func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) error {
+// the token instead, and their transfers fail, visibly, saying so. So are
+// those whose token cannot be put in the bucket (it is full, say): a full
+// store of tokens must not stop all scheduling.
+func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) {
 	var raw string
 	switch {
 	case sub.caller.Via == auth.ViaToken:
@@ -108,27 +136,30 @@ func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, s
 	case sub.caller.Trusted && h.Get(api.HeaderSubjectToken) != "":
 		sub.withToken = true
 		if s.keeper == nil {
-			return nil
+			return
 		}
 		raw = h.Get(api.HeaderSubjectToken)
 		holder, err := s.caller(ctx, api.SubjectSubmit, api.SubjectSubmit, nats.Header{"Authorization": {"Bearer " + raw}})
 		if err != nil {
 			s.log.Warn("the submitter's token sent with DTRs does not verify now: they are admitted without it",
 				"header", api.HeaderSubjectToken, "reason", err)
-			return nil
+			return
 		}
 		sub.tokenOwner = holder.Identity.DN
 	}
 	if raw == "" {
-		return nil
+		return
 	}
 	sub.withToken = true
 	if s.keeper == nil {
-		return nil
+		return
 	}
-	var err error
-	sub.tokenRef, err = s.keeper.keep(ctx, raw, now)
-	return err
+	ref, err := s.keeper.keep(ctx, raw, now)
+	if err != nil {
+		s.log.Warn("the token DTRs were submitted with is not kept: they are admitted without it", "reason", err)
+		return
+	}
+	sub.tokenRef = ref
 }
 
 // maxLinks bounds the links whose throughput is remembered.
