@@ -7,12 +7,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -45,7 +42,9 @@ func notKept(context.Context) (string, error) {
 
 // subjectToken reads the token kept under ref when a storage token is
 // first needed (work on local files needs none), once per grant: a
-// transfer's requests after the first use what was read.
+// transfer's requests after the first use what was read. It asks
+// JetStream for the entry directly, by its key only: a worker may not
+// look at the bucket's stream (whose info would list every key).
 func (p *Pool) subjectToken(ref string) token.Subject {
 	var mu sync.Mutex
 	var raw string
@@ -55,37 +54,28 @@ func (p *Pool) subjectToken(ref string) token.Subject {
 		if raw != "" {
 			return raw, nil
 		}
-		kv, err := p.subjectBucket(ctx)
-		if err != nil {
-			return "", err
-		}
-		e, err := kv.Get(ctx, ref)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return "", fmt.Errorf("%w: it is no longer kept (bucket %s keeps tokens for SLUICE_STORAGE_TOKEN_SUBJECT_TTL)",
-				token.ErrSubjectExpired, bus.BucketSubjectTokens)
-		}
+		key := bus.SubjectTokenKey(ref)
+		reply, err := p.nc.RequestWithContext(ctx,
+			"$JS.API.DIRECT.GET.KV_"+bus.BucketSubjectTokens+".$KV."+bus.BucketSubjectTokens+"."+key, nil)
 		if err != nil {
 			return "", fmt.Errorf("read the submitter's token (bucket %s): %w", bus.BucketSubjectTokens, err)
 		}
-		raw = string(e.Value())
+		switch status := reply.Header.Get("Status"); status {
+		case "":
+		case "404":
+			return "", fmt.Errorf("%w: it is no longer kept (bucket %s keeps a token until it expires, at most SLUICE_STORAGE_TOKEN_SUBJECT_TTL)",
+				token.ErrSubjectExpired, bus.BucketSubjectTokens)
+		default:
+			return "", fmt.Errorf("read the submitter's token (bucket %s): status %s %s", bus.BucketSubjectTokens, status, reply.Header.Get("Description"))
+		}
+		if op := reply.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || len(reply.Data) == 0 {
+			return "", fmt.Errorf("%w: it is no longer kept (bucket %s)", token.ErrSubjectExpired, bus.BucketSubjectTokens)
+		}
+		b, err := bus.OpenSubjectToken(ref, reply.Data)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", token.ErrSubjectNotKept, err)
+		}
+		raw = string(b)
 		return raw, nil
 	}
-}
-
-// subjectBucket opens the bucket of submitters' tokens once.
-func (p *Pool) subjectBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	p.mu.Lock()
-	kv := p.subjects
-	p.mu.Unlock()
-	if kv != nil {
-		return kv, nil
-	}
-	kv, err := p.js.KeyValue(ctx, bus.BucketSubjectTokens)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bus.BucketSubjectTokens, err)
-	}
-	p.mu.Lock()
-	p.subjects = kv
-	p.mu.Unlock()
-	return kv, nil
 }

@@ -102,7 +102,11 @@ func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (stri
 		return r.ref, nil
 	}
 	ref := "t" + rand.Text() // 130 random bits
-	if _, err := k.kv.Create(ctx, ref, []byte(raw), jetstream.KeyTTL(life)); err != nil {
+	sealed, err := bus.SealSubjectToken(ref, []byte(raw))
+	if err != nil {
+		return "", err
+	}
+	if _, err := k.kv.Create(ctx, bus.SubjectTokenKey(ref), sealed, jetstream.KeyTTL(life)); err != nil {
 		return "", fmt.Errorf("keep the submitter's token for its transfers (bucket %s): %w", bus.BucketSubjectTokens, err)
 	}
 	k.mu.Lock()

@@ -104,12 +104,12 @@ func TestAKeptTokenIsGoneFromTheBucketWhenItExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(t.Context(), ref); err != nil {
+	if _, err := kv.Get(t.Context(), bus.SubjectTokenKey(ref)); err != nil {
 		t.Fatalf("the token just kept: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := kv.Get(t.Context(), ref)
+		_, err := kv.Get(t.Context(), bus.SubjectTokenKey(ref))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			break
 		}
