@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,13 +52,27 @@ type StorageSource struct {
 	mu       sync.Mutex
 	tokenURL string // from discovery; "" until discovered
 	cache    map[string]cachedToken
+	maxCache int // entries; past it the soonest to expire go first
 }
 
-// cachedToken is a token and when it expires.
+// cachedToken is a token, when it expires and how long it lived when
+// fetched (the issuer's lifetime for it).
 type cachedToken struct {
-	token  string
-	expiry time.Time
+	token    string
+	expiry   time.Time
+	lifetime time.Duration
 }
+
+// defaultMaxCache bounds the tokens cached: a token per submitter's
+// token, storage and path lives an hour or so, and thousands of
+// transfers' worth fit in a few MiB.
+const defaultMaxCache = 10000
+
+// freshShare is the share of its lifetime a cached token may have used
+// and still count as fresh: a new one would live at most that much
+// longer, so it is reused even for work it does not outlive (a HEAD and
+// then a GET of a long transfer make one exchange, not two).
+const freshShare = 20 // 1/20: 5%
 
 // Errors of token exchange, for errors.Is. None is worth a retry: the
 // submitter's token will not become valid again, nor gain rights.
@@ -103,8 +118,9 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 	return &StorageSource{
 		cfg:    cfg,
 		client: &http.Client{Timeout: 30 * time.Second},
-		now:    time.Now,
-		cache:  map[string]cachedToken{},
+		now:      time.Now,
+		cache:    map[string]cachedToken{},
+		maxCache: defaultMaxCache,
 	}, nil
 }
 
@@ -249,7 +265,7 @@ func (s *StorageSource) get(ctx context.Context, key string, fetch func(context.
 	s.mu.Lock()
 	c, ok := s.cache[key]
 	s.mu.Unlock()
-	if ok && c.expiry.After(need) {
+	if ok && (c.expiry.After(need) || c.fresh(s.now())) {
 		return c.token, nil
 	}
 	// One request for a token at a time, whatever the callers: the first
@@ -322,7 +338,15 @@ func (s *StorageSource) request(ctx context.Context, audience, scope string, par
 	return tok, nil
 }
 
-// store caches tok under key, fetched at start, and drops the expired.
+// fresh reports whether c has used at most 1/freshShare of its lifetime
+// at now: a new token would not outlive it by more.
+func (c cachedToken) fresh(now time.Time) bool {
+	return c.expiry.Sub(now) >= c.lifetime-c.lifetime/freshShare
+}
+
+// store caches tok under key, fetched at start. A full cache drops the
+// expired first, then the eighth of its tokens that expire soonest: an
+// O(n log n) sweep once per n/8 tokens stored, not a scan each time.
 func (s *StorageSource) store(key string, tok *oauth2.Token, start time.Time) {
 	var expiry time.Time
 	if !tok.Expiry.IsZero() {
@@ -336,12 +360,30 @@ func (s *StorageSource) store(key string, tok *oauth2.Token, start time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.cache[key]; !ok && len(s.cache) >= s.maxCache {
+		s.evict(start)
+	}
+	s.cache[key] = cachedToken{token: tok.AccessToken, expiry: expiry, lifetime: expiry.Sub(start)}
+}
+
+// evict makes room in the cache, s.mu held.
+func (s *StorageSource) evict(now time.Time) {
 	for k, c := range s.cache {
-		if !start.Before(c.expiry) {
+		if !now.Before(c.expiry) {
 			delete(s.cache, k)
 		}
 	}
-	s.cache[key] = cachedToken{token: tok.AccessToken, expiry: expiry}
+	if len(s.cache) < s.maxCache {
+		return
+	}
+	keys := make([]string, 0, len(s.cache))
+	for k := range s.cache {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return s.cache[a].expiry.Compare(s.cache[b].expiry) })
+	for _, k := range keys[:max(1, len(keys)/8)] {
+		delete(s.cache, k)
+	}
 }
 
 // endpoint returns the issuer's token endpoint, discovering it first.
