@@ -44,7 +44,8 @@ import (
 // holding both names: tokenScopeURL). A TokenSource is asked at every https hop to a
 // host and port that SLUICE_HTTP_TOKENS has no token for, so a redirect to
 // another host or port gets that one's token or none, never the first
-// one's. An error that TokenRefused made fails the request for good
+// one's. It is not asked for a hop whose address the Guard refuses. An
+// error that TokenRefused made fails the request for good
 // (LOCAL_FILE, not retried, like an unreadable token file): asking again
 // will not change it. Any other error (an issuer that cannot be reached
 // or answers 5xx, a store that cannot be read) fails it as
@@ -177,6 +178,15 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
+		if c.guard != nil {
+			// A hop the Guard refuses is not sent, so no token is asked
+			// for it: an issuer mints nothing for an address a transfer
+			// may not reach.
+			port, _ := strconv.ParseUint(portOf(u), 10, 16)
+			if _, err := c.guard.resolve(req.Context(), u.Hostname(), uint16(port), false); err != nil {
+				return "", err
+			}
+		}
 		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), AccessOf(req.Method))
 		var refused *tokenRefusedError
 		switch {

@@ -308,3 +308,32 @@ func TestS3SignaturesAreNotSentOnToARedirect(t *testing.T) {
 		t.Fatalf("the server redirected to got %d requests", n)
 	}
 }
+
+// TestATokenSourceIsNotAskedForAHopTheGuardRefuses: a storage that
+// redirects to an address transfers may not reach gets the Guard's
+// refusal, and no token is minted for that address.
+func TestATokenSourceIsNotAskedForAHopTheGuardRefuses(t *testing.T) {
+	h := newHops(t)
+	g := mustGuard("127.0.0.0/8", "::1")
+	if err := g.Deny("a test's forbidden storage", hostOf(h.b)); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	source := func(_ context.Context, u *url.URL, _ transfer.Access) (string, error) {
+		asked = append(asked, transfer.Audience(u))
+		return "token", nil
+	}
+	c := transfer.New(h.a.Client()).WithGuard(g).WithTokenSource(source)
+	_, err := c.Stat(t.Context(), h.a.URL+"/to-b")
+	if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), "forbidden storage") {
+		t.Fatalf("a redirect to a denied address: %v (%s), want PERMANENT_REMOTE naming why", err, transfer.KindOf(err))
+	}
+	for _, a := range asked {
+		if strings.HasSuffix(a, ":"+strings.Split(hostOf(h.b), ":")[1]) {
+			t.Fatalf("a token was asked for the denied hop: %q", asked)
+		}
+	}
+	if len(asked) != 1 {
+		t.Errorf("asked for %q, want the first hop's token only", asked)
+	}
+}
