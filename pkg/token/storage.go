@@ -116,8 +116,8 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 		return nil, fmt.Errorf("token: submitters' tokens kept for %v, which is negative (SLUICE_STORAGE_TOKEN_SUBJECT_TTL)", cfg.SubjectTTL)
 	}
 	return &StorageSource{
-		cfg:    cfg,
-		client: &http.Client{Timeout: 30 * time.Second},
+		cfg:      cfg,
+		client:   &http.Client{Timeout: 30 * time.Second},
 		now:      time.Now,
 		cache:    map[string]cachedToken{},
 		maxCache: defaultMaxCache,
@@ -428,10 +428,27 @@ func SubjectOf(ctx context.Context) Subject {
 	return s
 }
 
+// audiencesKey is the context key of the audiences a work's storage
+// tokens may be for.
+type audiencesKey struct{}
+
+// WithAudiences returns a context whose storage tokens are only for the
+// given audiences (the storages of its work's own URLs): a request to
+// another, where a storage redirected it, gets no token. A storage's
+// redirect must not make Sluice mint, for the storage it names, a token
+// with the submitter's rights (or Sluice's) on a path of its choosing.
+func WithAudiences(ctx context.Context, audiences []string) context.Context {
+	return context.WithValue(ctx, audiencesKey{}, slices.Clone(audiences))
+}
+
 // ForRequest returns the storage token of a request to audience with
 // scope, for the work of ctx: the submitter's, by Exchange, when ctx has a
-// Subject; else Sluice's own, by Token.
+// Subject; else Sluice's own, by Token. None ("") for an audience that
+// WithAudiences did not name.
 func (s *StorageSource) ForRequest(ctx context.Context, audience, scope string) (string, error) {
+	if auds, ok := ctx.Value(audiencesKey{}).([]string); ok && !slices.Contains(auds, audience) {
+		return "", nil
+	}
 	sub := SubjectOf(ctx)
 	if sub == nil {
 		return s.Token(ctx, audience, scope)

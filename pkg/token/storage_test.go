@@ -292,3 +292,29 @@ func TestTheTokenCacheIsBoundedAndDropsTheTokensThatExpireSoonest(t *testing.T) 
 		t.Error("the first token, the soonest to expire, was still cached")
 	}
 }
+
+// TestAWorksStorageTokensAreOnlyForTheStoragesOfItsOwnURLs: a request
+// that a storage redirected to another storage gets no token, neither the
+// submitter's nor Sluice's, and the issuer is not asked.
+func TestAWorksStorageTokensAreOnlyForTheStoragesOfItsOwnURLs(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	ctx := WithAudiences(t.Context(), []string{storageAud})
+	for _, sub := range []Subject{nil, func(context.Context) (string, error) { return alice(t, iss, time.Time{}), nil }} {
+		c := ctx
+		if sub != nil {
+			c = WithSubject(ctx, sub)
+		}
+		tok, err := src.ForRequest(c, "https://elsewhere.example.org:443", "storage.read:/atlas/data/f")
+		if err != nil || tok != "" {
+			t.Fatalf("a token for a storage the work does not name: %q, %v; want none", tok, err)
+		}
+		if tok, err := src.ForRequest(c, storageAud, "storage.read:/atlas/data/f"); err != nil || tok == "" {
+			t.Fatalf("a token for the work's own storage: %q, %v", tok, err)
+		}
+	}
+	if n := iss.TokenRequests(); n != 2 {
+		t.Fatalf("%d token requests, want 2 (one for each of the work's own)", n)
+	}
+}

@@ -8,12 +8,17 @@ package worker
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/token"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 // withStorageTokens returns ctx with what the storage tokens of g's work,
@@ -21,6 +26,7 @@ import (
 // and the submitter's when g's DTR names a kept token.
 func (p *Pool) withStorageTokens(ctx context.Context, g api.Grant, start time.Time) context.Context {
 	ctx = token.WithNeededUntil(ctx, start.Add(g.Expected()))
+	ctx = token.WithAudiences(ctx, audiencesOf(g.DTR))
 	switch {
 	case g.DTR.TokenRef != "":
 		ctx = token.WithSubject(ctx, p.subjectToken(g.DTR.TokenRef))
@@ -79,3 +85,28 @@ func (p *Pool) subjectToken(ref string) token.Subject {
 		return raw, nil
 	}
 }
+
+// audiencesOf are the storages of d's own URLs, as storage token audiences
+// (https://host:port): its transfers get tokens for these only, not for
+// whatever host a storage redirects them to.
+func audiencesOf(d *dtr.DTR) []string {
+	var auds []string
+	for _, raw := range append([]string{d.Source, d.Destination, d.Target(), d.TURL}, d.Replicas...) {
+		for from, to := range webDAVSchemes {
+			if rest, ok := strings.CutPrefix(raw, from); ok {
+				raw = to + rest
+			}
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || u.Scheme != "https" {
+			continue
+		}
+		if a := transfer.Audience(u); !slices.Contains(auds, a) {
+			auds = append(auds, a)
+		}
+	}
+	return auds
+}
+
+// webDAVSchemes are the HTTP schemes of WebDAV URLs, as ARC writes them.
+var webDAVSchemes = map[string]string{"davs://": "https://", "dav://": "http://"}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,5 +48,16 @@ func TestADTRSubmittedWithATokenThatWasNotKeptGetsNoStorageTokenNotSluicesOwn(t 
 	}
 	if _, err := sub(ctx); !errors.Is(err, token.ErrSubjectNotKept) {
 		t.Fatalf("the subject of a DTR whose token was not kept: %v, want ErrSubjectNotKept", err)
+	}
+}
+
+func TestAGrantsStorageTokensAreForTheStoragesOfItsDTRsOwnURLsOnly(t *testing.T) {
+	d := &dtr.DTR{ID: uuid.New(), Source: "davs://a.example.org/data/f", Destination: "https://b.example.org:8443/out/f",
+		Replicas: []string{"davs://a.example.org/data/f", "https://c.example.org/data/f", "root://x.example.org//data/f"},
+		TURL:     "file:///stage/f"}
+	got := audiencesOf(d)
+	want := []string{"https://a.example.org:443", "https://b.example.org:8443", "https://c.example.org:443"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audiences %q, want %q", got, want)
 	}
 }
