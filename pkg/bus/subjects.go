@@ -44,8 +44,8 @@ const (
 	// a leader that stops renewing it.
 	BucketLeader = "sluice_leader"
 	// BucketSubjectTokens holds the bearer tokens that DTRs were submitted
-	// with, each under a random reference that the DTR carries (its
-	// token_ref), so that the workers of its transfers can exchange the
+	// with, each sealed with a random reference that the DTR carries (its
+	// token_ref; subjecttokens.go), so that the workers of its transfers can exchange the
 	// token for storage tokens with the submitter's rights. Only the
 	// scheduler writes it and only processors and deliverers read it; the
 	// tokens are in no DTR record, event, log or trace. Each entry lives
