@@ -83,11 +83,10 @@ type dtrWire struct {
 	Cache         string        `json:"cache,omitempty"`
 	CacheFile     string        `json:"cache_file,omitempty"`
 
-	ChecksumMismatch string `json:"checksum_mismatch,omitempty"`
-	TokenRef         string `json:"token_ref,omitempty"`
-	ChecksumSource   string `json:"checksum_source,omitempty"`
-
-	SubmittedWithToken bool `json:"submitted_with_token,omitempty"`
+	ChecksumMismatch   string `json:"checksum_mismatch,omitempty"`
+	TokenRef           string `json:"token_ref,omitempty"`
+	SubmittedWithToken bool   `json:"submitted_with_token,omitempty"`
+	ChecksumSource     string `json:"checksum_source,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
