@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -600,5 +601,21 @@ func TestATransferWhoseIssuerAnswers503IsRetriedAndDoneWhenItRecovers(t *testing
 	}
 	if got, _ := storage.file("/out/alice/f2"); got != "alice's second file" {
 		t.Errorf("the copy holds %q", got)
+	}
+
+	// No DTR needs her token any more: it is no longer kept.
+	js, _ := jetstream.New(rig.nc)
+	kv, err := js.KeyValue(t.Context(), bus.BucketSubjectTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := kv.Get(t.Context(), bus.SubjectTokenKey(d.TokenRef))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the token is still kept after its DTRs finished: %v", err)
+		}
 	}
 }

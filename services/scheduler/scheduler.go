@@ -815,6 +815,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 		for i, e := range sub.dtrs {
 			err := e.Err
+			holds := false // a new DTR that will hold its kept token
 			if err == nil {
 				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
@@ -823,6 +824,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 					if sub.tokenOwner == "" || sub.tokenOwner == e.DTR.Owner.DN {
 						e.DTR.TokenRef = sub.tokenRef
 					}
+					holds = e.DTR.TokenRef != ""
 					if err == nil && sub.withToken && e.DTR.TokenRef == "" {
 						s.log.Warn("a DTR submitted with a token is admitted without it: its transfers that need a storage token will fail, not run with Sluice's own credentials",
 							"dtr", e.DTR.ID, "job", e.DTR.JobID)
@@ -833,6 +835,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, taken)
 			}
 			if err == nil {
+				if holds {
+					s.keeper.hold(e.DTR.TokenRef)
+				}
 				continue
 			}
 			if len(sub.dtrs) == 1 && e.Data == nil {

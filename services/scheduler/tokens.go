@@ -53,6 +53,11 @@ type tokenKeeper struct {
 
 	mu   sync.Mutex
 	refs map[[32]byte]keptRef // by the token's SHA-256: the token is not kept here
+	// held counts, by reference, the unfinished DTRs that this scheduler
+	// admitted with it: when the last finishes, the entry is deleted.
+	// Those of a scheduler that led before are not counted, and their
+	// entries go when their tokens expire.
+	held map[string]int
 }
 
 // keptRef is a reference in the bucket and when its entry ends.
@@ -65,7 +70,42 @@ func newTokenKeeper(kv jetstream.KeyValue, ttl time.Duration) *tokenKeeper {
 	if ttl <= 0 {
 		ttl = bus.DefaultSubjectTokenTTL
 	}
-	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}}
+	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}, held: map[string]int{}}
+}
+
+// hold counts one more unfinished DTR holding ref.
+func (k *tokenKeeper) hold(ref string) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	k.held[ref]++
+	k.mu.Unlock()
+}
+
+// release counts one DTR holding ref less, and deletes the entry of ref
+// when none is left: no DTR needs the token any more, so it is not kept.
+// A failed delete is left to the entry's time to live.
+func (k *tokenKeeper) release(ctx context.Context, ref string) {
+	k.mu.Lock()
+	n, ok := k.held[ref]
+	if !ok {
+		k.mu.Unlock()
+		return
+	}
+	if n > 1 {
+		k.held[ref] = n - 1
+		k.mu.Unlock()
+		return
+	}
+	delete(k.held, ref)
+	for sum, r := range k.refs {
+		if r.ref == ref {
+			delete(k.refs, sum) // a DTR sent with the token again gets a new entry
+		}
+	}
+	k.mu.Unlock()
+	_ = k.kv.Purge(ctx, bus.SubjectTokenKey(ref))
 }
 
 // errTokenExpired: a token that has expired is not kept.
