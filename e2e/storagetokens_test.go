@@ -2,17 +2,21 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/token"
@@ -144,7 +148,8 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 
 	// A trusted caller (here the generator's user) that sends her token
 	// with a DTR owned by someone else gets no token kept for it: the
-	// token is only ever used for its holder's work.
+	// token is only ever used for its holder's work, and the DTR fails
+	// rather than run with Sluice's own credentials.
 	gen := connectAs(t, ns, "generator", passwords["generator"])
 	other := uuid.New()
 	om := nats.NewMsg(api.SubjectSubmit)
@@ -162,14 +167,38 @@ func TestWithTheirOwnPermissionsTheRolesHandTheSubmittersTokenToItsTransfers(t *
 			break
 		}
 	}
-	if !od.DTR.State.Final() || od.DTR.TokenRef != "" || od.DTR.Owner.DN != "/DC=org/CN=Mallory" {
-		t.Fatalf("mallory's DTR sent with alice's token: %s, owner %q, token_ref %q: want it final, mallory's, with no token kept",
-			od.DTR.State, od.DTR.Owner.DN, od.DTR.TokenRef)
+	if od.DTR.State != dtr.Error || od.DTR.TokenRef != "" || od.DTR.Owner.DN != "/DC=org/CN=Mallory" ||
+		od.DTR.Error == nil || !strings.Contains(od.DTR.Error.Text, "was not kept for its transfers") {
+		t.Fatalf("mallory's DTR sent with alice's token: %s (%+v), owner %q, token_ref %q: want it ERROR, mallory's, with no token kept",
+			od.DTR.State, od.DTR.Error, od.DTR.Owner.DN, od.DTR.TokenRef)
+	}
+
+	// A processor gets an entry by its key only: it may not list the
+	// keys (stream info with a subjects filter), and an entry it gets
+	// with a wildcard for its key is sealed, holding neither the token
+	// nor the reference.
+	proc := connectAs(t, ns, "processor", passwords["processor"])
+	if r, err := proc.nc.Request("$JS.API.STREAM.INFO.KV_sluice_subject_tokens", []byte(`{"subjects_filter":">"}`), 2*time.Second); err == nil {
+		t.Fatalf("a processor listed the keys of the tokens: %q", r.Data)
+	}
+	r, err := proc.nc.Request("$JS.API.DIRECT.GET.KV_sluice_subject_tokens.$KV.sluice_subject_tokens.*", nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("a processor's direct get: %v", err)
+	}
+	for _, secret := range []string{alice, alice[strings.LastIndex(alice, ".")+1:], d.DTR.TokenRef} {
+		if strings.Contains(string(r.Data), secret) || strings.Contains(fmt.Sprint(r.Header), secret) {
+			t.Fatalf("an entry got by a wildcard shows a token or a token_ref (%q)", r.Header)
+		}
+	}
+	// The scheduler may not make a consumer on the bucket to read it.
+	sched := connectAs(t, ns, "scheduler", passwords["scheduler"])
+	if _, err := sched.js.CreateOrUpdateConsumer(t.Context(), "KV_sluice_subject_tokens", jetstream.ConsumerConfig{Name: "peek"}); err == nil {
+		t.Fatal("the scheduler made a consumer on the bucket of tokens")
 	}
 
 	// A user cannot read the bucket of tokens.
 	if kv, err := user.js.KeyValue(t.Context(), "sluice_subject_tokens"); err == nil {
-		if e, err := kv.Get(t.Context(), d.DTR.TokenRef); err == nil {
+		if e, err := kv.Get(t.Context(), bus.SubjectTokenKey(d.DTR.TokenRef)); err == nil {
 			t.Fatalf("a user read a kept token (%d bytes)", len(e.Value()))
 		}
 	}

@@ -232,14 +232,61 @@ func (cfg Config) storageTokens() (transfer.TokenSource, error) {
 		return nil, fmt.Errorf("storage tokens (SLUICE_STORAGE_TOKEN_*): %w", err)
 	}
 	return func(ctx context.Context, u *url.URL, access transfer.Access) (string, error) {
-		// The path as escaped in the URL: a space in it cannot add a scope.
-		p := cmp.Or(u.EscapedPath(), "/")
+		p, err := scopePath(u)
+		if err != nil {
+			return "", transfer.TokenRefused(err)
+		}
 		scopes := make([]string, 0, 2)
 		for _, a := range scopesOf[access] {
 			scopes = append(scopes, string(a)+":"+p)
 		}
-		return src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
+		tok, err := src.ForRequest(ctx, transfer.Audience(u), strings.Join(scopes, " "))
+		if err != nil && slices.ContainsFunc(finalTokenErrors, func(e error) bool { return errors.Is(err, e) }) {
+			return "", transfer.TokenRefused(err)
+		}
+		return tok, err
 	}, nil
+}
+
+// finalTokenErrors are the storage token failures that asking again will
+// not change: the DTR fails at once. Any other (an issuer that cannot be
+// reached, answers 5xx or times out; the bucket of submitters' tokens
+// that cannot be read) is retried.
+var finalTokenErrors = []error{
+	token.ErrSubjectExpired,
+	token.ErrExchangeRefused,
+	token.ErrSubjectNotKept,
+	token.ErrForeignIssuer,
+}
+
+// scopePath is the path of u as a storage scope names it: as escaped in
+// the URL, so that a space in it cannot add a scope. It is refused if,
+// decoded, it holds a '.' or '..' segment, an encoded '/' or a backslash:
+// a storage that decodes and resolves it would reach another path than
+// the one the scope seems to name (storage.read:/data/%2e%2e/secret is
+// /secret to it). The TokenSource is asked at every hop, so a redirect to
+// such a path is refused too, before any issuer is asked.
+func scopePath(u *url.URL) (string, error) {
+	esc := cmp.Or(u.EscapedPath(), "/")
+	refuse := func(why string) error {
+		return fmt.Errorf("no storage token for %s: its path %s; a storage would resolve it to another path than a token's scope names", transfer.Redact(u.String()), why)
+	}
+	if lower := strings.ToLower(esc); strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") {
+		return "", refuse("holds an encoded '/' or '\\'")
+	}
+	p, err := url.PathUnescape(esc)
+	if err != nil {
+		return "", refuse("is badly escaped")
+	}
+	if strings.Contains(p, `\`) {
+		return "", refuse("holds a backslash")
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return "", refuse("holds a '" + seg + "' segment, plain or encoded")
+		}
+	}
+	return esc, nil
 }
 
 // scopesOf are the storage scopes a token for a request of each access

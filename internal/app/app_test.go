@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,6 +328,31 @@ func TestStorageTokensNameTheStorageAndThePathOfEachRequest(t *testing.T) {
 			t.Fatalf("%s: scopes %q, want %q", tt.url, c.Scopes, want)
 		}
 	}
+	// A path that a storage would resolve elsewhere: refused before the
+	// issuer is asked, with the URL (without its password) named.
+	before := is.TokenRequests()
+	for _, raw := range []string{
+		"https://storage.example.org/atlas/data/%2e%2e/user/bob/secret",
+		"https://storage.example.org/atlas/data/%2E%2e/user/bob/secret",
+		"https://storage.example.org/atlas/data/../user/bob/secret",
+		"https://storage.example.org/atlas/data/./f",
+		"https://storage.example.org/atlas/data%2f..%2fsecret",
+		"https://storage.example.org/atlas/data/%5c..%5csecret",
+		"https://user:hunter2@storage.example.org/atlas/data/%2e%2e/secret",
+	} {
+		u := &url.URL{}
+		if err := u.UnmarshalBinary([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := source(t.Context(), u, transfer.AccessRead)
+		if err == nil || !strings.Contains(err.Error(), "no storage token for https://storage.example.org/atlas/data") ||
+			!strings.Contains(err.Error(), "another path") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want it refused naming the URL without its password", raw, err)
+		}
+	}
+	if n := is.TokenRequests() - before; n != 0 {
+		t.Errorf("the issuer was asked %d times for paths refused", n)
+	}
 	if none, err := (Config{}).storageTokens(); none != nil || err != nil {
 		t.Fatalf("no issuer set: %v, %v; want no storage tokens", none, err)
 	}
@@ -353,5 +379,45 @@ func TestTheWorkersDefaultsFillTheSchedulersDefaultSlots(t *testing.T) {
 				t.Fatalf("%d workers by default, for %d slots", tt.workers, tt.want)
 			}
 		})
+	}
+}
+
+// TestARedirectToAPathWithEncodedDotsGetsNoStorageToken: the check of
+// each path is made at every hop: a storage that redirects to
+// /atlas/data/%2e%2e/user/bob/secret gets the request refused for good,
+// no token asked for, and sees no second request.
+func TestARedirectToAPathWithEncodedDotsGetsNoStorageToken(t *testing.T) {
+	is := tokentest.Start(t)
+	client := is.Client(t)
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.EscapedPath())
+		mu.Unlock()
+		http.Redirect(w, r, "/atlas/data/%2e%2e/user/bob/secret", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := Config{StorageTokens: token.StorageConfig{Issuer: is.URL, ClientID: client.ID, ClientSecretFile: client.SecretFile, Margin: time.Minute}}
+	source, err := cfg.storageTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := transfer.NewGuard("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transfer.New(srv.Client()).WithGuard(guard).WithTokenSource(source)
+	_, err = c.Stat(t.Context(), srv.URL+"/atlas/data/f")
+	if err == nil || !strings.Contains(err.Error(), "%2e%2e/user/bob/secret: its path holds a '..' segment") || transfer.KindOf(err) != dtr.ErrLocalFile {
+		t.Fatalf("a redirect to an encoded '..': %v (%s), want it refused for good", err, transfer.KindOf(err))
+	}
+	if n := is.TokenRequests(); n != 1 {
+		t.Errorf("%d token requests, want 1 (the first hop's)", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 {
+		t.Errorf("the storage saw %q, want the first request only", seen)
 	}
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -202,6 +203,14 @@ const rigAudience = "https://sluice.example.org"
 
 func startTokenRig(t *testing.T, iss *tokentest.Issuer, client tokentest.Client, storageHTTP *http.Client) *tokenRig {
 	t.Helper()
+	return startTokenRigWith(t, iss, client, storageHTTP, true)
+}
+
+// startTokenRigWith is startTokenRig, with the scheduler and generator
+// given no SLUICE_STORAGE_TOKEN_* unless schedulerKeeps (the workers have
+// them either way).
+func startTokenRigWith(t *testing.T, iss *tokentest.Issuer, client tokentest.Client, storageHTTP *http.Client, schedulerKeeps bool) *tokenRig {
+	t.Helper()
 	rig := &tokenRig{}
 	oldLog := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&rig.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -220,7 +229,14 @@ func startTokenRig(t *testing.T, iss *tokentest.Issuer, client tokentest.Client,
 	cfg.Tokens.Issuers, cfg.Tokens.Audience = []string{iss.URL}, []string{rigAudience}
 	cfg.StorageTokens.Issuer, cfg.StorageTokens.ClientID, cfg.StorageTokens.ClientSecretFile = iss.URL, client.ID, client.SecretFile
 	cfg.StorageHTTP = storageHTTP
-	rig.r = runRoles(t, cfg, Roles...)
+	if schedulerKeeps {
+		rig.r = runRoles(t, cfg, Roles...)
+	} else {
+		front := cfg
+		front.StorageTokens = token.StorageConfig{}
+		runRoles(t, front, "scheduler", "generator").healthy(t, nil)
+		rig.r = runRoles(t, cfg, "processor", "delivery")
+	}
 	rig.r.healthy(t, nil)
 
 	if rig.nc, err = nats.Connect(ns.ClientURL()); err != nil {
@@ -458,5 +474,148 @@ func TestTheRealXrootdDeletesWithAnExchangedTokenOfReadAndModify(t *testing.T) {
 	}
 	if _, err := os.Stat(s.Path("/out/alice/old")); !os.IsNotExist(err) {
 		t.Fatalf("the file is still there: %v", err)
+	}
+}
+
+// submitFor publishes a DTR on dtr.submit as the generator does for a job
+// submitted with a token: as a trusted caller (the operator here), naming
+// the owner, with the submitter's token in api.HeaderSubjectToken.
+func (rig *tokenRig) submitFor(t *testing.T, subjectToken, ownerDN, src, dst string) uuid.UUID {
+	t.Helper()
+	js, _ := jetstream.New(rig.nc)
+	id := uuid.New()
+	b, _ := json.Marshal(map[string]any{"id": id.String(), "source": src, "destination": dst, "owner": map[string]string{"dn": ownerDN}})
+	m := nats.NewMsg(api.SubjectSubmit)
+	m.Data = b
+	m.Header.Set(api.HeaderSubjectToken, subjectToken)
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestDTRsWhoseTokenCannotBeKeptFailSayingSoNeitherLostNorRunWithSluicesCredentials:
+// the generator checked a job's token and answered "submitted", but the
+// token expired before the scheduler took its DTRs (a backlog, a
+// failover); or the token sent is not the DTR owner's. The DTRs are not
+// refused unseen, nor run with Sluice's own client credentials: they fail
+// at their first request to storage, saying the token was not kept, and
+// the storage never sees a request.
+func TestDTRsWhoseTokenCannotBeKeptFailSayingSoNeitherLostNorRunWithSluicesCredentials(t *testing.T) {
+	iss := tokentest.Start(t)
+	client := iss.Client(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's file")
+	scopes := []string{"compute.create", "storage.read:/data/alice", "storage.create:/out/alice"}
+	aliceDN := "alice@" + iss.URL
+	expired := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience}, Scopes: scopes,
+		Expiry: time.Now().Add(-time.Minute)})
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience}, Scopes: scopes})
+
+	rig := startTokenRig(t, iss, client, storage.srv.Client())
+	at := storage.srv.URL
+	var ids []uuid.UUID
+	for _, tt := range []struct {
+		name         string
+		token, owner string
+	}{
+		{"a token that expired after the generator took the job", expired, aliceDN},
+		{"a token that is not the DTR owner's", alice, "bob@" + iss.URL},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := rig.submitFor(t, tt.token, tt.owner, at+"/data/alice/f1", at+"/out/alice/f1")
+			ids = append(ids, id)
+			d := waitFinal(t, rig.nc, id)
+			if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "was not kept for its transfers") {
+				t.Fatalf("%s (%+v), want ERROR saying the token was not kept", d.State, d.Error)
+			}
+			if !d.SubmittedWithToken || d.TokenRef != "" {
+				t.Errorf("submitted_with_token %v, token_ref %q: want true and none", d.SubmittedWithToken, d.TokenRef)
+			}
+			if d.Attempts > 1 {
+				t.Errorf("tried %d times; it cannot change", d.Attempts)
+			}
+		})
+	}
+	if reqs := storage.requests("/"); len(reqs) != 0 {
+		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
+	}
+	rig.noTokenIn(t, []string{expired, alice}, ids...)
+}
+
+// TestWithNoStorageIssuerAtTheSchedulerATokenSubmittersDTRIsNotRunWithSluicesCredentials:
+// the workers have SLUICE_STORAGE_TOKEN_* but the scheduler has not, so
+// it keeps no token: alice's DTR fails saying so, where it once ran with
+// Sluice's own client credentials, broader than hers.
+func TestWithNoStorageIssuerAtTheSchedulerATokenSubmittersDTRIsNotRunWithSluicesCredentials(t *testing.T) {
+	iss := tokentest.Start(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's file")
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience},
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.create:/out/alice"}})
+	rig := startTokenRigWith(t, iss, iss.Client(t), storage.srv.Client(), false)
+	id := rig.submit(t, alice, storage.srv.URL+"/data/alice/f1", storage.srv.URL+"/out/alice/f1")
+	d := waitFinal(t, rig.nc, id)
+	if d.State != dtr.Error || d.Error == nil || !strings.Contains(d.Error.Text, "was not kept for its transfers") {
+		t.Fatalf("%s (%+v), want ERROR saying the token was not kept", d.State, d.Error)
+	}
+	if reqs := storage.requests("/"); len(reqs) != 0 {
+		t.Errorf("the storage saw %d requests, the first with a token of %q: want none", len(reqs), reqs[0].subject)
+	}
+}
+
+// TestATransferWhoseIssuerAnswers503IsRetriedAndDoneWhenItRecovers: an
+// issuer that cannot give a storage token now (503) does not fail the
+// DTR for good, as an expired token or a refusal does: the attempt fails
+// as TEMPORARY_REMOTE and a later one, once the issuer is back, moves
+// the file with the submitter's rights.
+func TestATransferWhoseIssuerAnswers503IsRetriedAndDoneWhenItRecovers(t *testing.T) {
+	iss := tokentest.Start(t)
+	storage := startWLCGStorage(t, iss)
+	storage.put("/data/alice/f1", "alice's first file")
+	storage.put("/data/alice/f2", "alice's second file")
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice", Audience: []string{rigAudience},
+		Scopes: []string{"compute.create", "storage.read:/data/alice", "storage.read:/out/alice", "storage.create:/out/alice"}})
+	rig := startTokenRig(t, iss, iss.Client(t), storage.srv.Client())
+	at := storage.srv.URL
+	// A first DTR, so that every role knows the issuer's keys.
+	if d := waitFinal(t, rig.nc, rig.submit(t, alice, at+"/data/alice/f1", at+"/out/alice/f1")); d.State != dtr.Done {
+		t.Fatalf("the first DTR: %s (%+v)", d.State, d.Error)
+	}
+	iss.SetDown(true)
+	id := rig.submit(t, alice, at+"/data/alice/f2", at+"/out/alice/f2")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(rig.r.log.String(), "no bearer token now") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no attempt failed for want of a token while the issuer was down:\n%s", rig.r.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	iss.SetDown(false)
+	d := waitFinal(t, rig.nc, id)
+	if d.State != dtr.Done {
+		t.Fatalf("%s (%+v), want DONE once the issuer is back", d.State, d.Error)
+	}
+	if d.Attempts < 2 {
+		t.Errorf("%d attempts, want a retry after the 503", d.Attempts)
+	}
+	if got, _ := storage.file("/out/alice/f2"); got != "alice's second file" {
+		t.Errorf("the copy holds %q", got)
+	}
+
+	// No DTR needs her token any more: it is no longer kept.
+	js, _ := jetstream.New(rig.nc)
+	kv, err := js.KeyValue(t.Context(), bus.BucketSubjectTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := kv.Get(t.Context(), bus.SubjectTokenKey(d.TokenRef))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the token is still kept after its DTRs finished: %v", err)
+		}
 	}
 }

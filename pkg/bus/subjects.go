@@ -44,12 +44,14 @@ const (
 	// a leader that stops renewing it.
 	BucketLeader = "sluice_leader"
 	// BucketSubjectTokens holds the bearer tokens that DTRs were submitted
-	// with, each under a random reference that the DTR carries (its
-	// token_ref), so that the workers of its transfers can exchange the
+	// with, each sealed with a random reference that the DTR carries (its
+	// token_ref; subjecttokens.go), so that the workers of its transfers can exchange the
 	// token for storage tokens with the submitter's rights. Only the
 	// scheduler writes it and only processors and deliverers read it; the
-	// tokens are in no DTR record, event, log or trace. Entries live for
-	// Setup.SubjectTokenTTL.
+	// tokens are in no DTR record, event, log or trace. Each entry lives
+	// until its token expires, and at most Setup.SubjectTokenTTL (a
+	// per-message TTL); the bucket holds at most Limits.SubjectTokens
+	// bytes.
 	BucketSubjectTokens = "sluice_subject_tokens"
 	MaxMessageBytes     = 1 << 20
 )
@@ -122,6 +124,7 @@ const DefaultLeaderTTL = 3 * time.Second
 type Limits struct {
 	Submit, Grants, Results, Events, Journal int64
 	Rejections, DTRs, Jobs                   int64
+	SubjectTokens                            int64
 }
 
 // ensureMu keeps the schedulers of one process from setting up at once.
@@ -315,32 +318,43 @@ func ensureLeaderBucket(ctx context.Context, js jetstream.JetStream, s Setup) er
 }
 
 // ensureSubjectTokenBucket creates the bucket of submitters' tokens, or
-// gives it the TTL and copies wanted.
+// gives it the TTL, limit and copies wanted. Its entries may carry their
+// own, shorter, time to live (JetStream's per-message TTL): their token's
+// expiry.
 func ensureSubjectTokenBucket(ctx context.Context, js jetstream.JetStream, s Setup) error {
 	ttl := s.SubjectTokenTTL
 	if ttl <= 0 {
 		ttl = DefaultSubjectTokenTTL
 	}
-	if st, err := js.Stream(ctx, "KV_"+BucketSubjectTokens); err == nil {
-		cfg := st.CachedInfo().Config
-		if cfg.MaxAge == ttl && cfg.Replicas == s.Replicas {
-			return nil
+	maxBytes := s.Limits.SubjectTokens
+	if maxBytes <= 0 {
+		maxBytes = -1 // no limit, as the server says it
+	}
+	if _, err := js.Stream(ctx, "KV_"+BucketSubjectTokens); err != nil {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: BucketSubjectTokens, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, TTL: ttl,
+			MaxBytes:     maxBytes,
+			MaxValueSize: 64 << 10, // a bearer token; the verifier takes none larger
+			Description:  "submitters' bearer tokens under random references, for the exchange of storage tokens",
+		}); err != nil {
+			return fmt.Errorf("bucket %s: %w", BucketSubjectTokens, reserveHint(err))
 		}
-		cfg.MaxAge, cfg.Replicas = ttl, s.Replicas
-		if cfg.Duplicates > ttl {
-			cfg.Duplicates = ttl
-		}
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("bucket %s: TTL %s, %d copies: %w", BucketSubjectTokens, ttl, s.Replicas, err)
-		}
+	}
+	st, err := js.Stream(ctx, "KV_"+BucketSubjectTokens)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", BucketSubjectTokens, err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.MaxAge == ttl && cfg.Replicas == s.Replicas && cfg.MaxBytes == maxBytes && cfg.AllowMsgTTL {
 		return nil
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: BucketSubjectTokens, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, TTL: ttl,
-		MaxValueSize: 64 << 10, // a bearer token; the verifier takes none larger
-		Description:  "submitters' bearer tokens under random references, for the exchange of storage tokens",
-	}); err != nil {
-		return fmt.Errorf("bucket %s: %w", BucketSubjectTokens, reserveHint(err))
+	cfg.MaxAge, cfg.Replicas, cfg.MaxBytes, cfg.AllowMsgTTL = ttl, s.Replicas, maxBytes, true
+	if cfg.Duplicates > ttl {
+		cfg.Duplicates = ttl
+	}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("bucket %s: TTL %s, %d copies, at most %d bytes, entries with their own TTL (NATS 2.11 or later): %w",
+			BucketSubjectTokens, ttl, s.Replicas, maxBytes, reserveHint(err))
 	}
 	return nil
 }
@@ -358,7 +372,7 @@ func (l Limits) Check() error {
 		bytes int64
 	}{{"SLUICE_SUBMIT_MAX_BYTES", l.Submit}, {"SLUICE_GRANTS_MAX_BYTES", l.Grants}, {"SLUICE_RESULTS_MAX_BYTES", l.Results},
 		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_REJECTIONS_MAX_BYTES", l.Rejections}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
-		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}} {
+		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}, {"SLUICE_SUBJECT_TOKENS_MAX_BYTES", l.SubjectTokens}} {
 		if v.bytes != 0 && v.bytes < MinLimit {
 			return fmt.Errorf("%s is %d bytes: 0 (no limit) or at least %d (8 MiB), so that any message fits", v.name, v.bytes, MinLimit)
 		}

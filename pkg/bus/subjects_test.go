@@ -201,3 +201,44 @@ func TestEnsureGivesEveryStreamAndBucketMoreCopiesOnAMoveToACluster(t *testing.T
 		}
 	}
 }
+
+// TestASubmittersTokenOpensOnlyWithItsReference: an entry of the bucket
+// of submitters' tokens, got by any key (as a wildcard direct get from
+// the real server gets one), holds neither the token nor its reference,
+// and opens only with that reference.
+func TestASubmittersTokenOpensOnlyWithItsReference(t *testing.T) {
+	js := embeddedJS(t)
+	if err := Ensure(t.Context(), js, Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), BucketSubjectTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ref, tok = "tREFERENCEOFALICESDTR", "eyJhbGciOi.alices-token.signature"
+	sealed, err := SealSubjectToken(ref, []byte(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), SubjectTokenKey(ref), sealed); err != nil {
+		t.Fatal(err)
+	}
+	r, err := js.Conn().Request("$JS.API.DIRECT.GET.KV_"+BucketSubjectTokens+".$KV."+BucketSubjectTokens+".*", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Data) == 0 {
+		t.Fatalf("the server answered a wildcard direct get with nothing (%v): this test no longer shows what a reader can get", r.Header)
+	}
+	for _, secret := range []string{tok, "alices-token", ref} {
+		if strings.Contains(string(r.Data), secret) || strings.Contains(r.Header.Get("Nats-Subject"), secret) {
+			t.Fatalf("the entry shows %q", secret)
+		}
+	}
+	if got, err := OpenSubjectToken(ref, r.Data); err != nil || string(got) != tok {
+		t.Fatalf("opened with its reference: %q, %v", got, err)
+	}
+	if _, err := OpenSubjectToken("tANOTHERREFERENCE", r.Data); err == nil {
+		t.Fatal("the entry opened with another reference")
+	}
+}

@@ -241,6 +241,13 @@ type DTR struct {
 	// the token, which no DTR record holds; empty for work submitted
 	// without a token.
 	TokenRef string `json:"token_ref,omitempty"`
+	// SubmittedWithToken says the DTR was submitted with a bearer token
+	// (its submitter's own, or one a trusted caller such as the generator
+	// sent on its submitter's behalf). Its transfers get storage tokens
+	// with that token's rights only, by TokenRef, never Sluice's own
+	// client credentials: without a TokenRef (the scheduler could not
+	// keep the token) a transfer that needs a storage token fails.
+	SubmittedWithToken bool `json:"submitted_with_token,omitempty"`
 	// ChecksumSource says what Checksum was checked against:
 	// ChecksumFromStorage when a checksum the storage itself stated (the
 	// source's Digest, or the destination's once written) agreed with

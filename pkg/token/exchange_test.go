@@ -80,6 +80,11 @@ func TestTheIssuerRefusesToExchangeForRightsBeyondTheSubmitters(t *testing.T) {
 		{"another path", storageAud, "storage.read:/cms/data/file1", "storage.read:/cms/data/file1 is beyond"},
 		{"a sibling whose name starts alike", storageAud, "storage.read:/atlas/database/file1", "beyond the subject token's rights"},
 		{"out by dot-dot", storageAud, "storage.read:/atlas/data/../secret", "beyond the subject token's rights"},
+		{"out by encoded dot-dot", storageAud, "storage.read:/atlas/data/%2e%2e/user/bob/secret", "beyond the subject token's rights"},
+		{"out by encoded dot-dot in capitals", storageAud, "storage.read:/atlas/data/%2E%2E/user/bob/secret", "beyond the subject token's rights"},
+		{"out by an encoded slash", storageAud, "storage.read:/atlas/data%2f..%2fsecret", "beyond the subject token's rights"},
+		{"out by a backslash", storageAud, `storage.read:/atlas/data/..\secret`, "beyond the subject token's rights"},
+		{"a dot segment", storageAud, "storage.read:/atlas/data/./f", "beyond the subject token's rights"},
 		{"write where she may only read", storageAud, "storage.create:/atlas/data/file1", "beyond the subject token's rights"},
 		{"modify where she may only create", storageAud, "storage.modify:/atlas/user/alice/f", "beyond the subject token's rights"},
 		{"no audience", "", "storage.read:/atlas/data/f", "needs an audience"},
@@ -164,5 +169,34 @@ func TestAnIssuerThatFailsAnExchangeIsNamedWithItsStatusNotItsAnswer(t *testing.
 	}
 	if strings.Contains(err.Error(), "the issuer is down") {
 		t.Fatalf("the error quotes the issuer's answer: %v", err)
+	}
+}
+
+// TestATokenOfAnotherIssuerIsNeverSentToTheStorageTokenIssuer: with
+// several issuers of submitters' tokens, a user of issuer B must not have
+// their token POSTed to the storage token issuer A: the exchange fails at
+// once, naming both issuers, and A is never asked.
+func TestATokenOfAnotherIssuerIsNeverSentToTheStorageTokenIssuer(t *testing.T) {
+	t.Parallel()
+	a, b := tokentest.Start(t), tokentest.Start(t)
+	src := newStorageSource(t, a, a.Client(t))
+	for _, tt := range []struct{ name, subject string }{
+		{"a token of another issuer", alice(t, b, time.Time{})},
+		{"no JWT at all", "an-opaque-token-of-some-issuer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := src.Exchange(t.Context(), tt.subject, storageAud, "storage.read:/atlas/data/f")
+			refused(t, err, "is not of the storage token issuer", tt.subject)
+			if !errors.Is(err, ErrForeignIssuer) {
+				t.Fatalf("error %v is not ErrForeignIssuer", err)
+			}
+		})
+	}
+	if n := a.TokenRequests(); n != 0 {
+		t.Fatalf("the storage token issuer was sent %d token requests, want none", n)
+	}
+	// Its own users' tokens are exchanged as before.
+	if _, err := src.Exchange(t.Context(), alice(t, a, time.Time{}), storageAud, "storage.read:/atlas/data/f"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ type StorageConfig struct {
 	// FloorRate and SubjectTTL are the scheduler's: it says how long each
 	// transfer is expected to take, and keeps the submitters' tokens.
 	FloorRate  float64       `envconfig:"FLOOR_RATE" default:"1000000" desc:"bytes/s a transfer is expected to move at least on a link whose recent throughput the scheduler has not seen (else half that throughput): with the DTR's size it gives the grant's expected duration, which storage tokens must outlive"`
-	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"how long the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; a DTR that waits longer fails as if the token had expired"`
+	SubjectTTL time.Duration `envconfig:"SUBJECT_TTL" default:"24h" desc:"the longest the scheduler keeps the bearer token a DTR was submitted with (bucket sluice_subject_tokens), for its transfers to exchange; each entry goes when its token expires, if sooner; a DTR that waits longer fails as if the token had expired"`
 	Margin     time.Duration `envconfig:"MARGIN" default:"2m" desc:"a storage token is used for a transfer only if it stays valid this long past the transfer's expected end (the grant's expected duration); a cached token that does not is replaced by a new one, when a transfer asks, never before"`
 }
 
@@ -51,15 +52,29 @@ type StorageSource struct {
 	mu       sync.Mutex
 	tokenURL string // from discovery; "" until discovered
 	cache    map[string]cachedToken
+	maxCache int // entries; past it the soonest to expire go first
 }
 
-// cachedToken is a token and when it expires.
+// cachedToken is a token, when it expires and how long it lived when
+// fetched (the issuer's lifetime for it).
 type cachedToken struct {
-	token  string
-	expiry time.Time
+	token    string
+	expiry   time.Time
+	lifetime time.Duration
 }
 
-// Errors of token exchange, for errors.Is. Neither is worth a retry: the
+// defaultMaxCache bounds the tokens cached: a token per submitter's
+// token, storage and path lives an hour or so, and thousands of
+// transfers' worth fit in a few MiB.
+const defaultMaxCache = 10000
+
+// freshShare is the share of its lifetime a cached token may have used
+// and still count as fresh: a new one would live at most that much
+// longer, so it is reused even for work it does not outlive (a HEAD and
+// then a GET of a long transfer make one exchange, not two).
+const freshShare = 20 // 1/20: 5%
+
+// Errors of token exchange, for errors.Is. None is worth a retry: the
 // submitter's token will not become valid again, nor gain rights.
 var (
 	// ErrSubjectExpired: the submitter's token has expired, so it cannot
@@ -70,6 +85,13 @@ var (
 	// submitter's, an audience it does not serve, a token it does not
 	// accept).
 	ErrExchangeRefused = errors.New("the issuer refused to exchange the submitter's token")
+	// ErrSubjectNotKept: the work was submitted with a token that was not
+	// kept for its transfers, which then get no storage token at all.
+	ErrSubjectNotKept = errors.New("the token the work was submitted with was not kept for its transfers")
+	// ErrForeignIssuer: the submitter's token is not of the storage token
+	// issuer, which is then not sent it: an issuer is handed only its
+	// own tokens.
+	ErrForeignIssuer = errors.New("the submitter's token is not of the storage token issuer")
 )
 
 // NewStorageSource checks cfg. The issuer is first asked for its token
@@ -94,10 +116,11 @@ func NewStorageSource(cfg StorageConfig) (*StorageSource, error) {
 		return nil, fmt.Errorf("token: submitters' tokens kept for %v, which is negative (SLUICE_STORAGE_TOKEN_SUBJECT_TTL)", cfg.SubjectTTL)
 	}
 	return &StorageSource{
-		cfg:    cfg,
-		client: &http.Client{Timeout: 30 * time.Second},
-		now:    time.Now,
-		cache:  map[string]cachedToken{},
+		cfg:      cfg,
+		client:   &http.Client{Timeout: 30 * time.Second},
+		now:      time.Now,
+		cache:    map[string]cachedToken{},
+		maxCache: defaultMaxCache,
 	}, nil
 }
 
@@ -137,9 +160,10 @@ func (s *StorageSource) Token(ctx context.Context, audience, scope string) (stri
 // (RFC 8693 token exchange), so that the storage sees the submitter's
 // rights. Sluice authenticates to the issuer as its client. A token
 // already obtained from the same subject for the same audience and scope
-// is reused while it outlives the work of ctx. An expired subject fails
-// with ErrSubjectExpired, a refusal with ErrExchangeRefused; neither
-// error quotes a token.
+// is reused while it outlives the work of ctx. A subject whose iss is not
+// the storage token issuer is not sent and fails with ErrForeignIssuer,
+// an expired one with ErrSubjectExpired, a refusal with
+// ErrExchangeRefused; no error quotes a token.
 func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope string) (string, error) {
 	if audience == "" || strings.TrimSpace(scope) == "" {
 		return "", fmt.Errorf("token: a storage token needs an audience and a scope (got %q and %q)", audience, scope)
@@ -156,6 +180,12 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 				audience, scope, ErrSubjectExpired, exp.UTC().Format(time.RFC3339))
 		}
 		return nil
+	}
+	if iss := issuerOf(subject); !sameIssuer(iss, s.cfg.Issuer) {
+		// Checked before the cache too: no token of another issuer's is
+		// ever sent, nor matched.
+		return "", fmt.Errorf("token: storage token for %q with scope %q: %w (%q, not %q): its holder's work cannot get storage tokens here",
+			audience, scope, ErrForeignIssuer, iss, s.cfg.Issuer)
 	}
 	return s.get(ctx, key, func(ctx context.Context) (*oauth2.Token, error) {
 		if err := expired(); err != nil {
@@ -191,6 +221,30 @@ func (s *StorageSource) Exchange(ctx context.Context, subject, audience, scope s
 	}, audience)
 }
 
+// issuerOf is the iss of a JWT, read without checking it (the issuer
+// checks); "" if it has none or is no JWT.
+func issuerOf(raw string) string {
+	var h header
+	var p struct {
+		Iss string `json:"iss"`
+	}
+	if parseUnverified(raw, &h, &p) != nil {
+		return ""
+	}
+	return p.Iss
+}
+
+// sameIssuer reports whether two issuer URLs are the same, a trailing
+// '/' aside.
+func sameIssuer(a, b string) bool {
+	return a != "" && strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
+}
+
+// ExpiryOf is the exp of a JWT, read without checking its signature
+// (for how long to keep it: whoever uses it checks it); zero if it has
+// none or is no JWT.
+func ExpiryOf(raw string) time.Time { return expiryOf(raw) }
+
 // expiryOf is the exp of a JWT, read without checking it (the issuer
 // checks); zero if it has none or is no JWT.
 func expiryOf(raw string) time.Time {
@@ -211,7 +265,7 @@ func (s *StorageSource) get(ctx context.Context, key string, fetch func(context.
 	s.mu.Lock()
 	c, ok := s.cache[key]
 	s.mu.Unlock()
-	if ok && c.expiry.After(need) {
+	if ok && (c.expiry.After(need) || c.fresh(s.now())) {
 		return c.token, nil
 	}
 	// One request for a token at a time, whatever the callers: the first
@@ -284,7 +338,15 @@ func (s *StorageSource) request(ctx context.Context, audience, scope string, par
 	return tok, nil
 }
 
-// store caches tok under key, fetched at start, and drops the expired.
+// fresh reports whether c has used at most 1/freshShare of its lifetime
+// at now: a new token would not outlive it by more.
+func (c cachedToken) fresh(now time.Time) bool {
+	return c.expiry.Sub(now) >= c.lifetime-c.lifetime/freshShare
+}
+
+// store caches tok under key, fetched at start. A full cache drops the
+// expired first, then the eighth of its tokens that expire soonest: an
+// O(n log n) sweep once per n/8 tokens stored, not a scan each time.
 func (s *StorageSource) store(key string, tok *oauth2.Token, start time.Time) {
 	var expiry time.Time
 	if !tok.Expiry.IsZero() {
@@ -298,12 +360,30 @@ func (s *StorageSource) store(key string, tok *oauth2.Token, start time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.cache[key]; !ok && len(s.cache) >= s.maxCache {
+		s.evict(start)
+	}
+	s.cache[key] = cachedToken{token: tok.AccessToken, expiry: expiry, lifetime: expiry.Sub(start)}
+}
+
+// evict makes room in the cache, s.mu held.
+func (s *StorageSource) evict(now time.Time) {
 	for k, c := range s.cache {
-		if !start.Before(c.expiry) {
+		if !now.Before(c.expiry) {
 			delete(s.cache, k)
 		}
 	}
-	s.cache[key] = cachedToken{token: tok.AccessToken, expiry: expiry}
+	if len(s.cache) < s.maxCache {
+		return
+	}
+	keys := make([]string, 0, len(s.cache))
+	for k := range s.cache {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return s.cache[a].expiry.Compare(s.cache[b].expiry) })
+	for _, k := range keys[:max(1, len(keys)/8)] {
+		delete(s.cache, k)
+	}
 }
 
 // endpoint returns the issuer's token endpoint, discovering it first.
@@ -348,10 +428,27 @@ func SubjectOf(ctx context.Context) Subject {
 	return s
 }
 
+// audiencesKey is the context key of the audiences a work's storage
+// tokens may be for.
+type audiencesKey struct{}
+
+// WithAudiences returns a context whose storage tokens are only for the
+// given audiences (the storages of its work's own URLs): a request to
+// another, where a storage redirected it, gets no token. A storage's
+// redirect must not make Sluice mint, for the storage it names, a token
+// with the submitter's rights (or Sluice's) on a path of its choosing.
+func WithAudiences(ctx context.Context, audiences []string) context.Context {
+	return context.WithValue(ctx, audiencesKey{}, slices.Clone(audiences))
+}
+
 // ForRequest returns the storage token of a request to audience with
 // scope, for the work of ctx: the submitter's, by Exchange, when ctx has a
-// Subject; else Sluice's own, by Token.
+// Subject; else Sluice's own, by Token. None ("") for an audience that
+// WithAudiences did not name.
 func (s *StorageSource) ForRequest(ctx context.Context, audience, scope string) (string, error) {
+	if auds, ok := ctx.Value(audiencesKey{}).([]string); ok && !slices.Contains(auds, audience) {
+		return "", nil
+	}
 	sub := SubjectOf(ctx)
 	if sub == nil {
 		return s.Token(ctx, audience, scope)

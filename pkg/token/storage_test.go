@@ -1,6 +1,8 @@
 package token
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,5 +221,100 @@ func TestNewStorageSourceRefusesBadConfigurations(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestAFreshTokenIsReusedForWorkItCannotOutliveRatherThanFetchedAgain: the
+// issuer gives tokens of 10 minutes, a transfer is expected to take an
+// hour. Its HEAD and its GET get one token: a second would live no longer.
+// A minute on (a tenth of its life used), a new one is fetched.
+func TestAFreshTokenIsReusedForWorkItCannotOutliveRatherThanFetchedAgain(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	iss.SetTokenLifetime(10 * time.Minute)
+	src := newStorageSource(t, iss, iss.Client(t))
+	now := time.Now()
+	src.now = func() time.Time { return now }
+	long := func() context.Context { return WithNeededUntil(t.Context(), now.Add(time.Hour)) }
+	for _, step := range []struct {
+		name  string
+		after time.Duration
+		want  int
+	}{
+		{"the HEAD", 0, 1},
+		{"the GET just after", time.Second, 1},
+		{"a minute on", time.Minute, 2},
+	} {
+		now = now.Add(step.after)
+		if _, err := src.Token(long(), storageAud, "storage.read:/data/big"); err != nil {
+			t.Fatal(err)
+		}
+		if n := iss.TokenRequests(); n != step.want {
+			t.Fatalf("%s: %d token requests, want %d", step.name, n, step.want)
+		}
+	}
+}
+
+// TestTheTokenCacheIsBoundedAndDropsTheTokensThatExpireSoonest: past its
+// size the cache forgets the tokens that would expire first, keeping the
+// newest.
+func TestTheTokenCacheIsBoundedAndDropsTheTokensThatExpireSoonest(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	src.maxCache = 8
+	now := time.Now()
+	src.now = func() time.Time { return now }
+	scope := func(i int) string { return fmt.Sprintf("storage.read:/data/f%d", i) }
+	for i := range 20 {
+		if _, err := src.Token(t.Context(), storageAud, scope(i)); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second) // each expires a second after the one before
+		src.mu.Lock()
+		n := len(src.cache)
+		src.mu.Unlock()
+		if n > src.maxCache {
+			t.Fatalf("%d tokens cached, more than %d", n, src.maxCache)
+		}
+	}
+	before := iss.TokenRequests()
+	if _, err := src.Token(t.Context(), storageAud, scope(19)); err != nil {
+		t.Fatal(err)
+	}
+	if iss.TokenRequests() != before {
+		t.Error("the newest token was fetched again: it was dropped")
+	}
+	if _, err := src.Token(t.Context(), storageAud, scope(0)); err != nil {
+		t.Fatal(err)
+	}
+	if iss.TokenRequests() != before+1 {
+		t.Error("the first token, the soonest to expire, was still cached")
+	}
+}
+
+// TestAWorksStorageTokensAreOnlyForTheStoragesOfItsOwnURLs: a request
+// that a storage redirected to another storage gets no token, neither the
+// submitter's nor Sluice's, and the issuer is not asked.
+func TestAWorksStorageTokensAreOnlyForTheStoragesOfItsOwnURLs(t *testing.T) {
+	t.Parallel()
+	iss := tokentest.Start(t)
+	src := newStorageSource(t, iss, iss.Client(t))
+	ctx := WithAudiences(t.Context(), []string{storageAud})
+	for _, sub := range []Subject{nil, func(context.Context) (string, error) { return alice(t, iss, time.Time{}), nil }} {
+		c := ctx
+		if sub != nil {
+			c = WithSubject(ctx, sub)
+		}
+		tok, err := src.ForRequest(c, "https://elsewhere.example.org:443", "storage.read:/atlas/data/f")
+		if err != nil || tok != "" {
+			t.Fatalf("a token for a storage the work does not name: %q, %v; want none", tok, err)
+		}
+		if tok, err := src.ForRequest(c, storageAud, "storage.read:/atlas/data/f"); err != nil || tok == "" {
+			t.Fatalf("a token for the work's own storage: %q, %v", tok, err)
+		}
+	}
+	if n := iss.TokenRequests(); n != 2 {
+		t.Fatalf("%d token requests, want 2 (one for each of the work's own)", n)
 	}
 }

@@ -44,8 +44,13 @@ import (
 // holding both names: tokenScopeURL). A TokenSource is asked at every https hop to a
 // host and port that SLUICE_HTTP_TOKENS has no token for, so a redirect to
 // another host or port gets that one's token or none, never the first
-// one's. An error fails the request as LOCAL_FILE (credentials, not
-// retried), like an unreadable token file.
+// one's. It is not asked for a hop whose address the Guard refuses. An
+// error that TokenRefused made fails the request for good
+// (LOCAL_FILE, not retried, like an unreadable token file): asking again
+// will not change it. Any other error (an issuer that cannot be reached
+// or answers 5xx, a store that cannot be read) fails it as
+// TEMPORARY_REMOTE, retried: the token may well come next time. Either
+// way the request is not sent.
 type TokenSource func(ctx context.Context, u *url.URL, access Access) (string, error)
 
 // Access is what a request does to storage, as a WLCG storage scope names
@@ -91,6 +96,20 @@ func (c *Client) WithTokenSource(ts TokenSource) *Client {
 func Audience(u *url.URL) string {
 	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), portOf(u))
 }
+
+// TokenRefused marks err, from a TokenSource, as one that asking again
+// will not change (such as a submitter's token that has expired, or an
+// issuer's refusal to grant the scope), keeping its text.
+func TokenRefused(err error) error { return &tokenRefusedError{err} }
+
+type tokenRefusedError struct{ err error }
+
+func (e *tokenRefusedError) Error() string { return e.err.Error() }
+func (e *tokenRefusedError) Unwrap() error { return e.err }
+
+// errTokenUnavailable marks a TokenSource error that a later attempt may
+// not meet: the request fails as TEMPORARY_REMOTE.
+var errTokenUnavailable = errors.New("no bearer token now")
 
 // insecureTokenError is a plain http request to a host and port that
 // have a bearer token: refused, so that the token is never sent in clear.
@@ -173,9 +192,22 @@ func (c *Client) credential(req *http.Request) (string, error) {
 		}
 		return "Bearer " + strings.TrimSpace(string(b)), nil
 	case c.tokenSource != nil && u.Scheme == "https":
+		if c.guard != nil {
+			// A hop the Guard refuses is not sent, so no token is asked
+			// for it: an issuer mints nothing for an address a transfer
+			// may not reach.
+			port, _ := strconv.ParseUint(portOf(u), 10, 16)
+			if _, err := c.guard.resolve(req.Context(), u.Hostname(), uint16(port), false); err != nil {
+				return "", err
+			}
+		}
 		tok, err := c.tokenSource(req.Context(), tokenScopeURL(req), accessOfRequest(req))
-		if err != nil {
+		var refused *tokenRefusedError
+		switch {
+		case errors.As(err, &refused):
 			return "", fmt.Errorf("%w: bearer token for %s: %w", errCredentials, Audience(u), err)
+		case err != nil:
+			return "", fmt.Errorf("%w for %s (retried): %w", errTokenUnavailable, Audience(u), err)
 		}
 		if tok != "" {
 			return "Bearer " + tok, nil

@@ -187,6 +187,9 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 		if u.Path == "/fails" {
 			return "", errors.New("token service down")
 		}
+		if u.Path == "/refused" {
+			return "", transfer.TokenRefused(errors.New("scope refused"))
+		}
 		return "for-" + transfer.Audience(u), nil
 	}
 	take := func() []string {
@@ -239,10 +242,15 @@ func TestATokenSourceIsAskedAtEveryHTTPSHopForThatHop(t *testing.T) {
 		t.Errorf("with a static token: asked %q, the servers saw %q", got, seen)
 	}
 
-	// A source that fails is this site's problem, as an unreadable token file.
+	// A source that fails may succeed next time: retried.
 	_, err := c.Stat(ctx, h.a.URL+"/fails")
-	if transfer.KindOf(err) != dtr.ErrLocalFile || !strings.Contains(err.Error(), "token service down") {
-		t.Errorf("a failing source: %v (%s), want LOCAL_FILE", err, transfer.KindOf(err))
+	if transfer.KindOf(err) != dtr.ErrTemporaryRemote || !strings.Contains(err.Error(), "token service down") {
+		t.Errorf("a failing source: %v (%s), want TEMPORARY_REMOTE", err, transfer.KindOf(err))
+	}
+	// One that refuses for good is final, as an unreadable token file.
+	_, err = c.Stat(ctx, h.a.URL+"/refused")
+	if transfer.KindOf(err) != dtr.ErrLocalFile || !strings.Contains(err.Error(), "scope refused") {
+		t.Errorf("a refusing source: %v (%s), want LOCAL_FILE", err, transfer.KindOf(err))
 	}
 	if seen := h.take(); len(seen) != 0 {
 		t.Errorf("a request without its token went out: %q", seen)
@@ -298,5 +306,34 @@ func TestS3SignaturesAreNotSentOnToARedirect(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the server redirected to got %d requests", n)
+	}
+}
+
+// TestATokenSourceIsNotAskedForAHopTheGuardRefuses: a storage that
+// redirects to an address transfers may not reach gets the Guard's
+// refusal, and no token is minted for that address.
+func TestATokenSourceIsNotAskedForAHopTheGuardRefuses(t *testing.T) {
+	h := newHops(t)
+	g := mustGuard("127.0.0.0/8", "::1")
+	if err := g.Deny("a test's forbidden storage", hostOf(h.b)); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	source := func(_ context.Context, u *url.URL, _ transfer.Access) (string, error) {
+		asked = append(asked, transfer.Audience(u))
+		return "token", nil
+	}
+	c := transfer.New(h.a.Client()).WithGuard(g).WithTokenSource(source)
+	_, err := c.Stat(t.Context(), h.a.URL+"/to-b")
+	if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), "forbidden storage") {
+		t.Fatalf("a redirect to a denied address: %v (%s), want PERMANENT_REMOTE naming why", err, transfer.KindOf(err))
+	}
+	for _, a := range asked {
+		if strings.HasSuffix(a, ":"+strings.Split(hostOf(h.b), ":")[1]) {
+			t.Fatalf("a token was asked for the denied hop: %q", asked)
+		}
+	}
+	if len(asked) != 1 {
+		t.Errorf("asked for %q, want the first hop's token only", asked)
 	}
 }

@@ -140,6 +140,9 @@ func remoteError(ctx context.Context, op, rawURL string, err error, moved int64)
 	if errors.Is(err, errCredentials) {
 		return &Error{Kind: dtr.ErrLocalFile, Op: op, URL: rawURL, Err: err}
 	}
+	if errors.Is(err, errTokenUnavailable) {
+		return &Error{Kind: dtr.ErrTemporaryRemote, Op: op, URL: rawURL, Err: stripURLError(err)}
+	}
 	if re, ok := isRefused(err); ok {
 		// The Guard's refusal says all: the address and why.
 		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: rawURL, Err: re}

@@ -160,7 +160,7 @@ func (c *Client) copyToHTTP(ctx context.Context, in *source, p *pump, src, dst s
 		// stored here, and whatever is there is not ours to delete.
 		return n, failure
 	}
-	if _, refused := isRefused(putErr); refused || isInsecureToken(putErr) || errors.Is(putErr, errCredentials) {
+	if _, refused := isRefused(putErr); refused || isInsecureToken(putErr) || errors.Is(putErr, errCredentials) || errors.Is(putErr, errTokenUnavailable) {
 		// Not sent (the Guard refused the address, or the credentials
 		// were refused or missing): there is nothing to delete.
 		return n, failure

@@ -7,16 +7,18 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/token"
+	"github.com/sluice-dtr/sluice/pkg/transfer"
 )
 
 // withStorageTokens returns ctx with what the storage tokens of g's work,
@@ -24,15 +26,31 @@ import (
 // and the submitter's when g's DTR names a kept token.
 func (p *Pool) withStorageTokens(ctx context.Context, g api.Grant, start time.Time) context.Context {
 	ctx = token.WithNeededUntil(ctx, start.Add(g.Expected()))
-	if ref := g.DTR.TokenRef; ref != "" {
-		ctx = token.WithSubject(ctx, p.subjectToken(ref))
+	ctx = token.WithAudiences(ctx, audiencesOf(g.DTR))
+	switch {
+	case g.DTR.TokenRef != "":
+		ctx = token.WithSubject(ctx, p.subjectToken(g.DTR.TokenRef))
+	case g.DTR.SubmittedWithToken:
+		// Never Sluice's own rights for work submitted with a token.
+		ctx = token.WithSubject(ctx, notKept)
 	}
 	return ctx
 }
 
+// notKept is the Subject of a DTR submitted with a token that the
+// scheduler did not keep.
+func notKept(context.Context) (string, error) {
+	return "", fmt.Errorf("%w: it was not valid when the scheduler took the DTR (expired or unverifiable then), "+
+		"it was not the DTR owner's, the bucket %s was full, or the scheduler has no SLUICE_STORAGE_TOKEN_ISSUER; "+
+		"the transfer is not made with Sluice's own credentials instead: submit the work again with a valid token",
+		token.ErrSubjectNotKept, bus.BucketSubjectTokens)
+}
+
 // subjectToken reads the token kept under ref when a storage token is
 // first needed (work on local files needs none), once per grant: a
-// transfer's requests after the first use what was read.
+// transfer's requests after the first use what was read. It asks
+// JetStream for the entry directly, by its key only: a worker may not
+// look at the bucket's stream (whose info would list every key).
 func (p *Pool) subjectToken(ref string) token.Subject {
 	var mu sync.Mutex
 	var raw string
@@ -42,37 +60,53 @@ func (p *Pool) subjectToken(ref string) token.Subject {
 		if raw != "" {
 			return raw, nil
 		}
-		kv, err := p.subjectBucket(ctx)
-		if err != nil {
-			return "", err
-		}
-		e, err := kv.Get(ctx, ref)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return "", fmt.Errorf("%w: it is no longer kept (bucket %s keeps tokens for SLUICE_STORAGE_TOKEN_SUBJECT_TTL)",
-				token.ErrSubjectExpired, bus.BucketSubjectTokens)
-		}
+		key := bus.SubjectTokenKey(ref)
+		reply, err := p.nc.RequestWithContext(ctx,
+			"$JS.API.DIRECT.GET.KV_"+bus.BucketSubjectTokens+".$KV."+bus.BucketSubjectTokens+"."+key, nil)
 		if err != nil {
 			return "", fmt.Errorf("read the submitter's token (bucket %s): %w", bus.BucketSubjectTokens, err)
 		}
-		raw = string(e.Value())
+		switch status := reply.Header.Get("Status"); status {
+		case "":
+		case "404":
+			return "", fmt.Errorf("%w: it is no longer kept (bucket %s keeps a token until it expires, at most SLUICE_STORAGE_TOKEN_SUBJECT_TTL)",
+				token.ErrSubjectExpired, bus.BucketSubjectTokens)
+		default:
+			return "", fmt.Errorf("read the submitter's token (bucket %s): status %s %s", bus.BucketSubjectTokens, status, reply.Header.Get("Description"))
+		}
+		if op := reply.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || len(reply.Data) == 0 {
+			return "", fmt.Errorf("%w: it is no longer kept (bucket %s)", token.ErrSubjectExpired, bus.BucketSubjectTokens)
+		}
+		b, err := bus.OpenSubjectToken(ref, reply.Data)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", token.ErrSubjectNotKept, err)
+		}
+		raw = string(b)
 		return raw, nil
 	}
 }
 
-// subjectBucket opens the bucket of submitters' tokens once.
-func (p *Pool) subjectBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	p.mu.Lock()
-	kv := p.subjects
-	p.mu.Unlock()
-	if kv != nil {
-		return kv, nil
+// audiencesOf are the storages of d's own URLs, as storage token audiences
+// (https://host:port): its transfers get tokens for these only, not for
+// whatever host a storage redirects them to.
+func audiencesOf(d *dtr.DTR) []string {
+	var auds []string
+	for _, raw := range append([]string{d.Source, d.Destination, d.Target(), d.TURL}, d.Replicas...) {
+		for from, to := range webDAVSchemes {
+			if rest, ok := strings.CutPrefix(raw, from); ok {
+				raw = to + rest
+			}
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || u.Scheme != "https" {
+			continue
+		}
+		if a := transfer.Audience(u); !slices.Contains(auds, a) {
+			auds = append(auds, a)
+		}
 	}
-	kv, err := p.js.KeyValue(ctx, bus.BucketSubjectTokens)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bus.BucketSubjectTokens, err)
-	}
-	p.mu.Lock()
-	p.subjects = kv
-	p.mu.Unlock()
-	return kv, nil
+	return auds
 }
+
+// webDAVSchemes are the HTTP schemes of WebDAV URLs, as ARC writes them.
+var webDAVSchemes = map[string]string{"davs://": "https://", "dav://": "http://"}

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ func TestAGrantsStorageTokensMustOutliveItsExpectedEndAndAreTheSubmittersOnlyWit
 	}{
 		{"a transfer of 90 s submitted with a token", api.Grant{ExpectedSeconds: 90, DTR: &dtr.DTR{ID: uuid.New(), TokenRef: "tABC"}}, start.Add(90 * time.Second), true},
 		{"nothing expected, no token", api.Grant{DTR: &dtr.DTR{ID: uuid.New()}}, start, false},
+		{"submitted with a token that was not kept", api.Grant{DTR: &dtr.DTR{ID: uuid.New(), SubmittedWithToken: true}}, start, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,5 +36,28 @@ func TestAGrantsStorageTokensMustOutliveItsExpectedEndAndAreTheSubmittersOnlyWit
 				t.Errorf("the submitter's token: %v, want %v", got, tt.wantSubject)
 			}
 		})
+	}
+}
+
+func TestADTRSubmittedWithATokenThatWasNotKeptGetsNoStorageTokenNotSluicesOwn(t *testing.T) {
+	p := &Pool{}
+	ctx := p.withStorageTokens(t.Context(), api.Grant{DTR: &dtr.DTR{ID: uuid.New(), SubmittedWithToken: true}}, time.Now())
+	sub := token.SubjectOf(ctx)
+	if sub == nil {
+		t.Fatal("no Subject: the transfer would get Sluice's own storage tokens")
+	}
+	if _, err := sub(ctx); !errors.Is(err, token.ErrSubjectNotKept) {
+		t.Fatalf("the subject of a DTR whose token was not kept: %v, want ErrSubjectNotKept", err)
+	}
+}
+
+func TestAGrantsStorageTokensAreForTheStoragesOfItsDTRsOwnURLsOnly(t *testing.T) {
+	d := &dtr.DTR{ID: uuid.New(), Source: "davs://a.example.org/data/f", Destination: "https://b.example.org:8443/out/f",
+		Replicas: []string{"davs://a.example.org/data/f", "https://c.example.org/data/f", "root://x.example.org//data/f"},
+		TURL:     "file:///stage/f"}
+	got := audiencesOf(d)
+	want := []string{"https://a.example.org:443", "https://b.example.org:8443", "https://c.example.org:443"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audiences %q, want %q", got, want)
 	}
 }

@@ -58,10 +58,7 @@ type Pool struct {
 	js      jetstream.JetStream
 	mu      sync.Mutex
 	held    map[string]*held // the grants taken and not yet answered
-	// subjects is the bucket of submitters' tokens, once opened
-	// (subject.go).
-	subjects jetstream.KeyValue
-	results  *resultSender
+	results *resultSender
 	// id is the process's micro service instance id; host and started
 	// say where and since when it runs; shown says they are set (Show,
 	// presence.go).

@@ -64,6 +64,9 @@ func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, en
 		if count {
 			s.mon.final(now, d)
 			s.rates.observe(d)
+			if d.TokenRef != "" && s.keeper != nil {
+				s.keeper.release(ctx, d.TokenRef)
+			}
 		}
 		b, ok := encoded[d.ID]
 		if !ok {

@@ -609,10 +609,8 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 			if sub.err == nil {
 				sub.dtrs, sub.err = DecodeSubmits(ctx, bus.Msg(m), s.maxDTR)
 			}
-			if sub.err == nil && s.keeper != nil {
-				if err := s.keepToken(ctx, now, m.Headers(), &sub); err != nil {
-					return nil, err
-				}
+			if sub.err == nil {
+				s.keepToken(ctx, now, m.Headers(), &sub)
 			}
 			subs[m] = sub
 		}
@@ -817,12 +815,19 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 		}
 		for i, e := range sub.dtrs {
 			err := e.Err
+			holds := false // a new DTR that will hold its kept token
 			if err == nil {
 				e.DTR.Owner = sub.caller.Owner(e.DTR.Owner)
 				if _, again := taken[e.DTR.ID]; !again {
 					err = s.admit(sub.caller, e.DTR) // one taken before is acknowledged as before
+					e.DTR.SubmittedWithToken = sub.withToken
 					if sub.tokenOwner == "" || sub.tokenOwner == e.DTR.Owner.DN {
 						e.DTR.TokenRef = sub.tokenRef
+					}
+					holds = e.DTR.TokenRef != ""
+					if err == nil && sub.withToken && e.DTR.TokenRef == "" {
+						s.log.Warn("a DTR submitted with a token is admitted without it: its transfers that need a storage token will fail, not run with Sluice's own credentials",
+							"dtr", e.DTR.ID, "job", e.DTR.JobID)
 					}
 				}
 			}
@@ -830,6 +835,9 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 				err = s.submit(ctx, now, m, e.DTR, e.TraceParent, taken)
 			}
 			if err == nil {
+				if holds {
+					s.keeper.hold(e.DTR.TokenRef)
+				}
 				continue
 			}
 			if len(sub.dtrs) == 1 && e.Data == nil {

@@ -103,6 +103,10 @@ type submitted struct {
 	// the token a trusted caller sent on behalf of its holder, is that
 	// holder: only the DTRs it owns get the token.
 	tokenRef, tokenOwner string
+	// withToken: the message came with a bearer token (the caller's own,
+	// or one sent on its holder's behalf), so its DTRs are
+	// dtr.DTR.SubmittedWithToken, kept or not.
+	withToken bool
 }
 
 // Submitted is one DTR of a message on dtr.submit, or why it is refused.

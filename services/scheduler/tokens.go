@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token"
 )
 
 // StorageTokens says what the scheduler does for storage tokens; internal/app
@@ -43,46 +45,115 @@ const maxKeptRefs = 10000
 
 // tokenKeeper puts submitters' tokens in the bucket sluice_subject_tokens,
 // each under a random reference, once per token (a job's worth of DTRs
-// sent with one token shares one entry).
+// sent with one token shares one entry). Each entry lives until its
+// token expires (it is of no use after), and at most ttl.
 type tokenKeeper struct {
 	kv  jetstream.KeyValue
 	ttl time.Duration
 
 	mu   sync.Mutex
 	refs map[[32]byte]keptRef // by the token's SHA-256: the token is not kept here
+	// held counts, by reference, the unfinished DTRs that this scheduler
+	// admitted with it: when the last finishes, the entry is deleted.
+	// Those of a scheduler that led before are not counted, and their
+	// entries go when their tokens expire.
+	held map[string]int
 }
 
+// keptRef is a reference in the bucket and when its entry ends.
 type keptRef struct {
 	ref string
-	at  time.Time
+	end time.Time
 }
 
 func newTokenKeeper(kv jetstream.KeyValue, ttl time.Duration) *tokenKeeper {
 	if ttl <= 0 {
 		ttl = bus.DefaultSubjectTokenTTL
 	}
-	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}}
+	return &tokenKeeper{kv: kv, ttl: ttl, refs: map[[32]byte]keptRef{}, held: map[string]int{}}
 }
 
-// keep returns the reference of raw in the bucket, putting it there
-// unless it was put in the first half of its time to live.
+// hold counts one more unfinished DTR holding ref.
+func (k *tokenKeeper) hold(ref string) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	k.held[ref]++
+	k.mu.Unlock()
+}
+
+// release counts one DTR holding ref less, and deletes the entry of ref
+// when none is left: no DTR needs the token any more, so it is not kept.
+// A failed delete is left to the entry's time to live.
+func (k *tokenKeeper) release(ctx context.Context, ref string) {
+	k.mu.Lock()
+	n, ok := k.held[ref]
+	if !ok {
+		k.mu.Unlock()
+		return
+	}
+	if n > 1 {
+		k.held[ref] = n - 1
+		k.mu.Unlock()
+		return
+	}
+	delete(k.held, ref)
+	for sum, r := range k.refs {
+		if r.ref == ref {
+			delete(k.refs, sum) // a DTR sent with the token again gets a new entry
+		}
+	}
+	k.mu.Unlock()
+	_ = k.kv.Purge(ctx, bus.SubjectTokenKey(ref))
+}
+
+// errTokenExpired: a token that has expired is not kept.
+var errTokenExpired = errors.New("the token has expired")
+
+// life is how long raw, put now, is kept: ttl, or less if it expires
+// sooner; 0 if it has expired. JetStream counts a message's time to live
+// in whole seconds, from one up.
+func (k *tokenKeeper) life(raw string, now time.Time) time.Duration {
+	life := k.ttl
+	if exp := token.ExpiryOf(raw); !exp.IsZero() {
+		life = min(life, exp.Sub(now).Truncate(time.Second))
+	}
+	if life < time.Second {
+		return 0
+	}
+	return life
+}
+
+// keep returns the reference of raw in the bucket. An entry put before
+// is reused while it has at least half the life left that a new entry
+// would have (so a DTR never gets an entry much shorter lived than
+// possible); otherwise raw is put again, under a new reference.
 func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (string, error) {
+	life := k.life(raw, now)
+	if life == 0 {
+		return "", errTokenExpired
+	}
 	sum := sha256.Sum256([]byte(raw))
 	k.mu.Lock()
 	r, ok := k.refs[sum]
 	k.mu.Unlock()
-	if ok && now.Sub(r.at) < k.ttl/2 {
+	if ok && r.end.Sub(now) >= life/2 {
 		return r.ref, nil
 	}
 	ref := "t" + rand.Text() // 130 random bits
-	if _, err := k.kv.Put(ctx, ref, []byte(raw)); err != nil {
+	sealed, err := bus.SealSubjectToken(ref, []byte(raw))
+	if err != nil {
+		return "", err
+	}
+	if _, err := k.kv.Create(ctx, bus.SubjectTokenKey(ref), sealed, jetstream.KeyTTL(life)); err != nil {
 		return "", fmt.Errorf("keep the submitter's token for its transfers (bucket %s): %w", bus.BucketSubjectTokens, err)
 	}
 	k.mu.Lock()
 	if len(k.refs) >= maxKeptRefs {
 		clear(k.refs)
 	}
-	k.refs[sum] = keptRef{ref: ref, at: now}
+	k.refs[sum] = keptRef{ref: ref, end: now.Add(life)}
 	k.mu.Unlock()
 	return ref, nil
 }
@@ -91,28 +162,48 @@ func (k *tokenKeeper) keep(ctx context.Context, raw string, now time.Time) (stri
 // brings: the caller's own bearer token, or the token a trusted caller
 // (the generator) sends on behalf of the work's submitter
 // (api.HeaderSubjectToken), verified here, for the DTRs its holder owns.
-// A token that does not verify refuses the message; one that cannot be
-// kept fails the step, whose inputs then come again.
-func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) error {
+//
+// Either way the DTRs are marked as submitted with a token, so that they
+// never run with Sluice's own storage credentials. A token the trusted
+// caller sent that no longer verifies (it expired after the generator
+// took the job, or its issuer cannot be reached now) does not refuse the
+// message: the generator has answered "submitted" already and reads no
+// rejections, so its DTRs would never exist. They are admitted without
+// the token instead, and their transfers fail, visibly, saying so. So are
+// those whose token cannot be put in the bucket (it is full, say): a full
+// store of tokens must not stop all scheduling.
+func (s *Service) keepToken(ctx context.Context, now time.Time, h nats.Header, sub *submitted) {
 	var raw string
 	switch {
 	case sub.caller.Via == auth.ViaToken:
 		raw = auth.Bearer(h)
 	case sub.caller.Trusted && h.Get(api.HeaderSubjectToken) != "":
+		sub.withToken = true
+		if s.keeper == nil {
+			return
+		}
 		raw = h.Get(api.HeaderSubjectToken)
 		holder, err := s.caller(ctx, api.SubjectSubmit, api.SubjectSubmit, nats.Header{"Authorization": {"Bearer " + raw}})
 		if err != nil {
-			sub.err = fmt.Errorf("the submitter's token sent with these DTRs (%s): %w", api.HeaderSubjectToken, err)
-			return nil
+			s.log.Warn("the submitter's token sent with DTRs does not verify now: they are admitted without it",
+				"header", api.HeaderSubjectToken, "reason", err)
+			return
 		}
 		sub.tokenOwner = holder.Identity.DN
 	}
 	if raw == "" {
-		return nil
+		return
 	}
-	var err error
-	sub.tokenRef, err = s.keeper.keep(ctx, raw, now)
-	return err
+	sub.withToken = true
+	if s.keeper == nil {
+		return
+	}
+	ref, err := s.keeper.keep(ctx, raw, now)
+	if err != nil {
+		s.log.Warn("the token DTRs were submitted with is not kept: they are admitted without it", "reason", err)
+		return
+	}
+	sub.tokenRef = ref
 }
 
 // maxLinks bounds the links whose throughput is remembered.

@@ -1,13 +1,21 @@
 package scheduler
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/auth"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/token/tokentest"
 )
 
 func TestATransferIsExpectedToTakeItsSizeAtHalfItsLinksRecentThroughputOrTheFloor(t *testing.T) {
@@ -52,5 +60,133 @@ func TestASubmitterCannotNameATokenRef(t *testing.T) {
 	_, err := decodeSubmission([]byte(`{"id":"` + uuid.NewString() + `","source":"https://a.example/f","destination":"https://b.example/f","token_ref":"tSOMEONEELSES"}`))
 	if err == nil || !strings.Contains(err.Error(), "token_ref") {
 		t.Fatalf("a submission naming a token_ref: %v, want it refused", err)
+	}
+}
+
+// tokenBucket sets up the streams and buckets on a real embedded NATS
+// server, the bucket of submitters' tokens holding at most maxBytes and
+// its entries at most ttl, and opens that bucket.
+func tokenBucket(t *testing.T, maxBytes int64, ttl time.Duration) jetstream.KeyValue {
+	t.Helper()
+	ns, err := bus.Embedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if err := bus.Ensure(t.Context(), js, bus.Setup{Limits: bus.Limits{SubjectTokens: maxBytes}, SubjectTokenTTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bus.BucketSubjectTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// TestAKeptTokenIsGoneFromTheBucketWhenItExpires: an entry lives as long
+// as its token, not the bucket's 24 hours; a token that has expired is
+// not kept at all; one without exp lives the bucket's TTL.
+func TestAKeptTokenIsGoneFromTheBucketWhenItExpires(t *testing.T) {
+	iss := tokentest.Start(t)
+	kv := tokenBucket(t, bus.MinLimit, 24*time.Hour)
+	k := newTokenKeeper(kv, 24*time.Hour)
+	if st, err := kv.Status(t.Context()); err != nil || st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.MaxBytes != bus.MinLimit {
+		t.Fatalf("the bucket's limit: %v, want %d bytes", err, bus.MinLimit)
+	}
+	short := iss.Mint(t, tokentest.Mint{Subject: "alice", Expiry: time.Now().Add(2 * time.Second)})
+	ref, err := k.keep(t.Context(), short, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(t.Context(), bus.SubjectTokenKey(ref)); err != nil {
+		t.Fatalf("the token just kept: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := kv.Get(t.Context(), bus.SubjectTokenKey(ref))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the entry of a token that expired is still there 10 s later: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	expired := iss.Mint(t, tokentest.Mint{Subject: "alice", Expiry: time.Now().Add(-time.Second)})
+	if ref, err := k.keep(t.Context(), expired, time.Now()); !errors.Is(err, errTokenExpired) || ref != "" {
+		t.Fatalf("an expired token: %q, %v; want it not kept", ref, err)
+	}
+}
+
+// TestAKeptTokenIsReusedWhileItsEntryHasHalfTheLifeANewOneWouldHave: the
+// rule that operations.md states, on a fake clock.
+func TestAKeptTokenIsReusedWhileItsEntryHasHalfTheLifeANewOneWouldHave(t *testing.T) {
+	iss := tokentest.Start(t)
+	kv := tokenBucket(t, 0, time.Hour)
+	k := newTokenKeeper(kv, time.Hour)
+	now := time.Now()
+	long := iss.Mint(t, tokentest.Mint{Subject: "alice", Expiry: now.Add(10 * time.Hour)})
+	short := iss.Mint(t, tokentest.Mint{Subject: "bob", Expiry: now.Add(20 * time.Minute)})
+	for _, tt := range []struct {
+		name  string
+		raw   string
+		after time.Duration
+		same  bool
+	}{
+		{"a token that outlives the TTL, a quarter of it later", long, 15 * time.Minute, true},
+		{"a token that outlives the TTL, past half of it", long, 31 * time.Minute, false},
+		{"a token that expires before the TTL, near its end", short, 19 * time.Minute, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			first, err := k.keep(t.Context(), tt.raw, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := k.keep(t.Context(), tt.raw, now.Add(tt.after))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (first == again) != tt.same {
+				t.Errorf("reused: %v, want %v", first == again, tt.same)
+			}
+		})
+	}
+}
+
+// TestAFullTokenBucketAdmitsTheDTRsWithoutTheirTokenAndSchedulingGoesOn:
+// with the bucket full, keeping a token does not fail the scheduler's
+// step (which would stop all scheduling): the message's DTRs are marked
+// as submitted with a token and get none, so they fail saying so.
+func TestAFullTokenBucketAdmitsTheDTRsWithoutTheirTokenAndSchedulingGoesOn(t *testing.T) {
+	iss := tokentest.Start(t)
+	kv := tokenBucket(t, bus.MinLimit, time.Hour)
+	// Filled to the last few bytes: no token fits.
+	n := 0
+	for _, size := range []int{60 << 10, 4 << 10, 256} {
+		for {
+			if _, err := kv.Put(t.Context(), "filler"+uuid.NewString()[:8], bytes.Repeat([]byte("x"), size)); err != nil {
+				break
+			}
+			if n++; n > 10000 {
+				t.Fatal("the bucket never filled")
+			}
+		}
+	}
+	var logs bytes.Buffer
+	s := &Service{log: slog.New(slog.NewTextHandler(&logs, nil)), keeper: newTokenKeeper(kv, time.Hour)}
+	alice := iss.Mint(t, tokentest.Mint{Subject: "alice"})
+	sub := submitted{caller: auth.Caller{Via: auth.ViaToken}}
+	s.keepToken(t.Context(), time.Now(), nats.Header{"Authorization": {"Bearer " + alice}}, &sub)
+	if sub.err != nil || !sub.withToken || sub.tokenRef != "" {
+		t.Fatalf("err %v, with a token %v, ref %q: want the DTRs taken, marked, with no ref", sub.err, sub.withToken, sub.tokenRef)
+	}
+	if !strings.Contains(logs.String(), "is not kept") || strings.Contains(logs.String(), alice[strings.LastIndex(alice, ".")+1:]) {
+		t.Errorf("the log says %q: want it to say the token is not kept, without the token", logs.String())
 	}
 }

@@ -87,6 +87,7 @@ type dtrWire struct {
 	TransferMethod     string `json:"transfer_method,omitempty"`
 	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
 	TokenRef           string `json:"token_ref,omitempty"`
+	SubmittedWithToken bool   `json:"submitted_with_token,omitempty"`
 	ChecksumSource     string `json:"checksum_source,omitempty"`
 }
 
@@ -105,5 +106,6 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
-		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified, TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource}
+		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified, TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource,
+		SubmittedWithToken: d.SubmittedWithToken}
 }

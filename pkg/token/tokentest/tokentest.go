@@ -26,8 +26,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,28 +374,58 @@ var covers = map[string][]string{
 	"storage.modify": {"storage.modify"},
 }
 
-// underPath reports whether path p is dir or inside it.
+// underPath reports whether path p is dir or inside it, segment by
+// segment (/atlas/database is not inside /atlas/data).
 func underPath(p, dir string) bool {
-	if dir == "/" || p == dir {
+	ps, ds := strings.Split(strings.Trim(p, "/"), "/"), strings.Split(strings.Trim(dir, "/"), "/")
+	if dir == "/" {
 		return true
 	}
-	return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+	return len(ps) >= len(ds) && slices.Equal(ps[:len(ds)], ds)
+}
+
+// scopePath is the path of a storage scope as a storage that decodes it
+// sees it; false for one that could name another path than it seems to:
+// not absolute, badly escaped, an encoded '/', a backslash, or a '.' or
+// '..' segment, written plainly or percent-encoded.
+func scopePath(raw string) (string, bool) {
+	if strings.Contains(strings.ToLower(raw), "%2f") {
+		return "", false
+	}
+	p, err := url.PathUnescape(raw)
+	if err != nil || !strings.HasPrefix(p, "/") || strings.Contains(p, `\`) {
+		return "", false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return "", false
+		}
+	}
+	return p, true
 }
 
 // allowedBy reports whether the scope want ("storage.read:/a/b") is
 // within the scopes held.
 func allowedBy(want string, held []string) bool {
-	verb, path, ok := strings.Cut(want, ":")
-	if !ok || !strings.HasPrefix(path, "/") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
+	verb, raw, ok := strings.Cut(want, ":")
+	if !ok {
+		return false
+	}
+	p, ok := scopePath(raw)
+	if !ok {
 		return false
 	}
 	for _, h := range held {
-		hverb, hpath, ok := strings.Cut(h, ":")
+		hverb, hraw, ok := strings.Cut(h, ":")
+		if !ok {
+			continue
+		}
+		hpath, ok := scopePath(hraw)
 		if !ok {
 			continue
 		}
 		for _, v := range covers[verb] {
-			if hverb == v && underPath(path, hpath) {
+			if hverb == v && underPath(p, hpath) {
 				return true
 			}
 		}

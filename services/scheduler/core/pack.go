@@ -107,6 +107,11 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = appendString(b, d.TokenRef)
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
 	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
+	var withToken byte
+	if d.SubmittedWithToken {
+		withToken = 1
+	}
+	b = append(b, withToken)
 	c.scratch = b
 	return string(b)
 }
@@ -178,6 +183,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.TokenRef = r.str()
 	d.ChecksumSource = c.names[r.uvarint()]
 	d.Options.SciTag = int(r.uvarint())
+	d.SubmittedWithToken = r.byte() != 0
 	return d
 }
 

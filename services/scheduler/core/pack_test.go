@@ -29,8 +29,9 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Replicas: []string{"https://a.example/f", "https://storage.example.org/data/f ü.root"}, Replica: 1,
 		Cache: dtr.CacheDownload, CacheFile: "file:///cache/data/ab/cdef", ChecksumMismatch: "adler32:ffff0000",
 		TransferMethod: dtr.TransferPull, ChecksumUnverified: "the destination storage gives no adler32 checksum and the job expects none",
-		TokenRef:       "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
-		ChecksumSource: dtr.ChecksumFromStorage,
+		TokenRef:           "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
+		ChecksumSource:     dtr.ChecksumFromStorage,
+		SubmittedWithToken: true,
 	}
 	tests := []struct {
 		name string
