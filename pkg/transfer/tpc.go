@@ -234,6 +234,12 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 	if err != nil {
 		return 0, &copyFailure{err: remoteError(ctx, op, remote, err, 0)}
 	}
+	if remoteAuth != "" {
+		if refusal := c.mayHandOn(au, ru); refusal != nil {
+			return 0, &copyFailure{err: &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: active,
+				Err: fmt.Errorf("%w: %w", ErrNoThirdPartyCopy, refusal)}}
+		}
+	}
 
 	cctx := context.WithValue(ctx, clientKey{}, c)
 	if remoteAuth != "" {
@@ -305,7 +311,11 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		return last, &copyFailure{err: cancelled(ctx, op, active), cleanup: true}
 	case err != nil:
 		var me *MarkerError
-		if errors.Is(err, errNotThirdParty) || !outcome.spoke {
+		// A connection lost before the first marker is not a refusal:
+		// the storage may have begun the copy, and may still be at it
+		// until it notices, so the attempt fails (temporary) and what was
+		// written is removed, rather than streamed to at once.
+		if errors.Is(err, errNotThirdParty) || !outcome.spoke && errors.As(err, &me) {
 			// No marker and no final line: a plain WebDAV server that made
 			// the COPY within itself (201 or 204, at most a line,
 			// "Created"), whose copy is checked as any; or a server that
@@ -328,7 +338,10 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 	}
 	reason := redactSecrets(outcome.reason)
 	e := &Error{Kind: failureKind(reason), Op: op, URL: active, Err: fmt.Errorf("the storage reports the copy failed: %s", reason)}
-	if refusesThirdParty(mode, 0, reason) {
+	// Only a failure before any marker is a refusal: once bytes moved the
+	// copy failed, whatever words its reason uses ("unsupported" appears
+	// in many a TLS or encoding error), and what it wrote is removed.
+	if !outcome.marked && last == 0 && refusesThirdParty(mode, 0, reason) {
 		e.Kind, e.Err = dtr.ErrPermanentRemote, fmt.Errorf("%w: %w", ErrNoThirdPartyCopy, e.Err)
 		return last, &copyFailure{err: e}
 	}
@@ -382,6 +395,12 @@ func (c *Client) verifyThirdParty(ctx context.Context, src, dst, typ string, opt
 	}
 	if info.Size >= 0 {
 		res.Bytes = info.Size
+	}
+	if opt.MaxSize > 0 && info.Size > opt.MaxSize {
+		// Markers come every few seconds: a copy faster than that is
+		// checked here, as a streamed one is at every read.
+		return &Error{Kind: dtr.ErrPermanentRemote, Op: op, URL: src,
+			Err: fmt.Errorf("the source is larger than the maximum file size of %d bytes: the copy has %d bytes", opt.MaxSize, info.Size)}
 	}
 	if opt.ExpectedSize > 0 && info.Size >= 0 && info.Size != opt.ExpectedSize {
 		return &Error{Kind: dtr.ErrTemporaryRemote, Op: op, URL: src,
@@ -578,7 +597,9 @@ func (e *MarkerError) Error() string {
 // markerOutcome is how a marker stream ended.
 type markerOutcome struct {
 	// spoke: the stream held a marker or a final line.
-	spoke   bool
+	spoke bool
+	// marked: the stream held a perf marker.
+	marked  bool
 	success bool
 	reason  string // of a failure
 	bytes   int64  // the last total
@@ -613,7 +634,7 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (out markerOutcome,
 	var haveBytes bool
 	line := 0
 	spoke := false // a marker has begun
-	defer func() { out.spoke = spoke || out.success || out.reason != "" }()
+	defer func() { out.marked, out.spoke = spoke, spoke || out.success || out.reason != "" }()
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
@@ -681,4 +702,25 @@ func readMarkers(r io.Reader, marker func(total int64) bool) (out markerOutcome,
 		return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line", unfinished: true, silent: true}
 	}
 	return markerOutcome{bytes: total}, &MarkerError{Line: line, Reason: "the stream ended without a success or failure line", unfinished: true}
+}
+
+// mayHandOn says whether the active storage may be given the remote
+// storage's credential for a third-party copy, nil if so. The active
+// storage presents it to the remote one, so it must be reached over https
+// (the header would otherwise cross the network in clear). A static token
+// of SLUICE_HTTP_TOKENS acts for every submitter on its storage, with no
+// path scope: it is handed on only to a storage the site also configured
+// a token for, never to any storage a submitter names. (A token exchanged
+// for the request is scoped to the one path and to what its submitter may
+// do there, so it may go to either end of the submitter's own transfer.)
+func (c *Client) mayHandOn(active, remote *url.URL) error {
+	if active.Scheme != "https" {
+		return fmt.Errorf("the credential for %s would go in clear to %s, which is not https", Audience(remote), Audience(active))
+	}
+	if _, static := lookupHost(c.tokens, remote); static {
+		if _, trusted := lookupHost(c.tokens, active); !trusted {
+			return fmt.Errorf("the site's token for %s is handed on only to storages the site configured a token for (SLUICE_HTTP_TOKENS); %s is not one", Audience(remote), Audience(active))
+		}
+	}
+	return nil
 }

@@ -240,8 +240,11 @@ func TestTheRemoteStoragesTokenIsDroppedWhenTheCopyIsRedirectedToAnotherHost(t *
 		http.Redirect(w, r, dst.srv.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	t.Cleanup(door.Close)
+	// The site configured a token for the door too: only to such a
+	// storage is the source's token handed on (mayHandOn).
 	c := transfer.New(dst.srv.Client()).WithGuard(loopback).WithTokens(map[string]string{
 		hostOf(src.srv): tokenFile(t, "token-of-the-source"),
+		hostOf(door):    tokenFile(t, "token-of-the-door"),
 	})
 	// The source here asks for no token, so the copy itself succeeds.
 	if _, err := c.ThirdPartyCopy(context.Background(), src.url("f"), door.URL+"/g", transfer.ThirdPartyOptions{}); err != nil {
@@ -585,5 +588,107 @@ func TestPerfMarkersAreReadWhateverTheirChunksAndAMalformedStreamIsAClearError(t
 				t.Errorf("progress ended at %d, want %d", last, tt.progress)
 			}
 		})
+	}
+}
+
+// The site's static token for a storage (SLUICE_HTTP_TOKENS) acts for
+// every submitter there, with no path scope: it is handed on in a COPY
+// only to a storage the site also configured a token for, and only over
+// https; otherwise no COPY is sent and the transfer may be streamed.
+func TestTheSitesTokenIsHandedOnOnlyToAStorageTheSiteTrustsOverHTTPS(t *testing.T) {
+	src := newTPCStore(t, true, nil, false)
+	writeRandom(t, src.path("f"), 1000)
+	for _, tc := range []struct {
+		name    string
+		tls     bool
+		trusted bool // the site configured a token for the storage that copies
+		want    string
+	}{
+		{"a storage the site configured no token for", true, false, "handed on only to storages the site configured a token for"},
+		{"a plain http storage", false, true, "would go in clear"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := newTPCStore(t, tc.tls, &httpstore.CopyOptions{}, false)
+			tokens := map[string]string{hostOf(src.srv): tokenFile(t, "token-of-the-source")}
+			if tc.trusted {
+				tokens[hostOf(dst.srv)] = tokenFile(t, "token-of-the-destination")
+			}
+			c := transfer.New(src.srv.Client()).WithGuard(loopback).WithTokens(tokens)
+			_, err := c.ThirdPartyCopy(context.Background(), src.url("f"), dst.url("g"), transfer.ThirdPartyOptions{})
+			if !errors.Is(err, transfer.ErrNoThirdPartyCopy) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v; want no third-party copy, saying %q", err, tc.want)
+			}
+			if n := len(dst.copy.Headers()); n != 0 {
+				t.Fatalf("%d COPY requests were sent; want none", n)
+			}
+		})
+	}
+}
+
+// scriptedCopyStore answers every COPY with 202 and body, then, if cut,
+// drops the connection; it counts the DELETEs it is sent.
+func scriptedCopyStore(t *testing.T, body string, cut bool) (*httptest.Server, *atomic.Int32) {
+	var deletes atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodDelete:
+			deletes.Add(1)
+		case "COPY":
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, body)
+			w.(http.Flusher).Flush()
+			if cut {
+				panic(http.ErrAbortHandler)
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &deletes
+}
+
+// Once a copy has begun, its failure is a failed copy, whatever words it
+// uses: what the storage wrote is removed, and it is not a refusal to
+// fall back from at once (the storage may still be at it).
+func TestACopyThatFailsOnceBegunIsAFailedCopyNotARefusal(t *testing.T) {
+	marker := "Perf Marker\nTimestamp: 1700000000\nStripe Index: 0\nStripe Bytes Transferred: 500\nTotal Stripe Count: 1\nEnd\n"
+	for _, tc := range []struct {
+		name string
+		body string
+		cut  bool
+	}{
+		{"a failure line after a marker, naming something not supported", marker + "failure: TLS: protocol version not supported\n", false},
+		{"the connection lost after a marker", marker, true},
+		{"the connection lost before the first marker", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst, deletes := scriptedCopyStore(t, tc.body, tc.cut)
+			c := transfer.New(dst.Client()).WithGuard(loopback)
+			_, err := c.ThirdPartyCopy(context.Background(), "https://127.0.0.1:1/f", dst.URL+"/g", transfer.ThirdPartyOptions{})
+			if err == nil || errors.Is(err, transfer.ErrNoThirdPartyCopy) {
+				t.Fatalf("error %v; want a failed copy, not a refusal", err)
+			}
+			if deletes.Load() == 0 {
+				t.Fatal("what the storage wrote was not removed")
+			}
+		})
+	}
+}
+
+// A copy faster than the markers is checked against the maximum file
+// size afterwards, as a streamed one is at every read.
+func TestAThirdPartyCopyLargerThanTheMaximumFileSizeFailsAndIsRemoved(t *testing.T) {
+	dst := newTPCStore(t, true, &httpstore.CopyOptions{MarkerEvery: time.Hour}, false)
+	src := newTPCStore(t, true, nil, false)
+	writeRandom(t, src.path("f"), 1000)
+	c := transfer.New(dst.srv.Client()).WithGuard(loopback)
+	_, err := c.ThirdPartyCopy(context.Background(), src.url("f"), dst.url("g"), transfer.ThirdPartyOptions{MaxSize: 500})
+	if transfer.KindOf(err) != dtr.ErrPermanentRemote || !strings.Contains(err.Error(), "maximum file size") {
+		t.Fatalf("error %v; want the maximum file size exceeded, for good", err)
+	}
+	if _, err := os.Stat(dst.path("g")); !os.IsNotExist(err) {
+		t.Fatalf("the destination is still there: %v", err)
 	}
 }

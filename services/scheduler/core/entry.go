@@ -354,6 +354,11 @@ func (c *Core) record(e *entry, r Result) {
 	if classOf(e.queued).IsTransfer {
 		d.Started, d.Ended = r.Started, r.Ended
 		d.TransferMethod, d.ChecksumUnverified = r.TransferMethod, r.ChecksumUnverified
+		if r.Error == nil {
+			// What this transfer checked, not what an earlier attempt did:
+			// a copy that could verify nothing leaves neither behind.
+			d.Checksum, d.ChecksumSource = r.Checksum, r.ChecksumSource
+		}
 	}
 	switch e.queued {
 	case dtr.CheckCache:

@@ -470,3 +470,22 @@ func TestPostPhasesMoveOnlyAsTheTableSays(t *testing.T) {
 		}
 	}
 }
+
+// A transfer's result says what that transfer checked: a third-party
+// copy that could verify no checksum leaves neither an earlier attempt's
+// checksum nor where it came from beside its checksum_unverified.
+func TestATransferThatVerifiedNoChecksumLeavesNoneOfAnEarlierAttempt(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	d := newDTR(1, "alice", dtr.Download)
+	g := h.transferGrant(d)
+	h.c.dtrs[d.ID].d.Checksum, h.c.dtrs[d.ID].d.ChecksumSource = "adler32:00000001", dtr.ChecksumFromStream // an earlier attempt's
+	r := Result{DTR: d.ID, Grant: g.ID, Size: 10, Bytes: 10, TransferMethod: dtr.TransferPull,
+		ChecksumUnverified: "the destination storage gives no adler32 checksum and the job expects none"}
+	if err := h.c.Result(h.now, r); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := h.c.Get(d.ID)
+	if got.Checksum != "" || got.ChecksumSource != "" || got.ChecksumUnverified == "" {
+		t.Fatalf("checksum %q from %q, unverified %q: want none, none, and the reason", got.Checksum, got.ChecksumSource, got.ChecksumUnverified)
+	}
+}
