@@ -311,11 +311,16 @@ func (c *Client) runCopy(ctx context.Context, active, remote, header string, mod
 		return last, &copyFailure{err: cancelled(ctx, op, active), cleanup: true}
 	case err != nil:
 		var me *MarkerError
-		// A connection lost before the first marker is not a refusal:
-		// the storage may have begun the copy, and may still be at it
-		// until it notices, so the attempt fails (temporary) and what was
-		// written is removed, rather than streamed to at once.
-		if errors.Is(err, errNotThirdParty) || !outcome.spoke && errors.As(err, &me) {
+		// A connection lost before the first marker of a storage that
+		// accepted the copy (202, as XrdHttpTPC and dCache answer before
+		// their markers) is not a refusal: the storage may have begun the
+		// copy, and may still be at it until it notices, so the attempt
+		// fails (temporary) and what was written is removed, rather than
+		// streamed to at once. Any other answer cut short is a server
+		// that does not speak third-party copy (one that answers COPY as
+		// GET, say).
+		accepted := resp.StatusCode == http.StatusAccepted
+		if errors.Is(err, errNotThirdParty) || !outcome.spoke && (errors.As(err, &me) || !accepted) {
 			// No marker and no final line: a plain WebDAV server that made
 			// the COPY within itself (201 or 204, at most a line,
 			// "Created"), whose copy is checked as any; or a server that
