@@ -71,6 +71,11 @@ func TestPrintWorkersAsksTheSchedulerAndPrintsATableOrItsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// The server knows of the subscription only once it has read it: the
+	// command's own connection asks at once.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	cfg := &Config{NATSURL: nc.ConnectedUrl()}
 
 	var out bytes.Buffer
