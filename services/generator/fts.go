@@ -480,14 +480,8 @@ func (a *ftsAPI) files(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := r.PathValue("id")
-	j, err := a.load(r.Context(), c, id, newFTSReads())
-	switch {
-	case errors.Is(err, errNotYours):
-		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
-		return
-	case err != nil:
-		a.s.log.Error("FTS3 API: a job's records cannot be read", "job", id, "err", err)
-		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
+	j, ok := a.loadOne(w, r, c, id)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, j.fileViews())
@@ -609,14 +603,8 @@ func (a *ftsAPI) modify(w http.ResponseWriter, r *http.Request, c auth.Caller) {
 		return
 	}
 	id := list[0]
-	j, err := a.load(r.Context(), c, id, newFTSReads())
-	switch {
-	case errors.Is(err, errNotYours):
-		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
-		return
-	case err != nil:
-		a.s.log.Error("FTS3 API: a job's records cannot be read", "job", id, "err", err)
-		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
+	j, ok := a.loadOne(w, r, c, id)
+	if !ok {
 		return
 	}
 	// Each unfinished DTR in turn: a change that stops part way has been
@@ -756,4 +744,21 @@ func (a *ftsAPI) whoami(w http.ResponseWriter, _ *http.Request, c auth.Caller) {
 		VOMSCred: append([]string{}, c.Identity.FQANs...), Roles: []string{},
 		DelegationID: auth.Namespace(c.Identity.DN)[1:], BaseID: ftsBase.String(), Method: "oauth2", IsRoot: c.Admin,
 	})
+}
+
+// loadOne reads one job of the caller's for a request about it, or
+// answers the request (404 for a job not the caller's, 503 for records
+// that cannot be read now) and returns false.
+func (a *ftsAPI) loadOne(w http.ResponseWriter, r *http.Request, c auth.Caller, id string) (*ftsJob, bool) {
+	j, err := a.load(r.Context(), c, id, newFTSReads())
+	switch {
+	case errors.Is(err, errNotYours):
+		ftsError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q, or not yours", id))
+		return j, false
+	case err != nil:
+		a.s.log.Error("FTS3 API: a job's records cannot be read", "job", id, "err", err)
+		ftsError(w, http.StatusServiceUnavailable, "the job's records cannot be read now; try again")
+		return j, false
+	}
+	return j, true
 }
