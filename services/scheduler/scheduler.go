@@ -67,6 +67,9 @@ type Config struct {
 	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
 	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
 	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
+	// AgeAfterStates overrides AgeAfter for some queue states (ARC's own
+	// deadlines by default); core.ParseAgeAfterStates reads it.
+	AgeAfterStates string `envconfig:"AGE_AFTER_STATES" default:"CHECK_CACHE=24h,TRANSFER=2h" desc:"per-state AGE_AFTER, STATE=duration,... for queue states (ARC's: a day until a cacheable DTR's cache is checked, 2h for TRANSFER); set empty for AGE_AFTER everywhere"`
 	// Heartbeat is how often workers send heartbeats (SLUICE_HEARTBEAT,
 	// shared with them; internal/app sets it): the interval the scheduler
 	// expects of one whose heartbeat does not say its own. 0:
@@ -128,6 +131,9 @@ func (c Config) CoreConfig() (core.Config, error) {
 	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
+	if cc.AgeAfterState, err = core.ParseAgeAfterStates(c.AgeAfterStates); err != nil {
+		return cc, fmt.Errorf("SLUICE_AGE_AFTER_STATES: %w", err)
+	}
 	cc.Policy, err = fairshare.Make(c.Policy, c.Settings, fairshare.Slots{Processor: c.MaxProcessor, Delivery: c.MaxDelivery})
 	return cc, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
 )
@@ -71,6 +72,41 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 			}
 			if got := core.New(cc).Policy().Name(); got != tt.policy {
 				t.Fatalf("policy %q, want %q", got, tt.policy)
+			}
+		})
+	}
+}
+
+func TestAgeAfterStatesReachTheCoreOrAreRefused(t *testing.T) {
+	var def Config
+	if err := envconfig.Process("SLUICE_TEST_UNSET", &def); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		cfg      Config
+		transfer time.Duration // TRANSFER's deadline in the core
+		wantErr  string
+	}{
+		{"the default is ARC's", def, 2 * time.Hour, ""},
+		{"empty: AGE_AFTER everywhere", Config{AgeAfter: 20 * time.Minute}, 20 * time.Minute, ""},
+		{"an override", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=3h"}, 3 * time.Hour, ""},
+		{"a state that is not a queue", Config{AgeAfterStates: "DONE=1h"}, 0, "SLUICE_AGE_AFTER_STATES: age-after entry \"DONE=1h\": DONE is not a queue state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc, err := tt.cfg.CoreConfig()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := core.New(cc).Config().DeadlineFor(dtr.Transfer, false); got != tt.transfer {
+				t.Fatalf("TRANSFER ages after %s, want %s", got, tt.transfer)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ package core
 import (
 	"container/heap"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -61,6 +62,10 @@ type Config struct {
 	// AgeAfter is how long a DTR waits in a queue before ageing starts;
 	// AgeEvery is how often its priority then rises by one.
 	AgeAfter, AgeEvery time.Duration
+	// AgeAfterState overrides AgeAfter for the DTRs queued for a state
+	// (ARC's deadlines: DefaultConfig has ARCAgeAfterState); nil: AgeAfter
+	// for every state. See DeadlineFor.
+	AgeAfterState map[dtr.State]time.Duration
 }
 
 // DefaultConfig returns A-REX's defaults.
@@ -75,6 +80,7 @@ func DefaultConfig() Config {
 		Lease:            2 * time.Minute,
 		AgeAfter:         time.Hour,
 		AgeEvery:         5 * time.Minute,
+		AgeAfterState:    maps.Clone(ARCAgeAfterState),
 	}
 }
 

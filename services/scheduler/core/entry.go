@@ -173,6 +173,10 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	switch {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
+		// It ages as if it had not been restored: its state's deadline
+		// counts from when it entered the state (its record's Updated).
+		e.deadline = c.deadlineAt(now, d.Updated, d)
+		e.share.q.due = min(e.share.q.due, e.deadline)
 		c.packEntry(e)
 	case d.State.IsActive():
 		q, _ := queueOf(d.State)
@@ -221,7 +225,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 // carries, not the rest of the entry; what differs from the entry the
 // core had:
 //   - a queued DTR comes last among its equals (a new arrival order), its
-//     ageing starts over (AgeAfter from now), and under a policy that
+//     ageing deadline counts from its record's Updated (so a priority
+//     change, which sets Updated, starts it over; a DTR aged already ages
+//     once more at the next tick), and under a policy that
 //     draws lots it draws a new place, which also moves the core's seeded
 //     generator on;
 //   - an active DTR's lease and grant time start at now;

@@ -96,6 +96,7 @@ func TestTheLowestPriorityDTRInABusyShareDoesRun(t *testing.T) {
 	cfg.MaxDelivery = 2
 	cfg.Lease = 24 * time.Hour
 	cfg.AgeAfter = 10 * time.Minute
+	cfg.AgeAfterState = nil // TRANSFER too ages after AgeAfter
 	cfg.AgeEvery = time.Minute
 	s := coretest.NewSim(t, cfg)
 	s.TransferTime = func(string, int) time.Duration { return 30 * time.Second }

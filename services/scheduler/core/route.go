@@ -13,7 +13,7 @@ import (
 )
 
 // enqueue puts e at the back of its share's queue in its state, in priority
-// order, with the time after which it ages.
+// order, with the time after which it ages (its state's deadline from now).
 func (c *Core) enqueue(now time.Time, e *entry) {
 	s, d := e.d.State, e.d
 	e.share = c.shareIn(c.states[s], d.Share)
@@ -21,7 +21,7 @@ func (c *Core) enqueue(now time.Time, e *entry) {
 	c.seq++
 	e.seq = c.seq
 	e.queued = s
-	e.deadline = c.nanos(now.Add(c.cfg.AgeAfter))
+	e.deadline = c.nanos(now.Add(c.cfg.DeadlineFor(s, false)))
 	q.add(e)
 	q.due = min(q.due, e.deadline)
 }
