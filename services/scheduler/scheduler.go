@@ -724,9 +724,12 @@ func (s *Service) applyPriorityFile() {
 	}
 }
 
-// writeState rewrites StateFile.
+// writeState rewrites StateFile, with the host of each transfer's
+// deliverer as its workers' heartbeats say.
 func (s *Service) writeState() {
-	if err := WriteFileAtomic(s.cfg.StateFile, StateLines(s.core.DTRs())); err != nil {
+	holders := s.workers.holders(time.Now())
+	hostOf := func(grant string) string { return holders[grant].holder.Host }
+	if err := WriteFileAtomic(s.cfg.StateFile, StateLines(s.core.DTRs(), hostOf)); err != nil {
 		s.log.Error("state file", "err", err)
 	}
 }

@@ -14,19 +14,26 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// StateLines writes ARC's dtr.state format (what A-REX writes to its control directory): one
-// line per unfinished DTR, "<id> <STATE> <priority> <share>", and for
-// TRANSFER and TRANSFERRING also " <destination> <delivery host>"; the host
-// is empty for local delivery, as Sluice's delivery is, which gives 5
-// tokens. Spaces in a share name (a DN) are written as %20, so that the
-// token count stays right, which ARC's own file gets wrong.
-func StateLines(ds []dtr.DTR) []byte {
+// StateLines writes ARC's dtr.state format (what A-REX writes to its
+// control directory): one line per unfinished DTR, "<id> <STATE> <priority>
+// <share>", and for TRANSFER and TRANSFERRING also " <destination>
+// <delivery host>". The host is that of the worker process delivering the
+// DTR, from hostOf(its grant) (the host in its heartbeats); it is empty,
+// as ARC writes it for local delivery, for a DTR still queued for
+// TRANSFER and for one whose deliverer has not been heard from. Spaces in
+// a share name (a DN), a destination or a host are written as %20, so that
+// the token count stays right, which ARC's own file gets wrong.
+func StateLines(ds []dtr.DTR, hostOf func(grant string) string) []byte {
 	var b bytes.Buffer
 	for i := range ds {
 		d := &ds[i]
 		fmt.Fprintf(&b, "%s %s %d %s", d.ID, d.State, d.Priority, strings.ReplaceAll(d.Share, " ", "%20"))
 		if d.State == dtr.Transfer || d.State == dtr.Transferring {
-			fmt.Fprintf(&b, " %s ", strings.ReplaceAll(d.Destination, " ", "%20"))
+			host := ""
+			if d.State == dtr.Transferring && d.Grant != "" && hostOf != nil {
+				host = hostOf(d.Grant)
+			}
+			fmt.Fprintf(&b, " %s %s", strings.ReplaceAll(d.Destination, " ", "%20"), strings.ReplaceAll(host, " ", "%20"))
 		}
 		b.WriteByte('\n')
 	}

@@ -1,33 +1,109 @@
 package scheduler
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/pkg/worker"
 )
 
 func TestStateLinesFollowARCsFormat(t *testing.T) {
 	a, b := uuid.MustParse("c3e12bfa-ba9a-4a45-be73-0b3b2a206e1c"), uuid.MustParse("ff2d5329-5440-49aa-83cb-72daeb5e3e59")
+	c, e := uuid.MustParse("0a7c0f5e-5d0e-4b43-9a57-1d1d2b0a4c11"), uuid.MustParse("5b1e7c2a-1f3d-4e6a-8c9b-2a3b4c5d6e7f")
+	hosts := map[string]string{"g-b": "dt1.example.org"}
 	got := string(StateLines([]dtr.DTR{
 		{ID: a, State: dtr.QueryReplica, Priority: 25, Share: "_default-download"},
-		{ID: b, State: dtr.Transferring, Priority: 64, Share: "/DC=org/CN=Alice Smith-upload", Destination: "file:///data/out"},
-	}))
+		{ID: b, State: dtr.Transferring, Priority: 64, Share: "/DC=org/CN=Alice Smith-upload", Destination: "file:///data/out", Grant: "g-b"},
+		{ID: c, State: dtr.Transfer, Priority: 30, Share: "atlas-download", Destination: "file:///data/in"},
+		{ID: e, State: dtr.Transferring, Priority: 30, Share: "atlas-download", Destination: "file:///data/in2", Grant: "g-unheard"},
+	}, func(g string) string { return hosts[g] }))
 	want := "c3e12bfa-ba9a-4a45-be73-0b3b2a206e1c QUERY_REPLICA 25 _default-download\n" +
-		"ff2d5329-5440-49aa-83cb-72daeb5e3e59 TRANSFERRING 64 /DC=org/CN=Alice%20Smith-upload file:///data/out \n"
+		"ff2d5329-5440-49aa-83cb-72daeb5e3e59 TRANSFERRING 64 /DC=org/CN=Alice%20Smith-upload file:///data/out dt1.example.org\n" +
+		"0a7c0f5e-5d0e-4b43-9a57-1d1d2b0a4c11 TRANSFER 30 atlas-download file:///data/in \n" +
+		"5b1e7c2a-1f3d-4e6a-8c9b-2a3b4c5d6e7f TRANSFERRING 30 atlas-download file:///data/in2 \n"
 	if got != want {
 		t.Fatalf("got\n%q\nwant\n%q", got, want)
 	}
 	for i, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
-		// gm-jobs splits on single spaces: 4 tokens, or 5 with the empty host.
-		if n := len(strings.Split(line, " ")); n != []int{4, 6}[i] && n != 5 {
+		// gm-jobs splits on single spaces: 4 tokens, or 6 with the
+		// destination and the host (empty when it is not known).
+		if n := len(strings.Split(line, " ")); n != []int{4, 6, 6, 6}[i] {
 			t.Fatalf("line %d has %d tokens", i, n)
 		}
 	}
+}
+
+// The state file names, on each transfer's line, the host of the worker
+// process delivering it: here a deliverer whose transfers never end, on
+// this machine.
+func TestTheStateFileNamesTheHostOfEachTransfersDeliverer(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	const beat = 100 * time.Millisecond
+	state := filepath.Join(t.TempDir(), "dtr.state")
+	s, err := New(Config{MaxProcessor: 10, MaxDelivery: 2, MaxEmergency: 1, MaxTransferTries: 3, RetryBase: time.Second,
+		Lease: time.Minute, Tick: 20 * time.Millisecond, CheckpointEvery: 50 * time.Millisecond, Heartbeat: beat,
+		StateFile: state}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedDone := make(chan struct{})
+	go func() { defer close(schedDone); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-schedDone })
+	pool := func(stage dtr.Stage, h worker.Handler) {
+		p, err := worker.NewPool(nc, stage, 5, h, quiet(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Heartbeat, p.Renew = beat, 200*time.Millisecond
+		go func() { _ = p.Run(ctx) }()
+	}
+	pool(dtr.StagePre, func(context.Context, api.Grant, func(int64, int64)) api.Result { return api.Result{} })
+	pool(dtr.StageDelivery, func(ctx context.Context, _ api.Grant, _ func(int64, int64)) api.Result {
+		<-ctx.Done()
+		return api.Result{Error: &dtr.Failure{Kind: dtr.ErrInternalProcess, Text: "stopped"}}
+	})
+	// Three DTRs for two delivery slots and one emergency slot that the
+	// one share cannot take: two transfer, one waits in TRANSFER.
+	for i := 0; i < 3; i++ {
+		id := uuid.New()
+		d := fmt.Sprintf(`{"id":%q,"source":"http://src.example/%s","destination":"file:///data/out/%d"}`, id, id, i)
+		if _, err := js.Publish(ctx, api.SubjectSubmit, []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, _ := os.Hostname()
+	eventually(t, func() string {
+		data, err := os.ReadFile(state)
+		if err != nil {
+			return err.Error()
+		}
+		transferring, queued := 0, 0
+		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+			f := strings.Split(line, " ")
+			switch {
+			case len(f) == 6 && f[1] == "TRANSFERRING" && f[5] == host && strings.HasPrefix(f[4], "file:///data/out/"):
+				transferring++
+			case len(f) == 6 && f[1] == "TRANSFER" && f[5] == "":
+				queued++
+			}
+		}
+		if transferring != 2 || queued != 1 {
+			return fmt.Sprintf("state file\n%s\nwant 2 TRANSFERRING lines ending in the deliverer's host %q and one TRANSFER line with none", data, host)
+		}
+		return ""
+	})
 }
 
 func TestParsePriorityFileTakesGoodLinesAndNamesBadOnes(t *testing.T) {
