@@ -3,6 +3,7 @@ package fairshare
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ type DIRACSettings struct {
 	DIRACSlices        string  `envconfig:"DIRAC_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... e.g. 168h:80:2,1h:20:5; empty: no correction"`
 	DIRACMaxCorrection float64 `envconfig:"DIRAC_MAX_CORRECTION" default:"5" desc:"dirac policy: the total correction stays within [1/G, G]"`
 	DIRACUnit          string  `envconfig:"DIRAC_UNIT" default:"seconds" desc:"dirac policy: usage counted in seconds (slot-time), bytes (byte-fair) or files"`
+	// The second level: users inside a group without job sharing.
+	DIRACUserSlices        string  `envconfig:"DIRAC_USER_SLICES" desc:"dirac policy: history slices span:weight:maxcorrection,... that correct how a group without job sharing divides its weight among its users; empty: the same as DIRAC_SLICES; off: divided equally"`
+	DIRACUserMaxCorrection float64 `envconfig:"DIRAC_USER_MAX_CORRECTION" desc:"dirac policy: a user's total correction inside its group stays within [1/U, U]; 0: DIRAC_MAX_CORRECTION"`
 }
 
 // Maker parses the settings into a maker of DIRAC's policy.
@@ -32,6 +36,20 @@ func (s DIRACSettings) Maker() (core.PolicyMaker, error) {
 	if dc.Unit, err = ParseUnit(s.DIRACUnit); err != nil {
 		return nil, fmt.Errorf("DIRAC: %w", err)
 	}
+	switch strings.ToLower(strings.TrimSpace(s.DIRACUserSlices)) {
+	case "":
+		// nil: the groups' slices
+	case "off":
+		dc.NoUserCorrection = true
+	default:
+		if dc.UserSlices, err = ParseDIRACSlices(s.DIRACUserSlices); err != nil {
+			return nil, fmt.Errorf("SLUICE_DIRAC_USER_SLICES: %w", err)
+		}
+	}
+	if u := s.DIRACUserMaxCorrection; u != 0 && !(u >= 1 && !math.IsInf(u, 0)) {
+		return nil, fmt.Errorf("SLUICE_DIRAC_USER_MAX_CORRECTION: %v is not a number ≥ 1 (or 0: DIRAC_MAX_CORRECTION's)", u)
+	}
+	dc.MaxUserCorrection = s.DIRACUserMaxCorrection
 	return NewDIRAC(dc), nil
 }
 
@@ -88,6 +106,15 @@ type DIRACConfig struct {
 	// Unit is what usage is counted in: UnitSlotSeconds (default),
 	// UnitBytes or UnitFiles.
 	Unit string
+	// UserSlices correct how a group without job sharing divides its
+	// corrected weight among its users, from their usage inside the group
+	// (DIRAC's corrector of one group); nil takes Slices.
+	// MaxUserCorrection bounds a user's total correction to [1/U, U]
+	// (0: MaxGlobalCorrection). NoUserCorrection divides a group's
+	// weight equally among its users.
+	UserSlices        []DIRACSlice
+	MaxUserCorrection float64
+	NoUserCorrection  bool
 }
 
 // DIRAC is DIRAC's priority schema on Sluice's slots:
@@ -97,11 +124,19 @@ type DIRACConfig struct {
 //   - A sharing group's share weighs the group's priority; a user's share
 //     weighs the group's priority divided by the number of the group's
 //     users with work in the state (and direction).
-//   - That weight S_e is corrected from usage history: for each slice k
-//     with usage H_k (summed over its span) and total T_k over the shares
-//     present, c_ek = clamp(n_e / (H_k[e]/T_k), 1/M_k, M_k), where n_e =
-//     S_e/ΣS; the correction is C_e = clamp(Σ_k w_k·c_ek / Σ_k w_k, 1/G, G)
-//     and the weight S_e·C_e.
+//   - Weights are corrected from usage history in two levels, as DIRAC's
+//     share correctors do: first the groups with work, each as a whole
+//     (the usage of all its users), then, inside a group without job
+//     sharing, its users. At each level, for each slice k with usage H_k
+//     (summed over its span) and total T_k over the entities present,
+//     c_ek = clamp(n_e / (H_k[e]/T_k), 1/M_k, M_k), where n_e = S_e/ΣS is
+//     the entity's expected part; the correction is C_e = clamp(Σ_k
+//     w_k·c_ek / Σ_k w_k, 1/G, G). A group weighs S_g·C_g. Its users
+//     (with work in the state and direction) each expect an equal part
+//     of that, corrected with the user slices and bound (UserSlices,
+//     MaxUserCorrection): user u weighs S_g·C_g·C_u/Σ_v C_v, so the user
+//     level moves slots between the group's users and never changes the
+//     group's total.
 //   - Inside a share, DTRs go by user priority. DIRAC's RealPriority maps
 //     the lowest user priority (1) to 1e-5 and the highest (100) to 1e6; a
 //     share of a group with AllowBackground whose waiting DTRs average a
@@ -115,7 +150,13 @@ type DIRACConfig struct {
 // usage at all is left out of the weights' sum as well as the sum (DIRAC
 // keeps its weight, shrinking every correction); and there is no weighted
 // random pick, whose ORDER BY RAND()/w is not proportional: the weights go
-// to the exact water-filling split. DIRAC splits an entity's priority
+// to the exact water-filling split. DIRAC multiplies users' shares by
+// their corrections without scaling them back to the group's, so a
+// group's total drifts with how its users' corrections happen to add up;
+// Sluice scales them so that the group keeps its corrected weight. DIRAC
+// has a user corrector only for the groups it is configured for; Sluice
+// has one for all groups without job sharing, by default with the
+// groups' slices. DIRAC splits an entity's priority
 // among its task queues by the sum of their jobs' user priorities; a Sluice
 // share has one queue per state, so that factor is 1 and user priority
 // orders the DTRs inside the queue instead.
@@ -124,8 +165,11 @@ type DIRAC struct {
 	cfg DIRACConfig
 	// shares maps a share name (without direction) to its group and user.
 	shares map[string]diracEntity
-	// history holds, per state and share, the usage in each slice.
+	// history holds, per state and share, the usage in each slice; groups
+	// the same per state and group (with direction suffix), for the group
+	// level.
 	history map[dtr.State]map[string][]*window
+	groups  map[dtr.State]map[string][]*window
 }
 
 type diracEntity struct{ group, user string }
@@ -138,8 +182,18 @@ func NewDIRAC(cfg DIRACConfig) core.PolicyMaker {
 	if cfg.Unit == "" {
 		cfg.Unit = UnitSlotSeconds
 	}
+	if cfg.UserSlices == nil {
+		cfg.UserSlices = cfg.Slices
+	}
+	if cfg.NoUserCorrection {
+		cfg.UserSlices = nil
+	}
+	if cfg.MaxUserCorrection <= 0 {
+		cfg.MaxUserCorrection = cfg.MaxGlobalCorrection
+	}
 	return func(env core.PolicyEnv) core.Policy {
-		return &DIRAC{env: env, cfg: cfg, shares: map[string]diracEntity{}, history: map[dtr.State]map[string][]*window{}}
+		return &DIRAC{env: env, cfg: cfg, shares: map[string]diracEntity{},
+			history: map[dtr.State]map[string][]*window{}, groups: map[dtr.State]map[string][]*window{}}
 	}
 }
 
@@ -180,51 +234,108 @@ func (p *DIRAC) entity(share string) (diracEntity, string) {
 	if e, ok := p.shares[base]; ok {
 		return e, suffix
 	}
-	return diracEntity{group: base}, suffix // restored before this policy saw it
+	// Restored before this policy saw it: a user's share is "group|DN".
+	if g, u, ok := strings.Cut(base, "|"); ok {
+		return diracEntity{group: g, user: u}, suffix
+	}
+	return diracEntity{group: base}, suffix
 }
 
-// Weigh implements Policy.
+// Weigh implements Policy: group level, then user level (see DIRAC).
 func (p *DIRAC) Weigh(now time.Time, state dtr.State, shares []core.ShareDemand) {
-	users := map[string]int{} // group+direction → users with work
-	for _, s := range shares {
-		if e, suffix := p.entity(s.Name); s.Demand > 0 && e.user != "" {
-			users[e.group+suffix]++
-		}
-	}
-	S := make([]float64, len(shares))
+	// The groups with work, by name with direction suffix, and the users
+	// with work in each.
+	groupOf := make([]int, len(shares))
+	index := map[string]int{}
+	var names []string
+	var users [][]int
 	for i, s := range shares {
 		e, suffix := p.entity(s.Name)
-		S[i] = p.group(e.group).Priority
-		if e.user != "" && users[e.group+suffix] > 0 {
-			S[i] /= float64(users[e.group+suffix])
+		g, ok := index[e.group+suffix]
+		if !ok {
+			g = len(names)
+			index[e.group+suffix] = g
+			names = append(names, e.group+suffix)
+			users = append(users, nil)
 		}
-		if s.Demand == 0 {
-			S[i] = 0
+		groupOf[i] = g
+		if s.Demand > 0 && e.user != "" {
+			users[g] = append(users[g], i)
 		}
 	}
-	C := make([]float64, len(shares))
-	for i := range C {
-		C[i] = 1
+	gS := make([]float64, len(names))
+	for i, s := range shares {
+		if s.Demand > 0 {
+			e, _ := p.entity(s.Name)
+			gS[groupOf[i]] = p.group(e.group).Priority
+		}
 	}
+	gW := slices.Clone(gS)
 	if len(p.cfg.Slices) > 0 {
-		H := make([][]float64, len(p.cfg.Slices))
-		for k := range p.cfg.Slices {
-			H[k] = make([]float64, len(shares))
-			for i, s := range shares {
-				if ws := p.history[state][s.Name]; ws != nil {
-					H[k][i] = ws[k].sum(now)
-				}
-			}
+		C := DIRACCorrection(gS, p.usage(now, p.groups[state], names, len(p.cfg.Slices)), p.cfg.Slices, p.cfg.MaxGlobalCorrection)
+		for g := range gW {
+			gW[g] *= C[g]
 		}
-		C = DIRACCorrection(S, H, p.cfg.Slices, p.cfg.MaxGlobalCorrection)
+	}
+	W := make([]float64, len(shares))
+	for i, s := range shares {
+		if e, _ := p.entity(s.Name); s.Demand > 0 && e.user == "" {
+			W[i] = gW[groupOf[i]]
+		}
+	}
+	for g, members := range users {
+		p.divide(now, state, shares, members, gW[g], W)
 	}
 	for i := range shares {
-		shares[i].Weight = max(1, int64(math.Round(S[i]*C[i]*1e6)))
+		shares[i].Weight = max(1, int64(math.Round(W[i]*1e6)))
 		shares[i].Tier = 0
 		if e, _ := p.entity(shares[i].Name); p.group(e.group).AllowBackground && background(shares[i].Queued) {
 			shares[i].Tier = -1
 		}
 	}
+}
+
+// divide gives the users members (indices into shares) of one group their
+// parts of the group's weight w, in W: equal parts corrected by their
+// usage inside the group, scaled back to w.
+func (p *DIRAC) divide(now time.Time, state dtr.State, shares []core.ShareDemand, members []int, w float64, W []float64) {
+	if len(members) == 0 {
+		return
+	}
+	C := make([]float64, len(members))
+	for j := range C {
+		C[j] = 1
+	}
+	if len(p.cfg.UserSlices) > 0 && len(members) > 1 {
+		S := make([]float64, len(members))
+		names := make([]string, len(members))
+		for j, i := range members {
+			S[j], names[j] = 1, shares[i].Name
+		}
+		C = DIRACCorrection(S, p.usage(now, p.history[state], names, len(p.cfg.UserSlices)), p.cfg.UserSlices, p.cfg.MaxUserCorrection)
+	}
+	sum := 0.0
+	for _, c := range C {
+		sum += c
+	}
+	for j, i := range members {
+		W[i] = w * C[j] / sum
+	}
+}
+
+// usage returns H[k][e], the usage of each named entity in each of n
+// slices, from its windows in byName.
+func (p *DIRAC) usage(now time.Time, byName map[string][]*window, names []string, n int) [][]float64 {
+	H := make([][]float64, n)
+	for k := range H {
+		H[k] = make([]float64, len(names))
+		for e, name := range names {
+			if ws := byName[name]; ws != nil {
+				H[k][e] = ws[k].sum(now)
+			}
+		}
+	}
+	return H
 }
 
 // PickWeight implements lottery: inside a share DIRAC picks a DTR at
@@ -304,10 +415,10 @@ func DIRACCorrection(S []float64, H [][]float64, slices []DIRACSlice, maxGlobal 
 	return C
 }
 
-// Charge implements Policy: the usage goes into every slice's window.
+// Charge implements Policy: the usage goes into every slice's window, of
+// the share (a user's, for the user level) and of its group.
 func (p *DIRAC) Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.Duration, bytes int64) {
-	share := d.Share
-	if len(p.cfg.Slices) == 0 {
+	if len(p.cfg.Slices) == 0 && len(p.cfg.UserSlices) == 0 {
 		return
 	}
 	var amount float64
@@ -322,17 +433,30 @@ func (p *DIRAC) Charge(now time.Time, state dtr.State, d *dtr.DTR, held time.Dur
 	if amount <= 0 {
 		return
 	}
-	byShare := p.history[state]
-	if byShare == nil {
-		byShare = map[string][]*window{}
-		p.history[state] = byShare
+	e, suffix := p.entity(d.Share)
+	if e.user != "" {
+		chargeWindows(p.history, state, d.Share, p.cfg.UserSlices, now, amount)
 	}
-	ws := byShare[share]
+	chargeWindows(p.groups, state, e.group+suffix, p.cfg.Slices, now, amount)
+}
+
+// chargeWindows adds amount to the windows of name in state, made for
+// spans if it has none.
+func chargeWindows(h map[dtr.State]map[string][]*window, state dtr.State, name string, spans []DIRACSlice, now time.Time, amount float64) {
+	if len(spans) == 0 {
+		return
+	}
+	byName := h[state]
+	if byName == nil {
+		byName = map[string][]*window{}
+		h[state] = byName
+	}
+	ws := byName[name]
 	if ws == nil {
-		for _, sl := range p.cfg.Slices {
+		for _, sl := range spans {
 			ws = append(ws, newWindow(sl.Span))
 		}
-		byShare[share] = ws
+		byName[name] = ws
 	}
 	for _, w := range ws {
 		w.add(now, amount)

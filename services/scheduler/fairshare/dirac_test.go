@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -333,5 +334,111 @@ func TestDIRACPicksInsideAShareInProportionToRealPriority(t *testing.T) {
 	frac := float64(high) / float64(len(picks))
 	if len(picks) < 300 || frac < 0.70 || frac > 0.82 {
 		t.Fatalf("%d of %d picks went to priority 30 (%.2f), want about 0.75: a pick in proportion to RealPriority", high, len(picks), frac)
+	}
+}
+
+// twoLevelSim runs first (group/user-name pairs as for diracSim) for half
+// an hour, then adds later's work, and returns each share's slot-time in
+// the 10 minutes after.
+func twoLevelSim(t *testing.T, cfg core.Config, first, later map[string][2]string) map[string]time.Duration {
+	t.Helper()
+	s, _ := diracSim(t, cfg, first, 30*time.Minute)
+	before := maps.Clone(s.SlotTime)
+	for name, gu := range later {
+		for i := 0; i < 4000; i++ {
+			if err := s.Core.Submit(s.Now, diracDTR(i, gu[0], gu[1]+name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Run(10*time.Minute, 100*time.Millisecond)
+	after := map[string]time.Duration{}
+	for k, v := range s.SlotTime {
+		after[k] = v - before[k]
+	}
+	return after
+}
+
+func TestDIRACCorrectsGroupsThenUsersInsideAGroup(t *testing.T) {
+	hour := []DIRACSlice{{Span: time.Hour, Weight: 1, MaxCorrection: 5}}
+	twoGroups := func(dc DIRACConfig) core.Config {
+		cfg := diracConfig()
+		dc.Groups = map[string]DIRACGroup{"prod": {Priority: 50, JobSharing: true}, "user": {Priority: 50}}
+		dc.MaxGlobalCorrection = 5
+		cfg.Policy = NewDIRAC(dc)
+		return cfg
+	}
+	const prod, alice, bob = "prod-download", "user|/CN=ala-download", "user|/CN=bob-download"
+	part := func(got map[string]time.Duration, shares ...string) float64 {
+		var total, of time.Duration
+		for _, v := range got {
+			total += v
+		}
+		for _, s := range shares {
+			of += got[s]
+		}
+		return 100 * float64(of) / float64(total)
+	}
+
+	t.Run("a user who hogged inside a group gets less next, the group's total unchanged", func(t *testing.T) {
+		// prod and Alice's half of the user group share the slots for
+		// half an hour; then Bob, of Alice's group, arrives.
+		got := twoLevelSim(t, twoGroups(DIRACConfig{Slices: hour}),
+			map[string][2]string{"p": {"prod", "pat"}, "a": {"user", "al"}}, map[string][2]string{"b": {"user", "bo"}})
+		t.Logf("the 10 minutes after Bob came: prod %s, alice %s, bob %s", got[prod], got[alice], got[bob])
+		if got[bob] < 3*got[alice] || got[alice] == 0 {
+			t.Errorf("Bob had %s of slot-time to Alice's %s, who used the group's half alone before: want at least 3×, and Alice some", got[bob], got[alice])
+		}
+		// Both groups had half: no group is corrected, and the user
+		// level only divides the user group's half (DIRAC's own user
+		// corrections, not scaled back to the group's, gave it 64%).
+		if g := part(got, alice, bob); math.Abs(g-50) > 3 {
+			t.Errorf("the user group had %.1f%% of the slot-time, want its uncorrected 50%% ± 3", g)
+		}
+	})
+
+	t.Run("without the user level the group divides equally", func(t *testing.T) {
+		got := twoLevelSim(t, twoGroups(DIRACConfig{Slices: hour, NoUserCorrection: true}),
+			map[string][2]string{"p": {"prod", "pat"}, "a": {"user", "al"}}, map[string][2]string{"b": {"user", "bo"}})
+		t.Logf("prod %s, alice %s, bob %s", got[prod], got[alice], got[bob])
+		if a, b := part(got, alice), part(got, bob); math.Abs(a-b) > 3 || math.Abs(a+b-50) > 3 {
+			t.Errorf("Alice had %.1f%% and Bob %.1f%%, want 25%% each ± 3", a, b)
+		}
+	})
+
+	t.Run("a group that used less gets more, its fresh users alike", func(t *testing.T) {
+		// prod works alone for half an hour; then Alice and Bob arrive.
+		got := twoLevelSim(t, twoGroups(DIRACConfig{Slices: hour}),
+			map[string][2]string{"p": {"prod", "pat"}}, map[string][2]string{"a": {"user", "al"}, "b": {"user", "bo"}})
+		t.Logf("prod %s, alice %s, bob %s", got[prod], got[alice], got[bob])
+		if g := part(got, alice, bob); g < 70 {
+			t.Errorf("the user group, which used nothing of the last hour, had %.1f%% of the slot-time, want over 70%%", g)
+		}
+		if a, b := part(got, alice), part(got, bob); math.Abs(a-b) > 0.15*(a+b) {
+			t.Errorf("Alice had %.1f%% and Bob %.1f%%: fresh users of one group, want equal parts", a, b)
+		}
+	})
+}
+
+func TestDIRACUserLevelSettingsAreParsedOrRefusedClearly(t *testing.T) {
+	tests := []struct {
+		name    string
+		s       DIRACSettings
+		wantErr string
+	}{
+		{"empty: the groups' slices", DIRACSettings{DIRACSlices: "1h:1:5"}, ""},
+		{"off", DIRACSettings{DIRACSlices: "1h:1:5", DIRACUserSlices: "OFF"}, ""},
+		{"their own", DIRACSettings{DIRACSlices: "1h:1:5", DIRACUserSlices: "24h:1:2", DIRACUserMaxCorrection: 2}, ""},
+		{"a bad slice", DIRACSettings{DIRACUserSlices: "24h:1"}, "SLUICE_DIRAC_USER_SLICES: DIRAC slice \"24h:1\": want span:weight:maxcorrection"},
+		{"a bound below 1", DIRACSettings{DIRACUserMaxCorrection: 0.5}, "SLUICE_DIRAC_USER_MAX_CORRECTION: 0.5 is not a number ≥ 1"},
+		{"a bound that is not a number", DIRACSettings{DIRACUserMaxCorrection: math.NaN()}, "SLUICE_DIRAC_USER_MAX_CORRECTION: NaN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.s.Maker()
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("error %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }
