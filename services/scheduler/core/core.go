@@ -63,7 +63,7 @@ type Config struct {
 	// AgeEvery is how often its priority then rises by one.
 	AgeAfter, AgeEvery time.Duration
 	// AgeAfterState overrides AgeAfter for the DTRs queued for a state
-	// (ARC's deadlines: DefaultConfig has ARCAgeAfterState); nil: AgeAfter
+	// (DefaultConfig has ARC's, DeadlineFor says which); nil: AgeAfter
 	// for every state. See DeadlineFor.
 	AgeAfterState map[dtr.State]time.Duration
 }
@@ -80,7 +80,7 @@ func DefaultConfig() Config {
 		Lease:            2 * time.Minute,
 		AgeAfter:         time.Hour,
 		AgeEvery:         5 * time.Minute,
-		AgeAfterState:    maps.Clone(ARCAgeAfterState),
+		AgeAfterState:    maps.Clone(arcAgeAfterState),
 	}
 }
 

@@ -5,6 +5,7 @@ package core
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,13 +13,13 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
-// ARCAgeAfterState is ARC's table of the deadlines that are not its default
+// arcAgeAfterState is ARC's table of the deadlines that are not its default
 // hour, by the queue state they hold for. ARC gives a cacheable DTR a day
 // from NEW (its cache check may wait for another DTR's long download, and
 // it holds through CACHE_WAIT), resets it to an hour at CACHE_CHECKED, and
 // gives two hours to a DTR queued for TRANSFER; every other queue keeps the
-// hour. DefaultConfig returns a copy.
-var ARCAgeAfterState = map[dtr.State]time.Duration{
+// hour. DefaultConfig has a copy.
+var arcAgeAfterState = map[dtr.State]time.Duration{
 	dtr.CheckCache: 24 * time.Hour,
 	dtr.Transfer:   2 * time.Hour,
 }
@@ -28,8 +29,12 @@ var ARCAgeAfterState = map[dtr.State]time.Duration{
 // cacheable DTR until its cache is checked, two hours for TRANSFER, an hour
 // for the rest. See Config.DeadlineFor.
 func DeadlineFor(state dtr.State, cacheable bool) time.Duration {
-	return DefaultConfig().DeadlineFor(state, cacheable)
+	return arcDeadlines.DeadlineFor(state, cacheable)
 }
+
+// arcDeadlines is the configuration DeadlineFor reads: DefaultConfig's,
+// made once.
+var arcDeadlines = Config{AgeAfter: DefaultConfig().AgeAfter, AgeAfterState: maps.Clone(arcAgeAfterState)}
 
 // DeadlineFor returns how long a DTR in state waits before its priority
 // starts to rise under this configuration: AgeAfterState's entry for the
