@@ -84,7 +84,7 @@ func TestNamesListsEveryFactoryTheDefaultFirst(t *testing.T) {
 // the names and with the defaults the documentation gives.
 func TestSettingsKeepTheirVariablesAndDefaults(t *testing.T) {
 	t.Run("unset, the defaults", func(t *testing.T) {
-		for _, k := range []string{"DIRAC_GROUPS", "DIRAC_SLICES", "DIRAC_MAX_CORRECTION", "DIRAC_UNIT", "SAM_GROUPS",
+		for _, k := range []string{"DIRAC_GROUPS", "DIRAC_SLICES", "DIRAC_MAX_CORRECTION", "DIRAC_UNIT", "DIRAC_USER_SLICES", "DIRAC_USER_MAX_CORRECTION", "SAM_GROUPS",
 			"SAM_UNIT", "ENSTORE_ADMIN", "ENSTORE_OWNED", "BYTEFAIR", "BYTEFAIR_MAX"} {
 			for _, k := range []string{"SLUICE_" + k, k} { // envconfig also reads the name without the prefix
 				t.Setenv(k, "") // restored after the test
@@ -104,7 +104,8 @@ func TestSettingsKeepTheirVariablesAndDefaults(t *testing.T) {
 	t.Run("set, each in its field", func(t *testing.T) {
 		for k, v := range map[string]string{
 			"SLUICE_DIRAC_GROUPS": "prod=100:sharing", "SLUICE_DIRAC_SLICES": "1h:1:5", "SLUICE_DIRAC_MAX_CORRECTION": "3",
-			"SLUICE_DIRAC_UNIT": "bytes", "SLUICE_SAM_GROUPS": "cms=1", "SLUICE_SAM_UNIT": "seconds",
+			"SLUICE_DIRAC_UNIT": "bytes", "SLUICE_DIRAC_USER_SLICES": "off", "SLUICE_DIRAC_USER_MAX_CORRECTION": "2",
+			"SLUICE_SAM_GROUPS": "cms=1", "SLUICE_SAM_UNIT": "seconds",
 			"SLUICE_ENSTORE_ADMIN": `[{"group":"daq"}]`, "SLUICE_ENSTORE_OWNED": "cms=4",
 			"SLUICE_BYTEFAIR": "10m", "SLUICE_BYTEFAIR_MAX": "7",
 		} {
@@ -115,7 +116,8 @@ func TestSettingsKeepTheirVariablesAndDefaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := Settings{
-			DIRACSettings:    DIRACSettings{DIRACGroups: "prod=100:sharing", DIRACSlices: "1h:1:5", DIRACMaxCorrection: 3, DIRACUnit: "bytes"},
+			DIRACSettings: DIRACSettings{DIRACGroups: "prod=100:sharing", DIRACSlices: "1h:1:5", DIRACMaxCorrection: 3, DIRACUnit: "bytes",
+				DIRACUserSlices: "off", DIRACUserMaxCorrection: 2},
 			ByteFairSettings: ByteFairSettings{ByteFair: 10 * time.Minute, ByteFairMax: 7},
 			SAMSettings:      SAMSettings{SAMGroups: "cms=1", SAMUnit: "seconds"},
 			EnstoreSettings:  EnstoreSettings{EnstoreAdmin: `[{"group":"daq"}]`, EnstoreOwned: "cms=4"},
