@@ -442,3 +442,17 @@ func TestDIRACUserLevelSettingsAreParsedOrRefusedClearly(t *testing.T) {
 		})
 	}
 }
+
+// A scheduler restarted with DTRs of a group without job sharing weighs
+// their restored shares, "group|DN", before Share has seen any of them:
+// they are read back as users of the group, not taken for groups.
+func TestDIRACReadsBackUserSharesItHasNotSeen(t *testing.T) {
+	c := core.New(diracConfig())
+	shares := []core.ShareDemand{{Name: "user|/CN=al-download", Demand: 10}, {Name: "user|/CN=bo-download", Demand: 10}}
+	c.Policy().Weigh(coretest.T0, dtr.Transfer, shares)
+	for _, s := range shares {
+		if s.Weight != 25e6 {
+			t.Errorf("restored share %s weighs %d, want 25e6 (its group's 50 divided between two users)", s.Name, s.Weight)
+		}
+	}
+}
