@@ -77,6 +77,24 @@ func (c *Core) deadlineAt(now, since time.Time, d *dtr.DTR) int64 {
 	return c.nanos(at)
 }
 
+// cacheWaitOver reports whether a DTR waiting in CACHE_WAIT for another's
+// download of its file has waited its deadline (CHECK_CACHE's, a day by
+// default) since it entered CACHE_WAIT.
+func (c *Core) cacheWaitOver(now time.Time, d *dtr.DTR) bool {
+	return !now.Before(d.Updated.Add(c.cfg.DeadlineFor(dtr.CacheWait, true)))
+}
+
+// skipCache gives up waiting for another DTR's download into the cache, as
+// ARC does when a cacheable DTR's deadline passes in CACHE_WAIT: the DTR
+// goes through CACHE_PROCESSED back to NEW, spending no attempt, and
+// fetches its file without the cache (Options.NoCache, ARC's CACHE_SKIP).
+func (c *Core) skipCache(now time.Time, e *entry) {
+	d := e.d
+	d.Options.NoCache = true
+	c.must(d.Transition(dtr.CacheProcessed, now))
+	c.must(d.Transition(dtr.New, now))
+}
+
 // ParseAgeAfterStates reads per-state deadlines "STATE=duration,..." as in
 // "TRANSFER=2h,CHECK_CACHE=24h": each STATE a queue state by its ARC name
 // (any case), each duration positive. Empty gives an empty table (every

@@ -188,3 +188,63 @@ func TestParseAgeAfterStatesTakesQueueStatesAndRefusesTheRest(t *testing.T) {
 		}
 	}
 }
+
+// A DTR that waits for another's download of its file into the cache gives
+// up after its deadline, as ARC's does, and fetches the file itself
+// without the cache, spending no attempt.
+func TestADTRWaitingForAnothersCacheDownloadPastItsDeadlineSkipsTheCache(t *testing.T) {
+	cfg := cacheConfig()
+	cfg.Lease = 100 * time.Hour
+	h := newHarness(t, cfg)
+	w := newCacheWorker()
+	holder := newDTR(1, "alice", dtr.Download)
+	h.submit(holder)
+	// The holder checks the cache, takes the lock, and its transfer never
+	// ends.
+	for i := 0; i < 100; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.Transferring {
+				continue
+			}
+			if err := h.c.Result(h.now, w.resultFor(g)); err != nil {
+				t.Fatal(err)
+			}
+			delete(h.running, g.ID)
+		}
+		h.collect()
+	}
+	if d, _ := h.c.Get(holder.ID); d.State != dtr.Transferring || d.Cache != dtr.CacheDownload {
+		t.Fatalf("the first DTR is %s (cache %q), want TRANSFERRING into the cache", d.State, d.Cache)
+	}
+	waiter := newDTR(2, "bob", dtr.Download)
+	waiter.Source = holder.Source
+	h.submit(waiter)
+	h.collect()
+	entered := h.now
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
+		t.Fatalf("the second DTR for the file is %s, want CACHE_WAIT", d.State)
+	}
+	deadline := cfg.DeadlineFor(dtr.CacheWait, true)
+	for h.now.Before(entered.Add(deadline - 10*time.Second)) {
+		h.tick(5 * time.Second)
+	}
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
+		t.Fatalf("before its deadline (%s) the waiter is %s, want still in CACHE_WAIT", deadline, d.State)
+	}
+	// Past it, it is fetched by itself, not through the cache: one
+	// attempt, its own transfer, to its destination.
+	h.serve(w, 400, nil)
+	got, ok := h.final[waiter.ID]
+	if !ok {
+		d, _ := h.c.Get(waiter.ID)
+		t.Fatalf("past its deadline the waiter is %s, want DONE", d.State)
+	}
+	if got.State != dtr.Done || w.transfers[waiter.ID] != 1 || w.targets[waiter.ID] != waiter.Destination ||
+		got.Cache != "" || !got.Options.NoCache || got.Attempts != 1 {
+		t.Fatalf("the waiter ended %s after %d transfers to %s (cache %q, no_cache %v, %d attempts), want DONE after one transfer to its destination without the cache, in its first attempt",
+			got.State, w.transfers[waiter.ID], w.targets[waiter.ID], got.Cache, got.Options.NoCache, got.Attempts)
+	}
+	if d, _ := h.c.Get(holder.ID); d.State != dtr.Transferring {
+		t.Fatalf("the download into the cache is %s, want still running", d.State)
+	}
+}

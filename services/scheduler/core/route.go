@@ -85,6 +85,10 @@ func (c *Core) route(now time.Time, e *entry) {
 				return // waiting
 			}
 			if h := c.caching.of(d.Source); h != nil && h != e {
+				if c.cacheWaitOver(now, d) {
+					c.skipCache(now, e) // deadlines.go
+					continue
+				}
 				c.waitForCache(now, e, h) // still downloading: look again later
 				return
 			}
