@@ -345,6 +345,10 @@ func (s *Service) shares(c auth.Caller) api.SharesReply {
 		for _, st := range stats {
 			reply.Shares = append(reply.Shares, api.ShareStats(st))
 		}
+		for _, u := range s.core.ActivityLimits() {
+			reply.ActivityLimits = append(reply.ActivityLimits, api.ActivityLimitUse{Activity: u.Activity, Source: u.Source,
+				Destination: u.Destination, Max: u.Max, Running: u.Running})
+		}
 		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})
 	return reply

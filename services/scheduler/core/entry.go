@@ -49,6 +49,9 @@ type entry struct {
 	// hosts are the storage endpoints of its remote ends, as 1 + their
 	// number in the names table (0: a local end).
 	hosts [2]uint32
+	// activity is the DTR's activity as 1 + its number in the names
+	// table, set only when there are activity limits (activitylimits.go).
+	activity uint32
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
 	dirty bool
@@ -148,6 +151,7 @@ func (c *Core) add(e *entry) {
 	e.d.Share = c.intern(e.d.Share)
 	e.d.Owner.DN = c.intern(e.d.Owner.DN)
 	c.setHosts(e)
+	c.setActivity(e)
 	c.own(e)
 	c.dtrs[e.d.ID] = e
 }
@@ -183,6 +187,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.queued = q
 		if classOf(q).PerHost {
 			c.hosts.add(e, 1)
+			c.activityLoad.add(e, 1)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
 		e.granted = c.nanos(now)
