@@ -129,6 +129,9 @@ func (c Config) CoreConfig() (core.Config, error) {
 	if cc.ActivityWeights != nil && !p.HasActivity() {
 		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES is set but share policy %q does not name activities: use one with +activity, such as voms:vo+activity, or activity", p)
 	}
+	if pol := strings.ToLower(strings.TrimSpace(c.Policy)); cc.ActivityWeights != nil && pol != "" && pol != "arc" {
+		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES is set but policy %q names its own groups, without activities: activity weights apply to the arc policy's shares", c.Policy)
+	}
 	if cc.ActivityLimits, err = core.ParseActivityLimits(c.ActivityLimits); err != nil {
 		return cc, fmt.Errorf("SLUICE_ACTIVITY_LIMITS: %w", err)
 	}

@@ -64,6 +64,9 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 			"", `share policy "voms:vo" does not name activities`},
 		{"an activity limit without an endpoint", Config{ActivityLimits: `[{"activity":"Express","max":2}]`},
 			"", `SLUICE_ACTIVITY_LIMITS: activity limit 1 ("Express"): give exactly one of source and destination`},
+		{"activity shares under a policy of its own groups", Config{Policy: "sam", SharePolicy: "voms:vo+activity",
+			ActivityShares: `{"atlas":{"default":1}}`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
+			"", `policy "sam" names its own groups`},
 		{"an unknown share policy", Config{SharePolicy: "voms:vo+activities"}, "", `share policy "voms:vo+activities" is not one of`},
 	}
 	for _, tt := range tests {

@@ -220,9 +220,10 @@ func (c *Core) activityOf(share string) shareActivity {
 // so that an identity's activities together weigh what its priority says,
 // however many of them have work. Every share's weight is multiplied by
 // activityScale first. It does nothing unless the share policy names
-// activities.
+// activities and the policy is ARC's (perhaps wrapped, as byte-fair
+// does): the other policies name their own groups, without activities.
 func (c *Core) weighActivities(shares []ShareDemand) {
-	if !c.cfg.SharePolicy.HasActivity() {
+	if _, arc := innermost(c.policy).(ARC); !arc || !c.cfg.SharePolicy.HasActivity() {
 		return
 	}
 	type group struct{ identity, direction string }
