@@ -294,9 +294,14 @@ func (s *Service) handleReconfigure(r micro.Request) {
 // makes every DTR's share _default, that none will ever come.
 func unknownShares(prios map[string]int, now api.SharesReply, policy string) []string {
 	known := map[string]bool{}
+	sp, _ := core.ParseSharePolicy(policy)
 	add := func(share string) {
 		known[share] = true
 		known[strings.TrimSuffix(strings.TrimSuffix(share, "-download"), "-upload")] = true
+		// "atlas" sets the priority of "atlas#Production Input".
+		if id, _, ok := sp.SplitShare(share); ok && id != "" {
+			known[id] = true
+		}
 	}
 	for _, st := range now.Shares {
 		add(st.Share)
