@@ -50,7 +50,7 @@ type entry struct {
 	// number in the names table (0: a local end).
 	hosts [2]uint32
 	// activity is the DTR's activity as 1 + its number in the names
-	// table, set only when there are activity limits (activitylimits.go).
+	// table if an activity limit names it, else 0 (activitylimits.go).
 	activity uint32
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
