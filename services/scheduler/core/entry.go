@@ -26,6 +26,7 @@ type entry struct {
 	granted  int64   // when the current grant was given
 	lease    int64   // when the current grant expires
 	prio     int32   // d.Priority while queued, kept here for fast sorting
+	activity uint32  // 1 + names number of its activity if a limit names it, else 0 (activitylimits.go)
 	key      float64 // place in the queue under a policy that draws lots
 	// share is the entry's share in the state it is queued or running in.
 	share *shareState
@@ -49,9 +50,6 @@ type entry struct {
 	// hosts are the storage endpoints of its remote ends, as 1 + their
 	// number in the names table (0: a local end).
 	hosts [2]uint32
-	// activity is the DTR's activity as 1 + its number in the names
-	// table if an activity limit names it, else 0 (activitylimits.go).
-	activity uint32
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
 	dirty bool
