@@ -1,14 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -17,7 +22,8 @@ import (
 // Jobs whose files name an activity land, through the bus, in their VO's
 // share for that activity; an activity limit at the source holds that
 // share's transfers and the slots go to the VO's other activity; sluice
-// why names the limit.
+// why names the limit; the web page's overview and the metrics show the
+// limit's use.
 func TestJobsWithAnActivityLandInTheirActivityShareUnderItsLimit(t *testing.T) {
 	dir := t.TempDir()
 	base := httpServer(t, http.FileServer(http.Dir(dir)))
@@ -31,8 +37,27 @@ func TestJobsWithAnActivityLandInTheirActivityShareUnderItsLimit(t *testing.T) {
 	cfg.ActivityLimits = fmt.Sprintf(`[{"activity":"Production Input","source":%q,"max":2}]`, endpoint)
 	cfg.MaxDelivery, cfg.MaxEmergency = 6, 0
 	cfg.Lease = time.Hour
-	// No delivery: granted transfers stay running, and the table holds still.
-	s := start(t, cfg, "scheduler", "generator", "processor")
+	// No delivery: granted transfers stay running, and the table holds
+	// still. The scheduler serves its page and metrics.
+	s := start(t, cfg, "generator", "processor")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := s.cfg
+	scfg.HTTP = ln
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, scfg, []string{"scheduler"}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler: %v", err)
+		}
+	})
+	web := "http://" + ln.Addr().String()
 
 	mkjob := func(name, activity string, n int) *job.Job {
 		j := &job.Job{Name: name, Owner: dtr.Identity{DN: "/CN=" + name, FQANs: []string{"/atlas/prod"}}}
@@ -70,6 +95,28 @@ func TestJobsWithAnActivityLandInTheirActivityShareUnderItsLimit(t *testing.T) {
 	}
 	if len(r.ActivityLimits) != 1 || r.ActivityLimits[0].Running[endpoint] != 2 || r.ActivityLimits[0].Max != 2 {
 		t.Fatalf("activity limits in the share table: %+v, want 2 of 2 running at %s", r.ActivityLimits, endpoint)
+	}
+
+	// The overview behind the web page, and the metrics, say the same
+	// (both sampled once a second).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ov := overview(t, web)
+		m := scrape(t, web+"/metrics")
+		labels := fmt.Sprintf(`{activity="Production Input",endpoint=%q,side="source"}`, endpoint)
+		var activity string
+		for _, l := range ov.Shares {
+			if l.Share == prodShare && l.State == dtr.Transfer {
+				activity = l.Activity
+			}
+		}
+		if len(ov.ActivityLimits) == 1 && ov.ActivityLimits[0].Running[endpoint] == 2 && activity == "Production Input" &&
+			m["sluice_scheduler_activity_running"+labels] == 2 && m["sluice_scheduler_activity_limit"+labels] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("overview: activity limits %+v, activity of %s %q; metrics running %v, limit %v (labels %s)", ov.ActivityLimits, prodShare, activity,
+				m["sluice_scheduler_activity_running"+labels], m["sluice_scheduler_activity_limit"+labels], labels)
+		}
 	}
 
 	// A production DTR still queued says which limit holds it.

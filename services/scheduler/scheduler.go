@@ -236,6 +236,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err := s.registerMetrics(meter); err != nil {
 		return nil, err
 	}
+	if err := s.registerActivityMetrics(meter); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
