@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -373,4 +374,47 @@ func TestActivitiesStayOutOfTheTableOfNames(t *testing.T) {
 			}
 		})
 	}
+}
+
+func FuzzParseActivitySettingsTakeOnlyWhatTheCoreCanUse(f *testing.F) {
+	f.Add(`{"atlas":{"Production Input":0.6,"default":0.4}}`, `[{"activity":"Express","destination":"se.example:443","max":5},{"activity":"default","source":"*","max":1}]`)
+	f.Add(`{"*":{"default":1e308}}`, `[{"activity":"a","source":"[::1]:8443","max":9223372036854775807}]`)
+	f.Add(`{"a":{"default":-0}}`, `[{"activity":"a","source":"x:","max":1}]`)
+	f.Fuzz(func(t *testing.T, weights, limits string) {
+		w, werr := ParseActivityWeights(weights)
+		ls, lerr := ParseActivityLimits(limits)
+		if werr == nil {
+			for vo, table := range w {
+				for a, v := range table {
+					if !(v > 0) || math.IsInf(v, 0) || a == "" || vo == "" {
+						t.Fatalf("taken: %q's %q weighs %v", vo, a, v)
+					}
+				}
+			}
+		}
+		if lerr == nil {
+			for _, l := range ls {
+				if l.Max < 1 || (l.Source == "") == (l.Destination == "") || l.Activity == "" {
+					t.Fatalf("taken: %+v", l)
+				}
+			}
+		}
+		if werr != nil || lerr != nil {
+			return
+		}
+		// What was taken runs: a DTR of each activity is named a share,
+		// weighed and counted without a panic.
+		cfg := activitySplitConfig("", nil)
+		cfg.ActivityWeights, cfg.ActivityLimits = w, ls
+		h := newHarness(t, cfg)
+		for i, l := range ls {
+			ep := l.Endpoint()
+			if ep == AnyEndpoint {
+				ep = "any.example"
+			}
+			h.submit(limitDTR(i, l.Activity, ep, ""))
+		}
+		h.runToTransfer()
+		h.c.Shares()
+	})
 }
