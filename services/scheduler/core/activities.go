@@ -112,6 +112,10 @@ func (p SharePolicy) SplitShare(share string) (identity, activity string, ok boo
 // list take.
 type ActivityWeights map[string]map[string]float64
 
+// MaxActivityWeight bounds a weight, so that the sums of a table stay far
+// from overflowing; weights are relative, so no table needs more.
+const MaxActivityWeight = 1e6
+
 // ParseActivityWeights reads SLUICE_ACTIVITY_SHARES (JSON); "" is no
 // weights.
 func ParseActivityWeights(s string) (ActivityWeights, error) {
@@ -130,7 +134,8 @@ func ParseActivityWeights(s string) (ActivityWeights, error) {
 }
 
 // Validate checks every table: a non-empty VO key, at least a "default"
-// entry, activity names that a DTR may carry, weights above 0 and finite.
+// entry, activity names that a DTR may carry, weights above 0 and at most
+// MaxActivityWeight.
 func (w ActivityWeights) Validate() error {
 	for _, vo := range slices.Sorted(maps.Keys(w)) {
 		table := w[vo]
@@ -147,8 +152,8 @@ func (w ActivityWeights) Validate() error {
 			if err := dtr.CheckActivity(a); err != nil {
 				return fmt.Errorf("activity shares of %q: %w", vo, err)
 			}
-			if v := table[a]; math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-				return fmt.Errorf("activity shares of %q: activity %q has weight %v; a weight must be a number above 0", vo, a, v)
+			if v := table[a]; math.IsNaN(v) || v <= 0 || v > MaxActivityWeight {
+				return fmt.Errorf("activity shares of %q: activity %q has weight %v; a weight must be a number above 0 and at most %g (weights are relative)", vo, a, v, float64(MaxActivityWeight))
 			}
 		}
 	}

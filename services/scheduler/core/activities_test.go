@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -287,6 +286,7 @@ func TestParseActivityWeightsRefusesBadTables(t *testing.T) {
 		{``, ""},
 		{`{"atlas":{"Production Input":-1,"default":1}}`, `activity "Production Input" has weight -1`},
 		{`{"atlas":{"Production Input":0,"default":1}}`, `has weight 0`},
+		{`{"atlas":{"Production Input":2e6,"default":1}}`, `has weight 2e+06; a weight must be a number above 0 and at most 1e+06`},
 		{`{"atlas":{"Production Input":1}}`, `no "default" weight`},
 		{`{"atlas":{}}`, `no "default" weight`},
 		{`{"":{"default":1}}`, `an empty VO name`},
@@ -378,7 +378,7 @@ func TestActivitiesStayOutOfTheTableOfNames(t *testing.T) {
 
 func FuzzParseActivitySettingsTakeOnlyWhatTheCoreCanUse(f *testing.F) {
 	f.Add(`{"atlas":{"Production Input":0.6,"default":0.4}}`, `[{"activity":"Express","destination":"se.example:443","max":5},{"activity":"default","source":"*","max":1}]`)
-	f.Add(`{"*":{"default":1e308}}`, `[{"activity":"a","source":"[::1]:8443","max":9223372036854775807}]`)
+	f.Add(`{"*":{"default":1e6,"a":1e-300}}`, `[{"activity":"a","source":"[::1]:8443","max":9223372036854775807}]`)
 	f.Add(`{"a":{"default":-0}}`, `[{"activity":"a","source":"x:","max":1}]`)
 	f.Fuzz(func(t *testing.T, weights, limits string) {
 		w, werr := ParseActivityWeights(weights)
@@ -386,7 +386,7 @@ func FuzzParseActivitySettingsTakeOnlyWhatTheCoreCanUse(f *testing.F) {
 		if werr == nil {
 			for vo, table := range w {
 				for a, v := range table {
-					if !(v > 0) || math.IsInf(v, 0) || a == "" || vo == "" {
+					if !(v > 0) || v > MaxActivityWeight || a == "" || vo == "" {
 						t.Fatalf("taken: %q's %q weighs %v", vo, a, v)
 					}
 				}
