@@ -57,7 +57,7 @@ type Config struct {
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
 	SharePriority    string        `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
 	ActivityShares   string        `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
-	ActivityLimits   string        `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; source or destination * is each endpoint"`
+	ActivityLimits   string        `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
 	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`

@@ -418,3 +418,30 @@ func FuzzParseActivitySettingsTakeOnlyWhatTheCoreCanUse(f *testing.F) {
 		h.c.Shares()
 	})
 }
+
+func TestActivityLimitAtAHostNameCountsEveryPortOfIt(t *testing.T) {
+	cfg := activitySplitConfig("", nil)
+	cfg.MaxDelivery = 30
+	cfg.ActivityLimits = []ActivityLimit{{Activity: "Express", Destination: "SE.example", Max: 3}, {Activity: "Express", Destination: "tape.example:8443", Max: 1}}
+	h := newHarness(t, cfg)
+	for i := range 5 {
+		h.submit(limitDTR(i, "Express", "", "se.example"), limitDTR(10+i, "Express", "", "se.example:443"),
+			limitDTR(20+i, "Express", "", "Se.Example:8443"), limitDTR(30+i, "Express", "", "other.example"),
+			limitDTR(40+i, "Express", "", "tape.example:8443"), limitDTR(50+i, "Express", "", "tape.example"))
+	}
+	h.runToTransfer()
+	by := map[string]int{}
+	for _, g := range h.transfersByShareList() {
+		u := strings.TrimPrefix(g.DTR.Destination, "https://")
+		by[strings.ToLower(u[:strings.Index(u, "/")])]++
+	}
+	se := by["se.example"] + by["se.example:443"] + by["se.example:8443"]
+	// A limit with a port counts that endpoint as written, no other.
+	if se != 3 || by["other.example"] != 5 || by["tape.example:8443"] != 1 || by["tape.example"] != 5 {
+		t.Fatalf("transfers by destination %v: want 3 to se.example on any port, 1 to tape.example:8443, and the rest all", by)
+	}
+	use := h.c.ActivityLimits()
+	if use[0].Destination != "se.example" || use[0].Running["se.example"] != 3 || use[1].Running["tape.example:8443"] != 1 {
+		t.Fatalf("use %+v", use)
+	}
+}

@@ -9,6 +9,8 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -20,7 +22,9 @@ const AnyEndpoint = "*"
 
 // ActivityLimit is one limit: Activity ("default" for DTRs without one)
 // at Source or at Destination (one of them: an endpoint "host:port" as
-// written in URLs, or "*"), at most Max transfers at once.
+// written in URLs; a host name alone, which counts every port of that host
+// together, https://se.example.org/… and https://se.example.org:443/…
+// alike; or "*", each endpoint on its own), at most Max transfers at once.
 type ActivityLimit struct {
 	Activity    string `json:"activity"`
 	Source      string `json:"source,omitempty"`
@@ -87,7 +91,7 @@ func ValidateActivityLimits(ls []ActivityLimit) error {
 			return fmt.Errorf("activity limit %d: %w", n, err)
 		}
 		if ep := l.Endpoint(); ep != AnyEndpoint && (strings.ContainsAny(ep, "/ \t?#@") || endpointOf("x://"+ep) != ep) {
-			return fmt.Errorf("activity limit %d (%q): %s %q is not an endpoint: give host or host:port as in the URLs, or %q for every endpoint", n, l.Activity, l.Side(), ep, AnyEndpoint)
+			return fmt.Errorf("activity limit %d (%q): %s %q is not an endpoint: give host:port as in the URLs, a host name for every port of it, or %q for each endpoint", n, l.Activity, l.Side(), ep, AnyEndpoint)
 		}
 		key := l
 		key.Max = 0
@@ -106,6 +110,16 @@ type activityKey struct {
 	endpoint uint32
 }
 
+// hostOnly reports whether an endpoint is a host name without a port.
+func hostOnly(ep string) bool {
+	u := url.URL{Host: ep}
+	return ep != AnyEndpoint && u.Port() == "" && !strings.HasSuffix(ep, ":")
+}
+
+// hostnameOf is the host name of an endpoint as written in a URL,
+// lower-cased ("[::1]:8443" → "::1").
+func hostnameOf(ep string) string { return strings.ToLower((&url.URL{Host: ep}).Hostname()) }
+
 // activityLoad counts the grants running per activity limit and endpoint,
 // in the states whose slot class is perHost (TRANSFER). Its invariant,
 // like hostLoad's: a key is in running exactly while a grant that the
@@ -113,26 +127,53 @@ type activityKey struct {
 type activityLoad struct {
 	limits []ActivityLimit
 	// activity and endpoint are each limit's activity and endpoint as
-	// 1 + their number in the names table; endpoint 0 is "*".
+	// 1 + their number in the names table; endpoint 0 is "*". byHost
+	// marks a limit at a host name: its endpoint is that name's number,
+	// and hostname maps an endpoint's number to its host name's.
 	activity, endpoint []uint32
+	byHost             []bool
+	hostname           func(endpoint uint32) uint32
 	// ids maps the activities that limits name to their numbers.
 	ids     map[string]uint32
 	running map[activityKey]int
 }
 
 // setActivityLimits installs the limits, interning their names (the
-// configuration's, a bounded few).
+// configuration's, a bounded few); a limit at a host name is kept
+// lower-cased.
 func (c *Core) setActivityLimits(ls []ActivityLimit) {
 	l := &c.activityLoad
-	l.limits = ls
-	l.activity, l.endpoint = make([]uint32, len(ls)), make([]uint32, len(ls))
+	l.limits = slices.Clone(ls)
+	l.activity, l.endpoint, l.byHost = make([]uint32, len(ls)), make([]uint32, len(ls)), make([]bool, len(ls))
 	l.ids = map[string]uint32{}
-	for i, lim := range ls {
+	for i := range l.limits {
+		lim := &l.limits[i]
 		l.activity[i] = uint32(c.nameID(lim.Activity)) + 1
 		l.ids[lim.Activity] = l.activity[i]
-		if ep := lim.Endpoint(); ep != AnyEndpoint {
+		switch ep := lim.Endpoint(); {
+		case ep == AnyEndpoint:
+		case hostOnly(ep):
+			l.byHost[i] = true
+			if lim.Source != "" {
+				lim.Source = hostnameOf(ep)
+			} else {
+				lim.Destination = hostnameOf(ep)
+			}
+			l.endpoint[i] = uint32(c.nameID(lim.Endpoint())) + 1
+		default:
 			l.endpoint[i] = uint32(c.nameID(ep)) + 1
 		}
+	}
+	// The host name of each endpoint, worked out when a limit first asks:
+	// one more name per storage endpoint at most.
+	hostnames := map[uint32]uint32{}
+	l.hostname = func(h uint32) uint32 {
+		id, ok := hostnames[h]
+		if !ok {
+			id = uint32(c.nameID(hostnameOf(c.names[h-1]))) + 1
+			hostnames[h] = id
+		}
+		return id
 	}
 }
 
@@ -155,7 +196,16 @@ func (l *activityLoad) covers(i int, e *entry) (activityKey, bool) {
 	if l.limits[i].Source != "" {
 		h = e.hosts[0]
 	}
-	if h == 0 || (l.endpoint[i] != 0 && l.endpoint[i] != h) {
+	switch {
+	case h == 0:
+		return activityKey{}, false
+	case l.byHost[i]:
+		// Counted under the host name, whatever port each URL wrote.
+		if l.hostname(h) != l.endpoint[i] {
+			return activityKey{}, false
+		}
+		h = l.endpoint[i]
+	case l.endpoint[i] != 0 && l.endpoint[i] != h:
 		return activityKey{}, false
 	}
 	return activityKey{limit: int32(i), endpoint: h}, true
