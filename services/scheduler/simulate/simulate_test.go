@@ -2,7 +2,9 @@ package simulate
 
 import (
 	"bytes"
+	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +225,40 @@ func TestWorkloadActivitiesAreReadWrittenAndSplitByTheirWeights(t *testing.T) {
 	want := 400 * 10 * time.Second / 6
 	if d := math.Abs(float64(prod.Finished - want)); d > float64(30*time.Second) || express.Finished <= prod.Finished {
 		t.Fatalf("production finished at %s, want about %s (6 of 8 slots); express at %s, after it", prod.Finished, want, express.Finished)
+	}
+}
+
+// The figure of docs/scheduling.md's Activities: testdata/activities.csv
+// under its settings holds 36/6/18/40 of 100 slots while all have work.
+func TestActivitiesWorkloadSplitsAsTheDocsSay(t *testing.T) {
+	f, err := os.Open("testdata/activities.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	work, err := ReadWorkload(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO + "+activity"
+	cfg.SharePriority = map[string]int{"atlas": 60, "cms": 40}
+	cfg.ActivityWeights = core.ActivityWeights{"atlas": {"Production Input": 0.6, "User Subscriptions": 0.1, "default": 0.3}}
+	res, err := Run(cfg, work, Options{Slots: 100, Overhead: 0, Sample: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"atlas#Production Input": 36, "atlas#User Subscriptions": 6, "atlas": 18, "cms#Production Input": 40}
+	checked := 0
+	for _, s := range res.Samples {
+		if s.At > 0 && s.At <= 20*time.Second {
+			if fmt.Sprint(s.Running) != fmt.Sprint(want) {
+				t.Fatalf("slots at %s: %v, want %v", s.At, s.Running, want)
+			}
+			checked++
+		}
+	}
+	if checked != 4 {
+		t.Fatalf("%d samples in the first 20 s, want 4", checked)
 	}
 }
