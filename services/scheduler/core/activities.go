@@ -86,7 +86,9 @@ func (p SharePolicy) ShareOf(d *dtr.DTR, w ActivityWeights) string {
 // direction suffix) into its identity part and its activity; ok is false
 // for a share without an activity. The identity part of a share under
 // plain "activity" is "". Under dn+activity the activity follows the last
-// "#" (a DN may hold one), otherwise the first (an activity may).
+// "#" (a DN may hold one), otherwise the first (an activity may). As with
+// every share name, a DTR without a direction whose activity ends in
+// "-download" or "-upload" reads as if it had that direction.
 func (p SharePolicy) SplitShare(share string) (identity, activity string, ok bool) {
 	base, _ := CutDirection(share)
 	switch {
