@@ -46,6 +46,16 @@ func (a Arrival) Group() string {
 	return g
 }
 
+// groupUnder is the group a run reports an arrival under: its Group, and,
+// under a share policy that names activities, "#default" for an arrival
+// without one, as its share is named.
+func (a Arrival) groupUnder(p core.SharePolicy) string {
+	if p.HasActivity() && a.Activity == "" {
+		return a.Group() + core.ActivitySeparator + core.DefaultActivity
+	}
+	return a.Group()
+}
+
 // ReadWorkload reads a workload in CSV with a header line naming the
 // columns: at (seconds from the start), dn, fqan, bytes, priority (1–100),
 // direction (download or upload) and activity; fqan, priority, direction

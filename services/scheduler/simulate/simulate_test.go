@@ -248,7 +248,7 @@ func TestActivitiesWorkloadSplitsAsTheDocsSay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"atlas#Production Input": 36, "atlas#User Subscriptions": 6, "atlas": 18, "cms#Production Input": 40}
+	want := map[string]int{"atlas#Production Input": 36, "atlas#User Subscriptions": 6, "atlas#default": 18, "cms#Production Input": 40}
 	checked := 0
 	for _, s := range res.Samples {
 		if s.At > 0 && s.At <= 20*time.Second {
