@@ -129,8 +129,8 @@ func (c Config) CoreConfig() (core.Config, error) {
 	if cc.ActivityWeights != nil && !p.HasActivity() {
 		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES is set but share policy %q does not name activities: use one with +activity, such as voms:vo+activity, or activity", p)
 	}
-	if pol := strings.ToLower(strings.TrimSpace(c.Policy)); cc.ActivityWeights != nil && pol != "" && pol != "arc" {
-		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES is set but policy %q names its own groups, without activities: activity weights apply to the arc policy's shares", c.Policy)
+	if pol := strings.ToLower(strings.TrimSpace(c.Policy)); p.HasActivity() && pol != "" && pol != "arc" {
+		return cc, fmt.Errorf("share policy %q names activities, but policy %q names its own groups, without them: activity shares need the arc policy (activity limits work under any)", p, c.Policy)
 	}
 	if cc.ActivityLimits, err = core.ParseActivityLimits(c.ActivityLimits); err != nil {
 		return cc, fmt.Errorf("SLUICE_ACTIVITY_LIMITS: %w", err)

@@ -66,7 +66,10 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 			"", `SLUICE_ACTIVITY_LIMITS: activity limit 1 ("Express"): give exactly one of source and destination`},
 		{"activity shares under a policy of its own groups", Config{Policy: "sam", SharePolicy: "voms:vo+activity",
 			ActivityShares: `{"atlas":{"default":1}}`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
-			"", `policy "sam" names its own groups`},
+			"", `share policy "voms:vo+activity" names activities, but policy "sam" names its own groups`},
+		{"activity limits under a policy of its own groups", Config{Policy: "sam", SharePolicy: "voms:vo",
+			ActivityLimits: `[{"activity":"Express","source":"*","max":2}]`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
+			"sam", ""},
 		{"an unknown share policy", Config{SharePolicy: "voms:vo+activities"}, "", `share policy "voms:vo+activities" is not one of`},
 	}
 	for _, tt := range tests {
