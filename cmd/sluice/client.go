@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -444,6 +446,28 @@ func printShares(w io.Writer, r api.SharesReply) {
 	}
 	if len(r.Shares) == 0 {
 		fmt.Fprintln(tw, "(no DTRs queued or running)")
+	}
+	printActivityLimits(tw, r.ActivityLimits)
+}
+
+// printActivityLimits lists the per-activity limits, one line per limit
+// and endpoint where its transfers run.
+func printActivityLimits(tw io.Writer, limits []api.ActivityLimitUse) {
+	if len(limits) == 0 {
+		return
+	}
+	fmt.Fprintln(tw, "\nACTIVITY\tAT\tENDPOINT\tMAX\tRUNNING")
+	for _, l := range limits {
+		at, limit := "destination", l.Destination
+		if l.Source != "" {
+			at, limit = "source", l.Source
+		}
+		if len(l.Running) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t0\n", l.Activity, at, limit, l.Max)
+		}
+		for _, ep := range slices.Sorted(maps.Keys(l.Running)) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", l.Activity, at, ep, l.Max, l.Running[ep])
+		}
 	}
 }
 

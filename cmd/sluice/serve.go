@@ -90,7 +90,7 @@ func completeValues(c *cobra.Command, flag string, values ...string) {
 // completeSchedulerFlags completes the values of a scheduler's flags.
 func completeSchedulerFlags(c *cobra.Command) {
 	completeValues(c, "policy", app.Policies()...)
-	completeValues(c, "sharepolicy", "dn", "voms:vo", "voms:group", "voms:role")
+	completeValues(c, "sharepolicy", "dn", "voms:vo", "voms:group", "voms:role", "dn+activity", "voms:vo+activity", "voms:group+activity", "voms:role+activity", "activity")
 }
 
 // natsFlag adds --nats, the NATS server URL.
@@ -111,8 +111,10 @@ func serveFlags(fs *pflag.FlagSet, role string, cfg *Config) {
 	}
 	if role == "all" || role == "scheduler" {
 		fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fair-share policy: "+strings.Join(app.Policies(), ", ")+" (env SLUICE_POLICY; each reads its SLUICE_<POLICY>_* settings)")
-		fs.StringVar(&cfg.SharePolicy, "sharepolicy", cfg.SharePolicy, "share policy: dn, voms:vo, voms:group, voms:role (env SLUICE_SHAREPOLICY)")
+		fs.StringVar(&cfg.SharePolicy, "sharepolicy", cfg.SharePolicy, "share policy: dn, voms:vo, voms:group, voms:role, each also +activity (voms:vo+activity), or activity (env SLUICE_SHAREPOLICY)")
 		fs.StringVar(&cfg.SharePriority, "sharepriority", cfg.SharePriority, "share priorities, e.g. atlas=80,cms=20 (env SLUICE_SHAREPRIORITY)")
+		fs.StringVar(&cfg.ActivityShares, "activity-shares", cfg.ActivityShares, `activity weights per VO as JSON, e.g. {"atlas":{"Production Input":0.6,"default":0.4}} (env SLUICE_ACTIVITY_SHARES)`)
+		fs.StringVar(&cfg.ActivityLimits, "activity-limits", cfg.ActivityLimits, `per-activity limits at an endpoint as JSON, e.g. [{"activity":"Express","destination":"se.example.org","max":5}]; an endpoint is host:port as URLs write it, a host name (every port of it) or * (each endpoint) (env SLUICE_ACTIVITY_LIMITS)`)
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")
 		fs.IntVar(&cfg.MaxProcessor, "maxprocessor", cfg.MaxProcessor, "slots per processing state (env SLUICE_MAXPROCESSOR)")
 		fs.IntVar(&cfg.MaxEmergency, "maxemergency", cfg.MaxEmergency, "emergency slots per state (env SLUICE_MAXEMERGENCY)")

@@ -50,6 +50,20 @@ type SharesReply struct {
 	// their leases to end. An administrator sees every one, another
 	// caller their own.
 	Silent []SilentGrant `json:"silent,omitempty"`
+	// ActivityLimits are the per-activity limits at endpoints and their
+	// use (SLUICE_ACTIVITY_LIMITS).
+	ActivityLimits []ActivityLimitUse `json:"activity_limits,omitempty"`
+}
+
+// ActivityLimitUse is one per-activity limit at a source or destination
+// endpoint ("*": each endpoint), and the transfers it counts at each
+// endpoint where any run.
+type ActivityLimitUse struct {
+	Activity    string         `json:"activity"`
+	Source      string         `json:"source,omitempty"`
+	Destination string         `json:"destination,omitempty"`
+	Max         int            `json:"max"`
+	Running     map[string]int `json:"running,omitempty"`
 }
 
 // SilentGrant is a grant held by a silent worker.
@@ -158,6 +172,9 @@ type ShareStats struct {
 	// Weight is the share's weight in that split under the policy in force
 	// (the configured priority under ARC's).
 	Weight int64 `json:"weight"`
+	// Activity is the share's activity under an activity share policy
+	// (voms:vo+activity), else empty.
+	Activity string `json:"activity,omitempty"`
 }
 
 // Why explains where a DTR is and what it waits for; like ShareStats, the

@@ -294,9 +294,14 @@ func (s *Service) handleReconfigure(r micro.Request) {
 // makes every DTR's share _default, that none will ever come.
 func unknownShares(prios map[string]int, now api.SharesReply, policy string) []string {
 	known := map[string]bool{}
+	sp, _ := core.ParseSharePolicy(policy)
 	add := func(share string) {
 		known[share] = true
 		known[strings.TrimSuffix(strings.TrimSuffix(share, "-download"), "-upload")] = true
+		// "atlas" sets the priority of "atlas#Production Input".
+		if id, _, ok := sp.SplitShare(share); ok && id != "" {
+			known[id] = true
+		}
 	}
 	for _, st := range now.Shares {
 		add(st.Share)
@@ -344,6 +349,10 @@ func (s *Service) shares(c auth.Caller) api.SharesReply {
 		stats, reply.Retrying = s.core.Shares()
 		for _, st := range stats {
 			reply.Shares = append(reply.Shares, api.ShareStats(st))
+		}
+		for _, u := range s.core.ActivityLimits() {
+			reply.ActivityLimits = append(reply.ActivityLimits, api.ActivityLimitUse{Activity: u.Activity, Source: u.Source,
+				Destination: u.Destination, Max: u.Max, Running: u.Running})
 		}
 		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})

@@ -96,7 +96,7 @@ func TestParseSharePrioritiesTakesSluicesAndARCsForms(t *testing.T) {
 
 func TestReconfigureWarnsOfSharesWithoutDTRs(t *testing.T) {
 	now := api.SharesReply{
-		Shares:   []api.ShareStats{{Share: "atlas-download"}, {Share: "cms"}},
+		Shares:   []api.ShareStats{{Share: "atlas-download"}, {Share: "cms"}, {Share: "belle#Express-download"}},
 		Retrying: map[string]int{"lhcb": 1},
 	}
 	tests := []struct {
@@ -108,6 +108,7 @@ func TestReconfigureWarnsOfSharesWithoutDTRs(t *testing.T) {
 		{"shares that have DTRs", map[string]int{"atlas": 80, "cms": 20, "lhcb": 5}, "voms:vo", nil},
 		{"a share with none yet", map[string]int{"atlas": 80, "alice": 20}, "voms:vo", []string{`"alice" has no DTRs queued`}},
 		{"no share policy", map[string]int{"alice": 20, "belle": 5}, "", []string{`"alice" has no DTRs and will get none`, `"belle"`}},
+		{"a VO of activity shares", map[string]int{"belle": 80, "belle#Express": 90, "alice": 20}, "voms:vo+activity", []string{`"alice" has no DTRs queued`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -54,6 +54,9 @@ type Overview struct {
 	// Workers are the worker pools the scheduler hears from, as
 	// sluice.api.workers answers.
 	Workers []api.Worker `json:"workers"`
+	// ActivityLimits are the per-activity limits at endpoints and how
+	// many transfers each counts where any run.
+	ActivityLimits []core.ActivityLimitUse `json:"activity_limits"`
 }
 
 // Totals are what the scheduler finished since it started.
@@ -182,6 +185,7 @@ func (m *monitor) failure(id uuid.UUID) (FailureRecord, bool) {
 func (m *monitor) sample(now time.Time, c *core.Core, longest []Waiting, silent []api.SilentGrant, workers []api.Worker) {
 	stats, retrying := c.Shares()
 	ov := Overview{Time: now, Retrying: retrying, Counts: c.Counts(), Longest: longest, Silent: silent, Workers: workers}
+	ov.ActivityLimits = c.ActivityLimits()
 	byState := map[dtr.State][]core.ShareStats{}
 	for _, s := range stats {
 		byState[s.State] = append(byState[s.State], s)

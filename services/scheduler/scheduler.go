@@ -51,10 +51,13 @@ type Config struct {
 	// The policies' own settings (SLUICE_DIRAC_*, SLUICE_BYTEFAIR*,
 	// SLUICE_SAM_*, SLUICE_ENSTORE_*), each policy's in its struct.
 	fairshare.Settings
-	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one share).
-	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty"`
+	// SharePolicy is dn, voms:vo, voms:group, voms:role or empty (one
+	// share), the first four also with +activity, or activity.
+	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty; each of the four with +activity (voms:vo+activity: shares such as atlas#Production Input), or activity alone"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
 	SharePriority    string        `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
+	ActivityShares   string        `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
+	ActivityLimits   string        `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
 	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
@@ -122,6 +125,18 @@ func (c Config) CoreConfig() (core.Config, error) {
 	cc.SharePriority, err = api.ParseSharePriorities(c.SharePriority)
 	if err != nil {
 		return cc, err
+	}
+	if cc.ActivityWeights, err = core.ParseActivityWeights(c.ActivityShares); err != nil {
+		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES: %w", err)
+	}
+	if cc.ActivityWeights != nil && !p.HasActivity() {
+		return cc, fmt.Errorf("SLUICE_ACTIVITY_SHARES is set but share policy %q does not name activities: use one with +activity, such as voms:vo+activity, or activity", p)
+	}
+	if pol := strings.ToLower(strings.TrimSpace(c.Policy)); p.HasActivity() && pol != "" && pol != "arc" {
+		return cc, fmt.Errorf("share policy %q names activities, but policy %q names its own groups, without them: activity shares need the arc policy (activity limits work under any)", p, c.Policy)
+	}
+	if cc.ActivityLimits, err = core.ParseActivityLimits(c.ActivityLimits); err != nil {
+		return cc, fmt.Errorf("SLUICE_ACTIVITY_LIMITS: %w", err)
 	}
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
 	cc.MaxPrepared, cc.MaxPerHost, cc.PreferredPattern = c.MaxPrepared, c.MaxPerHost, c.PreferredPattern
@@ -225,6 +240,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
 	}
 	if err := s.registerMetrics(meter); err != nil {
+		return nil, err
+	}
+	if err := s.registerActivityMetrics(meter); err != nil {
 		return nil, err
 	}
 	return s, nil

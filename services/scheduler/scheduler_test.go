@@ -57,6 +57,21 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 		{"byte-fair on top of a policy", Config{Policy: "sam", Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "cms=1"},
 			ByteFairSettings: fairshare.ByteFairSettings{ByteFair: 10 * time.Minute}}}, "sam+bytes", ""},
 		{"a negative maxperhost", Config{MaxPerHost: -1}, "", "maxperhost -1 is negative"},
+		{"activity shares with an activity policy", Config{SharePolicy: "voms:vo+activity",
+			ActivityShares: `{"atlas":{"Production Input":0.6,"default":0.4}}`}, "arc", ""},
+		{"a negative activity weight", Config{SharePolicy: "voms:vo+activity", ActivityShares: `{"atlas":{"Express":-1,"default":1}}`},
+			"", `SLUICE_ACTIVITY_SHARES: activity shares of "atlas": activity "Express" has weight -1`},
+		{"activity shares under a policy without activities", Config{SharePolicy: "voms:vo", ActivityShares: `{"atlas":{"default":1}}`},
+			"", `share policy "voms:vo" does not name activities`},
+		{"an activity limit without an endpoint", Config{ActivityLimits: `[{"activity":"Express","max":2}]`},
+			"", `SLUICE_ACTIVITY_LIMITS: activity limit 1 ("Express"): give exactly one of source and destination`},
+		{"activity shares under a policy of its own groups", Config{Policy: "sam", SharePolicy: "voms:vo+activity",
+			ActivityShares: `{"atlas":{"default":1}}`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
+			"", `share policy "voms:vo+activity" names activities, but policy "sam" names its own groups`},
+		{"activity limits under a policy of its own groups", Config{Policy: "sam", SharePolicy: "voms:vo",
+			ActivityLimits: `[{"activity":"Express","source":"*","max":2}]`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
+			"sam", ""},
+		{"an unknown share policy", Config{SharePolicy: "voms:vo+activities"}, "", `share policy "voms:vo+activities" is not one of`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

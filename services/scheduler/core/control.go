@@ -91,7 +91,7 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 	c.cfg.SharePriority = cp
 	for _, e := range c.dtrs {
 		share := c.shareOf(e)
-		if p := c.SharePriority(share); p != sharePriorityIn(old, share) {
+		if p := c.SharePriority(share); p != sharePriorityUnder(old, c.cfg.SharePolicy, share) {
 			d := c.unpackEntry(e)
 			d.Priority = c.policy.Priority(d.Share, d)
 			d.Updated = now
@@ -172,6 +172,10 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	if h := c.hosts.full(e); classOf(d.State).PerHost && c.hosts.limited() && h != 0 {
 		w.Reason = fmt.Sprintf("storage endpoint %s already has %d transfers running (max per host %d): the DTR waits for one of them to end",
 			c.names[h-1], c.hosts.running[h], c.cfg.MaxPerHost)
+		return w, nil
+	}
+	if reason := c.activityLimitReason(e); classOf(d.State).PerHost && reason != "" {
+		w.Reason = reason
 		return w, nil
 	}
 	if p := c.pins.of(d.Share); classOf(d.State).Pins && c.pins.full(d.Share, d.Priority) {

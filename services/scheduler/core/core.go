@@ -66,6 +66,12 @@ type Config struct {
 	// (DefaultConfig has ARC's, DeadlineFor says which); nil: AgeAfter
 	// for every state. See DeadlineFor.
 	AgeAfterState map[dtr.State]time.Duration
+	// ActivityWeights divide a share's priority between its activities
+	// under an activity share policy (activities.go).
+	ActivityWeights ActivityWeights
+	// ActivityLimits cap the transfers of an activity at a source or a
+	// destination endpoint (activitylimits.go).
+	ActivityLimits []ActivityLimit
 }
 
 // DefaultConfig returns A-REX's defaults.
@@ -138,6 +144,9 @@ type Core struct {
 	pins pinLedger
 	// hosts counts the transfers running per storage endpoint (hosts.go).
 	hosts hostLoad
+	// activityLoad counts the transfers running per activity limit and
+	// endpoint (activitylimits.go).
+	activityLoad activityLoad
 	// caching holds, per source URL, the DTR downloading it into the
 	// cache (cache.go).
 	caching cacheDownloads
@@ -222,6 +231,7 @@ func New(cfg Config) *Core {
 		states:        map[dtr.State]*stateQueues{},
 		pins:          pinLedger{byShare: map[string]*sharePins{}, max: cfg.MaxPrepared},
 		hosts:         hostLoad{running: map[uint32]int{}, max: cfg.MaxPerHost},
+		activityLoad:  activityLoad{running: map[activityKey]int{}},
 		caching:       cacheDownloads{},
 		active:        map[uuid.UUID]*entry{},
 	}
@@ -229,8 +239,9 @@ func New(cfg Config) *Core {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
 	c.rand = rand.New(rand.NewPCG(1, 2))
+	c.setActivityLimits(cfg.ActivityLimits)
 	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
-		SharePriority: c.SharePriority}
+		SharePriority: c.SharePriority, ShareOf: func(d *dtr.DTR) string { return c.cfg.SharePolicy.ShareOf(d, c.cfg.ActivityWeights) }}
 	c.policy = ARC{env}
 	if cfg.Policy != nil {
 		c.policy = cfg.Policy(env)
@@ -243,7 +254,9 @@ func (c *Core) Config() Config { return c.cfg }
 
 // SharePriority returns the configured priority of a share (with or without
 // its direction suffix).
-func (c *Core) SharePriority(share string) int { return sharePriorityIn(c.cfg.SharePriority, share) }
+func (c *Core) SharePriority(share string) int {
+	return sharePriorityUnder(c.cfg.SharePriority, c.cfg.SharePolicy, share)
+}
 
 func sharePriorityIn(prios map[string]int, share string) int {
 	if p, ok := prios[share]; ok {

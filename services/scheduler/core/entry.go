@@ -26,6 +26,7 @@ type entry struct {
 	granted  int64   // when the current grant was given
 	lease    int64   // when the current grant expires
 	prio     int32   // d.Priority while queued, kept here for fast sorting
+	activity uint32  // 1 + names number of its activity if a limit names it, else 0 (activitylimits.go)
 	key      float64 // place in the queue under a policy that draws lots
 	// share is the entry's share in the state it is queued or running in.
 	share *shareState
@@ -148,6 +149,7 @@ func (c *Core) add(e *entry) {
 	e.d.Share = c.intern(e.d.Share)
 	e.d.Owner.DN = c.intern(e.d.Owner.DN)
 	c.setHosts(e)
+	c.setActivity(e)
 	c.own(e)
 	c.dtrs[e.d.ID] = e
 }
@@ -187,6 +189,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.queued = q
 		if classOf(q).PerHost {
 			c.hosts.add(e, 1)
+			c.activityLoad.add(e, 1)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
 		e.granted = c.nanos(now)

@@ -41,7 +41,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			c.issueGrant(now, s, e, false)
 		}
 	}
-	if st.total < n && classOf(s).PerHost && c.hosts.limited() {
+	if st.total < n && classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited()) {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
 		for _, ss := range st.order {
@@ -98,7 +98,7 @@ const maxSkip = 64
 // first chooses a host; if none is free it is skipped). The DTRs passed
 // over keep their place. It returns nil if none of the first maxSkip can.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
-	if !classOf(s).PerHost || !c.hosts.limited() {
+	if !classOf(s).PerHost || !c.hosts.limited() && !c.activityLoad.limited() {
 		return ss.q.popHead()
 	}
 	var skipped []*entry
@@ -109,7 +109,7 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	}()
 	for ss.q.Len() > 0 && len(skipped) < maxSkip {
 		e := ss.q.popHead()
-		if c.hosts.full(e) == 0 {
+		if (!c.hosts.limited() || c.hosts.full(e) == 0) && c.activityLoad.room(e) {
 			return e
 		}
 		skipped = append(skipped, e)
@@ -131,6 +131,7 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
+	c.weighActivities(st.demand)
 	return apportion(c.Limit(st.state), st.demand, st.deficit)
 }
 
@@ -176,6 +177,7 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	}
 	if k.PerHost {
 		c.hosts.add(e, 1)
+		c.activityLoad.add(e, 1)
 	}
 	d.Cleanup = k.CleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
 	e.endPost(postFinaliseAgain)
@@ -229,6 +231,7 @@ func (c *Core) release(e *entry) {
 	st := c.states[e.queued]
 	if classOf(e.queued).PerHost {
 		c.hosts.add(e, -1)
+		c.activityLoad.add(e, -1)
 	}
 	e.share.running--
 	st.total--

@@ -58,6 +58,10 @@ func innermost(p Policy) Policy {
 type PolicyEnv struct {
 	ShareName     func(dtr.Identity) string
 	SharePriority func(share string) int
+	// ShareOf names a DTR's share under the share policy, with its
+	// activity under an activity policy (SharePolicy.ShareOf); nil means
+	// ShareName of its owner.
+	ShareOf func(*dtr.DTR) string
 }
 
 // PolicyMaker makes a policy for a core (Config.Policy).
@@ -77,7 +81,12 @@ func NewARC(env PolicyEnv) Policy { return ARC{env} }
 func (ARC) Name() string { return "arc" }
 
 // Share implements Policy.
-func (p ARC) Share(d *dtr.DTR) string { return p.env.ShareName(d.Owner) }
+func (p ARC) Share(d *dtr.DTR) string {
+	if p.env.ShareOf != nil {
+		return p.env.ShareOf(d)
+	}
+	return p.env.ShareName(d.Owner)
+}
 
 // Priority implements Policy.
 func (p ARC) Priority(share string, d *dtr.DTR) int {

@@ -100,6 +100,9 @@ type ShareStats struct {
 	// Weight is the share's weight in that split under the policy in force
 	// (the configured priority under ARC's).
 	Weight int64 `json:"weight"`
+	// Activity is the share's activity under an activity share policy
+	// (voms:vo+activity), else empty.
+	Activity string `json:"activity,omitempty"`
 }
 
 // Shares returns the load of every share in every queue state that has any,
@@ -112,6 +115,9 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
 				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})
+			if _, act, ok := c.cfg.SharePolicy.SplitShare(ss.name); ok {
+				stats[len(stats)-1].Activity = act
+			}
 		}
 	}
 	retrying = map[string]int{}

@@ -25,12 +25,13 @@ const (
 // ParseSharePolicy checks a configured policy name.
 func ParseSharePolicy(s string) (SharePolicy, error) {
 	switch p := SharePolicy(strings.ToLower(strings.TrimSpace(s))); p {
-	case PolicyNone, PolicyDN, PolicyVOMSVO, PolicyVOMSGroup, PolicyVOMSRole:
+	case PolicyNone, PolicyDN, PolicyVOMSVO, PolicyVOMSGroup, PolicyVOMSRole, PolicyActivity,
+		PolicyDN + activitySuffix, PolicyVOMSVO + activitySuffix, PolicyVOMSGroup + activitySuffix, PolicyVOMSRole + activitySuffix:
 		return p, nil
 	case "none":
 		return PolicyNone, nil
 	}
-	return "", fmt.Errorf("share policy %q is not one of dn, voms:vo, voms:group, voms:role, none", s)
+	return "", fmt.Errorf("share policy %q is not one of dn, voms:vo, voms:group, voms:role, none, activity, or one of the first four with +activity (voms:vo+activity)", s)
 }
 
 // ShareName returns the share of an identity under the policy, without the
@@ -43,8 +44,11 @@ func ParseSharePolicy(s string) (SharePolicy, error) {
 //	none        _default
 //
 // An identity that lacks what the policy needs goes to _default.
+//
+// Under an activity policy (voms:vo+activity) it is the identity's part of
+// the share's name; ShareOf adds the activity.
 func (p SharePolicy) ShareName(id dtr.Identity) string {
-	switch p {
+	switch p = p.identity(); p {
 	case PolicyDN:
 		if id.DN != "" {
 			return id.DN

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,7 +53,14 @@ var ExampleSettings = map[string]string{
 // WriteWorkload writes arrivals in the format ReadWorkload reads.
 func WriteWorkload(w io.Writer, work []Arrival) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write([]string{"at", "dn", "fqan", "bytes", "priority", "direction"}); err != nil {
+	header := []string{"at", "dn", "fqan", "bytes", "priority", "direction"}
+	// The activity column only when some arrival has one: a workload
+	// without activities reads as it always did.
+	activities := slices.ContainsFunc(work, func(a Arrival) bool { return a.Activity != "" })
+	if activities {
+		header = append(header, "activity")
+	}
+	if err := cw.Write(header); err != nil {
 		return err
 	}
 	for _, a := range work {
@@ -60,8 +68,12 @@ func WriteWorkload(w io.Writer, work []Arrival) error {
 		if a.Priority > 0 {
 			prio = strconv.Itoa(a.Priority)
 		}
-		if err := cw.Write([]string{strconv.FormatFloat(a.At.Seconds(), 'f', -1, 64), a.DN, a.FQAN,
-			strconv.FormatInt(a.Bytes, 10), prio, string(a.Direction)}); err != nil {
+		rec := []string{strconv.FormatFloat(a.At.Seconds(), 'f', -1, 64), a.DN, a.FQAN,
+			strconv.FormatInt(a.Bytes, 10), prio, string(a.Direction)}
+		if activities {
+			rec = append(rec, a.Activity)
+		}
+		if err := cw.Write(rec); err != nil {
 			return err
 		}
 	}

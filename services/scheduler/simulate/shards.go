@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"math"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -179,7 +180,7 @@ func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track boo
 	}
 	for i, a := range work {
 		s := r.shards[r.shares[shareOf[i]].shard]
-		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i], group: a.Group(), dtr: dtrs[i]})
+		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i], group: a.groupUnder(cfg.SharePolicy), dtr: dtrs[i]})
 	}
 	for _, s := range r.shards {
 		s.byID = make(map[uuid.UUID]*info, len(s.work))
@@ -234,9 +235,10 @@ func assignShards(files map[string]int, sh Sharding) map[string]int {
 // arrivalDTR is the DTR of the i-th arrival (in order of arrival).
 func arrivalDTR(i int, a Arrival) *dtr.DTR {
 	d := &dtr.DTR{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "sim-%d", i)),
-		Source:      fmt.Sprintf("https://source.example/%s/%d", a.Group(), i),
+		Source:      fmt.Sprintf("https://source.example/%s/%d", url.PathEscape(a.Group()), i),
 		Destination: fmt.Sprintf("file:///sim/%d", i),
 		Owner:       dtr.Identity{DN: a.DN}, UserPriority: a.Priority, Direction: a.Direction}
+	d.Options.Activity = a.Activity
 	if a.FQAN != "" {
 		d.Owner.FQANs = []string{a.FQAN}
 	}

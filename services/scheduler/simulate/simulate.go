@@ -19,7 +19,8 @@ import (
 )
 
 // Arrival is one file of a workload: when it arrives, who owns it, its size
-// and user priority, and its direction.
+// and user priority, its direction, and its activity (FTS3's and Rucio's
+// "Production Input", …; empty for none).
 type Arrival struct {
 	At        time.Duration
 	DN        string
@@ -27,21 +28,38 @@ type Arrival struct {
 	Bytes     int64
 	Priority  int
 	Direction dtr.Direction
+	Activity  string
 }
 
 // Group is who an arrival is reported under: its VO (the first part of
-// its FQAN), or its DN when it has no FQAN.
+// its FQAN), or its DN when it has no FQAN; and, for an arrival with an
+// activity, the activity after a "#", as an activity share is named:
+// "atlas#Production Input".
 func (a Arrival) Group() string {
+	g := a.DN
 	if a.FQAN != "" {
-		return core.PolicyVOMSVO.ShareName(dtr.Identity{FQANs: []string{a.FQAN}})
+		g = core.PolicyVOMSVO.ShareName(dtr.Identity{FQANs: []string{a.FQAN}})
 	}
-	return a.DN
+	if a.Activity != "" {
+		g += core.ActivitySeparator + a.Activity
+	}
+	return g
+}
+
+// groupUnder is the group a run reports an arrival under: its Group, and,
+// under a share policy that names activities, "#default" for an arrival
+// without one, as its share is named.
+func (a Arrival) groupUnder(p core.SharePolicy) string {
+	if p.HasActivity() && a.Activity == "" {
+		return a.Group() + core.ActivitySeparator + core.DefaultActivity
+	}
+	return a.Group()
 }
 
 // ReadWorkload reads a workload in CSV with a header line naming the
-// columns: at (seconds from the start), dn, fqan, bytes, priority (1–100)
-// and direction (download or upload); fqan, priority and direction may be
-// left out or empty. Arrivals need not be in order.
+// columns: at (seconds from the start), dn, fqan, bytes, priority (1–100),
+// direction (download or upload) and activity; fqan, priority, direction
+// and activity may be left out or empty. Arrivals need not be in order.
 func ReadWorkload(r io.Reader) ([]Arrival, error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
@@ -56,7 +74,7 @@ func ReadWorkload(r io.Reader) ([]Arrival, error) {
 	}
 	for _, need := range []string{"at", "dn", "bytes"} {
 		if _, ok := col[need]; !ok {
-			return nil, fmt.Errorf("workload header %q lacks the column %q (want at, dn, fqan, bytes, priority, direction)", strings.Join(header, ","), need)
+			return nil, fmt.Errorf("workload header %q lacks the column %q (want at, dn, fqan, bytes, priority, direction, activity)", strings.Join(header, ","), need)
 		}
 	}
 	cr.FieldsPerRecord = len(header)
@@ -98,6 +116,11 @@ func ReadWorkload(r io.Reader) ([]Arrival, error) {
 			a.Direction = d
 		default:
 			return nil, fmt.Errorf("workload line %d: direction %q is neither download nor upload", line, d)
+		}
+		if a.Activity = field(rec, "activity"); a.Activity != "" {
+			if err := dtr.CheckActivity(a.Activity); err != nil {
+				return nil, fmt.Errorf("workload line %d: %w", line, err)
+			}
 		}
 		out = append(out, a)
 	}

@@ -2,7 +2,9 @@ package simulate
 
 import (
 	"bytes"
+	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +180,85 @@ func TestNoGroupWithWorkWaitsForeverUnderAnyPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestWorkloadActivitiesAreReadWrittenAndSplitByTheirWeights(t *testing.T) {
+	in := "at,dn,fqan,bytes,activity\n0,/CN=a,/atlas,100,Production Input\n0,/CN=b,/atlas,100,\n"
+	work, err := ReadWorkload(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if work[0].Activity != "Production Input" || work[0].Group() != "atlas#Production Input" || work[1].Group() != "atlas" {
+		t.Fatalf("read %+v (groups %q, %q)", work, work[0].Group(), work[1].Group())
+	}
+	if _, err := ReadWorkload(strings.NewReader("at,dn,bytes,activity\n0,/CN=a,1,x\x01y\n")); err == nil || !strings.Contains(err.Error(), "line 2: activity") {
+		t.Fatalf("a bad activity: %v", err)
+	}
+	var b bytes.Buffer
+	if err := WriteWorkload(&b, work); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := ReadWorkload(&b); err != nil || back[0] != work[0] || back[1] != work[1] {
+		t.Fatalf("read back %+v, %v", back, err)
+	}
+
+	// Two activities of one VO, weighted 3:1, each with enough work to
+	// fill every slot: while both have work, the slots split 3:1.
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO + "+activity"
+	cfg.ActivityWeights = core.ActivityWeights{"atlas": {"Production Input": 3, "default": 1}}
+	work = nil
+	for range 400 {
+		work = append(work, Arrival{DN: "/CN=a", FQAN: "/atlas", Bytes: 1e9, Activity: "Production Input"},
+			Arrival{DN: "/CN=b", FQAN: "/atlas", Bytes: 1e9, Activity: "Express"})
+	}
+	res, err := Run(cfg, work, Options{Slots: 8, Overhead: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Groups) != 2 || res.Groups[0].Group != "atlas#Express" || res.Groups[1].Group != "atlas#Production Input" {
+		t.Fatalf("groups %+v", res.Groups)
+	}
+	express, prod := res.Groups[0], res.Groups[1]
+	// Production's 400 files of 10 s on 6 of the 8 slots.
+	want := 400 * 10 * time.Second / 6
+	if d := math.Abs(float64(prod.Finished - want)); d > float64(30*time.Second) || express.Finished <= prod.Finished {
+		t.Fatalf("production finished at %s, want about %s (6 of 8 slots); express at %s, after it", prod.Finished, want, express.Finished)
+	}
+}
+
+// The figure of docs/scheduling.md's Activities: testdata/activities.csv
+// under its settings holds 36/6/18/40 of 100 slots while all have work.
+func TestActivitiesWorkloadSplitsAsTheDocsSay(t *testing.T) {
+	f, err := os.Open("testdata/activities.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	work, err := ReadWorkload(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyVOMSVO + "+activity"
+	cfg.SharePriority = map[string]int{"atlas": 60, "cms": 40}
+	cfg.ActivityWeights = core.ActivityWeights{"atlas": {"Production Input": 0.6, "User Subscriptions": 0.1, "default": 0.3}}
+	res, err := Run(cfg, work, Options{Slots: 100, Overhead: 0, Sample: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"atlas#Production Input": 36, "atlas#User Subscriptions": 6, "atlas#default": 18, "cms#Production Input": 40}
+	checked := 0
+	for _, s := range res.Samples {
+		if s.At > 0 && s.At <= 20*time.Second {
+			if fmt.Sprint(s.Running) != fmt.Sprint(want) {
+				t.Fatalf("slots at %s: %v, want %v", s.At, s.Running, want)
+			}
+			checked++
+		}
+	}
+	if checked != 4 {
+		t.Fatalf("%d samples in the first 20 s, want 4", checked)
 	}
 }
