@@ -104,8 +104,9 @@ func (c *Core) skipCache(now time.Time, e *entry) {
 
 // ParseAgeAfterStates reads per-state deadlines "STATE=duration,..." as in
 // "TRANSFER=2h,CHECK_CACHE=24h": each STATE a queue state by its ARC name
-// (any case), each duration positive. Empty gives an empty table (every
-// state ages after AgeAfter).
+// (any case), each duration positive. Empty gives an empty table. The
+// scheduler lays what it reads over ARC's table (DefaultConfig's), so a
+// state not named keeps ARC's deadline.
 func ParseAgeAfterStates(s string) (map[dtr.State]time.Duration, error) {
 	out := map[dtr.State]time.Duration{}
 	for _, item := range strings.Split(s, ",") {
