@@ -91,8 +91,8 @@ func (c *Core) cacheWaitOver(now time.Time, d *dtr.DTR) bool {
 // goes through CACHE_PROCESSED straight to CACHE_CHECKED, spending no
 // attempt, and fetches its file without the cache (Options.NoCache, ARC's
 // CACHE_SKIP; a later retry from NEW does not go to the cache either).
-// NEW's resets are not needed: the DTR passed NEW on its way here and has
-// not been granted since.
+// NEW's resets are not needed: the DTR passed NEW in this attempt and has
+// not got past its cache check since; its cache state is cleared here.
 func (c *Core) skipCache(now time.Time, e *entry) {
 	d := e.d
 	d.Options.NoCache = true
