@@ -26,7 +26,9 @@ import (
 )
 
 // config is the services' configuration in the measurements: the defaults
-// of the environment, with slots and workers for a busy site.
+// of the environment, with slots and workers for a busy site. Ageing is the
+// scheduler's default: AGE_AFTER_STATES left empty keeps ARC's per-state
+// deadlines, and CACHE_WAIT_TIMEOUT left zero is its day.
 func config(slots int) app.Config {
 	return app.Config{
 		// The measurements' storage servers are on loopback.

@@ -255,6 +255,20 @@ type DTR struct {
 	// computed on the stream (for a local file, on disk) was, as with a
 	// storage that keeps no checksums. Empty until a transfer checks one.
 	ChecksumSource string `json:"checksum_source,omitempty"`
+	// StateEntered is when the DTR entered its State (Transition sets
+	// it). Unlike Updated, a change of priority does not move it: the
+	// ageing deadline of a restored DTR and the CACHE_WAIT timeout count
+	// from it. Zero in records written before it was kept (read Updated).
+	StateEntered time.Time `json:"state_entered,omitzero"`
+}
+
+// EnteredState returns when the DTR entered its state: StateEntered, or
+// Updated for a record that predates it.
+func (d *DTR) EnteredState() time.Time {
+	if d.StateEntered.IsZero() {
+		return d.Updated
+	}
+	return d.StateEntered
 }
 
 // What a DTR's checksum was checked against (DTR.ChecksumSource).
@@ -298,6 +312,7 @@ func (d *DTR) Transition(to State, now time.Time) error {
 	}
 	d.State = to
 	d.Updated = now
+	d.StateEntered = now
 	return nil
 }
 

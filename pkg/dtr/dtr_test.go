@@ -1,9 +1,11 @@
 package dtr
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -151,5 +153,28 @@ func TestOptionsCheckNamesTheFieldOfEachProblem(t *testing.T) {
 				t.Fatalf("Check: %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A transition records when the DTR entered its state; a record written
+// before StateEntered was kept reads as having entered it at its last
+// update.
+func TestEnteredStateIsWhenTheDTRLastChangedStateOrItsRecordsUpdate(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	d := &DTR{ID: uuid.New(), State: New}
+	if err := d.Transition(CacheWait, t0); err != nil {
+		t.Fatal(err)
+	}
+	d.Updated = t0.Add(time.Hour) // a priority change, say
+	if got := d.EnteredState(); !got.Equal(t0) {
+		t.Fatalf("entered its state at %s, want %s", got, t0)
+	}
+	var old DTR
+	if err := json.Unmarshal([]byte(`{"id":"c3e12bfa-ba9a-4a45-be73-0b3b2a206e1c","source":"http://a/f","destination":"file:///f",`+
+		`"state":"CACHE_WAIT","created":"2026-11-26T09:00:00Z","updated":"2026-11-26T10:00:00Z"}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.EnteredState(); !got.Equal(t0) || !old.StateEntered.IsZero() {
+		t.Fatalf("a record without state_entered entered its state at %s (state_entered %s), want its updated, %s", got, old.StateEntered, t0)
 	}
 }

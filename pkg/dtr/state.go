@@ -245,7 +245,8 @@ func QueueOf(active State) (State, bool) {
 // (ARC's DTR state machine): queue → active → "-ED" → next queue, the skips
 // ARC takes when a step does not apply (no cache, no index, not stageable),
 // the cancel and hung-worker mappings, the retry from CACHE_PROCESSED back
-// to NEW, and (Sluice's) an active state back to its queue when the worker
+// to NEW (or on to CACHE_CHECKED without the cache, after a wait for
+// another DTR's cache download timed out), and (Sluice's) an active state back to its queue when the worker
 // gives its grant back unfinished.
 var transitions = map[State][]State{
 	New:                  {CacheChecked, CheckCache, CacheWait, CacheProcessed, Error},
@@ -281,7 +282,7 @@ var transitions = map[State][]State{
 	ReplicaRegistered:    {ProcessCache, CacheProcessed},
 	ProcessCache:         {ProcessingCache},
 	ProcessingCache:      {CacheProcessed, ProcessCache},
-	CacheProcessed:       {Done, Cancelled, Error, New, RegisterReplica},
+	CacheProcessed:       {Done, Cancelled, Error, New, RegisterReplica, CacheChecked},
 }
 
 // CanTransition reports whether from → to is a legal move.

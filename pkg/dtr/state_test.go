@@ -19,6 +19,7 @@ func TestTransitionsFollowTheTable(t *testing.T) {
 		{"a queued DTR is granted", Transfer, Transferring, true},
 		{"a transfer completes", Transferring, Transferred, true},
 		{"a retry starts over", CacheProcessed, New, true},
+		{"a timed-out cache wait goes on without the cache", CacheProcessed, CacheChecked, true},
 		{"NEW cannot jump to TRANSFERRING", New, Transferring, false},
 		{"nothing leaves DONE", Done, New, false},
 		{"nothing leaves ERROR", Error, Transfer, false},

@@ -70,9 +70,12 @@ type Config struct {
 	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
 	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
 	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
-	// AgeAfterStates overrides AgeAfter for some queue states (ARC's own
-	// deadlines by default); core.ParseAgeAfterStates reads it.
-	AgeAfterStates string `envconfig:"AGE_AFTER_STATES" default:"CHECK_CACHE=24h,TRANSFER=2h" desc:"per-state AGE_AFTER, STATE=duration,... for queue states (ARC's: a day until a cacheable DTR's cache is checked, 2h for TRANSFER); set empty for AGE_AFTER everywhere"`
+	// AgeAfterStates sets AgeAfter for some queue states, laid over ARC's
+	// own deadlines (agedeadlines.go); core.ParseAgeAfterStates reads it.
+	AgeAfterStates string `envconfig:"AGE_AFTER_STATES" desc:"per-state AGE_AFTER, STATE=duration,... for queue states, laid over ARC's deadlines (CHECK_CACHE=24h: a day until a cacheable DTR's cache is checked; TRANSFER=2h): a state not named keeps ARC's deadline, or AGE_AFTER if ARC gives it none. For AGE_AFTER everywhere, name CHECK_CACHE and TRANSFER with AGE_AFTER's value"`
+	// CacheWaitTimeout is how long a DTR waits in CACHE_WAIT for another's
+	// download of its file before it fetches the file itself.
+	CacheWaitTimeout time.Duration `envconfig:"CACHE_WAIT_TIMEOUT" default:"24h" desc:"how long a DTR waits in CACHE_WAIT for another DTR's download of the same file into the cache before it gives up on the cache and fetches the file itself (ARC's day); must be positive"`
 	// Heartbeat is how often workers send heartbeats (SLUICE_HEARTBEAT,
 	// shared with them; internal/app sets it): the interval the scheduler
 	// expects of one whose heartbeat does not say its own. 0:
@@ -146,8 +149,11 @@ func (c Config) CoreConfig() (core.Config, error) {
 	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery
-	if cc.AgeAfterState, err = core.ParseAgeAfterStates(c.AgeAfterStates); err != nil {
-		return cc, fmt.Errorf("SLUICE_AGE_AFTER_STATES: %w", err)
+	if cc.AgeAfterState, err = ageAfterStates(c.AgeAfterStates); err != nil {
+		return cc, err
+	}
+	if cc.CacheWaitTimeout, err = cacheWaitTimeout(c.CacheWaitTimeout); err != nil {
+		return cc, err
 	}
 	cc.Policy, err = fairshare.Make(c.Policy, c.Settings, fairshare.Slots{Processor: c.MaxProcessor, Delivery: c.MaxDelivery})
 	return cc, err
@@ -217,6 +223,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
+	}
+	if msg := ageAfterNotFollowed(cc); msg != "" {
+		log.Warn(msg, "service", "scheduler")
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -92,21 +92,25 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 	}
 }
 
-func TestAgeAfterStatesReachTheCoreOrAreRefused(t *testing.T) {
+// SLUICE_AGE_AFTER_STATES is laid over ARC's deadlines: a state it does
+// not name keeps ARC's (CHECK_CACHE a day, TRANSFER two hours).
+func TestAgeAfterStatesAreLaidOverARCsDeadlinesOrRefused(t *testing.T) {
 	var def Config
 	if err := envconfig.Process("SLUICE_TEST_UNSET", &def); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name     string
-		cfg      Config
-		transfer time.Duration // TRANSFER's deadline in the core
-		wantErr  string
+		name                 string
+		cfg                  Config
+		transfer, checkCache time.Duration // the deadlines in the core
+		wantErr              string
 	}{
-		{"the default is ARC's", def, 2 * time.Hour, ""},
-		{"empty: AGE_AFTER everywhere", Config{AgeAfter: 20 * time.Minute}, 20 * time.Minute, ""},
-		{"an override", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=3h"}, 3 * time.Hour, ""},
-		{"a state that is not a queue", Config{AgeAfterStates: "DONE=1h"}, 0, "SLUICE_AGE_AFTER_STATES: age-after entry \"DONE=1h\": DONE is not a queue state"},
+		{"the default is ARC's", def, 2 * time.Hour, 24 * time.Hour, ""},
+		{"empty: ARC's deadlines, AGE_AFTER for the other states", Config{AgeAfter: 20 * time.Minute}, 2 * time.Hour, 24 * time.Hour, ""},
+		{"TRANSFER given keeps CHECK_CACHE's day", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=3h"}, 3 * time.Hour, 24 * time.Hour, ""},
+		{"both named with AGE_AFTER's value: AGE_AFTER everywhere", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=20m,CHECK_CACHE=20m"},
+			20 * time.Minute, 20 * time.Minute, ""},
+		{"a state that is not a queue", Config{AgeAfterStates: "DONE=1h"}, 0, 0, "SLUICE_AGE_AFTER_STATES: age-after entry \"DONE=1h\": DONE is not a queue state"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,8 +124,83 @@ func TestAgeAfterStatesReachTheCoreOrAreRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := core.New(cc).Config().DeadlineFor(dtr.Transfer, false); got != tt.transfer {
-				t.Fatalf("TRANSFER ages after %s, want %s", got, tt.transfer)
+			cfg := core.New(cc).Config()
+			if got := cfg.DeadlineFor(dtr.Transfer, false); got != tt.transfer {
+				t.Errorf("TRANSFER ages after %s, want %s", got, tt.transfer)
+			}
+			if got := cfg.DeadlineFor(dtr.CheckCache, true); got != tt.checkCache {
+				t.Errorf("CHECK_CACHE ages after %s, want %s", got, tt.checkCache)
+			}
+		})
+	}
+}
+
+// SLUICE_CACHE_WAIT_TIMEOUT is its own setting: neither SLUICE_AGE_AFTER
+// nor the per-state deadlines change it.
+func TestCacheWaitTimeoutIsItsOwnSettingOrRefused(t *testing.T) {
+	var def Config
+	if err := envconfig.Process("SLUICE_TEST_UNSET", &def); err != nil {
+		t.Fatal(err)
+	}
+	withAgeing := def
+	withAgeing.AgeAfter, withAgeing.AgeAfterStates = 10*time.Minute, "CHECK_CACHE=10m"
+	tests := []struct {
+		name    string
+		cfg     Config
+		want    time.Duration
+		wantErr string
+	}{
+		{"the default is a day", def, 24 * time.Hour, ""},
+		{"the ageing settings do not change it", withAgeing, 24 * time.Hour, ""},
+		{"set", Config{CacheWaitTimeout: 3 * time.Hour}, 3 * time.Hour, ""},
+		{"unset in code: the default", Config{}, 24 * time.Hour, ""},
+		{"negative", Config{CacheWaitTimeout: -time.Hour}, 0, "SLUICE_CACHE_WAIT_TIMEOUT -1h0m0s is negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc, err := tt.cfg.CoreConfig()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := core.New(cc).Config().CacheWaitTimeout; got != tt.want {
+				t.Fatalf("CACHE_WAIT times out after %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// Changing SLUICE_AGE_AFTER while CHECK_CACHE and TRANSFER keep ARC's
+// deadlines is warned of, naming the states that do not follow it.
+func TestAnAgeAfterThatSomeStatesDoNotFollowIsWarnedOf(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // "" for no warning
+	}{
+		{"the defaults", Config{}, ""},
+		{"AGE_AFTER changed", Config{AgeAfter: 20 * time.Minute},
+			"SLUICE_AGE_AFTER is 20m0s, but CHECK_CACHE=24h0m0s, TRANSFER=2h0m0s keep ARC's deadlines"},
+		{"AGE_AFTER changed, TRANSFER named", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=20m"},
+			"SLUICE_AGE_AFTER is 20m0s, but CHECK_CACHE=24h0m0s keep ARC's deadlines"},
+		{"AGE_AFTER changed, both named", Config{AgeAfter: 20 * time.Minute, AgeAfterStates: "TRANSFER=1h,CHECK_CACHE=20m"}, ""},
+		{"AGE_AFTER set to TRANSFER's two hours", Config{AgeAfter: 2 * time.Hour},
+			"SLUICE_AGE_AFTER is 2h0m0s, but CHECK_CACHE=24h0m0s keep"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc, err := tt.cfg.CoreConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ageAfterNotFollowed(cc)
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Fatalf("warning %q, want one containing %q", got, tt.want)
 			}
 		})
 	}

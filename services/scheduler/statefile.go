@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -20,24 +22,60 @@ import (
 // <delivery host>". The host is that of the worker process delivering the
 // DTR, from hostOf(its grant) (the host in its heartbeats); it is empty,
 // as ARC writes it for local delivery, for a DTR still queued for
-// TRANSFER and for one whose deliverer has not been heard from. Spaces in
-// a share name (a DN), a destination or a host are written as %20, so that
-// the token count stays right, which ARC's own file gets wrong.
+// TRANSFER and for one whose deliverer has not been heard from. The share
+// (a DN, say), the destination and the host are written by stateField:
+// whitespace, control characters and '%' percent-encoded, so that the
+// token count stays right (ARC's own file gets spaces wrong) and no value
+// can end a line or start another.
 func StateLines(ds []dtr.DTR, hostOf func(grant string) string) []byte {
 	var b bytes.Buffer
 	for i := range ds {
 		d := &ds[i]
-		fmt.Fprintf(&b, "%s %s %d %s", d.ID, d.State, d.Priority, strings.ReplaceAll(d.Share, " ", "%20"))
+		fmt.Fprintf(&b, "%s %s %d %s", d.ID, d.State, d.Priority, stateField(d.Share))
 		if d.State == dtr.Transfer || d.State == dtr.Transferring {
 			host := ""
 			if d.State == dtr.Transferring && d.Grant != "" && hostOf != nil {
 				host = hostOf(d.Grant)
 			}
-			fmt.Fprintf(&b, " %s %s", strings.ReplaceAll(d.Destination, " ", "%20"), strings.ReplaceAll(host, " ", "%20"))
+			fmt.Fprintf(&b, " %s %s", stateField(d.Destination), stateField(host))
 		}
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// stateField returns s as one token of a dtr.state line: each byte of a
+// whitespace or control character (Unicode's, line and paragraph
+// separators included), of invalid UTF-8, and of '%' itself written as
+// %XX, so that the encoding can be undone.
+func stateField(s string) string {
+	clean := true
+	for _, r := range s {
+		if needsEscape(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if needsEscape(r) {
+			for _, c := range []byte(s[i : i+size]) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	return r == '%' || r == utf8.RuneError || unicode.IsSpace(r) || unicode.IsControl(r)
 }
 
 // WriteFileAtomic replaces path with data: a reader sees the old file or

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,44 @@ func TestStateLinesFollowARCsFormat(t *testing.T) {
 		if n := len(strings.Split(line, " ")); n != []int{4, 6, 6, 6}[i] {
 			t.Fatalf("line %d has %d tokens", i, n)
 		}
+	}
+}
+
+// No share, destination or host can break a dtr.state line: whitespace
+// and control characters of every kind are percent-encoded, as is '%',
+// so each line keeps its token count and each value reads back.
+func TestStateLinesEscapeWhitespaceAndControlCharactersInEveryField(t *testing.T) {
+	id := uuid.MustParse("c3e12bfa-ba9a-4a45-be73-0b3b2a206e1c")
+	forged := "\nff2d5329-5440-49aa-83cb-72daeb5e3e59 TRANSFER 100 x"
+	for _, v := range []string{
+		"a b", "a\nb", "a\rb", "a\tb", "a\vb", "a\fb", "a\x00b", "a\x1bb", "a\x7fb",
+		"a\u0085b", "a\u00a0b", "a\u2028b", "a\u2029b", "a\u3000b", "a\xffb", "100%", forged,
+	} {
+		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
+			got := string(StateLines([]dtr.DTR{
+				{ID: id, State: dtr.Transferring, Priority: 50, Share: "s" + v, Destination: "file:///d/" + v, Grant: "g"},
+				{ID: id, State: dtr.QueryReplica, Priority: 50, Share: v},
+			}, func(string) string { return "h" + v }))
+			lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("%d lines, want 2:\n%q", len(lines), got)
+			}
+			for i, want := range [][]string{{"s" + v, "file:///d/" + v, "h" + v}, {v}} {
+				f := strings.Split(lines[i], " ")
+				if len(f) != 3+len(want) {
+					t.Fatalf("line %d has %d tokens, want %d: %q", i, len(f), 3+len(want), lines[i])
+				}
+				for j, w := range want {
+					field := f[3+j]
+					if strings.ContainsFunc(field, func(r rune) bool { return needsEscape(r) && r != '%' }) {
+						t.Errorf("line %d token %d %q holds whitespace or a control character", i, 3+j, field)
+					}
+					if back, err := url.PathUnescape(field); err != nil || back != w {
+						t.Errorf("line %d token %d %q reads back as %q (%v), want %q", i, 3+j, field, back, err, w)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -45,6 +45,10 @@ type workerTracker struct {
 	// deaf is when the scheduler last could not hear (its connection to
 	// NATS down): no worker is silent for what it said meanwhile.
 	deaf time.Time
+	// badHost holds the workers whose heartbeats named a host that is not
+	// a plain host name (validWorkerHost), once reported; they are
+	// forgotten with the worker.
+	badHost map[string]bool
 }
 
 // workerKey names one stage's pool of a worker process.
@@ -64,21 +68,31 @@ func newWorkerTracker(every, lease time.Duration) *workerTracker {
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &workerTracker{every: every, forgetAfter: max(10*time.Minute, 2*lease), seen: map[workerKey]*seenWorker{}}
+	return &workerTracker{every: every, forgetAfter: max(10*time.Minute, 2*lease), seen: map[workerKey]*seenWorker{},
+		badHost: map[string]bool{}}
 }
 
 // heard takes a heartbeat that came at now. A worker that says it stops
-// is forgotten: it gives back what it holds.
-func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) {
+// is forgotten: it gives back what it holds. A host that is not a plain
+// host name or address (validWorkerHost) is taken as unknown (empty); the
+// first time a worker sends one, heard returns it, to be logged.
+func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) (badHost string) {
 	if hb.Worker == "" {
-		return
+		return ""
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if hb.Host != "" && !validWorkerHost(hb.Host) {
+		if !t.badHost[hb.Worker] {
+			t.badHost[hb.Worker] = true
+			badHost = hb.Host
+		}
+		hb.Host = ""
+	}
 	key := workerKey{hb.Worker, hb.Stage}
 	if hb.Stopping {
 		delete(t.seen, key)
-		return
+		return badHost
 	}
 	w := &seenWorker{hb: hb, last: now, holds: make(map[string]bool, len(hb.Grants))}
 	for _, g := range hb.Grants {
@@ -86,6 +100,7 @@ func (t *workerTracker) heard(hb api.Heartbeat, now time.Time) {
 	}
 	t.seen[key] = w
 	t.forget(now)
+	return badHost
 }
 
 // forget drops the workers not heard from for forgetAfter. Called with
@@ -97,6 +112,22 @@ func (t *workerTracker) forget(now time.Time) {
 			delete(t.seen, id)
 		}
 	}
+	for worker := range t.badHost {
+		if !t.knows(worker) {
+			delete(t.badHost, worker)
+		}
+	}
+}
+
+// knows says whether any pool of a worker process is remembered. Called
+// with t.mu held.
+func (t *workerTracker) knows(worker string) bool {
+	for k := range t.seen {
+		if k.worker == worker {
+			return true
+		}
+	}
+	return false
 }
 
 // renewed takes a lease renewal that names its worker: a grant taken since
@@ -222,7 +253,10 @@ func (s *Service) hearWorkers() (*nats.Subscription, error) {
 			s.log.Debug("heartbeat ignored", "subject", m.Subject, "err", err)
 			return
 		}
-		s.workers.heard(hb, time.Now())
+		if bad := s.workers.heard(hb, time.Now()); bad != "" {
+			s.log.Warn("a worker's heartbeat names a host that is not a plain host name or address; its host is taken as unknown",
+				"worker", hb.Worker, "host", quoteStart(bad))
+		}
 	})
 }
 

@@ -112,6 +112,51 @@ func TestTheTrackerForgetsAStoppingWorkerAndLearnsGrantsFromRenewals(t *testing.
 	}
 }
 
+// The host in a heartbeat is written into dtr.state and shown to
+// operators: one that is not a plain host name or address is taken as
+// unknown, and reported once per worker.
+func TestAHeartbeatsHostThatIsNotAPlainHostNameIsTakenAsUnknown(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		host, want string
+	}{
+		{"dt1.example.org", "dt1.example.org"},
+		{"10.0.0.7", "10.0.0.7"},
+		{"fe80::1", "fe80::1"},
+		{"node_3-a", "node_3-a"},
+		{strings.Repeat("a", 253), strings.Repeat("a", 253)},
+		{"", ""},
+		{strings.Repeat("a", 254), ""},
+		{"dt1.example.org\nc3e12bfa-ba9a-4a45-be73-0b3b2a206e1c TRANSFER 100 x", ""},
+		{"dt1 example", ""},
+		{"dt1.example.org\r", ""},
+		{"dt1\u2028", ""},
+		{"höst", ""},
+		{"host;rm", ""},
+		{"host/x", ""},
+	} {
+		t.Run(fmt.Sprintf("%q", tt.host), func(t *testing.T) {
+			w := newWorkerTracker(time.Second, time.Minute)
+			hb := api.Heartbeat{Worker: "d", Role: "delivery", Stage: dtr.StageDelivery, Host: tt.host, IntervalSeconds: 1,
+				Grants: []api.HeldGrant{{DTR: uuid.New(), Grant: "g1"}}}
+			reported := w.heard(hb, t0)
+			if ws := w.list(t0); len(ws) != 1 || ws[0].Host != tt.want {
+				t.Fatalf("workers %+v, want one with host %q", ws, tt.want)
+			}
+			if h := w.holders(t0)["g1"].holder.Host; h != tt.want {
+				t.Fatalf("the grant's holder has host %q, want %q", h, tt.want)
+			}
+			bad := tt.host != "" && tt.want == ""
+			if (reported != "") != bad || (bad && reported != tt.host) {
+				t.Fatalf("heard reported %q, want %q", reported, map[bool]string{true: tt.host}[bad])
+			}
+			if again := w.heard(hb, t0.Add(time.Second)); again != "" {
+				t.Fatalf("the same worker's next heartbeat reported %q again, want it reported once", again)
+			}
+		})
+	}
+}
+
 // ask sends a request to the scheduler and decodes its answer.
 func ask(t *testing.T, nc *nats.Conn, subject string, data []byte, v any) {
 	t.Helper()

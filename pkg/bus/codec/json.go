@@ -83,12 +83,13 @@ type dtrWire struct {
 	Cache         string        `json:"cache,omitempty"`
 	CacheFile     string        `json:"cache_file,omitempty"`
 
-	ChecksumMismatch   string `json:"checksum_mismatch,omitempty"`
-	TransferMethod     string `json:"transfer_method,omitempty"`
-	ChecksumUnverified string `json:"checksum_unverified,omitempty"`
-	TokenRef           string `json:"token_ref,omitempty"`
-	SubmittedWithToken bool   `json:"submitted_with_token,omitempty"`
-	ChecksumSource     string `json:"checksum_source,omitempty"`
+	ChecksumMismatch   string     `json:"checksum_mismatch,omitempty"`
+	TransferMethod     string     `json:"transfer_method,omitempty"`
+	ChecksumUnverified string     `json:"checksum_unverified,omitempty"`
+	TokenRef           string     `json:"token_ref,omitempty"`
+	SubmittedWithToken bool       `json:"submitted_with_token,omitempty"`
+	ChecksumSource     string     `json:"checksum_source,omitempty"`
+	StateEntered       *time.Time `json:"state_entered,omitempty"`
 }
 
 // wireOf returns d as a dtrWire, which points into d.
@@ -107,5 +108,5 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
 		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified, TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource,
-		SubmittedWithToken: d.SubmittedWithToken}
+		SubmittedWithToken: d.SubmittedWithToken, StateEntered: unlessZero(&d.StateEntered)}
 }

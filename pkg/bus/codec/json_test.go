@@ -50,7 +50,7 @@ func randomDTR(r *rand.Rand) dtr.DTR {
 		Cancel: r.IntN(2) == 0, Size: r.Int64() - r.Int64(), Bytes: r.Int64N(1 << 40), Checksum: str(),
 		Created: tm(), Updated: tm(), Started: tm(), Ended: tm(), NextProcess: tm(), TraceParent: str(),
 		TransferGrant: str(), Cleanup: r.IntN(2) == 0, Grant: str(), TURL: str(), Replicas: strs(), Replica: r.IntN(3),
-		Cache: str(), CacheFile: str()}
+		Cache: str(), CacheFile: str(), StateEntered: tm()}
 	if r.IntN(2) == 0 {
 		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(str()), Text: str(), State: dtr.State(r.IntN(40)), Location: str()}
 	}

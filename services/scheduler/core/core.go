@@ -40,9 +40,12 @@ type Config struct {
 	// Cache says that processors keep a cache of downloads (ARC's cache):
 	// a download of a remote file to a local destination is checked in it
 	// first. CacheWait is how often a DTR waiting for another's download of
-	// the same file looks again (default 2 s).
-	Cache     bool
-	CacheWait time.Duration
+	// the same file looks again (default 2 s), and CacheWaitTimeout how
+	// long it waits in all before it fetches the file itself (default a
+	// day, as ARC's; see cacheWaitOver).
+	Cache            bool
+	CacheWait        time.Duration
+	CacheWaitTimeout time.Duration
 	// PreferredPattern orders a file's replicas (SortReplicas).
 	PreferredPattern string
 	// MaxPerHost is how many transfers may run at once against one storage
@@ -87,6 +90,7 @@ func DefaultConfig() Config {
 		AgeAfter:         time.Hour,
 		AgeEvery:         5 * time.Minute,
 		AgeAfterState:    maps.Clone(arcAgeAfterState),
+		CacheWaitTimeout: 24 * time.Hour,
 	}
 }
 
@@ -199,6 +203,9 @@ func New(cfg Config) *Core {
 	}
 	if cfg.CacheWait <= 0 {
 		cfg.CacheWait = 2 * time.Second
+	}
+	if cfg.CacheWaitTimeout <= 0 {
+		cfg.CacheWaitTimeout = def.CacheWaitTimeout
 	}
 	if cfg.MaxPrepared <= 0 {
 		cfg.MaxPrepared = def.MaxPrepared

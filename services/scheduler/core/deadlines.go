@@ -78,27 +78,35 @@ func (c *Core) deadlineAt(now, since time.Time, d *dtr.DTR) int64 {
 }
 
 // cacheWaitOver reports whether a DTR waiting in CACHE_WAIT for another's
-// download of its file has waited its deadline (CHECK_CACHE's, a day by
-// default) since it entered CACHE_WAIT.
+// download of its file has waited CacheWaitTimeout (a day by default, as
+// ARC's) since it entered CACHE_WAIT. The wait counts from
+// DTR.StateEntered, which a change of priority does not move and a
+// restart keeps.
 func (c *Core) cacheWaitOver(now time.Time, d *dtr.DTR) bool {
-	return !now.Before(d.Updated.Add(c.cfg.DeadlineFor(dtr.CacheWait, true)))
+	return !now.Before(d.EnteredState().Add(c.cfg.CacheWaitTimeout))
 }
 
 // skipCache gives up waiting for another DTR's download into the cache, as
-// ARC does when a cacheable DTR's deadline passes in CACHE_WAIT: the DTR
-// goes through CACHE_PROCESSED back to NEW, spending no attempt, and
-// fetches its file without the cache (Options.NoCache, ARC's CACHE_SKIP).
+// ARC does when a cacheable DTR's time in CACHE_WAIT runs out: the DTR
+// goes through CACHE_PROCESSED straight to CACHE_CHECKED, spending no
+// attempt, and fetches its file without the cache (Options.NoCache, ARC's
+// CACHE_SKIP; a later retry from NEW does not go to the cache either).
+// NEW's resets are not needed: the DTR passed NEW in this attempt and has
+// not got past its cache check since; its cache state is cleared here.
 func (c *Core) skipCache(now time.Time, e *entry) {
 	d := e.d
 	d.Options.NoCache = true
+	c.uncache(e)
+	d.Cache, d.CacheFile = "", ""
 	c.must(d.Transition(dtr.CacheProcessed, now))
-	c.must(d.Transition(dtr.New, now))
+	c.must(d.Transition(dtr.CacheChecked, now))
 }
 
 // ParseAgeAfterStates reads per-state deadlines "STATE=duration,..." as in
 // "TRANSFER=2h,CHECK_CACHE=24h": each STATE a queue state by its ARC name
-// (any case), each duration positive. Empty gives an empty table (every
-// state ages after AgeAfter).
+// (any case), each duration positive. Empty gives an empty table. The
+// scheduler lays what it reads over ARC's table (DefaultConfig's), so a
+// state not named keeps ARC's deadline.
 func ParseAgeAfterStates(s string) (map[dtr.State]time.Duration, error) {
 	out := map[dtr.State]time.Duration{}
 	for _, item := range strings.Split(s, ",") {

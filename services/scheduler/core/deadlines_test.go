@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -189,18 +191,13 @@ func TestParseAgeAfterStatesTakesQueueStatesAndRefusesTheRest(t *testing.T) {
 	}
 }
 
-// A DTR that waits for another's download of its file into the cache gives
-// up after its deadline, as ARC's does, and fetches the file itself
-// without the cache, spending no attempt.
-func TestADTRWaitingForAnothersCacheDownloadPastItsDeadlineSkipsTheCache(t *testing.T) {
-	cfg := cacheConfig()
-	cfg.Lease = 100 * time.Hour
-	h := newHarness(t, cfg)
-	w := newCacheWorker()
-	holder := newDTR(1, "alice", dtr.Download)
+// waitBehindCacheDownload starts a DTR whose download into the cache never
+// ends, then a second DTR for the same file, which waits in CACHE_WAIT; it
+// returns both and when the second entered CACHE_WAIT.
+func waitBehindCacheDownload(t *testing.T, h *harness, w *cacheWorker) (holder, waiter *dtr.DTR, entered time.Time) {
+	t.Helper()
+	holder = newDTR(1, "alice", dtr.Download)
 	h.submit(holder)
-	// The holder checks the cache, takes the lock, and its transfer never
-	// ends.
 	for i := 0; i < 100; i++ {
 		for _, g := range h.tick(time.Second) {
 			if g.State == dtr.Transferring {
@@ -216,28 +213,33 @@ func TestADTRWaitingForAnothersCacheDownloadPastItsDeadlineSkipsTheCache(t *test
 	if d, _ := h.c.Get(holder.ID); d.State != dtr.Transferring || d.Cache != dtr.CacheDownload {
 		t.Fatalf("the first DTR is %s (cache %q), want TRANSFERRING into the cache", d.State, d.Cache)
 	}
-	waiter := newDTR(2, "bob", dtr.Download)
+	waiter = newDTR(2, "bob", dtr.Download)
 	waiter.Source = holder.Source
 	h.submit(waiter)
 	h.collect()
-	entered := h.now
 	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
 		t.Fatalf("the second DTR for the file is %s, want CACHE_WAIT", d.State)
 	}
-	deadline := cfg.DeadlineFor(dtr.CacheWait, true)
-	for h.now.Before(entered.Add(deadline - 10*time.Second)) {
+	return holder, waiter, h.now
+}
+
+// tickUntil ticks the harness every 5 s until at.
+func (h *harness) tickUntil(at time.Time) {
+	for h.now.Before(at) {
 		h.tick(5 * time.Second)
 	}
-	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
-		t.Fatalf("before its deadline (%s) the waiter is %s, want still in CACHE_WAIT", deadline, d.State)
-	}
-	// Past it, it is fetched by itself, not through the cache: one
-	// attempt, its own transfer, to its destination.
+}
+
+// checkSkippedCache checks that, past its timeout, the waiter was fetched
+// by itself, not through the cache: one attempt, its own transfer, to its
+// destination, while the download into the cache runs on.
+func checkSkippedCache(t *testing.T, h *harness, w *cacheWorker, holder, waiter *dtr.DTR) {
+	t.Helper()
 	h.serve(w, 400, nil)
 	got, ok := h.final[waiter.ID]
 	if !ok {
 		d, _ := h.c.Get(waiter.ID)
-		t.Fatalf("past its deadline the waiter is %s, want DONE", d.State)
+		t.Fatalf("past its timeout the waiter is %s, want DONE", d.State)
 	}
 	if got.State != dtr.Done || w.transfers[waiter.ID] != 1 || w.targets[waiter.ID] != waiter.Destination ||
 		got.Cache != "" || !got.Options.NoCache || got.Attempts != 1 {
@@ -246,5 +248,88 @@ func TestADTRWaitingForAnothersCacheDownloadPastItsDeadlineSkipsTheCache(t *test
 	}
 	if d, _ := h.c.Get(holder.ID); d.State != dtr.Transferring {
 		t.Fatalf("the download into the cache is %s, want still running", d.State)
+	}
+}
+
+// A DTR that waits for another's download of its file into the cache gives
+// up after CacheWaitTimeout, as ARC's does after its day, and fetches the
+// file itself without the cache, spending no attempt. The timeout is its
+// own setting: CHECK_CACHE's ageing deadline (a day) does not change it.
+func TestADTRWaitingForAnothersCacheDownloadPastItsTimeoutSkipsTheCache(t *testing.T) {
+	cfg := cacheConfig()
+	cfg.Lease = 100 * time.Hour
+	cfg.CacheWaitTimeout = 3 * time.Hour
+	h := newHarness(t, cfg)
+	w := newCacheWorker()
+	holder, waiter, entered := waitBehindCacheDownload(t, h, w)
+	h.tickUntil(entered.Add(cfg.CacheWaitTimeout - 10*time.Second))
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
+		t.Fatalf("before its timeout (%s) the waiter is %s, want still in CACHE_WAIT", cfg.CacheWaitTimeout, d.State)
+	}
+	checkSkippedCache(t, h, w, holder, waiter)
+}
+
+// A change of priority moves the record's Updated, not when the DTR
+// entered CACHE_WAIT: its timeout does not start again.
+func TestAPriorityChangeInCacheWaitDoesNotRestartItsTimeout(t *testing.T) {
+	cfg := cacheConfig()
+	cfg.Lease = 100 * time.Hour
+	cfg.CacheWaitTimeout = 3 * time.Hour
+	h := newHarness(t, cfg)
+	w := newCacheWorker()
+	holder, waiter, entered := waitBehindCacheDownload(t, h, w)
+	h.tickUntil(entered.Add(time.Hour))
+	if err := h.c.SetPriority(h.now, waiter.ID, 90); err != nil {
+		t.Fatal(err)
+	}
+	h.tickUntil(entered.Add(cfg.CacheWaitTimeout - 10*time.Second))
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait || d.Priority != 90 {
+		t.Fatalf("before its timeout the waiter is %s at priority %d, want still in CACHE_WAIT at 90", d.State, d.Priority)
+	}
+	checkSkippedCache(t, h, w, holder, waiter)
+}
+
+// A DTR restored in CACHE_WAIT after a restart keeps what it has waited:
+// its timeout counts from when it entered CACHE_WAIT, even when its
+// record was changed since (here its priority).
+func TestADTRRestoredInCacheWaitKeepsItsTimeout(t *testing.T) {
+	cfg := cacheConfig()
+	cfg.Lease = 100 * time.Hour
+	cfg.CacheWaitTimeout = 3 * time.Hour
+	h := newHarness(t, cfg)
+	w := newCacheWorker()
+	holder, waiter, entered := waitBehindCacheDownload(t, h, w)
+	h.tickUntil(entered.Add(time.Hour))
+	if err := h.c.SetPriority(h.now, waiter.ID, 90); err != nil {
+		t.Fatal(err)
+	}
+	h.tickUntil(entered.Add(2 * time.Hour))
+	records := h.c.DTRs()
+	h.c = New(cfg)
+	for i := range records {
+		if err := h.c.Restore(h.now, &records[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.collect()
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
+		t.Fatalf("restored, the waiter is %s, want CACHE_WAIT", d.State)
+	}
+	h.tickUntil(entered.Add(cfg.CacheWaitTimeout - 10*time.Second))
+	if d, _ := h.c.Get(waiter.ID); d.State != dtr.CacheWait {
+		t.Fatalf("before its timeout the restored waiter is %s, want still in CACHE_WAIT", d.State)
+	}
+	checkSkippedCache(t, h, w, holder, waiter)
+}
+
+// As in ARC, a DTR whose cache wait timed out goes from CACHE_PROCESSED
+// straight to CACHE_CHECKED, not back through NEW.
+func TestSkippingTheCacheGoesFromCacheProcessedToCacheChecked(t *testing.T) {
+	c := New(cacheConfig())
+	d := &dtr.DTR{ID: uuid.New(), State: dtr.CacheWait, Cache: dtr.CacheLocked, CacheFile: "file:///cache/x"}
+	c.skipCache(t0, &entry{d: d, index: -1})
+	if d.State != dtr.CacheChecked || d.Cache != "" || d.CacheFile != "" || !d.Options.NoCache {
+		t.Fatalf("after skipping the cache the DTR is %s (cache %q, file %q, no_cache %v), want CACHE_CHECKED without the cache",
+			d.State, d.Cache, d.CacheFile, d.Options.NoCache)
 	}
 }

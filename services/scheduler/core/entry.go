@@ -137,7 +137,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	if d.Created.IsZero() {
 		d.Created = now
 	}
-	d.Updated = now
+	d.Updated, d.StateEntered = now, now
 	e := &entry{d: d, index: -1}
 	c.add(e)
 	c.route(now, e)
@@ -176,8 +176,8 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	case d.State.IsQueue():
 		c.enqueue(now, e)
 		// It ages as if it had not been restored: its state's deadline
-		// counts from when it entered the state (its record's Updated).
-		e.deadline = c.deadlineAt(now, d.Updated, d)
+		// counts from when it entered the state (DTR.EnteredState).
+		e.deadline = c.deadlineAt(now, d.EnteredState(), d)
 		e.share.q.due = min(e.share.q.due, e.deadline)
 		c.packEntry(e)
 	case d.State.IsActive():

@@ -112,6 +112,11 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 		withToken = 1
 	}
 	b = append(b, withToken)
+	var entered int64
+	if !d.StateEntered.IsZero() {
+		entered = d.StateEntered.UnixNano()
+	}
+	b = binary.AppendVarint(b, entered)
 	c.scratch = b
 	return string(b)
 }
@@ -184,6 +189,9 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.ChecksumSource = c.names[r.uvarint()]
 	d.Options.SciTag = int(r.uvarint())
 	d.SubmittedWithToken = r.byte() != 0
+	if ns := r.varint(); ns != 0 {
+		d.StateEntered = time.Unix(0, ns)
+	}
 	return d
 }
 

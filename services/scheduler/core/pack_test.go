@@ -32,6 +32,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		TokenRef:           "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
 		ChecksumSource:     dtr.ChecksumFromStorage,
 		SubmittedWithToken: true,
+		StateEntered:       when.Add(4 * time.Second),
 	}
 	tests := []struct {
 		name string
@@ -48,7 +49,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 			want := tt.d
 			// Times keep their instant, not their location.
 			for _, p := range [][2]*time.Time{{&got.Created, &want.Created}, {&got.Updated, &want.Updated},
-				{&got.Started, &want.Started}, {&got.Ended, &want.Ended}, {&got.NextProcess, &want.NextProcess}} {
+				{&got.Started, &want.Started}, {&got.Ended, &want.Ended}, {&got.NextProcess, &want.NextProcess}, {&got.StateEntered, &want.StateEntered}} {
 				if !p[0].Equal(*p[1]) {
 					t.Errorf("time %v, want %v", *p[0], *p[1])
 				}

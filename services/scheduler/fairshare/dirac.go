@@ -235,10 +235,47 @@ func (p *DIRAC) entity(share string) (diracEntity, string) {
 		return e, suffix
 	}
 	// Restored before this policy saw it: a user's share is "group|DN".
-	if g, u, ok := strings.Cut(base, "|"); ok {
-		return diracEntity{group: g, user: u}, suffix
+	if e, ok := p.userShare(base); ok {
+		return e, suffix
 	}
 	return diracEntity{group: base}, suffix
+}
+
+// userShare reads a user's share name "group|DN" that Share did not make
+// in this process. Either part may hold '|' itself (with the dn share
+// policy the group is the DN, and an OIDC subject such as auth0|123 is a
+// DN), so every '|' is a possible cut, and the one taken is, in order:
+//  1. the cut whose group is the share the user's DN alone is in (the dn
+//     policy: the group is the DN; the name is then "X|X");
+//  2. the cut after the longest configured group that divides between
+//     its users;
+//  3. the first '|' (a VO or group name holds none; a DN may).
+//
+// A name without '|' is no user's share.
+func (p *DIRAC) userShare(base string) (diracEntity, bool) {
+	var cuts []int
+	for i := range len(base) {
+		if base[i] == '|' {
+			cuts = append(cuts, i)
+		}
+	}
+	if len(cuts) == 0 {
+		return diracEntity{}, false
+	}
+	split := func(i int) diracEntity { return diracEntity{group: base[:i], user: base[i+1:]} }
+	if p.env.ShareName != nil {
+		for _, i := range cuts {
+			if e := split(i); p.env.ShareName(dtr.Identity{DN: e.user}) == e.group {
+				return e, true
+			}
+		}
+	}
+	for _, i := range slices.Backward(cuts) {
+		if g, ok := p.cfg.Groups[base[:i]]; ok && !g.JobSharing {
+			return split(i), true
+		}
+	}
+	return split(cuts[0]), true
 }
 
 // Weigh implements Policy: group level, then user level (see DIRAC).

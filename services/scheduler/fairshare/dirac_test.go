@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -454,5 +455,82 @@ func TestDIRACReadsBackUserSharesItHasNotSeen(t *testing.T) {
 		if s.Weight != 25e6 {
 			t.Errorf("restored share %s weighs %d, want 25e6 (its group's 50 divided between two users)", s.Name, s.Weight)
 		}
+	}
+}
+
+// A restored user share "group|DN" is read back right when the group or
+// the DN holds '|' itself: with the dn policy the group is the DN, and an
+// OIDC subject such as auth0|123 is a DN; with a VOMS policy a DN may
+// hold '|' after a configured group's name.
+func TestDIRACReadsBackUserSharesWhoseNamesHoldTheSeparator(t *testing.T) {
+	weigh := func(cfg core.Config, names ...string) []int64 {
+		c := core.New(cfg)
+		shares := make([]core.ShareDemand, len(names))
+		for i, n := range names {
+			shares[i] = core.ShareDemand{Name: n, Demand: 10}
+		}
+		c.Policy().Weigh(coretest.T0, dtr.Transfer, shares)
+		out := make([]int64, len(shares))
+		for i, s := range shares {
+			out[i] = int64(s.Weight)
+		}
+		return out
+	}
+	byDN := func() core.Config {
+		cfg := core.DefaultConfig()
+		cfg.SharePolicy = core.PolicyDN
+		cfg.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{
+			core.DefaultShare: {Priority: 50},
+			"auth0":           {Priority: 50},
+		}})
+		return cfg
+	}
+	tests := []struct {
+		name       string
+		cfg        core.Config
+		shares     []string
+		likeShares []string // shares without '|' in their parts, read the same way
+	}{
+		{"dn policy: each subject its own group", byDN(),
+			[]string{"auth0|123|auth0|123-download", "auth0|456|auth0|456-download", "auth0|789|auth0|789-download"},
+			[]string{"/CN=a|/CN=a-download", "/CN=b|/CN=b-download", "/CN=c|/CN=c-download"}},
+		{"voms policy: a DN with '|' in a configured group", diracConfig(),
+			[]string{"user|auth0|123-download", "user|auth0|456-download", "prod-download"},
+			[]string{"user|/CN=a-download", "user|/CN=b-download", "prod-download"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, want := weigh(tt.cfg, tt.shares...), weigh(tt.cfg, tt.likeShares...)
+			if !slices.Equal(got, want) {
+				t.Fatalf("restored shares %q weigh %v, want %v as %q do", tt.shares, got, want, tt.likeShares)
+			}
+		})
+	}
+}
+
+func TestDIRACSplitsARestoredUserShareAtTheRightSeparator(t *testing.T) {
+	byDN := core.DefaultConfig()
+	byDN.SharePolicy = core.PolicyDN
+	byDN.Policy = NewDIRAC(DIRACConfig{Groups: map[string]DIRACGroup{"auth0": {Priority: 50}}})
+	tests := []struct {
+		name        string
+		cfg         core.Config
+		share       string
+		group, user string
+	}{
+		{"dn policy, an OIDC subject", byDN, "auth0|123|auth0|123", "auth0|123", "auth0|123"},
+		{"dn policy, a plain DN", byDN, "/CN=a|/CN=a", "/CN=a", "/CN=a"},
+		{"voms policy, a DN with '|'", diracConfig(), "user|auth0|123", "user", "auth0|123"},
+		{"voms policy, an unconfigured group", diracConfig(), "atlas|/CN=a|b", "atlas", "/CN=a|b"},
+		{"a group share", diracConfig(), "prod", "prod", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := core.New(tt.cfg).Policy().(*DIRAC)
+			e, _ := p.entity(tt.share)
+			if e.group != tt.group || e.user != tt.user {
+				t.Fatalf("%q read as group %q, user %q; want %q, %q", tt.share, e.group, e.user, tt.group, tt.user)
+			}
+		})
 	}
 }
