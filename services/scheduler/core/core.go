@@ -61,6 +61,9 @@ type Config struct {
 	// AgeAfter is how long a DTR waits in a queue before ageing starts;
 	// AgeEvery is how often its priority then rises by one.
 	AgeAfter, AgeEvery time.Duration
+	// Optimizer tunes each link's concurrency (links.go); off when not
+	// Enabled.
+	Optimizer OptimizerConfig
 }
 
 // DefaultConfig returns A-REX's defaults.
@@ -132,6 +135,9 @@ type Core struct {
 	pins pinLedger
 	// hosts counts the transfers running per storage endpoint (hosts.go).
 	hosts hostLoad
+	// links holds the per-link optimizer's state (links.go); nil when it
+	// is off.
+	links *linkSet
 	// caching holds, per source URL, the DTR downloading it into the
 	// cache (cache.go).
 	caching cacheDownloads
@@ -216,12 +222,14 @@ func New(cfg Config) *Core {
 		states:        map[dtr.State]*stateQueues{},
 		pins:          pinLedger{byShare: map[string]*sharePins{}, max: cfg.MaxPrepared},
 		hosts:         hostLoad{running: map[uint32]int{}, max: cfg.MaxPerHost},
+		links:         newLinkSet(cfg.Optimizer),
 		caching:       cacheDownloads{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
+	c.hosts.links = c.links
 	c.rand = rand.New(rand.NewPCG(1, 2))
 	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
 		SharePriority: c.SharePriority}
@@ -297,6 +305,7 @@ func (c *Core) Tick(now time.Time) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}
+	c.links.tick(now)
 	for _, s := range dtr.QueueStates {
 		c.schedule(now, s)
 	}

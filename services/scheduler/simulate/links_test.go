@@ -1,0 +1,159 @@
+package simulate
+
+import (
+	"bytes"
+	"encoding/csv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+func linkConfig(controller func(core.OptimizerConfig) core.LinkController) core.Config {
+	cfg := core.DefaultConfig()
+	cfg.Optimizer = core.DefaultOptimizerConfig()
+	cfg.Optimizer.Controller = controller
+	return cfg
+}
+
+func runLinks(t *testing.T, name string, ctl func(core.OptimizerConfig) core.LinkController, links []LinkModel, opt LinkOptions) LinkResult {
+	t.Helper()
+	r, err := RunLinks(name, linkConfig(ctl), links, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestSluiceOptimizerReachesNinetyPercentWithinThreeMinutesOfEachCapacityStep(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		r := runLinks(t, "sluice", nil, LinkExample()[:1], LinkOptions{Seed: seed})
+		cv := r.Links[0].Convergence
+		if len(cv) != 3 {
+			t.Fatalf("seed %d: convergence %+v, want the start and two steps", seed, cv)
+		}
+		for _, c := range cv {
+			if c.Took < 0 || c.Took > 3*time.Minute {
+				t.Errorf("seed %d: after the change at %s the link took %s to reach 90%% of its throughput (-1: never), want at most 3m", seed, c.At, c.Took)
+			}
+		}
+	}
+}
+
+func TestFTS3RuleClimbsOneTransferAMinute(t *testing.T) {
+	r := runLinks(t, "fts3", NewFTS3Optimizer, LinkExample()[:1], LinkOptions{Duration: 20 * time.Minute})
+	pts := r.Links[0].Points
+	for i := 6; i < len(pts); i++ { // samples 10 s apart: 6 make a minute
+		if up := pts[i].Limit - pts[i-6].Limit; up > 1 {
+			t.Fatalf("limit rose by %d between %s and %s, want at most 1 a minute", up, pts[i-6].At, pts[i].At)
+		}
+	}
+	if last := pts[len(pts)-1].Limit; last < 20 || last > 30 {
+		t.Fatalf("after 20 minutes from 8 the limit is %d, want about 8 + 19", last)
+	}
+	s := runLinks(t, "sluice", nil, LinkExample()[:1], LinkOptions{Duration: 20 * time.Minute})
+	if ft, st := r.Links[0].Convergence[0].Took, s.Links[0].Convergence[0].Took; !(ft < 0 || ft > 3*st) {
+		t.Fatalf("FTS3's rule reached 90%% after %s, Sluice's after %s: want FTS3's far slower", ft, st)
+	}
+}
+
+func TestSluiceOptimizerHalvesWithinAMinuteOfFailuresAboveThreePercent(t *testing.T) {
+	r := runLinks(t, "sluice", nil, LinkExample()[1:], LinkOptions{Duration: 25 * time.Minute})
+	pts := r.Links[0].Points
+	step := 20 * time.Minute
+	// When the failures since the step first pass 3% (two at least), and
+	// the limit then.
+	var before int
+	var over time.Duration
+	ended, failed := 0, 0
+	for _, p := range pts {
+		if p.At <= step {
+			before = p.Limit
+			continue
+		}
+		ended, failed = ended+p.Ended, failed+p.Failed
+		if failed >= 2 && float64(failed) > 0.03*float64(ended) {
+			over = p.At
+			break
+		}
+	}
+	if over == 0 || before < 4 {
+		t.Fatalf("failures never passed 3%% after the step (limit before %d)", before)
+	}
+	for _, p := range pts {
+		if p.At > over && p.At <= over+time.Minute && p.Limit <= before/2 {
+			return
+		}
+	}
+	t.Fatalf("failures passed 3%% at %s with the limit at %d; a minute later it was not halved", over, before)
+}
+
+func TestFTS3RuleStepsBackOnLowSuccessRate(t *testing.T) {
+	cfg := core.DefaultOptimizerConfig()
+	f := NewFTS3Optimizer(cfg)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := core.LinkSample{At: t0, Interval: time.Minute, Limit: 20, Running: 20, Waiting: true, Bytes: 6e9, Ended: 100}
+	if d := f.Decide(s); d.Limit != 20 || !strings.Contains(d.Reason, "first feedback") {
+		t.Fatalf("first: %+v", d)
+	}
+	s.At, s.Bytes = t0.Add(time.Minute), 7e9
+	if d := f.Decide(s); d.Limit != 21 || !strings.Contains(d.Reason, "larger than the preceding") {
+		t.Fatalf("throughput up: %+v", d)
+	}
+	s.At, s.Limit = t0.Add(90*time.Second), 21
+	if d := f.Decide(s); d.Limit != 21 || !strings.Contains(d.Reason, "once a minute") {
+		t.Fatalf("within the minute: %+v", d)
+	}
+	s.At, s.Failed = t0.Add(2*time.Minute), 40
+	if d := f.Decide(s); d.Limit != 19 || !strings.Contains(d.Reason, "bad link efficiency") {
+		t.Fatalf("success rate under 97%%: %+v", d)
+	}
+}
+
+func TestLinksCSVAndSVGHoldEveryControllerAndLink(t *testing.T) {
+	opt := LinkOptions{Duration: 5 * time.Minute}
+	rs := []LinkResult{runLinks(t, "sluice", nil, LinkExample(), opt), runLinks(t, "fts3", NewFTS3Optimizer, LinkExample(), opt)}
+	var b bytes.Buffer
+	if err := WriteLinksCSV(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 controllers × 2 links × 30 samples, and the header.
+	if len(rows) != 1+2*2*30 || rows[0][0] != "controller" || rows[1][0] != "sluice" || rows[len(rows)-1][0] != "fts3" {
+		t.Fatalf("%d rows, first %v, last %v", len(rows), rows[0], rows[len(rows)-1])
+	}
+	b.Reset()
+	if err := LinksSVG(&b, rs, LinkExample()); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	// Per link two panels, each with the reference line and one line per
+	// controller.
+	if n := strings.Count(svg, "<polyline"); n != 2*2*3 || !strings.Contains(svg, "capacity.example:443 → local: concurrency") {
+		t.Fatalf("%d lines in the picture, want 12", n)
+	}
+	b.Reset()
+	if err := LinksTable(&b, rs); err != nil || !strings.Contains(b.String(), "errors.example:443 → local") {
+		t.Fatalf("table: %v\n%s", err, b.String())
+	}
+}
+
+func TestRunLinksRefusesBadLinks(t *testing.T) {
+	for _, tc := range []struct {
+		links []LinkModel
+		cfg   core.Config
+		want  string
+	}{
+		{[]LinkModel{{Source: "x", LinkParams: LinkParams{Capacity: 0, PerTransfer: 1}}}, linkConfig(nil), "capacity and per-transfer rate must be above 0"},
+		{nil, linkConfig(nil), "no links"},
+		{LinkExample(), core.DefaultConfig(), "optimizer is off"},
+	} {
+		if _, err := RunLinks("x", tc.cfg, tc.links, LinkOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want %q", err, tc.want)
+		}
+	}
+}
