@@ -11,7 +11,9 @@ import (
 // fixedLimit is a controller that always answers the same limit.
 type fixedLimit int
 
-func (f fixedLimit) Decide(s LinkSample) LinkDecision { return LinkDecision{Limit: int(f), Reason: "fixed"} }
+func (f fixedLimit) Decide(s LinkSample) LinkDecision {
+	return LinkDecision{Limit: int(f), Reason: "fixed"}
+}
 
 func fixedOptimizer(limit int) OptimizerConfig {
 	o := DefaultOptimizerConfig()

@@ -34,7 +34,7 @@ const (
 	// errorCeilingFor is how long the concurrency at which failures rose
 	// stays a ceiling for growth.
 	errorCeilingFor = 2 * time.Minute
-	payOff = 0.5
+	payOff          = 0.5
 	// probeEvery is how many decisions a steady link waits before trying
 	// a tenth more transfers (twice as many after a probe that did not
 	// pay off).

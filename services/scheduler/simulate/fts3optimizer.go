@@ -171,4 +171,6 @@ func (f *FTS3Optimizer) measure(now time.Time) fts3State {
 }
 
 // String names the rule.
-func (f *FTS3Optimizer) String() string { return fmt.Sprintf("fts3 (mode %d)", map[bool]int{false: 1, true: 2}[f.Aggressive]) }
+func (f *FTS3Optimizer) String() string {
+	return fmt.Sprintf("fts3 (mode %d)", map[bool]int{false: 1, true: 2}[f.Aggressive])
+}
