@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -101,31 +102,12 @@ type LinkController interface {
 	Decide(s LinkSample) LinkDecision
 }
 
-// LinkRecord is one decision with its inputs, as kept in a link's history.
-type LinkRecord struct {
-	At         time.Time `json:"at"`
-	Running    float64   `json:"running"`
-	Throughput float64   `json:"throughput"`
-	EMA        float64   `json:"ema"`
-	ErrorRate  float64   `json:"error_rate"`
-	Ended      int       `json:"ended"`
-	Failed     int       `json:"failed"`
-	From       int       `json:"from"`
-	Limit      int       `json:"limit"`
-	Reason     string    `json:"reason"`
-}
-
-// LinkStatus describes one link.
-type LinkStatus struct {
-	Source      string       `json:"source"`
-	Destination string       `json:"destination"`
-	Limit       int          `json:"limit"`
-	Running     int          `json:"running"`
-	Throughput  float64      `json:"throughput"`
-	ErrorRate   float64      `json:"error_rate"`
-	Last        *LinkRecord  `json:"last,omitempty"`
-	History     []LinkRecord `json:"history,omitempty"`
-}
+// LinkRecord is one decision with its inputs, as kept in a link's
+// history; LinkStatus describes one link. Both are the wire's (pkg/api).
+type (
+	LinkRecord = api.LinkRecord
+	LinkStatus = api.LinkStatus
+)
 
 type linkKey [2]uint32 // the entry's hosts: 0 is the local end
 

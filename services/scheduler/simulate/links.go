@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -535,4 +536,100 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// ReadLinks reads links in CSV with a header naming the columns: source
+// (the link's source endpoint), at (seconds from the start the line's
+// parameters hold from; 0 or empty for the first), capacity and
+// per_transfer (MB/s), and optionally latency (seconds), overload (the
+// part of the capacity lost per transfer past the knee), error_rate,
+// error_per_transfer, error_above and file_size (MB). Lines of one source
+// after its first are its step changes, in order of time.
+func ReadLinks(r io.Reader) ([]LinkModel, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("links header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	for _, need := range []string{"source", "capacity", "per_transfer"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("links header %q lacks the column %q (want source, at, capacity, per_transfer, latency, overload, error_rate, error_per_transfer, error_above, file_size)", strings.Join(header, ","), need)
+		}
+	}
+	cr.FieldsPerRecord = len(header)
+	var out []LinkModel
+	index := map[string]int{}
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("links: %w", err)
+		}
+		num := func(name string, lo float64) (float64, error) {
+			i, ok := col[name]
+			if !ok || strings.TrimSpace(rec[i]) == "" {
+				return 0, nil
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(rec[i]), 64)
+			if err != nil || v < lo || math.IsInf(v, 0) || math.IsNaN(v) {
+				return 0, fmt.Errorf("links line %d: %s %q is not a number ≥ %g", line, name, rec[i], lo)
+			}
+			return v, nil
+		}
+		var p LinkParams
+		var at, latency, above, size float64
+		for _, f := range []struct {
+			name string
+			to   *float64
+		}{{"at", &at}, {"capacity", &p.Capacity}, {"per_transfer", &p.PerTransfer}, {"latency", &latency}, {"overload", &p.Overload},
+			{"error_rate", &p.ErrorRate}, {"error_per_transfer", &p.ErrorPerTransfer}, {"error_above", &above}, {"file_size", &size}} {
+			if *f.to, err = num(f.name, 0); err != nil {
+				return nil, err
+			}
+		}
+		if p.Capacity <= 0 || p.PerTransfer <= 0 {
+			return nil, fmt.Errorf("links line %d: capacity and per_transfer must be above 0 MB/s", line)
+		}
+		if p.ErrorRate > 1 || p.Overload > 1 {
+			return nil, fmt.Errorf("links line %d: error_rate and overload are fractions, at most 1", line)
+		}
+		p.Capacity, p.PerTransfer = p.Capacity*1e6, p.PerTransfer*1e6
+		p.Latency = time.Duration(latency * float64(time.Second))
+		p.ErrorAbove = int(above)
+		source := strings.TrimSpace(rec[col["source"]])
+		if source == "" {
+			return nil, fmt.Errorf("links line %d: source is empty", line)
+		}
+		k, seen := index[source]
+		switch {
+		case !seen && at != 0:
+			return nil, fmt.Errorf("links line %d: the first line of %s is at %gs, want 0", line, source, at)
+		case !seen:
+			index[source] = len(out)
+			out = append(out, LinkModel{Source: source, FileSize: int64(size * 1e6), LinkParams: p})
+		default:
+			l := &out[k]
+			last := time.Duration(0)
+			if n := len(l.Steps); n > 0 {
+				last = l.Steps[n-1].At
+			}
+			step := time.Duration(at * float64(time.Second))
+			if step <= last {
+				return nil, fmt.Errorf("links line %d: %s's step at %gs is not after its previous one", line, source, at)
+			}
+			l.Steps = append(l.Steps, LinkStep{At: step, LinkParams: p})
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("links file has no links")
+	}
+	return out, nil
 }
