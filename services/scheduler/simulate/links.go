@@ -164,10 +164,14 @@ type LinkSeries struct {
 }
 
 // Convergence is how long a link took to reach 90% of what it could
-// carry after a change at At.
+// carry after a change at At and, if its failures since passed 3% (two at
+// least) at FailuresRose, how long the limit then took to halve (Halved,
+// -1: it did not before the next change).
 type Convergence struct {
-	At   time.Duration `json:"at_ns"`
-	Took time.Duration `json:"took_ns"`
+	At           time.Duration `json:"at_ns"`
+	Took         time.Duration `json:"took_ns"`
+	FailuresRose time.Duration `json:"failures_rose_ns,omitempty"`
+	Halved       time.Duration `json:"halved_ns,omitempty"`
 }
 
 // LinkResult is one controller's run over the links.
@@ -325,7 +329,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 		}
 	}
 	for i, l := range links {
-		res.Links[i].Convergence = convergence(res.Links[i].Points, l.Steps, opt.Duration)
+		res.Links[i].Convergence = convergence(res.Links[i].Points, l.Steps, opt.Duration, cfg.Optimizer.Min)
 		for _, s := range c.Links(true) {
 			if s.Source == l.Source {
 				res.Links[i].Decisions = s.History
@@ -344,8 +348,10 @@ func stepParams(steps []LinkStep) []LinkParams {
 }
 
 // convergence finds, for the start and each step, how long until a
-// sample's throughput reached 90% of what the link could carry.
-func convergence(points []LinkPoint, steps []LinkStep, end time.Duration) []Convergence {
+// sample's throughput reached 90% of what the link could carry, and how
+// long after its failures passed 3% its limit was halved (or at lo, the
+// lowest limit).
+func convergence(points []LinkPoint, steps []LinkStep, end time.Duration, lo int) []Convergence {
 	changes := []time.Duration{0}
 	for _, s := range steps {
 		changes = append(changes, s.At)
@@ -366,6 +372,24 @@ func convergence(points []LinkPoint, steps []LinkStep, end time.Duration) []Conv
 			if p.Throughput >= 0.9*p.Achievable {
 				cv.Took = p.At - at
 				break
+			}
+		}
+		limit, ended, failed := 0, 0, 0
+		for _, p := range points {
+			switch {
+			case p.At <= at:
+				limit = p.Limit
+			case p.At > until:
+			case cv.FailuresRose == 0:
+				ended, failed = ended+p.Ended, failed+p.Failed
+				if failed >= 2 && float64(failed) > 0.03*float64(ended) {
+					cv.FailuresRose, cv.Halved = p.At, -1
+				}
+			case cv.Halved < 0 && p.Limit <= max(limit/2, lo):
+				cv.Halved = p.At - cv.FailuresRose
+			}
+			if cv.FailuresRose == 0 && p.At > at {
+				limit = max(limit, p.Limit)
 			}
 		}
 		out = append(out, cv)
@@ -392,9 +416,12 @@ func WriteLinksCSV(w io.Writer, results []LinkResult) error {
 	return cw.Error()
 }
 
-// LinksTable writes each controller's convergence times per link.
+// LinksTable writes, per controller and link, how long the link took
+// after each change to reach 90% of what it could carry and, where its
+// failures passed 3%, to halve its limit from then; with its mean
+// throughput and the transfers that failed.
 func LinksTable(w io.Writer, results []LinkResult) error {
-	_, err := fmt.Fprintf(w, "%-10s %-32s %10s %14s %14s %10s\n", "CONTROLLER", "LINK", "CHANGE AT", "TO 90%", "MEAN MB/S", "FAILED")
+	_, err := fmt.Fprintf(w, "%-10s %-32s %10s %10s %12s %10s %10s\n", "CONTROLLER", "LINK", "CHANGE AT", "TO 90%", "HALVED IN", "MEAN MB/S", "FAILED")
 	for _, r := range results {
 		for _, l := range r.Links {
 			sum, failed := 0.0, 0
@@ -415,7 +442,14 @@ func LinksTable(w io.Writer, results []LinkResult) error {
 				if i == 0 {
 					m, f = fmt.Sprintf("%.1f", mean), strconv.Itoa(failed)
 				}
-				fmt.Fprintf(w, "%-10s %-32s %10s %14s %14s %10s\n", r.Controller, l.Link, fmtMinutes(cv.At), took, m, f)
+				halved := ""
+				switch {
+				case cv.FailuresRose > 0 && cv.Halved >= 0:
+					halved = cv.Halved.Round(time.Second).String()
+				case cv.FailuresRose > 0:
+					halved = "never"
+				}
+				fmt.Fprintf(w, "%-10s %-32s %10s %10s %12s %10s %10s\n", r.Controller, l.Link, fmtMinutes(cv.At), took, halved, m, f)
 			}
 		}
 	}

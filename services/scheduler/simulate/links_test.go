@@ -60,33 +60,27 @@ func TestFTS3RuleClimbsOneTransferAMinute(t *testing.T) {
 
 func TestSluiceOptimizerHalvesWithinAMinuteOfFailuresAboveThreePercent(t *testing.T) {
 	r := runLinks(t, "sluice", nil, LinkExample()[1:], LinkOptions{Duration: 25 * time.Minute})
-	pts := r.Links[0].Points
-	step := 20 * time.Minute
-	// When the failures since the step first pass 3% (two at least), and
-	// the limit then.
-	var before int
-	var over time.Duration
-	ended, failed := 0, 0
-	for _, p := range pts {
-		if p.At <= step {
-			before = p.Limit
-			continue
-		}
-		ended, failed = ended+p.Ended, failed+p.Failed
-		if failed >= 2 && float64(failed) > 0.03*float64(ended) {
-			over = p.At
-			break
-		}
+	cv := r.Links[0].Convergence[1] // failures rise at 20 minutes
+	if cv.FailuresRose == 0 || cv.Halved < 0 || cv.Halved > time.Minute {
+		t.Fatalf("after the step at %s failures passed 3%% at %s and the limit halved %s later (-1: never), want within a minute",
+			cv.At, cv.FailuresRose, cv.Halved)
 	}
-	if over == 0 || before < 4 {
-		t.Fatalf("failures never passed 3%% after the step (limit before %d)", before)
+	if cv0 := r.Links[0].Convergence[0]; cv0.FailuresRose != 0 {
+		t.Fatalf("failures passed 3%% at %s before the step (0.2%% failing)", cv0.FailuresRose)
 	}
-	for _, p := range pts {
-		if p.At > over && p.At <= over+time.Minute && p.Limit <= before/2 {
-			return
-		}
+}
+
+func TestConvergenceMeasuresTheTimeToNinetyPercentAndToHalving(t *testing.T) {
+	pt := func(s, limit int, thr float64, ended, failed int) LinkPoint {
+		return LinkPoint{At: time.Duration(s) * time.Second, Limit: limit, Throughput: thr, Achievable: 100, Ended: ended, Failed: failed}
 	}
-	t.Fatalf("failures passed 3%% at %s with the limit at %d; a minute later it was not halved", over, before)
+	points := []LinkPoint{pt(10, 8, 50, 10, 0), pt(20, 12, 95, 10, 0), pt(30, 12, 95, 10, 0),
+		pt(40, 12, 40, 10, 3), pt(50, 12, 40, 10, 1), pt(60, 6, 40, 10, 0), pt(70, 6, 90, 10, 0)}
+	got := convergence(points, []LinkStep{{At: 30 * time.Second}}, 70*time.Second, 2)
+	want := []Convergence{{At: 0, Took: 20 * time.Second}, {At: 30 * time.Second, Took: 40 * time.Second, FailuresRose: 40 * time.Second, Halved: 20 * time.Second}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("convergence %+v, want %+v", got, want)
+	}
 }
 
 func TestFTS3RuleStepsBackOnLowSuccessRate(t *testing.T) {
