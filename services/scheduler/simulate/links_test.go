@@ -151,3 +151,31 @@ func TestRunLinksRefusesBadLinks(t *testing.T) {
 		}
 	}
 }
+
+func TestReadLinksTakesStepsAndRefusesBadLines(t *testing.T) {
+	links, err := ReadLinks(strings.NewReader("# two links\nsource,at,capacity,per_transfer,latency,overload,error_rate,file_size\n" +
+		"se.example:443,0,1000,25,2,0.01,0,500\nse.example:443,1200,500,25,2,0.01,0,\ntape.example,,400,20,,,0.1,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := LinkModel{Source: "se.example:443", FileSize: 500e6,
+		LinkParams: LinkParams{Capacity: 1e9, PerTransfer: 25e6, Latency: 2 * time.Second, Overload: 0.01},
+		Steps:      []LinkStep{{At: 20 * time.Minute, LinkParams: LinkParams{Capacity: 500e6, PerTransfer: 25e6, Latency: 2 * time.Second, Overload: 0.01}}}}
+	if len(links) != 2 || links[0].Source != want.Source || links[0].FileSize != want.FileSize || links[0].LinkParams != want.LinkParams ||
+		len(links[0].Steps) != 1 || links[0].Steps[0] != want.Steps[0] || links[1].ErrorRate != 0.1 {
+		t.Fatalf("links %+v", links)
+	}
+	for _, tc := range []struct{ csv, want string }{
+		{"at,capacity\n", `lacks the column "source"`},
+		{"source,capacity,per_transfer\nx,0,1\n", "line 2: capacity and per_transfer must be above 0"},
+		{"source,capacity,per_transfer\nx,ten,1\n", `line 2: capacity "ten" is not a number`},
+		{"source,at,capacity,per_transfer\nx,5,1,1\n", "the first line of x is at 5s, want 0"},
+		{"source,at,capacity,per_transfer\nx,0,1,1\nx,0,1,1\n", "x's step at 0s is not after its previous one"},
+		{"source,capacity,per_transfer,error_rate\nx,1,1,2\n", "fractions, at most 1"},
+		{"source,capacity,per_transfer\n", "no links"},
+	} {
+		if _, err := ReadLinks(strings.NewReader(tc.csv)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.csv, err, tc.want)
+		}
+	}
+}
