@@ -418,7 +418,7 @@ func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) 
 		e.d.Bytes = bytes
 	}
 	if classOf(e.queued).PerHost {
-		c.links.moved(e, bytes)
+		c.links.moved(now, e, bytes)
 	}
 	return nil
 }

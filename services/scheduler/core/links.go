@@ -118,11 +118,16 @@ type link struct {
 	running int
 	ctl     LinkController
 	// The current interval's measurements.
-	start          time.Time
-	runningTime    float64 // transfer-seconds
-	last           time.Time
-	bytes          int64
-	ended, failed  int
+	start       time.Time
+	runningTime float64 // transfer-seconds
+	last        time.Time
+	// bytes is what its transfers moved in the interval, as far as the
+	// reports tell (flow.estimate); corrections may make it negative.
+	bytes         float64
+	ended, failed int
+	// perTransfer is the throughput per transfer of the last interval,
+	// the rate assumed for a transfer that has not reported yet.
+	perTransfer    float64
 	waited         bool
 	lastThroughput float64
 	lastErrorRate  float64
@@ -133,9 +138,36 @@ type link struct {
 type linkSet struct {
 	cfg   OptimizerConfig
 	links map[linkKey]*link
-	// counted holds, per running transfer, the bytes already counted for
-	// its current grant.
-	counted map[uuid.UUID]int64
+	// flows holds the running transfers, by DTR.
+	flows map[uuid.UUID]*flow
+}
+
+// flow is a running transfer's bytes: reported, and counted in its
+// link's intervals. Workers report every lease renewal (10 s by default),
+// as often as the optimizer decides, so a report's bytes are spread over
+// the time since the last one: between reports a transfer is taken to
+// move at its last rate (before its first, at its link's rate per
+// transfer), and what it really moved corrects the count when it reports
+// or ends.
+type flow struct {
+	l         *link
+	started   time.Time // zero until the first tick after its grant
+	lastAt    time.Time // of its last report (its start before one)
+	lastBytes int64
+	rate      float64 // bytes/s between its last two reports (0: none yet)
+	counted   float64 // bytes counted in its link's intervals so far
+}
+
+// estimate returns the bytes f has moved by now, as far as is known.
+func (f *flow) estimate(now time.Time) float64 {
+	if f.started.IsZero() {
+		return f.counted
+	}
+	rate := f.rate
+	if f.lastBytes == 0 {
+		rate = f.l.perTransfer
+	}
+	return float64(f.lastBytes) + rate*now.Sub(f.lastAt).Seconds()
 }
 
 func newLinkSet(cfg OptimizerConfig) *linkSet {
@@ -145,7 +177,7 @@ func newLinkSet(cfg OptimizerConfig) *linkSet {
 	if cfg.Controller == nil {
 		cfg.Controller = func(o OptimizerConfig) LinkController { return NewLinkOptimizer(o) }
 	}
-	return &linkSet{cfg: cfg, links: map[linkKey]*link{}, counted: map[uuid.UUID]int64{}}
+	return &linkSet{cfg: cfg, links: map[linkKey]*link{}, flows: map[uuid.UUID]*flow{}}
 }
 
 // of returns e's link, made on first use, or nil if e has no remote end.
@@ -180,32 +212,45 @@ func (ls *linkSet) add(e *entry, n int) {
 	}
 	l.running += n
 	if n > 0 {
-		ls.counted[e.d.ID] = 0
+		ls.flows[e.d.ID] = &flow{l: l}
 	} else {
-		delete(ls.counted, e.d.ID)
+		delete(ls.flows, e.d.ID)
 	}
 }
 
-// moved counts the bytes a running transfer reports having moved in all.
-func (ls *linkSet) moved(e *entry, bytes int64) {
-	l := ls.of(e)
-	if l == nil {
+// moved takes a running transfer's report of the bytes it moved in all.
+func (ls *linkSet) moved(now time.Time, e *entry, bytes int64) {
+	f := ls.flows[e.d.ID]
+	if ls == nil || f == nil || bytes <= f.lastBytes {
 		return
 	}
-	if done, ok := ls.counted[e.d.ID]; ok && bytes > done {
-		l.bytes += bytes - done
-		ls.counted[e.d.ID] = bytes
+	if f.started.IsZero() {
+		f.started, f.lastAt = now, now
 	}
+	if dt := now.Sub(f.lastAt).Seconds(); dt > 0 {
+		f.rate = float64(bytes-f.lastBytes) / dt
+	}
+	if f.lastBytes == 0 {
+		// The first report: its bytes were moved since the start.
+		if dt := now.Sub(f.started).Seconds(); dt > 0 {
+			f.rate = float64(bytes) / dt
+		}
+	}
+	f.lastBytes, f.lastAt = bytes, now
 }
 
-// ended counts a transfer's result at now, before its slot is released.
+// ended counts a transfer's result at now, before its slot is released:
+// the bytes it moved correct what was counted of it.
 func (ls *linkSet) ended(now time.Time, e *entry, r Result) {
 	l := ls.of(e)
 	if l == nil {
 		return
 	}
 	l.advance(now) // its slot is released at now
-	ls.moved(e, r.Bytes)
+	if f := ls.flows[e.d.ID]; f != nil {
+		l.bytes += float64(max(r.Bytes, f.lastBytes)) - f.counted
+		f.counted = float64(max(r.Bytes, f.lastBytes))
+	}
 	if r.Returned {
 		return
 	}
@@ -236,6 +281,21 @@ func (ls *linkSet) tick(now time.Time) {
 	if ls == nil {
 		return
 	}
+	due := false
+	for _, l := range ls.links {
+		due = due || !l.start.IsZero() && now.Sub(l.start) >= ls.cfg.Interval
+	}
+	for _, f := range ls.flows {
+		if f.started.IsZero() {
+			f.started, f.lastAt = now, now
+		}
+		if due && now.Sub(f.l.start) >= ls.cfg.Interval {
+			// The bytes its link's closing interval should count.
+			est := f.estimate(now)
+			f.l.bytes += est - f.counted
+			f.counted = est
+		}
+	}
 	for k, l := range ls.links {
 		if l.start.IsZero() {
 			l.start, l.last = now, now
@@ -247,7 +307,10 @@ func (ls *linkSet) tick(now time.Time) {
 			continue
 		}
 		s := LinkSample{At: now, Interval: span, Limit: l.limit, Running: l.runningTime / span.Seconds(),
-			Waiting: l.waited, Bytes: l.bytes, Ended: l.ended, Failed: l.failed}
+			Waiting: l.waited, Bytes: int64(max(l.bytes, 0)), Ended: l.ended, Failed: l.failed}
+		if s.Running >= 0.5 {
+			l.perTransfer = s.Throughput() / s.Running
+		}
 		idle := l.running == 0 && s.Bytes == 0 && s.Ended == 0 && !s.Waiting
 		if idle && len(l.history) > 0 && now.Sub(l.history[len(l.history)-1].At) > 10*ls.cfg.Interval {
 			delete(ls.links, k)

@@ -180,17 +180,20 @@ func TestLinkOptimizerDecides(t *testing.T) {
 			{sample(20*time.Second, 12, 12, 10e6, 12, 0), 12, "settling"},
 			{sample(30*time.Second, 12, 12, 10e6, 12, 0), 18, "brought +50%"},
 		}},
-		{"cuts to the knee when more transfers bring little", []step{
+		{"goes back when an increase went past the knee", []step{
 			{sample(10*time.Second, 20, 20, 10e6, 8, 0), 30, "+50%"},
 			{sample(20*time.Second, 30, 30, 200e6/30, 8, 0), 30, "settling"},
-			{sample(30*time.Second, 30, 30, 170e6/30, 8, 0), 17, "past the knee: 5.7 MB/s per transfer is 57% of the uncongested 10.0 MB/s"},
+			{sample(30*time.Second, 30, 30, 170e6/30, 8, 0), 20, "past the knee: 5.7 MB/s per transfer is 57% of the uncongested 10.0 MB/s; back to 20"},
+			{sample(40*time.Second, 20, 20, 10e6, 8, 0), 20, "settling"},
+			// The next probe goes halfway to where the knee was found.
+			{sample(50*time.Second, 20, 20, 10e6, 8, 0), 25, "+5, below the knee found at 30"},
 		}},
 		{"cuts to the knee when the capacity halves", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 8, 0), 60, "+50%"},
 			{sample(20*time.Second, 60, 40, 10e6, 8, 0), 60, "settling"},
 			{sample(30*time.Second, 60, 40, 10e6, 8, 0), 60, "waiting for the link to run up"},
 			{sample(40*time.Second, 60, 60, 10e6, 8, 0), 60, "no DTR waits"},
-			{sample(50*time.Second, 60, 60, 5e6, 8, 0), 30, "past the knee"},
+			{sample(50*time.Second, 60, 60, 5e6, 8, 0), 33, "past the knee: 5.0 MB/s per transfer is 50% of the uncongested 10.0 MB/s; 300.0 MB/s needs 33"},
 		}},
 		{"halves on more than 3% failures", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 40, 1), 60, "+50%"},
@@ -199,15 +202,14 @@ func TestLinkOptimizerDecides(t *testing.T) {
 		{"keeps growth below where failures rose", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 40, 3), 20, "halved"},
 			{sample(20*time.Second, 20, 20, 10e6, 40, 0), 20, "settling"},
-			{sample(30*time.Second, 20, 20, 10e6, 40, 0), 20, "probing for more in 20s"},
-			{sample(40*time.Second, 20, 20, 10e6, 40, 0), 20, "probing for more in 10s"},
-			{sample(50*time.Second, 20, 20, 10e6, 40, 0), 22, "+10%"},
-			{sample(60*time.Second, 22, 22, 10e6, 40, 0), 22, "settling"},
-			{sample(70*time.Second, 22, 22, 10e6, 40, 0), 25, "+10%"},
-			{sample(80*time.Second, 25, 25, 10e6, 40, 0), 25, "settling"},
-			{sample(90*time.Second, 25, 25, 10e6, 40, 0), 38, "+50%"},
-			{sample(100*time.Second, 38, 38, 10e6, 40, 0), 38, "settling"},
-			{sample(110*time.Second, 38, 38, 10e6, 40, 0), 39, "kept below 40"},
+			{sample(30*time.Second, 20, 20, 10e6, 40, 0), 20, "probing for more in 10s"},
+			{sample(40*time.Second, 20, 20, 10e6, 40, 0), 22, "+10%"},
+			{sample(50*time.Second, 22, 22, 10e6, 40, 0), 22, "settling"},
+			{sample(60*time.Second, 22, 22, 10e6, 40, 0), 25, "+10%"},
+			{sample(70*time.Second, 25, 25, 10e6, 40, 0), 25, "settling"},
+			{sample(80*time.Second, 25, 25, 10e6, 40, 0), 38, "+50%"},
+			{sample(90*time.Second, 38, 38, 10e6, 40, 0), 38, "settling"},
+			{sample(100*time.Second, 38, 38, 10e6, 40, 0), 39, "kept below 40"},
 		}},
 		{"ignores one failure in a minute", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 10, 1), 60, "+50%"},

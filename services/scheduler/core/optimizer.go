@@ -1,14 +1,14 @@
 package core
 
 // Sluice's link controller: a throughput-gradient hill-climb. Every
-// interval it compares what one transfer of the link moved with the best
-// any transfer of the link has moved (its uncongested rate): while each
-// added transfer still brings about as much as the others, the link is
-// below its knee and the limit grows (by a tenth, then by half once two
-// steps in a row paid off); once the rate per transfer has fallen well
-// below the uncongested one, the link is past its knee and the limit drops
-// at once to the concurrency that would carry the measured throughput at
-// the uncongested rate. Failures that point at the link halve the limit.
+// interval it compares what one transfer of the link moves with the best
+// any transfer of the link has moved (its uncongested rate). While DTRs
+// wait and each added transfer pays off, the limit grows (by a tenth, by
+// half after two increases in a row, halfway to a knee found before);
+// once the rate per transfer falls well below the uncongested one the link
+// is past its knee and the limit goes back at once; an increase that did
+// not pay off is undone; a steady link probes for added capacity every
+// few intervals. Failures that point at the link halve the limit.
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ const (
 	// limit halves, given at least minFailures failures.
 	maxErrorRate = 0.03
 	errorWindow  = time.Minute
-	minFailures  = 2
+	minFailures  = 3
 	// errorCeilingFor is how long the concurrency at which failures rose
 	// stays a ceiling for growth.
 	errorCeilingFor = 2 * time.Minute
@@ -38,7 +38,7 @@ const (
 	// probeEvery is how many decisions a steady link waits before trying
 	// a tenth more transfers (twice as many after a probe that did not
 	// pay off).
-	probeEvery = 3
+	probeEvery = 2
 )
 
 // LinkOptimizer is Sluice's LinkController for one link.
@@ -67,6 +67,10 @@ type LinkOptimizer struct {
 	// failedProbes counts probes in a row that did not pay off: the next
 	// waits longer.
 	failedProbes int
+	// knee is the lowest limit found past the link's knee since (0: none):
+	// growth by half stops below it, and only a probe past it that pays
+	// off forgets it.
+	knee int
 	// errs holds the (ended, failed) counts of the last errorWindow.
 	errs []errorCount
 	// ceiling is the concurrency at which failures rose, until ceilingEnds.
@@ -159,10 +163,24 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 	o.fromLimit = 0
 	o.steady++
 	switch {
+	case eff < shrinkEfficiency && from > 0 && from < s.Limit:
+		// The last increase went past the knee: back to where it began
+		// (the throughput measured past the knee, less than the link can
+		// carry, would put the knee too low).
+		// The knee is between from and the limit: probe again soon.
+		d.Limit = from
+		o.streak, o.steady = 0, probeEvery-1
+		o.knee = s.Limit
+		d.Reason = fmt.Sprintf("past the knee: %s per transfer is %.0f%% of the uncongested %s; back to %d",
+			rate(per), 100*eff, rate(o.best), from)
+		return d
 	case eff < shrinkEfficiency:
-		knee := int(math.Ceil(thr / o.best))
+		// A tenth above what the throughput measured past the knee needs:
+		// congestion lowers that throughput, so the knee is higher.
+		knee := int(math.Ceil(1.1 * thr / o.best))
 		d.Limit = max(1, min(knee, s.Limit-1))
 		o.lowered, o.cutRatio, o.streak, o.steady = per, s.Running/float64(d.Limit), 0, 0
+		o.knee = s.Limit
 		d.Reason = fmt.Sprintf("past the knee: %s per transfer is %.0f%% of the uncongested %s; %s needs %d",
 			rate(per), 100*eff, rate(o.best), rate(thr), knee)
 		return d
@@ -173,12 +191,16 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 			d.Limit = from
 			o.streak, o.steady = 0, 0
 			o.failedProbes++
+			o.knee = s.Limit
 			d.Reason = fmt.Sprintf("%d more transfers brought %+.0f%% (%s), not the %.0f%% they should: back to %d",
 				s.Limit-from, 100*gain, rate(thr), 100*payOff*expected, from)
 			return d
 		}
 		o.streak++
 		o.failedProbes = 0
+		if o.knee > 0 && s.Limit >= o.knee {
+			o.knee = 0 // past where the knee was: the link carries more now
+		}
 		if !s.Waiting {
 			d.Reason = fmt.Sprintf("%d more transfers brought %+.0f%% (%s); no DTR waits for more", s.Limit-from, 100*gain, rate(thr))
 			return d
@@ -203,6 +225,13 @@ func (o *LinkOptimizer) grow(s LinkSample, thr float64, d LinkDecision, why stri
 	how := "+10%"
 	if o.streak >= 2 {
 		step, how = max(1, int(math.Ceil(0.5*float64(s.Limit)))), "+50%"
+	}
+	if tenth := max(1, int(math.Ceil(0.1*float64(s.Limit)))); o.knee > s.Limit {
+		// Below where the knee was found: halfway there, or a tenth.
+		step = max(tenth, (o.knee-s.Limit)/2)
+		how = fmt.Sprintf("+%d, below the knee found at %d", step, o.knee)
+	} else if o.knee > 0 {
+		step, how = tenth, fmt.Sprintf("+10%%, past the knee found at %d", o.knee)
 	}
 	d.Limit = min(s.Limit+step, o.cfg.Max)
 	if o.ceiling > 0 && s.At.Before(o.ceilingEnds) && d.Limit >= o.ceiling {

@@ -113,6 +113,9 @@ type LinkOptions struct {
 	// Duration is how long the run lasts; Step is the virtual tick;
 	// Sample how often each link is recorded.
 	Duration, Step, Sample time.Duration
+	// Progress is how often a transfer reports the bytes it moved (as
+	// workers do with each lease renewal), from its start.
+	Progress time.Duration
 	// Seed seeds the failures.
 	Seed uint64
 }
@@ -129,6 +132,9 @@ func (o *LinkOptions) defaults() {
 	}
 	if o.Sample <= 0 {
 		o.Sample = 10 * time.Second
+	}
+	if o.Progress <= 0 {
+		o.Progress = 10 * time.Second
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -293,8 +299,10 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 			t.moved += step
 			tallies[t.link].bytes += step
 			if t.moved < t.size {
-				if err := c.Progress(after, t.g.DTR.ID, t.g.ID, int64(t.moved)); err != nil {
-					return res, err
+				if after.Sub(t.started)%opt.Progress == 0 {
+					if err := c.Progress(after, t.g.DTR.ID, t.g.ID, int64(t.moved)); err != nil {
+						return res, err
+					}
 				}
 				continue
 			}

@@ -14,6 +14,7 @@ func linkConfig(controller func(core.OptimizerConfig) core.LinkController) core.
 	cfg := core.DefaultConfig()
 	cfg.Optimizer = core.DefaultOptimizerConfig()
 	cfg.Optimizer.Controller = controller
+	cfg.Optimizer.History = 1000
 	return cfg
 }
 
@@ -27,7 +28,7 @@ func runLinks(t *testing.T, name string, ctl func(core.OptimizerConfig) core.Lin
 }
 
 func TestSluiceOptimizerReachesNinetyPercentWithinThreeMinutesOfEachCapacityStep(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
+	for _, seed := range []uint64{1, 2, 3, 4, 5} {
 		r := runLinks(t, "sluice", nil, LinkExample()[:1], LinkOptions{Seed: seed})
 		cv := r.Links[0].Convergence
 		if len(cv) != 3 {
