@@ -45,9 +45,19 @@ type hostLoad struct {
 func (l *hostLoad) limited() bool { return l.max > 0 || l.links != nil }
 
 // full returns an endpoint of e that has max grants running, or 0 if both
-// have room; a DTR whose link is at its limit returns linkFull.
+// have room; a DTR whose link is at its limit returns linkFull, and marks
+// the link as wanted beyond it (for a grant: Explain uses blocked).
 func (l *hostLoad) full(e *entry) uint32 {
-	if l.links.full(e) {
+	h := l.blocked(e)
+	if h == linkFull {
+		l.links.want(e)
+	}
+	return h
+}
+
+// blocked is full without marking anything.
+func (l *hostLoad) blocked(e *entry) uint32 {
+	if l.links.atLimit(e) {
 		return linkFull
 	}
 	if l.max <= 0 {

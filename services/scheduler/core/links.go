@@ -193,15 +193,20 @@ func (ls *linkSet) of(e *entry) *link {
 	return l
 }
 
-// full reports whether e's link runs as many transfers as its limit; a
-// DTR found so marks the link as wanted beyond it.
-func (ls *linkSet) full(e *entry) bool {
-	l := ls.of(e)
-	if l == nil || l.running < l.limit {
+// atLimit reports whether e's link runs as many transfers as its limit.
+func (ls *linkSet) atLimit(e *entry) bool {
+	if ls == nil {
 		return false
 	}
-	l.waited = true
-	return true
+	l := ls.links[e.hosts]
+	return l != nil && l.running >= l.limit
+}
+
+// want marks e's link as wanted beyond its limit: a DTR waited for it.
+func (ls *linkSet) want(e *entry) {
+	if l := ls.of(e); l != nil {
+		l.waited = true
+	}
 }
 
 // add counts a grant of e in (n = 1) or out (n = -1).
@@ -220,8 +225,11 @@ func (ls *linkSet) add(e *entry, n int) {
 
 // moved takes a running transfer's report of the bytes it moved in all.
 func (ls *linkSet) moved(now time.Time, e *entry, bytes int64) {
+	if ls == nil {
+		return
+	}
 	f := ls.flows[e.d.ID]
-	if ls == nil || f == nil || bytes <= f.lastBytes {
+	if f == nil || bytes <= f.lastBytes {
 		return
 	}
 	if f.started.IsZero() {
