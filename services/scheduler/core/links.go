@@ -64,12 +64,13 @@ type LinkSample struct {
 	// Interval is the time the sample covers.
 	Interval time.Duration
 	// Limit is the link's limit during it, Running the mean number of
-	// transfers it ran (weighted by time), Queued says whether DTRs waited
-	// for the link at its end.
+	// transfers it ran (weighted by time), Waiting says whether DTRs waited
+	// for the link during it.
 	Limit   int
 	Running float64
 	Waiting bool
-	// Bytes is what its transfers moved (progress and results).
+	// Bytes is what its transfers moved: reported, spread between reports
+	// (flow), corrected by later reports and results.
 	Bytes int64
 	// Ended counts the transfers that ended, Failed those of them that
 	// failed in a way that points at the link (TEMPORARY_REMOTE,

@@ -250,3 +250,44 @@ func TestOptimizerConfigRefusesBadSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestLinkThroughputIsSpreadBetweenSparseReports(t *testing.T) {
+	// Transfers at 10 MB/s that report every 15 s, against decisions every
+	// 10 s: an interval holds a report of each transfer or none, yet every
+	// decision once the reports began should measure about 10 MB/s a
+	// transfer.
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency = 4, 0
+	cfg.Optimizer = fixedOptimizer(4)
+	h := newHarness(t, cfg)
+	for i := 0; i < 4; i++ {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	h.runToTransfer()
+	moved := map[string]int64{}
+	for s := 1; s <= 90; s++ {
+		for _, g := range h.running {
+			if g.State == dtr.Transferring {
+				moved[g.ID] += 10e6
+				if s%15 == 0 {
+					if err := h.c.Progress(h.now, g.DTR.ID, g.ID, moved[g.ID]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		h.tick(time.Second)
+	}
+	hist := h.c.Links(true)[0].History
+	if len(hist) < 7 {
+		t.Fatalf("%d decisions in 90 s, want 8 or so", len(hist))
+	}
+	// Until the first reports (at 15 s) nothing is known of the link's
+	// rate, and the interval with them takes the bytes of the time before;
+	// from then on each interval counts what was moved in it.
+	for _, rec := range hist[4:] {
+		if per := rec.Throughput / rec.Running; per < 7e6 || per > 13e6 {
+			t.Errorf("%s: %.1f MB/s per transfer measured, want about 10", rec.At.Format(time.TimeOnly), per/1e6)
+		}
+	}
+}
