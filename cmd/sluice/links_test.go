@@ -2,11 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
 func TestPrintLinksShowsLimitsReasonsAndHistory(t *testing.T) {
@@ -61,6 +69,54 @@ func TestSimulateLinksRefusesBadArguments(t *testing.T) {
 		tc.o.Duration = time.Minute
 		if err := simulateLinks(cfg, tc.o, "", false, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+}
+
+func TestLinksCommandAsksARunningScheduler(t *testing.T) {
+	nc, _ := bustest.Server(t)
+	s, err := scheduler.New(scheduler.Config{Optimizer: "on", OptimizerStart: 6}, nc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); !s.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler is not ready")
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--history"}, "per-link optimizer: limits 2–100, a new link starts at 6"},
+		{[]string{"--json"}, `"start": 6`},
+	} {
+		cfg := &Config{NATSURL: nc.ConnectedUrl()}
+		c := linksCommand(cfg)
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetArgs(append(tc.args, "--nats", nc.ConnectedUrl()))
+		// The scheduler serves its API once it leads: ask until it does.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := c.Execute()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("sluice links %v:\n%s\nwant %q", tc.args, out.String(), tc.want)
 		}
 	}
 }
