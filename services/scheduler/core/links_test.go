@@ -291,3 +291,27 @@ func TestLinkThroughputIsSpreadBetweenSparseReports(t *testing.T) {
 		}
 	}
 }
+
+func TestARestoredCoreCountsTheTransfersRunningOnEachLink(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency = 10, 0
+	cfg.Optimizer = fixedOptimizer(2)
+	h := newHarness(t, cfg)
+	for i := 0; i < 5; i++ {
+		h.submit(hostDTR(i, "alice", "slow.example"))
+	}
+	h.runToTransfer()
+	h2 := newHarness(t, cfg)
+	for _, e := range h.c.dtrs {
+		cp := *h.c.peekEntry(e)
+		if err := h2.c.Restore(h.now, &cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h2.tick(time.Second); len(got) != 0 {
+		t.Fatalf("a restored core started %d more transfers on a link at its limit", len(got))
+	}
+	if l := h2.c.Links(false); len(l) != 1 || l[0].Running != 2 || l[0].Limit != 2 {
+		t.Fatalf("restored links %+v, want slow.example → local running 2 of 2", l)
+	}
+}
