@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -61,9 +62,17 @@ func TestLinksAreAnsweredOverNATSAndOnTheWebPage(t *testing.T) {
 			if code, body := get(t, base+"/api/links?history=1", &web); code != 200 || !strings.Contains(body, `"links":[]`) {
 				t.Fatalf("GET /api/links: %d %s", code, body)
 			}
-			msg, err := nc.Request(api.SubjectLinks, []byte(`{"history":true}`), 10*time.Second)
-			if err != nil {
-				t.Fatal(err)
+			// The API is served once the scheduler leads: ask until it is.
+			var msg *nats.Msg
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				var err error
+				msg, err = nc.Request(api.SubjectLinks, []byte(`{"history":true}`), 10*time.Second)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+					t.Fatal(err)
+				}
 			}
 			var bus api.LinksReply
 			if err := json.Unmarshal(msg.Data, &bus); err != nil {
