@@ -46,7 +46,10 @@ func configEnv(slots int) []string {
 	n := strconv.Itoa(slots)
 	return []string{"SLUICE_MAXPROCESSOR=" + n, "SLUICE_MAXDELIVERY=" + n, "SLUICE_PROCESSOR_PRE_WORKERS=" + n,
 		"SLUICE_PROCESSOR_POST_WORKERS=" + n, "SLUICE_DELIVERY_WORKERS=" + strconv.Itoa(slots+1),
-		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s", "SLUICE_ALLOW_NETWORKS=127.0.0.0/8"}
+		"SLUICE_GENERATOR_MAX_FILES=100000", "SLUICE_RETRY_BASE=1s", "SLUICE_ALLOW_NETWORKS=127.0.0.0/8",
+		// The benchmark measures the scheduler with every slot usable:
+		// no per-link limit.
+		"SLUICE_OPTIMIZER=off"}
 }
 
 // ThroughputSlots is the number of slots of each state (and workers of

@@ -132,7 +132,7 @@ func newRoot(cfg *Config, envErr error, stdout io.Writer) *cobra.Command {
 	}
 	for _, c := range []*cobra.Command{
 		submitCommand(cfg), cpCommand(cfg), jobsCommand(cfg), statusCommand(cfg), sharesCommand(cfg), whyCommand(cfg),
-		priorityCommand(cfg), cancelCommand(cfg), reconfigureCommand(cfg), workersCommand(cfg),
+		priorityCommand(cfg), cancelCommand(cfg), reconfigureCommand(cfg), workersCommand(cfg), linksCommand(cfg),
 	} {
 		c.GroupID = "client"
 		root.AddCommand(c)

@@ -120,5 +120,10 @@ func serveFlags(fs *pflag.FlagSet, role string, cfg *Config) {
 		fs.IntVar(&cfg.MaxEmergency, "maxemergency", cfg.MaxEmergency, "emergency slots per state (env SLUICE_MAXEMERGENCY)")
 		fs.IntVar(&cfg.MaxPerHost, "maxperhost", cfg.MaxPerHost, "transfers at once per storage endpoint, 0 for no limit (env SLUICE_MAXPERHOST)")
 		fs.IntVar(&cfg.MaxPrepared, "maxprepared", cfg.MaxPrepared, "staged copies a share may hold (env SLUICE_MAXPREPARED)")
+		fs.StringVar(&cfg.Optimizer, "optimizer", cfg.Optimizer, "per-link adaptive concurrency, on or off (env SLUICE_OPTIMIZER)")
+		fs.IntVar(&cfg.OptimizerMin, "optimizer-min", cfg.OptimizerMin, "lowest per-link limit (env SLUICE_OPTIMIZER_MIN)")
+		fs.IntVar(&cfg.OptimizerMax, "optimizer-max", cfg.OptimizerMax, "highest per-link limit (env SLUICE_OPTIMIZER_MAX)")
+		fs.IntVar(&cfg.OptimizerStart, "optimizer-start", cfg.OptimizerStart, "a new link's limit (env SLUICE_OPTIMIZER_START)")
+		fs.DurationVar(&cfg.OptimizerInterval, "optimizer-interval", cfg.OptimizerInterval, "how often each link's limit is decided (env SLUICE_OPTIMIZER_INTERVAL)")
 	}
 }

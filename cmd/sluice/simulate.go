@@ -20,14 +20,18 @@ import (
 func simulateCommand(cfg *Config) *cobra.Command {
 	var o simulateOptions
 	c := &cobra.Command{
-		Use:   "simulate [flags] WORKLOAD.csv | --example | --scale-example",
+		Use:   "simulate [flags] WORKLOAD.csv | --example | --scale-example | --links LINKS.csv | --links-example",
 		Short: "Replay a workload through the scheduler under one or more policies",
 		Long: "Replay a workload through the scheduler core (no NATS, a virtual clock) under one or more\n" +
 			"policies and print what each group of users got; --svg draws the slots each group held.\n\n" +
 			"The workload is CSV with a header: at (seconds),dn,fqan,bytes,priority,direction (see docs/simulate.md).\n\n" +
 			"--shards N splits the shares between N cores with slot budgets from a global allocator and\n" +
 			"prints the realised split against the configured one and the decision capacity; a list\n" +
-			"(--shards 1,2,4) prints the comparison (see docs/scale.md).",
+			"(--shards 1,2,4) prints the comparison (see docs/scale.md).\n\n" +
+			"--links LINKS.csv (or --links-example) simulates storage links instead: Sluice's per-link optimizer\n" +
+			"and FTS3's rule on the same links, with how long each took to reach 90% of what a link could\n" +
+			"carry after each change; --svg draws both controllers' limits and throughput, --csv writes the\n" +
+			"samples (see docs/simulate.md).",
 		Args: maxArgs(1, "simulate takes one workload file, or --example"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.sharded = cmd.Flags().Changed("shards")
@@ -50,6 +54,7 @@ func simulateCommand(cfg *Config) *cobra.Command {
 	fs.StringVar(&o.shardBy, "shard-by", string(simulate.ShardByLoad), "how shares are assigned to shards: load (an explicit map, heaviest share to the lightest shard) or hash (FNV-1a of the share's name)")
 	fs.DurationVar(&o.budgetPeriod, "budget-period", time.Second, "how often the allocator leases the shards their slot budgets")
 	fs.IntVar(&o.capacityRuns, "capacity-runs", 3, "runs of the decision capacity measurement with --shards (the fastest counts)")
+	linkSimFlags(fs, &o.linkSim)
 	o.json = jsonFlag(c)
 	completeSchedulerFlags(c)
 	_ = c.RegisterFlagCompletionFunc("policies", func(_ *cobra.Command, _ []string, typed string) ([]string, cobra.ShellCompDirective) {
@@ -71,10 +76,17 @@ type simulateOptions struct {
 	budgetPeriod                                 time.Duration
 	capacityRuns                                 int
 	json                                         *bool
+	linkSim                                      linkSimOptions
 }
 
 func simulateRun(cfg *Config, o simulateOptions, args []string, stdout io.Writer) error {
 	opt, policies, writeExample, svg := o.Options, &o.policies, &o.writeExample, &o.svg
+	if o.linkSim.example || o.linkSim.links != "" {
+		if len(args) > 0 || o.example || o.scaleExample {
+			return usageErrorf("--links and --links-example simulate links, not a workload: give no workload")
+		}
+		return simulateLinks(cfg, o.linkSim, o.svg, o.json != nil && *o.json, stdout)
+	}
 	if opt.Slots == 0 {
 		opt.Slots = cfg.MaxDelivery
 	}

@@ -26,4 +26,7 @@ const (
 	// SubjectWorkers answers the worker processes the scheduler hears
 	// from (operators and administrators only).
 	SubjectWorkers = "sluice.api.workers"
+	// SubjectLinks answers each link's concurrency limit as the per-link
+	// optimizer set it (body: LinksRequest, may be empty).
+	SubjectLinks = "sluice.api.links"
 )

@@ -79,6 +79,61 @@ type SilentGrant struct {
 	LeaseEnds time.Time `json:"lease_ends,omitzero"`
 }
 
+// LinksRequest is the body of sluice.api.links; an empty body asks for
+// no history.
+type LinksRequest struct {
+	// History asks for each link's last decisions.
+	History bool `json:"history,omitempty"`
+}
+
+// LinksReply is the answer of sluice.api.links.
+type LinksReply struct {
+	// Enabled says whether the per-link optimizer runs (SLUICE_OPTIMIZER);
+	// Min, Max and Start are its bounds and a new link's limit, and
+	// MaxPerHost the per-endpoint limit that caps it.
+	Enabled    bool         `json:"enabled"`
+	Min        int          `json:"min"`
+	Max        int          `json:"max"`
+	Start      int          `json:"start"`
+	MaxPerHost int          `json:"maxperhost"`
+	Links      []LinkStatus `json:"links"`
+}
+
+// LinkStatus is one link: transfers from a source endpoint to a
+// destination endpoint ("local" for a file on the site's own disk).
+type LinkStatus struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	// Limit is how many transfers the link may run, Running how many it
+	// runs; Throughput (bytes/s) and ErrorRate are what the last decision
+	// measured.
+	Limit      int     `json:"limit"`
+	Running    int     `json:"running"`
+	Throughput float64 `json:"throughput"`
+	ErrorRate  float64 `json:"error_rate"`
+	// Last is the last decision, History the kept ones, oldest first
+	// (only when asked for).
+	Last    *LinkRecord  `json:"last,omitempty"`
+	History []LinkRecord `json:"history,omitempty"`
+}
+
+// LinkRecord is one decision of the optimizer with what it decided by:
+// the mean transfers running over the interval, the throughput (bytes/s)
+// and its moving average, the failure rate judged, the transfers that
+// ended and failed, and the limit before and after.
+type LinkRecord struct {
+	At         time.Time `json:"at"`
+	Running    float64   `json:"running"`
+	Throughput float64   `json:"throughput"`
+	EMA        float64   `json:"ema"`
+	ErrorRate  float64   `json:"error_rate"`
+	Ended      int       `json:"ended"`
+	Failed     int       `json:"failed"`
+	From       int       `json:"from"`
+	Limit      int       `json:"limit"`
+	Reason     string    `json:"reason"`
+}
+
 // DTRReply is the answer of sluice.api.dtr: the DTR and, while it is
 // unfinished, why it is where it is.
 type DTRReply struct {

@@ -63,6 +63,7 @@ func (s *Service) addAPI() (*apiService, error) {
 		{"cancel", api.SubjectCancel, s.handleCancel},
 		{"reconfigure", api.SubjectReconfigure, s.handleReconfigure},
 		{"workers", api.SubjectWorkers, s.handleWorkers},
+		{"links", api.SubjectLinks, s.handleLinks},
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {

@@ -55,21 +55,27 @@ type Config struct {
 	// share), the first four also with +activity, or activity.
 	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty; each of the four with +activity (voms:vo+activity: shares such as atlas#Production Input), or activity alone"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
-	SharePriority    string        `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
-	ActivityShares   string        `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
-	ActivityLimits   string        `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
-	MaxProcessor     int           `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
-	MaxDelivery      int           `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
-	MaxEmergency     int           `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
-	PreferredPattern string        `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
-	MaxPerHost       int           `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
-	MaxPrepared      int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
-	MaxTransferTries int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
-	RetryBase        time.Duration `envconfig:"RETRY_BASE" default:"10s" desc:"retry delay unit: RETRY_BASE·k² after k attempts"`
-	Lease            time.Duration `envconfig:"LEASE" default:"2m" desc:"how long a grant lives without a sign of life from its worker"`
-	Tick             time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
-	AgeAfter         time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
-	AgeEvery         time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
+	SharePriority    string `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
+	ActivityShares   string `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
+	ActivityLimits   string `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
+	MaxProcessor     int    `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
+	MaxDelivery      int    `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
+	MaxEmergency     int    `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	PreferredPattern string `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
+	MaxPerHost       int    `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
+	// Optimizer is the per-link optimizer's switch and bounds (core/links.go).
+	Optimizer         string        `envconfig:"OPTIMIZER" default:"on" desc:"per-link adaptive concurrency: on or off (each link, source endpoint → destination endpoint, gets a limit tuned from its throughput and failures; MAXPERHOST still caps it)"`
+	OptimizerMin      int           `envconfig:"OPTIMIZER_MIN" default:"2" desc:"the lowest limit the optimizer gives a link"`
+	OptimizerMax      int           `envconfig:"OPTIMIZER_MAX" default:"100" desc:"the highest limit the optimizer gives a link"`
+	OptimizerStart    int           `envconfig:"OPTIMIZER_START" default:"8" desc:"a new link's limit (also after a restart)"`
+	OptimizerInterval time.Duration `envconfig:"OPTIMIZER_INTERVAL" default:"10s" desc:"how often each link's limit is decided"`
+	MaxPrepared       int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
+	MaxTransferTries  int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`
+	RetryBase         time.Duration `envconfig:"RETRY_BASE" default:"10s" desc:"retry delay unit: RETRY_BASE·k² after k attempts"`
+	Lease             time.Duration `envconfig:"LEASE" default:"2m" desc:"how long a grant lives without a sign of life from its worker"`
+	Tick              time.Duration `envconfig:"TICK" default:"50ms" desc:"scheduling loop period"`
+	AgeAfter          time.Duration `envconfig:"AGE_AFTER" default:"1h" desc:"how long a DTR waits in a queue before its priority starts to rise"`
+	AgeEvery          time.Duration `envconfig:"AGE_EVERY" default:"5m" desc:"then its priority rises by 1 this often while it is below its queue's head"`
 	// AgeAfterStates sets AgeAfter for some queue states, laid over ARC's
 	// own deadlines (agedeadlines.go); core.ParseAgeAfterStates reads it.
 	AgeAfterStates string `envconfig:"AGE_AFTER_STATES" desc:"per-state AGE_AFTER, STATE=duration,... for queue states, laid over ARC's deadlines (CHECK_CACHE=24h: a day until a cacheable DTR's cache is checked; TRANSFER=2h): a state not named keeps ARC's deadline, or AGE_AFTER if ARC gives it none. For AGE_AFTER everywhere, name CHECK_CACHE and TRANSFER with AGE_AFTER's value"`
@@ -146,6 +152,9 @@ func (c Config) CoreConfig() (core.Config, error) {
 	cc.Cache = c.Cache
 	if c.MaxPerHost < 0 {
 		return cc, fmt.Errorf("maxperhost %d is negative", c.MaxPerHost)
+	}
+	if cc.Optimizer, err = c.optimizerConfig(); err != nil {
+		return cc, err
 	}
 	cc.MaxTransferTries, cc.RetryBase, cc.Lease = c.MaxTransferTries, c.RetryBase, c.Lease
 	cc.AgeAfter, cc.AgeEvery = c.AgeAfter, c.AgeEvery

@@ -26,6 +26,9 @@ func TestTheCoresDefaultsAreTheServicesDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := core.DefaultConfig()
+	// The service turns the per-link optimizer on; a core made in code
+	// has it off unless it asks (so that its limits are the ones it set).
+	want.Optimizer = core.DefaultOptimizerConfig()
 	got.Policy, want.Policy = nil, nil
 	if len(got.SharePriority) == 0 && len(want.SharePriority) == 0 {
 		got.SharePriority, want.SharePriority = nil, nil // none configured, made or not
@@ -72,6 +75,11 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 			ActivityLimits: `[{"activity":"Express","source":"*","max":2}]`, Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "atlas=1"}}},
 			"sam", ""},
 		{"an unknown share policy", Config{SharePolicy: "voms:vo+activities"}, "", `share policy "voms:vo+activities" is not one of`},
+		{"an optimizer neither on nor off", Config{Optimizer: "yes"}, "", `optimizer "yes" is neither on nor off`},
+		{"an optimizer max below its min", Config{Optimizer: "on", OptimizerMin: 5, OptimizerMax: 4}, "", "optimizer max 4 is below its min 5"},
+		{"an optimizer start above its max", Config{Optimizer: "on", OptimizerStart: 500}, "", "optimizer start 500 is outside its min 2 and max 100"},
+		{"a negative optimizer min", Config{Optimizer: "off", OptimizerMin: -1}, "", "optimizer min -1 is below 1"},
+		{"an optimizer deciding too often", Config{Optimizer: "on", OptimizerInterval: time.Millisecond}, "", "optimizer interval 1ms is under 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

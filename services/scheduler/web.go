@@ -27,7 +27,9 @@ var webFiles embed.FS
 
 // Handler serves the scheduler's live web page at / and its data:
 // /api/overview (the Overview), /api/jobs (the generator's job list, asked
-// over NATS) and /api/dtr/{id} (one DTR's record and why it waits). No
+// over NATS), /api/dtr/{id} (one DTR's record and why it waits) and
+// /api/links (the per-link optimizer's links, ?history=1 with their
+// decisions, as sluice.api.links answers). No
 // answer holds a credential: URLs and error texts are redacted.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -41,6 +43,9 @@ func (s *Service) Handler() http.Handler {
 	jobs := &jobLister{nc: s.nc, timeout: jobListTimeout}
 	mux.HandleFunc("GET /api/jobs", jobs.serve)
 	mux.HandleFunc("GET /api/dtr/{id}", s.serveDTR)
+	mux.HandleFunc("GET /api/links", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.links(r.URL.Query().Get("history") != ""))
+	})
 	return mux
 }
 

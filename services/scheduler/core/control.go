@@ -169,7 +169,11 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	}
 	w.Queued, w.Running = q.Len(), e.share.running
 	w.Limit, w.Busy = c.Limit(d.State), st.total
-	if h := c.hosts.full(e); classOf(d.State).PerHost && c.hosts.limited() && h != 0 {
+	if h := c.hosts.blocked(e); classOf(d.State).PerHost && c.hosts.limited() && h == linkFull {
+		w.Reason = fmt.Sprintf("link %s already has %d transfers running, its limit set by the optimizer (sluice links): the DTR waits for one of them to end",
+			c.linkName(e), c.links.links[e.hosts].running)
+		return w, nil
+	} else if classOf(d.State).PerHost && c.hosts.limited() && h != 0 {
 		w.Reason = fmt.Sprintf("storage endpoint %s already has %d transfers running (max per host %d): the DTR waits for one of them to end",
 			c.names[h-1], c.hosts.running[h], c.cfg.MaxPerHost)
 		return w, nil

@@ -75,6 +75,9 @@ type Config struct {
 	// ActivityLimits cap the transfers of an activity at a source or a
 	// destination endpoint (activitylimits.go).
 	ActivityLimits []ActivityLimit
+	// Optimizer tunes each link's concurrency (links.go); off when not
+	// Enabled.
+	Optimizer OptimizerConfig
 }
 
 // DefaultConfig returns A-REX's defaults.
@@ -151,6 +154,9 @@ type Core struct {
 	// activityLoad counts the transfers running per activity limit and
 	// endpoint (activitylimits.go).
 	activityLoad activityLoad
+	// links holds the per-link optimizer's state (links.go); nil when it
+	// is off.
+	links *linkSet
 	// caching holds, per source URL, the DTR downloading it into the
 	// cache (cache.go).
 	caching cacheDownloads
@@ -239,12 +245,14 @@ func New(cfg Config) *Core {
 		pins:          pinLedger{byShare: map[string]*sharePins{}, max: cfg.MaxPrepared},
 		hosts:         hostLoad{running: map[uint32]int{}, max: cfg.MaxPerHost},
 		activityLoad:  activityLoad{running: map[activityKey]int{}},
+		links:         newLinkSet(cfg.Optimizer),
 		caching:       cacheDownloads{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {
 		c.states[s] = &stateQueues{state: s, shares: map[string]*shareState{}}
 	}
+	c.hosts.links = c.links
 	c.rand = rand.New(rand.NewPCG(1, 2))
 	c.setActivityLimits(cfg.ActivityLimits)
 	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
@@ -323,6 +331,7 @@ func (c *Core) Tick(now time.Time) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}
+	c.links.tick(now)
 	for _, s := range dtr.QueueStates {
 		c.schedule(now, s)
 	}

@@ -296,6 +296,9 @@ func (c *Core) Result(now time.Time, r Result) error {
 		return fmt.Errorf("%w: dtr %s grant %s is a %s grant, not %s", ErrStaleResult, r.DTR, r.Grant, e.queued.Stage(), r.Stage)
 	}
 	k := classOf(e.queued)
+	if k.PerHost {
+		c.links.ended(now, e, r)
+	}
 	if r.Returned && e.d.State != k.Cancelling {
 		c.giveBack(now, e, r.Bytes)
 		return nil
@@ -422,6 +425,9 @@ func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) 
 	e.lease = c.nanos(now.Add(c.cfg.Lease))
 	if bytes > e.d.Bytes {
 		e.d.Bytes = bytes
+	}
+	if classOf(e.queued).PerHost {
+		c.links.moved(now, e, bytes)
 	}
 	return nil
 }

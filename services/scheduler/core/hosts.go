@@ -2,7 +2,10 @@ package core
 
 // Per-host limits: how many transfers run against each storage endpoint.
 
-import "net/url"
+import (
+	"math"
+	"net/url"
+)
 
 // setHosts notes the storage endpoints of a DTR's ends.
 func (c *Core) setHosts(e *entry) {
@@ -33,14 +36,33 @@ type hostLoad struct {
 	running map[uint32]int
 	// max is MaxPerHost; 0 means no limit.
 	max int
+	// links are the per-link limits (links.go), nil when the optimizer is
+	// off; they are counted and enforced with the per-host ones.
+	links *linkSet
 }
 
-// limited reports whether there is a per-host limit.
-func (l *hostLoad) limited() bool { return l.max > 0 }
+// limited reports whether there is a per-host or per-link limit.
+func (l *hostLoad) limited() bool { return l.max > 0 || l.links != nil }
 
 // full returns an endpoint of e that has max grants running, or 0 if both
-// have room.
+// have room; a DTR whose link is at its limit returns linkFull, and marks
+// the link as wanted beyond it (for a grant: Explain uses blocked).
 func (l *hostLoad) full(e *entry) uint32 {
+	h := l.blocked(e)
+	if h == linkFull {
+		l.links.want(e)
+	}
+	return h
+}
+
+// blocked is full without marking anything.
+func (l *hostLoad) blocked(e *entry) uint32 {
+	if l.links.atLimit(e) {
+		return linkFull
+	}
+	if l.max <= 0 {
+		return 0
+	}
 	for _, h := range e.hosts {
 		if h != 0 && l.running[h] >= l.max {
 			return h
@@ -49,8 +71,12 @@ func (l *hostLoad) full(e *entry) uint32 {
 	return 0
 }
 
+// linkFull is what full returns for a DTR whose link is at its limit.
+const linkFull = math.MaxUint32
+
 // add counts a grant of e in (n = 1) or out (n = -1) at its endpoints.
 func (l *hostLoad) add(e *entry, n int) {
+	l.links.add(e, n)
 	for i, h := range e.hosts {
 		if h == 0 || (i == 1 && h == e.hosts[0]) {
 			continue

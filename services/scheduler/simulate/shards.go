@@ -140,6 +140,7 @@ type multiRun struct {
 }
 
 func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track bool) *multiRun {
+	cfg.Optimizer.Enabled = false // workloads have no link model (links.go)
 	cfg.MaxDelivery = opt.Slots
 	cfg.MaxProcessor = max(cfg.MaxProcessor, 10*opt.Slots) // processing is instant here
 	cfg.Lease = 365 * 24 * time.Hour
