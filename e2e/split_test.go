@@ -166,9 +166,11 @@ func (l *transferLog) figures(shares []string) (splitFigures, error) {
 // submitted half a second before the other, so that it holds every slot
 // when the other's DTRs arrive. From the moment both have DTRs waiting for
 // a transfer slot to the moment one has none left waiting, each must have
-// had its configured part of the slot-time, and the slots must have been
-// in use. The bound here allows for a loaded machine; the figures are
-// printed (docs/scheduling.md quotes them).
+// had its configured part of the slot-time within half a point (without
+// paying back the first wave it was 20.8/79.2), and the slots must have
+// been in use (97% here, for a loaded machine: 100% measured, the
+// emergency slot included). The figures are printed (docs/scheduling.md
+// quotes them).
 func TestTheSplitIsExactFromTheFirstSecond(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for about 80 s")
@@ -233,8 +235,8 @@ func TestTheSplitIsExactFromTheFirstSecond(t *testing.T) {
 	t.Logf("over the %.1f s both VOs had work waiting: atlas %.2f%%, cms %.2f%% of the slot-time (configured 20/80); slots in use %.2f%%",
 		window.Seconds(), atlas, 100-atlas, 100*use)
 	var problems []string
-	if math.Abs(atlas-20) > 1 {
-		problems = append(problems, fmt.Sprintf("atlas had %.2f%% of the slot-time, configured 20%% (±1 point here)", atlas))
+	if math.Abs(atlas-20) > 0.5 {
+		problems = append(problems, fmt.Sprintf("atlas had %.2f%% of the slot-time, configured 20%% (±0.5 point)", atlas))
 	}
 	if use < 0.97 {
 		problems = append(problems, fmt.Sprintf("the slots were in use %.2f%% of the time, want ≥ 97%% here", 100*use))
