@@ -15,7 +15,10 @@ package core
 // over-served share's next grant ends. Every active share keeps at least
 // one slot (and its owned minimum), and slots move only inside a tier.
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // holdWeight is the weight of a new sample in the running mean of how long
 // a state's grants hold their slot.
@@ -114,13 +117,13 @@ func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold f
 	// that slots never go back and forth (each share's hold differs).
 	const gave, got = 1, 2
 	role := make([]int8, len(shares))
-	done := map[int]bool{}
+	var done []int // the tiers done: few
 	for _, s := range shares {
 		tier := s.Tier
-		if s.Demand == 0 || done[tier] {
+		if s.Demand == 0 || slices.Contains(done, tier) {
 			continue
 		}
-		done[tier] = true
+		done = append(done, tier)
 		for {
 			owed := -1
 			for i, s := range shares {
