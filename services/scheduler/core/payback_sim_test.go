@@ -13,12 +13,17 @@ import (
 	"github.com/sluice-dtr/sluice/services/scheduler/core/coretest"
 )
 
+// tick is the virtual clock's step in the first-wave runs.
+const tick = 10 * time.Millisecond
+
 // firstWave is what a run of shares arriving one after another shows over
 // the time every share had DTRs waiting for a transfer slot.
 type firstWave struct {
 	window   time.Duration
 	slotTime map[string]time.Duration // each share's transfer slot-time in the window
 	busy     time.Duration            // all shares' slot-time in the window
+	// starved counts the ticks of the window in which a share held no slot.
+	starved map[string]int
 }
 
 // runFirstWave submits perShare DTRs of each share in turn, gap apart, on
@@ -37,7 +42,6 @@ func runFirstWave(t *testing.T, slots int, prios map[string]int, order []string,
 	s.TransferTime = func(share string, i int) time.Duration {
 		return time.Duration(800+(i*7919+int(share[0])*104729)%401) * time.Millisecond
 	}
-	const tick = 10 * time.Millisecond
 	waiting := func() map[string]int {
 		stats, _ := s.Core.Shares()
 		w := map[string]int{}
@@ -48,7 +52,7 @@ func runFirstWave(t *testing.T, slots int, prios map[string]int, order []string,
 		}
 		return w
 	}
-	fw := firstWave{slotTime: map[string]time.Duration{}}
+	fw := firstWave{slotTime: map[string]time.Duration{}, starved: map[string]int{}}
 	next, at := 0, s.Now
 	started, ended := false, false
 	for !ended {
@@ -78,6 +82,9 @@ func runFirstWave(t *testing.T, slots int, prios map[string]int, order []string,
 				d := s.SlotTime[share] - before[share]
 				fw.slotTime[share] += d
 				fw.busy += d
+				if d == 0 {
+					fw.starved[share]++
+				}
 			}
 		}
 		if s.Now.Sub(coretest.T0) > time.Hour {
@@ -126,6 +133,10 @@ func TestASplitIsExactFromTheFirstSecond(t *testing.T) {
 			t.Logf("over %s with every share waiting: %s; slots in use %.2f%%", fw.window, strings.Join(report, ", "), 100*use)
 			if use < 0.99 {
 				t.Errorf("slots in use %.2f%% of the time every share had work waiting, want ≥ 99%%", 100*use)
+			}
+			// Paying back never takes a share's last slot.
+			for share, n := range fw.starved {
+				t.Errorf("share %s held no slot for %d ticks of %s while it had work waiting", share, n, tick)
 			}
 		})
 	}
