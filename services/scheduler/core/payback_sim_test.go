@@ -141,3 +141,50 @@ func TestASplitIsExactFromTheFirstSecond(t *testing.T) {
 		})
 	}
 }
+
+// TestSaturatedSharesGetTheirSlotTimeToATenthOfAPoint runs saturated shares
+// whose exact quotas are fractions of a slot for two hours, transfers of
+// 5–15 s on a clock of 250 ms, and checks each share's slot-time to a tenth
+// of a point: the deficits count every slot for the time it was held (up
+// to the moment its grant ended, not to the next tick), and whole slots pay
+// back what the leftovers cannot. Counted only at ticks, 60/40 on 7 slots
+// was 60.69/39.31.
+func TestSaturatedSharesGetTheirSlotTimeToATenthOfAPoint(t *testing.T) {
+	tests := []struct {
+		name  string
+		slots int
+		prios map[string]int
+	}{
+		{"60/40 on 7 slots (4.2/2.8)", 7, map[string]int{"a": 60, "b": 40}},
+		{"13/17/19/23/28 on 12 slots", 12, map[string]int{"a": 13, "b": 17, "c": 19, "d": 23, "e": 28}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := core.DefaultConfig()
+			cfg.SharePolicy = core.PolicyDN
+			cfg.SharePriority = tt.prios
+			cfg.MaxDelivery, cfg.MaxProcessor, cfg.Lease = tt.slots, 100, 24*time.Hour
+			s := coretest.NewSim(t, cfg)
+			s.TransferTime = func(share string, i int) time.Duration {
+				return time.Duration(5000+(i*7919+int(share[0])*104729)%10000) * time.Millisecond
+			}
+			total := 0
+			for share, p := range tt.prios {
+				s.Submit(share, 8000, 50)
+				total += p
+			}
+			s.Run(2*time.Hour, 250*time.Millisecond)
+			var all time.Duration
+			for _, d := range s.SlotTime {
+				all += d
+			}
+			for share, p := range tt.prios {
+				want := 100 * float64(p) / float64(total)
+				got := 100 * float64(s.SlotTime[share]) / float64(all)
+				if math.Abs(got-want) > 0.1 {
+					t.Errorf("share %s used %.2f%% of the slot-time, configured %.2f%% (±0.1 point)", share, got, want)
+				}
+			}
+		})
+	}
+}
