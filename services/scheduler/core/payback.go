@@ -16,6 +16,8 @@ package core
 // one slot (and its owned minimum), and slots move only inside a tier.
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -158,4 +160,14 @@ func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold f
 			projected[owes] += h
 		}
 	}
+}
+
+// paybackNote explains, for sluice why, a share's slots below its part of
+// the split (part, exact) while it pays back slot-time it took above it
+// (deficit, negative): "" otherwise.
+func paybackNote(slots int, part, deficit float64) string {
+	if float64(slots) >= math.Floor(part) || deficit >= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (its part is %.1f: it holds fewer while it pays back the %.0f s of slot-time it had above its part)", part, -deficit)
 }

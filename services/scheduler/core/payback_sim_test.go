@@ -188,3 +188,29 @@ func TestSaturatedSharesGetTheirSlotTimeToATenthOfAPoint(t *testing.T) {
 		})
 	}
 }
+
+// TestWhySaysAShareHoldsFewerSlotsWhileItPaysBack checks the explanation a
+// waiting DTR of a share that is paying back its first wave gets.
+func TestWhySaysAShareHoldsFewerSlotsWhileItPaysBack(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyDN
+	cfg.SharePriority = map[string]int{"a": 20, "b": 80}
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency, cfg.Lease = 10, 100, 0, 24*time.Hour
+	s := coretest.NewSim(t, cfg)
+	s.TransferTime = func(string, int) time.Duration { return time.Second }
+	ids := s.Submit("a", 100, 50)
+	s.Run(500*time.Millisecond, tick)
+	s.Submit("b", 100, 50)
+	s.Run(1200*time.Millisecond, tick) // a's first wave has ended: it holds 1 slot of its 2
+	if n := s.Running("a"); n != 1 {
+		t.Fatalf("a runs %d transfers while it pays back, want 1", n)
+	}
+	w, err := s.Core.Explain(s.Now, ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(w.Reason)
+	if w.Slots != 1 || !strings.Contains(w.Reason, "its part is 2.0: it holds fewer while it pays back") {
+		t.Fatalf("slots %d, reason %q", w.Slots, w.Reason)
+	}
+}
