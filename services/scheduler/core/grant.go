@@ -151,7 +151,7 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 			}
 			continue
 		}
-		c.accrue(now, ss)
+		ss.accrue(now)
 	}
 	st.capDeficits(c.Limit(st.state))
 }
@@ -249,6 +249,6 @@ func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
 	held := now.Sub(c.when(e.granted))
 	c.states[e.queued].observe(held)
 	e.share.observe(held)
-	c.accrue(now, e.share) // up to the moment its slot is freed
+	e.share.accrue(now) // up to the moment its slot is freed
 	c.policy.Charge(now, e.queued, e.d, held, bytes)
 }

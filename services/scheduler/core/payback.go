@@ -7,8 +7,8 @@ package core
 // above its quota in that time is what the deficit records (negative for
 // it, positive for the newcomer). Leftover slots alone cannot pay that
 // back (20/80 on 10 slots has none), so whole slots move too: while a
-// share is owed at least one grant's worth of slot-time, it may hold one
-// slot more, taken from a share that has had one grant's worth too much,
+// share is owed at least half of one of its grants in slot-time, it may
+// hold one slot more, taken from a share that has had as much too much,
 // until the slot-time each share had since both had work is its quota's.
 //
 // Nothing running is stopped: a moved slot changes hands when the
@@ -57,7 +57,7 @@ func (h *slotHold) observe(held time.Duration) {
 // at every tick, and also when one of its grants ends, so that the slots
 // are counted for the time they were held, not as they stand at the next
 // tick.
-func (c *Core) accrue(now time.Time, ss *shareState) {
+func (ss *shareState) accrue(now time.Time) {
 	if !ss.since.IsZero() && now.After(ss.since) {
 		ss.deficit += (ss.quota - float64(ss.running)) * now.Sub(ss.since).Seconds()
 	}
