@@ -161,10 +161,11 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 		}
 	}
 	names := st.order
-	alloc, _ := c.shareSlots(st)
+	alloc, exact := c.shareSlots(st)
+	var part float64
 	for i, ss := range st.order {
 		if ss == e.share {
-			w.Slots = alloc[i]
+			w.Slots, part = alloc[i], exact[i]
 		}
 	}
 	w.Queued, w.Running = q.Len(), e.share.running
@@ -196,7 +197,7 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 			d.Share, w.Slots, d.State, w.Limit)
 	case free <= 0:
 		w.Reason = fmt.Sprintf("share %s uses all its %d of %d slots in %s; %d of its DTRs are ahead of this one",
-			d.Share, w.Slots, w.Limit, d.State, w.Position)
+			d.Share, w.Slots, w.Limit, d.State, w.Position) + paybackNote(w.Slots, part, e.share.deficit)
 	default:
 		w.Reason = fmt.Sprintf("share %s has a free slot in %s; it starts at the next tick", d.Share, d.State)
 	}

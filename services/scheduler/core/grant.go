@@ -132,24 +132,29 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
 	c.weighActivities(st.demand)
-	return apportion(c.Limit(st.state), st.demand, st.deficit)
+	slots, exact = apportion(c.Limit(st.state), st.demand, st.deficit)
+	payback(slots, st.demand, st.deficit, exact, st.holdOf)
+	return slots, exact
 }
 
-// account adds the time since the last tick to each share's deficit: what
-// its exact quota entitled it to, less the slots it used.
+// account brings each share's deficit up to now: what its exact quota
+// entitled it to, less the slots it used, summed over time (accrue); each
+// deficit is then bounded (capDeficits).
 func (c *Core) account(now time.Time, st *stateQueues) {
 	dt := now.Sub(st.last).Seconds()
 	st.last = now
-	if dt <= 0 || dt > 60 { // the first tick, or a long pause: nothing to learn
-		return
-	}
+	first := dt <= 0 || dt > 60 // the first tick, or a long pause: nothing to learn
 	for _, ss := range st.order {
-		if ss.quota == 0 {
-			ss.deficit = 0 // a share with no slot is owed nothing
+		if first || ss.quota == 0 {
+			ss.since = now
+			if ss.quota == 0 {
+				ss.deficit = 0 // a share with no slot is owed nothing
+			}
 			continue
 		}
-		ss.deficit += (ss.quota - float64(ss.running)) * dt
+		ss.accrue(now)
 	}
+	st.capDeficits(c.Limit(st.state))
 }
 
 // issueGrant gives e, taken from its queue in state s, a slot: it moves
@@ -244,5 +249,9 @@ func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
 	if !classOf(e.queued).ChargesBytes {
 		bytes = 0
 	}
-	c.policy.Charge(now, e.queued, e.d, now.Sub(c.when(e.granted)), bytes)
+	held := now.Sub(c.when(e.granted))
+	c.states[e.queued].observe(held)
+	e.share.observe(held)
+	e.share.accrue(now) // up to the moment its slot is freed
+	c.policy.Charge(now, e.queued, e.d, held, bytes)
 }

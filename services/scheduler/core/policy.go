@@ -9,7 +9,8 @@ import (
 // Policy is a fair-share scheme: it names the share of each DTR, orders the
 // DTRs inside a share, and weighs the shares that have work in a state.
 // The core does the rest the same way for every policy: it turns the
-// weights into slots (water-filling, leftovers by slot-time deficit),
+// weights into slots (water-filling, leftovers by slot-time deficit,
+// whole slots to pay back an over-served share),
 // hands out emergency slots, applies maxprepared, leases, retries and
 // ageing. ARC's proportional split (ARC) is the default.
 type Policy interface {

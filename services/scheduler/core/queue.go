@@ -154,6 +154,8 @@ type stateQueues struct {
 	// Buffers for the split, indexed like order.
 	demand  []ShareDemand
 	deficit []float64
+	// How long its grants hold a slot, for paying back the first wave.
+	slotHold
 }
 
 // shareState is one share's work in one queue state.
@@ -166,6 +168,9 @@ type shareState struct {
 	// the last tick, and the slot-seconds it is owed (quota minus use,
 	// summed over time).
 	quota, deficit float64
+	since          time.Time // when the deficit was last brought up to date
+	// How long its grants hold a slot, for paying back the first wave.
+	slotHold
 }
 
 // shareIn returns the state of a share in st, adding it if it has none.

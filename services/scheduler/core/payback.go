@@ -1,0 +1,173 @@
+package core
+
+// Paying back the first wave. The split says how many slots each share may
+// hold, but a slot is only handed on when its grant ends: a share that had
+// the state to itself holds every slot when another share arrives, and
+// gives them up one by one as its transfers end. The slot-time it took
+// above its quota in that time is what the deficit records (negative for
+// it, positive for the newcomer). Leftover slots alone cannot pay that
+// back (20/80 on 10 slots has none), so whole slots move too: while a
+// share is owed at least half of one of its grants in slot-time, it may
+// hold one slot more, taken from a share that has had as much too much,
+// until the slot-time each share had since both had work is its quota's.
+//
+// Nothing running is stopped: a moved slot changes hands when the
+// over-served share's next grant ends. Every active share keeps at least
+// one slot (and its owned minimum), and slots move only inside a tier.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// holdWeight is the weight of a new sample in the running mean of how long
+// a state's grants hold their slot.
+const holdWeight = 1.0 / 8
+
+// minHold bounds the mean hold from below, so that instant grants (a
+// processing step that takes no measurable time) do not make one grant's
+// worth of slot-time zero.
+const minHold = 0.001
+
+// deficitCapHolds is how many turnovers of all a state's slots a share may
+// be owed, or owe, at most: a share whose DTRs could not run (a full
+// endpoint, maxprepared) banks no more than that, so paying it back never
+// holds the others down to one slot for long. The first wave costs at most
+// one turnover.
+const deficitCapHolds = 2
+
+// slotHold is the running mean of how long a state's grants held their
+// slot, in seconds: 0 until one has ended.
+type slotHold struct{ hold float64 }
+
+// observe adds a grant that held its slot for held.
+func (h *slotHold) observe(held time.Duration) {
+	s := max(held.Seconds(), minHold)
+	if h.hold == 0 {
+		h.hold = s
+		return
+	}
+	h.hold += (s - h.hold) * holdWeight
+}
+
+// accrue adds to a share's deficit what its exact quota entitled it to
+// since its deficit was last brought up to date, less the slots it held:
+// at every tick, and also when one of its grants ends, so that the slots
+// are counted for the time they were held, not as they stand at the next
+// tick.
+func (ss *shareState) accrue(now time.Time) {
+	if !ss.since.IsZero() && now.After(ss.since) {
+		ss.deficit += (ss.quota - float64(ss.running)) * now.Sub(ss.since).Seconds()
+	}
+	ss.since = now
+}
+
+// capDeficits bounds every share's deficit to deficitCapHolds turnovers of
+// the state's n slots, once the mean hold is known (before any grant has
+// ended, the time since the first grants is the bound).
+func (st *stateQueues) capDeficits(n int) {
+	if st.hold == 0 {
+		return
+	}
+	limit := deficitCapHolds * float64(max(n, 1)) * st.hold
+	for _, ss := range st.order {
+		ss.deficit = max(-limit, min(limit, ss.deficit))
+	}
+}
+
+// holdOf returns how long a grant of the i-th share of the state (in
+// st.order) holds its slot, in seconds: the share's own mean once one of
+// its grants has ended, else the state's, 0 if no grant has ended yet.
+func (st *stateQueues) holdOf(i int) float64 {
+	if h := st.order[i].hold; h > 0 {
+		return h
+	}
+	return st.hold
+}
+
+// payback moves whole slots of alloc (a split of the state, indexed like
+// shares, deficit and exact) from the shares that have had more than their
+// exact quota to the ones owed slot-time, one grant's worth per slot (hold
+// gives the seconds a grant of each share holds its slot; 0: not known).
+// A share is projected to be owed its deficit less what its grants above
+// its quota will still take (half a grant each, on average); a slot moves
+// while one share is projected to be owed at least half of one of its
+// grants and another to owe as much. Inside each tier; a donor keeps its
+// minimum (one slot, or its owned slots) and a recipient never gets more
+// than its demand.
+func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold func(int) float64) {
+	if deficit == nil {
+		return
+	}
+	var projected []float64
+	for i, s := range shares {
+		if s.Demand > 0 && deficit[i] != 0 && hold(i) > 0 {
+			projected = make([]float64, len(shares))
+			break
+		}
+	}
+	if projected == nil {
+		return
+	}
+	for i, s := range shares {
+		projected[i] = deficit[i] - max(float64(s.Running)-exact[i], 0)*hold(i)/2
+	}
+	lo := func(i int) int { return max(1, min(shares[i].Min, shares[i].Demand)) }
+	// A share that received a slot gives none and the other way round, so
+	// that slots never go back and forth (each share's hold differs).
+	const gave, got = 1, 2
+	role := make([]int8, len(shares))
+	var done []int // the tiers done: few
+	for _, s := range shares {
+		tier := s.Tier
+		if s.Demand == 0 || slices.Contains(done, tier) {
+			continue
+		}
+		done = append(done, tier)
+		for {
+			owed := -1
+			for i, s := range shares {
+				if s.Demand == 0 || s.Tier != tier || hold(i) <= 0 {
+					continue
+				}
+				if role[i] != gave && alloc[i] < s.Demand && projected[i] >= hold(i)/2 && (owed < 0 || projected[i] > projected[owed]) {
+					owed = i
+				}
+			}
+			if owed < 0 {
+				break
+			}
+			// The slot moves for one of the recipient's grants: that much
+			// slot-time goes from the donor to it.
+			h, owes := hold(owed), -1
+			for i, s := range shares {
+				if s.Demand == 0 || s.Tier != tier {
+					continue
+				}
+				if role[i] != got && alloc[i] > lo(i) && projected[i] <= -h/2 && (owes < 0 || projected[i] < projected[owes]) {
+					owes = i
+				}
+			}
+			if owes < 0 {
+				break
+			}
+			alloc[owed]++
+			alloc[owes]--
+			role[owed], role[owes] = got, gave
+			projected[owed] -= h
+			projected[owes] += h
+		}
+	}
+}
+
+// paybackNote explains, for sluice why, a share's slots below its part of
+// the split (part, exact) while it pays back slot-time it took above it
+// (deficit, negative): "" otherwise.
+func paybackNote(slots int, part, deficit float64) string {
+	if float64(slots) >= math.Floor(part) || deficit >= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (its part is %.1f: it holds fewer while it pays back the %.0f s of slot-time it had above its part)", part, -deficit)
+}
