@@ -50,6 +50,9 @@ type SharesReply struct {
 	// their leases to end. An administrator sees every one, another
 	// caller their own.
 	Silent []SilentGrant `json:"silent,omitempty"`
+	// Stuck are the DTRs the stuck-DTR detector reports now: an
+	// administrator sees every one, another caller their own.
+	Stuck []StuckDTR `json:"stuck,omitempty"`
 }
 
 // SilentGrant is a grant held by a silent worker.

@@ -73,50 +73,73 @@ type Standing struct {
 // Standings calls f with where every unfinished DTR stands, in no
 // particular order. It changes nothing; the slot split of each state is
 // worked out once.
-func (c *Core) Standings(now time.Time, f func(Standing)) {
-	type split struct {
-		slots map[*shareState]int
-	}
-	splits := map[dtr.State]split{}
-	splitOf := func(st *stateQueues) split {
-		sp, ok := splits[st.state]
-		if !ok {
-			alloc, _ := c.shareSlots(st)
-			sp.slots = make(map[*shareState]int, len(alloc))
-			for i, ss := range st.order {
-				sp.slots[ss] = alloc[i]
-			}
-			splits[st.state] = sp
-		}
-		return sp
-	}
+func (c *Core) Standings(f func(Standing)) {
+	sf := standingFinder{c: c, splits: map[dtr.State]map[*shareState]int{}}
 	for id, e := range c.dtrs {
-		s := Standing{DTR: id}
-		queuedPacked := e.d == nil
-		if queuedPacked {
-			s.State = e.queued
-		} else {
-			s.State = e.d.State
-		}
-		switch {
-		case !queuedPacked && s.State.IsActive():
-			s.Hold = HoldRunning
-		case !queuedPacked && !e.d.NextProcess.IsZero():
-			s.Hold, s.Until = HoldRetry, e.d.NextProcess
-			if s.State == dtr.CacheWait {
-				s.Hold = HoldCache
-			}
-		case !s.State.IsQueue() || e.share == nil || e.index < 0 || e.queued != s.State || c.states[s.State] == nil:
-			s.Hold = HoldRouting
-		default:
-			s.Hold = c.queuedHold(e, splitOf(c.states[s.State]).slots[e.share])
-		}
-		if !s.Hold.Waits() {
-			d := c.peekEntry(e)
-			s.Since, s.Cacheable = d.Updated, c.cacheable(d)
-		}
-		f(s)
+		f(sf.of(id, e))
 	}
+}
+
+// StandingsOf calls f with where each of the DTRs ids stands, in their
+// order, leaving out those it does not hold.
+func (c *Core) StandingsOf(ids []uuid.UUID, f func(Standing)) {
+	sf := standingFinder{c: c, splits: map[dtr.State]map[*shareState]int{}}
+	for _, id := range ids {
+		if e, ok := c.dtrs[id]; ok {
+			f(sf.of(id, e))
+		}
+	}
+}
+
+// standingFinder finds where DTRs stand, with the slots of each share in
+// each state worked out once.
+type standingFinder struct {
+	c      *Core
+	splits map[dtr.State]map[*shareState]int
+}
+
+// slotsOf returns the slots of a share in a queue state under the split.
+func (sf *standingFinder) slotsOf(st *stateQueues, ss *shareState) int {
+	slots, ok := sf.splits[st.state]
+	if !ok {
+		alloc, _ := sf.c.shareSlots(st)
+		slots = make(map[*shareState]int, len(alloc))
+		for i, o := range st.order {
+			slots[o] = alloc[i]
+		}
+		sf.splits[st.state] = slots
+	}
+	return slots[ss]
+}
+
+// of is where entry e of DTR id stands.
+func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
+	c := sf.c
+	s := Standing{DTR: id}
+	queuedPacked := e.d == nil
+	if queuedPacked {
+		s.State = e.queued
+	} else {
+		s.State = e.d.State
+	}
+	switch {
+	case !queuedPacked && s.State.IsActive():
+		s.Hold = HoldRunning
+	case !queuedPacked && !e.d.NextProcess.IsZero():
+		s.Hold, s.Until = HoldRetry, e.d.NextProcess
+		if s.State == dtr.CacheWait {
+			s.Hold = HoldCache
+		}
+	case !s.State.IsQueue() || e.share == nil || e.index < 0 || e.queued != s.State || c.states[s.State] == nil:
+		s.Hold = HoldRouting
+	default:
+		s.Hold = c.queuedHold(e, sf.slotsOf(c.states[s.State], e.share))
+	}
+	if !s.Hold.Waits() {
+		d := c.peekEntry(e)
+		s.Since, s.Cacheable = d.Updated, c.cacheable(d)
+	}
+	return s
 }
 
 // queuedHold is what holds a DTR waiting in a queue whose share has slots

@@ -13,7 +13,7 @@ import (
 // standings collects where every DTR stands.
 func (h *harness) standings() map[uuid.UUID]Standing {
 	out := map[uuid.UUID]Standing{}
-	h.c.Standings(h.now, func(s Standing) { out[s.DTR] = s })
+	h.c.Standings(func(s Standing) { out[s.DTR] = s })
 	return out
 }
 
