@@ -20,8 +20,8 @@ type HistoryEvent struct {
 	// Seq numbers the DTR's events from 1; a gap says events were dropped.
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
-	// From is the state before, if the scheduler knew it.
-	From  dtr.State `json:"from,omitempty"`
+	// From is the state before (its name), if known.
+	From  string    `json:"from,omitempty"`
 	State dtr.State `json:"state"`
 	// Hold is what held the DTR in State when the event was recorded (a
 	// word of HoldWords); Until when a retry's or cache wait's delay
@@ -30,11 +30,12 @@ type HistoryEvent struct {
 	Until time.Time `json:"until,omitzero"`
 	// Error is the DTR's error, when it has one new.
 	Error *dtr.Failure `json:"error,omitempty"`
-	// Grant is the grant the DTR runs under in an active state, or, as it
-	// leaves one, the grant it ran under; Worker names the worker that
-	// held that grant (role@host (pid N)), when the scheduler heard from
-	// it.
+	// Grant is the grant the DTR runs under in an active state. Ended is
+	// the grant that ended with this event (the DTR left its active
+	// state), and Worker the worker that held it (role@host (pid N)), if
+	// the scheduler heard from it.
 	Grant  string `json:"grant,omitempty"`
+	Ended  string `json:"ended_grant,omitempty"`
 	Worker string `json:"worker,omitempty"`
 	// Bytes are the bytes moved so far; Attempts the attempts made.
 	Bytes    int64  `json:"bytes,omitempty"`

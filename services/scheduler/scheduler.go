@@ -180,6 +180,12 @@ type Service struct {
 	role   atomic.Value
 	// campaignLogged is when a failed campaign was last logged.
 	campaignLogged time.Time
+	// history records every DTR's history, stuck finds stuck DTRs, both
+	// at each sweep (history.go, stuck.go).
+	history      *historyRecorder
+	historyStats *historyStats
+	stuck        *stuckDetector
+	sweptAt      time.Time
 }
 
 // The roles a scheduler has in the election.
@@ -218,7 +224,12 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
 	}
+	s.historyStats, s.stuck = &historyStats{}, newStuckDetector(s.log)
+	s.history = &historyRecorder{dropped: &s.historyStats.droppedQueue}
 	if err := s.registerMetrics(meter); err != nil {
+		return nil, err
+	}
+	if err := s.registerHistoryMetrics(meter); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -320,6 +331,8 @@ func (s *Service) reset() {
 	s.journal.reset()
 	s.parked = nil
 	s.term.Store(0)
+	s.stuck.reset()
+	s.history.last = nil
 }
 
 // lead schedules as the leader of term until ctx ends or it is deposed.
@@ -406,6 +419,8 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		dump = t.C
 		defer s.writeState()
 	}
+	stopHistory := s.writeHistory(ctx)
+	defer stopHistory()
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
 	s.sample(time.Now())
@@ -629,6 +644,12 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
+	s.history.step(now, s.core, dec.Changed, s.term.Load(), func(grant string) string {
+		if h, ok := s.workers.holderOf(grant, now); ok {
+			return h.String()
+		}
+		return ""
+	})
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
@@ -699,6 +720,10 @@ func (s *Service) sample(now time.Time) {
 		current(s.core, now, &workers[i])
 	}
 	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil), workers)
+	if now.Sub(s.sweptAt) >= sweepEvery(s.core.Len()) {
+		s.sweptAt = now
+		s.sweep(now)
+	}
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is

@@ -1,0 +1,537 @@
+package scheduler
+
+// Every DTR's history: the leader records each change of a DTR's state, and
+// of what holds it in a state, as an event in the stream SLUICE_HISTORY
+// (pkg/bus/history.go), one subject per DTR. The loop only builds the
+// events of a step and hands them over (historyRecorder); a goroutine of
+// its own numbers and publishes them in batches (historyWriter), so that a
+// slow or full store never holds a step. `sluice history` reads them
+// (readHistory).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/auth"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// historyItem is an event on its way to the store.
+type historyItem struct {
+	id uuid.UUID
+	ev api.HistoryEvent
+	// first: the DTR's first event (it was submitted in this term), so
+	// numbering starts at 1 without asking the store; final: its last.
+	first, final bool
+}
+
+// recorded is what the recorder last wrote of an unfinished DTR.
+type recorded struct {
+	state dtr.State
+	hold  core.Hold
+	grant string
+	err   string
+}
+
+// historyRecorder turns the core's decisions into history events. It runs
+// on the scheduling loop and does no I/O: each step's events go to the
+// writer in one hand-over, dropped and counted if the writer is behind.
+type historyRecorder struct {
+	last map[uuid.UUID]recorded
+	out  chan<- []historyItem
+	// dropped counts the events the writer had no room for.
+	dropped *atomic.Uint64
+}
+
+// seed remembers where every DTR of a core stands without recording it: a
+// scheduler that takes over records what changes from there.
+func (r *historyRecorder) seed(c *core.Core) {
+	r.last = make(map[uuid.UUID]recorded, c.Len())
+	c.Standings(func(st core.Standing) {
+		d, _ := c.Get(st.DTR)
+		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
+	})
+}
+
+func errText(f *dtr.Failure) string {
+	if f == nil {
+		return ""
+	}
+	return string(f.Kind) + ": " + f.Text
+}
+
+// workerOf names the worker that holds a grant, "" if none was heard of.
+type workerOf func(grant string) string
+
+// step records the DTRs a step changed: a new state, a new error, a new
+// grant. changed are the core's (read before it is called again), term
+// the leader's.
+func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64, worker workerOf) {
+	if len(changed) == 0 {
+		return
+	}
+	if r.last == nil {
+		r.last = map[uuid.UUID]recorded{}
+	}
+	ids := make([]uuid.UUID, 0, len(changed))
+	for _, d := range changed {
+		if !d.State.Final() {
+			ids = append(ids, d.ID)
+		}
+	}
+	holds := make(map[uuid.UUID]core.Standing, len(ids))
+	c.StandingsOf(ids, func(st core.Standing) { holds[st.DTR] = st })
+	var items []historyItem
+	for _, d := range changed {
+		prev, known := r.last[d.ID]
+		st := holds[d.ID]
+		cur := recorded{state: d.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
+		if known && cur == prev {
+			continue // a priority, say: no event
+		}
+		at := d.Updated
+		if at.IsZero() {
+			at = now
+		}
+		ev := api.HistoryEvent{Time: at, State: d.State, Hold: string(st.Hold), Until: st.Until,
+			Grant: d.Grant, Bytes: d.Bytes, Attempts: d.Attempts, Share: d.Share, Priority: d.Priority, Term: term}
+		if known {
+			ev.From = prev.state.String()
+			if prev.state.IsActive() && prev.grant != "" {
+				ev.Ended, ev.Worker = prev.grant, worker(prev.grant)
+			}
+		}
+		if d.Error != nil && (!known || cur.err != prev.err) {
+			f := *d.Error
+			ev.Error = &f
+		}
+		// Every DTR held when the term began is known (seed): one not
+		// known was submitted in it. If it moved on in the step that took
+		// it, its arrival is an event of its own.
+		first := !known
+		if first && d.State != dtr.New {
+			arrived := d.Created
+			if arrived.IsZero() || arrived.After(at) {
+				arrived = at
+			}
+			items = append(items, historyItem{id: d.ID, first: true, ev: api.HistoryEvent{Time: arrived, State: dtr.New,
+				Share: d.Share, Priority: d.Priority, Term: term}})
+			first = false
+			ev.From = dtr.New.String()
+		}
+		it := historyItem{id: d.ID, ev: ev, first: first, final: d.State.Final()}
+		items = append(items, it)
+		if it.final {
+			delete(r.last, d.ID)
+		} else {
+			r.last[d.ID] = cur
+		}
+	}
+	r.send(items)
+}
+
+// held records, from the periodic sweep, a change of what holds a DTR
+// that the steps did not record: from one kind of wait to another (a
+// full endpoint, the staging limit, the slots), not between the reasons
+// of the slot split, which change with every grant.
+func (r *historyRecorder) held(now time.Time, st core.Standing, c *core.Core, term uint64) (historyItem, bool) {
+	if r.last == nil {
+		r.last = map[uuid.UUID]recorded{}
+	}
+	prev, known := r.last[st.DTR]
+	if !known {
+		d, _ := c.Get(st.DTR)
+		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
+		return historyItem{}, false
+	}
+	if prev.state == st.State && holdKind(prev.hold) == holdKind(st.Hold) {
+		return historyItem{}, false
+	}
+	from := prev.state
+	prev.state, prev.hold = st.State, st.Hold
+	r.last[st.DTR] = prev
+	return historyItem{id: st.DTR, ev: api.HistoryEvent{Time: now, From: from.String(), State: st.State,
+		Hold: string(st.Hold), Until: st.Until, Term: term}}, true
+}
+
+// holdKind groups the holds of the slot split together.
+func holdKind(h core.Hold) core.Hold {
+	switch h {
+	case core.HoldNoSlot, core.HoldStateFull, core.HoldShareFull, core.HoldFreeSlot:
+		return "slots"
+	}
+	return h
+}
+
+// send hands items to the writer, or drops and counts them if it is
+// behind.
+func (r *historyRecorder) send(items []historyItem) {
+	if len(items) == 0 || r.out == nil {
+		return
+	}
+	select {
+	case r.out <- items:
+	default:
+		r.dropped.Add(uint64(len(items)))
+	}
+}
+
+// forget drops what is remembered of DTRs no longer in the core (a
+// standby's copy rebuilt, say).
+func (r *historyRecorder) forget(keep func(uuid.UUID) bool) {
+	for id := range r.last {
+		if !keep(id) {
+			delete(r.last, id)
+		}
+	}
+}
+
+// historyStats are the history's counters, read by the metrics.
+type historyStats struct {
+	written atomic.Uint64
+	// dropped by cause: the writer behind (queue), a store that refused
+	// (store), the oldest events dropped by a full stream (full).
+	droppedQueue, droppedStore, droppedFull atomic.Uint64
+	// bytes and limit are the stream's size and its most bytes, as last
+	// seen; full is 1 while it is dropping its oldest events.
+	bytes, limit, full atomic.Int64
+}
+
+// historyWriter numbers a leader's events per DTR and publishes them in
+// batches.
+type historyWriter struct {
+	js        jetstream.JetStream
+	log       *slog.Logger
+	retention time.Duration
+	in        <-chan []historyItem
+	stats     *historyStats
+	// next is the number of each unfinished DTR's last event.
+	next map[uuid.UUID]uint64
+	// trimmed counts the events that pushed a DTR's oldest out (past
+	// bus.HistoryPerDTR), seen since the last look at the stream.
+	trimmed uint64
+	// lastSeq and msgs are the stream's as last seen.
+	lastSeq, msgs uint64
+	// logged is when a store failure was last logged (Unix ns).
+	logged int64
+}
+
+// historyBatchMax is the most events published before their
+// acknowledgements are awaited.
+const historyBatchMax = 4096
+
+// historyQueue is how many steps' events may wait for the writer.
+const historyQueue = 1024
+
+// run publishes what comes in until in is closed or ctx ends, and looks
+// at the stream's size every 10 s.
+func (w *historyWriter) run(ctx context.Context) {
+	w.next = map[uuid.UUID]uint64{}
+	look := time.NewTicker(10 * time.Second)
+	defer look.Stop()
+	w.look(ctx)
+	for {
+		var batch []historyItem
+		select {
+		case <-ctx.Done():
+			return
+		case <-look.C:
+			w.look(ctx)
+			continue
+		case items, ok := <-w.in:
+			if !ok {
+				return
+			}
+			batch = append(batch, items...)
+		}
+	more:
+		for len(batch) < historyBatchMax {
+			select {
+			case items, ok := <-w.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, items...)
+			default:
+				break more
+			}
+		}
+		w.publish(ctx, batch)
+	}
+}
+
+// publish numbers and stores a batch of events. What the store refuses
+// is counted and dropped: history never holds scheduling.
+func (w *historyWriter) publish(ctx context.Context, batch []historyItem) {
+	var ttl string
+	if w.retention > 0 {
+		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(batch))
+	for _, it := range batch {
+		n, ok := w.next[it.id]
+		if !ok && !it.first {
+			n = w.lastNumber(ctx, it.id)
+		}
+		n++
+		if n > bus.HistoryPerDTR {
+			w.trimmed++
+		}
+		if it.final {
+			delete(w.next, it.id)
+		} else {
+			w.next[it.id] = n
+		}
+		it.ev.Seq = n
+		m := nats.NewMsg(bus.HistorySubject(it.id.String()))
+		var err error
+		if m.Data, err = json.Marshal(it.ev); err != nil {
+			w.stats.droppedStore.Add(1)
+			continue
+		}
+		// The same event published twice (a retried publish) is stored
+		// once; a later leader numbers on from the last stored.
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d", it.id, n, it.ev.Term))
+		if ttl != "" {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl)
+		}
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
+			w.stats.droppedStore.Add(1)
+			w.logFailure(err)
+			continue
+		}
+		futures = append(futures, f)
+	}
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+			w.stats.written.Add(1)
+		case err := <-f.Err():
+			w.stats.droppedStore.Add(1)
+			w.logFailure(err)
+		case <-wait.C:
+			w.stats.droppedStore.Add(1)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// logFailure logs a failure to store history, once a minute at most.
+func (w *historyWriter) logFailure(err error) {
+	now := time.Now().UnixNano()
+	if now-w.logged > int64(time.Minute) {
+		w.logged = now
+		w.log.Warn("history events not stored (counted in sluice_scheduler_history_dropped); scheduling goes on", "err", err)
+	}
+}
+
+// lastNumber is the number of the last event stored of a DTR (recorded by
+// an earlier leader), 0 if none.
+func (w *historyWriter) lastNumber(ctx context.Context, id uuid.UUID) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return 0
+	}
+	m, err := st.GetLastMsgForSubject(ctx, bus.HistorySubject(id.String()))
+	if err != nil {
+		return 0
+	}
+	var ev api.HistoryEvent
+	if json.Unmarshal(m.Data, &ev) != nil {
+		return 0
+	}
+	return ev.Seq
+}
+
+// look reads the stream's size and, while it is full, counts the oldest
+// events it dropped: those gone since the last look beyond the ones a
+// DTR's own limit pushed out (an estimate: events that expired with their
+// DTR's record count too while the stream is full).
+func (w *historyWriter) look(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return
+	}
+	info := st.CachedInfo()
+	state, limit := info.State, info.Config.MaxBytes
+	w.stats.bytes.Store(int64(state.Bytes))
+	w.stats.limit.Store(limit)
+	full := limit > 0 && int64(state.Bytes) >= limit-limit/20
+	if full {
+		w.stats.full.Store(1)
+	} else {
+		w.stats.full.Store(0)
+	}
+	if w.lastSeq != 0 && full && state.LastSeq >= w.lastSeq {
+		added := state.LastSeq - w.lastSeq
+		if gone := int64(w.msgs) + int64(added) - int64(state.Msgs) - int64(w.trimmed); gone > 0 {
+			w.stats.droppedFull.Add(uint64(gone))
+		}
+	}
+	w.lastSeq, w.msgs, w.trimmed = state.LastSeq, state.Msgs, 0
+}
+
+// errNoHistory says a DTR has no history kept.
+var errNoHistory = errors.New("no history kept")
+
+// readHistory reads a DTR's events, the oldest first, without the
+// duplicates a step taken again leaves, and counts those dropped.
+func readHistory(ctx context.Context, js jetstream.JetStream, id uuid.UUID) (events []api.HistoryEvent, dropped uint64, err error) {
+	st, err := js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return nil, 0, fmt.Errorf("history of %s: %w", id, err)
+	}
+	subject := bus.HistorySubject(id.String())
+	seq := uint64(1)
+	for range 4 * bus.HistoryPerDTR { // the stream keeps 64 a subject
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("history of %s: %w", id, err)
+		}
+		seq = m.Sequence + 1
+		var ev api.HistoryEvent
+		if json.Unmarshal(m.Data, &ev) == nil {
+			events = append(events, ev)
+		}
+	}
+	events, dropped = tidyHistory(events)
+	return events, dropped, nil
+}
+
+// tidyHistory orders events by their number, leaves out repeats (an event
+// recorded again by a step taken again after a crash or a take-over: the
+// same state, hold, grant and error as the one before it) and counts the
+// numbers missing (dropped).
+func tidyHistory(events []api.HistoryEvent) ([]api.HistoryEvent, uint64) {
+	slices.SortStableFunc(events, func(a, b api.HistoryEvent) int {
+		if a.Seq != b.Seq {
+			if a.Seq < b.Seq {
+				return -1
+			}
+			return 1
+		}
+		return a.Time.Compare(b.Time)
+	})
+	var out []api.HistoryEvent
+	var dropped uint64
+	var prevSeq uint64
+	for _, ev := range events {
+		if ev.Seq > prevSeq+1 {
+			dropped += ev.Seq - prevSeq - 1
+		}
+		if ev.Seq > prevSeq {
+			prevSeq = ev.Seq
+		}
+		if n := len(out); n > 0 && sameEvent(out[n-1], ev) {
+			continue
+		}
+		if n := len(out); n > 0 && ev.From == "" {
+			ev.From = out[n-1].State.String()
+		}
+		out = append(out, ev)
+	}
+	return out, dropped
+}
+
+// sameEvent says two events record the same thing.
+func sameEvent(a, b api.HistoryEvent) bool {
+	return a.State == b.State && a.Hold == b.Hold && a.Grant == b.Grant && a.Ended == b.Ended && errText(a.Error) == errText(b.Error)
+}
+
+// writeHistory starts the writer of a term's history and returns what
+// stops it: the events handed over are stored first, for up to 5 s.
+func (s *Service) writeHistory(ctx context.Context) (stop func()) {
+	in := make(chan []historyItem, historyQueue)
+	s.history.out = in
+	s.history.seed(s.core)
+	s.sweptAt = time.Time{}
+	w := &historyWriter{js: s.js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(wctx)
+	}()
+	return func() {
+		s.history.out = nil
+		close(in)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+		cancel()
+		<-done
+	}
+}
+
+// handleHistory answers sluice.api.history: a DTR's history, to its owner
+// or an administrator; for anyone else, as for a DTR never seen or whose
+// record has expired, the DTR is unknown.
+func (s *Service) handleHistory(r micro.Request) {
+	c, ok := s.requester(r, api.SubjectHistory, auth.ScopeRead)
+	if !ok {
+		return
+	}
+	id, err := uuid.Parse(strings.TrimSpace(string(r.Data())))
+	if err != nil {
+		_ = r.Error("400", fmt.Sprintf("DTR id %q is not a UUID", r.Data()), nil)
+		return
+	}
+	reply, code, err := s.historyOf(context.Background(), id, c.Owns)
+	if code == 404 {
+		unknown(r, c, "DTR "+id.String()+" (never submitted, or its record has expired)")
+		return
+	}
+	if err != nil {
+		_ = r.Error(strconv.Itoa(code), err.Error(), nil)
+		return
+	}
+	_ = r.RespondJSON(reply)
+}
+
+// historyOf reads the history of a DTR that owns says is the caller's
+// (nil: anyone's); 404 if it is unknown or not the caller's, 503 if the
+// store could not be read.
+func (s *Service) historyOf(ctx context.Context, id uuid.UUID, owns func(dtr.Identity) bool) (api.HistoryReply, int, error) {
+	d, _, _, from := s.lookupDTR(ctx, id)
+	if from == "" || owns != nil && !owns(d.Owner) {
+		return api.HistoryReply{}, 404, fmt.Errorf("%w: %s", core.ErrUnknownDTR, id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	events, dropped, err := readHistory(ctx, s.js, id)
+	if err != nil {
+		return api.HistoryReply{}, 503, err
+	}
+	if events == nil {
+		events = []api.HistoryEvent{}
+	}
+	return api.HistoryReply{DTR: id, State: d.State, Events: events, Dropped: dropped}, 200, nil
+}
