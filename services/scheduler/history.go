@@ -57,6 +57,53 @@ type historyRecorder struct {
 	out  chan<- []historyItem
 	// dropped counts the events the writer had no room for.
 	dropped *atomic.Uint64
+	// ranBy holds the worker that sent each result of the step (grant →
+	// worker id), cleared by step.
+	ranBy map[string]string
+}
+
+// resultsFrom notes the worker that sent results: their CloudEvent's
+// source, sluice/<stage>/<worker id>.
+func (r *historyRecorder) resultsFrom(source string, rs []api.Result) {
+	parts := strings.SplitN(source, "/", 3)
+	if len(parts) != 3 || parts[2] == "" {
+		return
+	}
+	if r.ranBy == nil {
+		r.ranBy = map[string]string{}
+	}
+	for _, res := range rs {
+		r.ranBy[res.Grant] = parts[2]
+	}
+}
+
+// workerOf names the worker that held a grant (role@host (pid N)): the one
+// whose heartbeats or renewals named it, else the one that sent its
+// result, known from its heartbeats or by its id alone.
+func (s *Service) workerOf(grant string, now time.Time) string {
+	if h, ok := s.workers.holderOf(grant, now); ok {
+		return h.String()
+	}
+	id, ok := s.history.ranBy[grant]
+	if !ok {
+		return ""
+	}
+	if h, ok := s.workers.byID(id, now); ok {
+		return h.String()
+	}
+	return "worker " + id
+}
+
+// byID returns a worker heard from by its id.
+func (t *workerTracker) byID(id string, now time.Time) (api.Holder, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, w := range t.seen {
+		if k.worker == id {
+			return t.holder(w, now), true
+		}
+	}
+	return api.Holder{}, false
 }
 
 // seed remembers where every DTR of a core stands without recording it: a
@@ -83,6 +130,7 @@ type workerOf func(grant string) string
 // grant. changed are the core's (read before it is called again), term
 // the leader's.
 func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64, worker workerOf) {
+	defer clear(r.ranBy)
 	if len(changed) == 0 {
 		return
 	}

@@ -644,12 +644,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
-	s.history.step(now, s.core, dec.Changed, s.term.Load(), func(grant string) string {
-		if h, ok := s.workers.holderOf(grant, now); ok {
-			return h.String()
-		}
-		return ""
-	})
+	s.history.step(now, s.core, dec.Changed, s.term.Load(), func(grant string) string { return s.workerOf(grant, now) })
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
@@ -889,6 +884,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			return err
 		}
 		stage := dtr.Stage(strings.TrimPrefix(m.Subject, api.SubjectResultPrefix))
+		s.history.resultsFrom(m.Header.Get("ce-source"), rs)
 		for _, r := range rs {
 			var span trace.Span
 			if r.TraceParent != "" {
