@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -582,4 +583,52 @@ func (s *Service) historyOf(ctx context.Context, id uuid.UUID, owns func(dtr.Ide
 		events = []api.HistoryEvent{}
 	}
 	return api.HistoryReply{DTR: id, State: d.State, Events: events, Dropped: dropped}, 200, nil
+}
+
+// serveHistory answers GET /api/history/{id}: the DTR's history for the
+// web page, its error texts redacted; 404 for an unknown DTR.
+func (s *Service) serveHistory(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, webError{fmt.Sprintf("DTR id %q is not a UUID", r.PathValue("id"))})
+		return
+	}
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, webError{"the scheduler is not running now (starting, recovering or stopping); try again"})
+		return
+	}
+	type answer struct {
+		reply api.HistoryReply
+		code  int
+		err   error
+	}
+	ch := make(chan answer, 1)
+	go func() { // the loop answers between two steps; a stuck loop must not hold the page
+		var a answer
+		a.reply, a.code, a.err = s.historyOf(context.WithoutCancel(r.Context()), id, nil)
+		ch <- a
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-time.After(dtrLookupTimeout):
+		writeJSON(w, http.StatusServiceUnavailable, webError{fmt.Sprintf("the scheduler did not look DTR %s up within %s (its loop is busy or stuck); try again", id, dtrLookupTimeout)})
+		return
+	}
+	switch {
+	case a.code == http.StatusNotFound:
+		writeJSON(w, http.StatusNotFound, webError{fmt.Sprintf("DTR %s is not known to the scheduler: never submitted, or it ended and its record and history are gone (both are kept for SLUICE_RETENTION)", id)})
+		return
+	case a.err != nil:
+		writeJSON(w, a.code, webError{a.err.Error()})
+		return
+	}
+	for i := range a.reply.Events {
+		if e := a.reply.Events[i].Error; e != nil {
+			redacted := *e
+			redacted.Text = dtr.RedactText(e.Text)
+			a.reply.Events[i].Error = &redacted
+		}
+	}
+	writeJSON(w, http.StatusOK, a.reply)
 }

@@ -27,7 +27,8 @@ var webFiles embed.FS
 
 // Handler serves the scheduler's live web page at / and its data:
 // /api/overview (the Overview), /api/jobs (the generator's job list, asked
-// over NATS) and /api/dtr/{id} (one DTR's record and why it waits). No
+// over NATS), /api/dtr/{id} (one DTR's record and why it waits) and
+// /api/history/{id} (its history, history.go). No
 // answer holds a credential: URLs and error texts are redacted.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -41,6 +42,7 @@ func (s *Service) Handler() http.Handler {
 	jobs := &jobLister{nc: s.nc, timeout: jobListTimeout}
 	mux.HandleFunc("GET /api/jobs", jobs.serve)
 	mux.HandleFunc("GET /api/dtr/{id}", s.serveDTR)
+	mux.HandleFunc("GET /api/history/{id}", s.serveHistory)
 	return mux
 }
 
