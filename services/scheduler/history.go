@@ -275,14 +275,15 @@ type historyWriter struct {
 	// trimmed counts the events that pushed a DTR's oldest out (past
 	// bus.HistoryPerDTR), seen since the last look at the stream.
 	trimmed uint64
-	// lastSeq and msgs are the stream's as last seen.
+	// lastSeq and msgs are the stream's as last seen (looked: once seen).
 	lastSeq, msgs uint64
+	looked        bool
 	// logged is when a store failure was last logged (Unix ns).
 	logged int64
 }
 
-// historyBatchMax is the most events published before their
-// acknowledgements are awaited.
+// historyBatchMax is the most events the writer takes in before it
+// publishes them.
 const historyBatchMax = 4096
 
 // historyQueue is how many steps' events may wait for the writer.
@@ -325,9 +326,23 @@ func (w *historyWriter) run(ctx context.Context) {
 	}
 }
 
-// publish numbers and stores a batch of events. What the store refuses
-// is counted and dropped: history never holds scheduling.
+// publish numbers and stores a batch of events, historyAcksMax at a time.
+// What the store refuses is counted and dropped: history never holds
+// scheduling.
 func (w *historyWriter) publish(ctx context.Context, batch []historyItem) {
+	for len(batch) > 0 && ctx.Err() == nil {
+		n := min(len(batch), historyAcksMax)
+		w.publishSome(ctx, batch[:n])
+		batch = batch[n:]
+	}
+}
+
+// historyAcksMax is the most events published before their
+// acknowledgements are awaited (within nats.go's limit of pending
+// asynchronous publishes).
+const historyAcksMax = 1000
+
+func (w *historyWriter) publishSome(ctx context.Context, batch []historyItem) {
 	var ttl string
 	if w.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
@@ -435,13 +450,13 @@ func (w *historyWriter) look(ctx context.Context) {
 	} else {
 		w.stats.full.Store(0)
 	}
-	if w.lastSeq != 0 && full && state.LastSeq >= w.lastSeq {
+	if w.looked && full && state.LastSeq >= w.lastSeq {
 		added := state.LastSeq - w.lastSeq
 		if gone := int64(w.msgs) + int64(added) - int64(state.Msgs) - int64(w.trimmed); gone > 0 {
 			w.stats.droppedFull.Add(uint64(gone))
 		}
 	}
-	w.lastSeq, w.msgs, w.trimmed = state.LastSeq, state.Msgs, 0
+	w.lastSeq, w.msgs, w.trimmed, w.looked = state.LastSeq, state.Msgs, 0, true
 }
 
 // errNoHistory says a DTR has no history kept.

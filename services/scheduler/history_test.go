@@ -291,3 +291,44 @@ func TestStuckAfterFollowsARCsDeadlines(t *testing.T) {
 		}
 	}
 }
+
+func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	if err := bus.Ensure(ctx, js, bus.Setup{Limits: bus.Limits{History: bus.MinLimit}}); err != nil {
+		t.Fatal(err)
+	}
+	stats := &historyStats{}
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]uint64{}}
+	w.look(ctx)
+	// 2 KiB events, 6,000 of them in 3,000 DTRs: half again the stream's
+	// 8 MiB.
+	text := strings.Repeat("x", 2048)
+	const dtrs, each = 3000, 2
+	first := uuid.New()
+	for batch := 0; batch < dtrs/500; batch++ {
+		var items []historyItem
+		for i := 0; i < 500; i++ {
+			id := uuid.New()
+			if batch == 0 && i == 0 {
+				id = first
+			}
+			for e := 0; e < each; e++ {
+				items = append(items, historyItem{id: id, first: e == 0, ev: api.HistoryEvent{Time: time.Now(), State: dtr.Transfer,
+					Error: &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: text}}})
+			}
+		}
+		w.publish(ctx, items)
+	}
+	w.look(ctx)
+	if got := stats.written.Load(); got != dtrs*each {
+		t.Fatalf("%d events stored, want all %d: a full history takes new events", got, dtrs*each)
+	}
+	if stats.full.Load() != 1 || stats.droppedFull.Load() == 0 || stats.bytes.Load() > bus.MinLimit {
+		t.Fatalf("full %d, dropped %d, %d bytes of %d", stats.full.Load(), stats.droppedFull.Load(), stats.bytes.Load(), stats.limit.Load())
+	}
+	// The oldest went first.
+	if events, _, err := readHistory(ctx, js, first); err != nil || len(events) != 0 {
+		t.Fatalf("the first DTR's history: %d events, %v; want it dropped", len(events), err)
+	}
+}
