@@ -107,3 +107,19 @@ func historyWhat(ev api.HistoryEvent) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// printStuck prints, under the shares table, the DTRs the scheduler finds
+// stuck: in their state past its deadline, waiting for nothing.
+func printStuck(w io.Writer, stuck []api.StuckDTR, now time.Time) {
+	if len(stuck) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d DTRs are stuck: in their state past its deadline, waiting for nothing that will come (sluice history DTR)\n", len(stuck))
+	for _, d := range stuck {
+		words := api.HoldWords[d.Hold]
+		if words == "" {
+			words = d.Hold
+		}
+		fmt.Fprintf(w, "  %s  %s for %s (deadline %s): %s\n", d.DTR, d.State, now.Sub(d.Since).Round(time.Second), d.Deadline, words)
+	}
+}
