@@ -46,6 +46,13 @@ type HistoryEvent struct {
 	Term uint64 `json:"term,omitempty"`
 }
 
+// HistoryRecord is a message of the stream SLUICE_HISTORY, on the subject
+// sluice.history.<dtr>: events of one DTR that the scheduler recorded
+// within about a second, numbered on from the message before.
+type HistoryRecord struct {
+	Events []HistoryEvent `json:"events"`
+}
+
 // HistoryReply is the answer of sluice.api.history: the DTR's events, the
 // oldest first.
 type HistoryReply struct {

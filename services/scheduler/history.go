@@ -253,7 +253,8 @@ func (r *historyRecorder) forget(keep func(uuid.UUID) bool) {
 
 // historyStats are the history's counters, read by the metrics.
 type historyStats struct {
-	written atomic.Uint64
+	// written counts the events stored, messages the messages they took.
+	written, messages atomic.Uint64
 	// dropped by cause: the writer behind (queue), a store that refused
 	// (store), the oldest events dropped by a full stream (full).
 	droppedQueue, droppedStore, droppedFull atomic.Uint64
@@ -272,9 +273,6 @@ type historyWriter struct {
 	stats     *historyStats
 	// next is the number of each unfinished DTR's last event.
 	next map[uuid.UUID]uint64
-	// trimmed counts the events that pushed a DTR's oldest out (past
-	// bus.HistoryPerDTR), seen since the last look at the stream.
-	trimmed uint64
 	// lastSeq and msgs are the stream's as last seen (looked: once seen).
 	lastSeq, msgs uint64
 	looked        bool
@@ -282,118 +280,157 @@ type historyWriter struct {
 	logged int64
 }
 
-// historyBatchMax is the most events the writer takes in before it
-// publishes them.
-const historyBatchMax = 4096
+// historyBatchMax is the most events the writer holds before it
+// publishes them; historyFlushEvery how long it holds them at most. Held
+// a moment, a DTR's events of several steps go out as one message.
+const (
+	historyBatchMax   = 20000
+	historyFlushEvery = time.Second
+)
 
 // historyQueue is how many steps' events may wait for the writer.
 const historyQueue = 1024
 
-// run publishes what comes in until in is closed or ctx ends, and looks
-// at the stream's size every 10 s.
+// heldEvents are the events waiting to be published, by DTR in the order
+// they first came.
+type heldEvents struct {
+	byDTR map[uuid.UUID][]historyItem
+	order []uuid.UUID
+	n     int
+}
+
+func (h *heldEvents) add(items []historyItem) {
+	if h.byDTR == nil {
+		h.byDTR = map[uuid.UUID][]historyItem{}
+	}
+	for _, it := range items {
+		if _, ok := h.byDTR[it.id]; !ok {
+			h.order = append(h.order, it.id)
+		}
+		h.byDTR[it.id] = append(h.byDTR[it.id], it)
+		h.n++
+	}
+}
+
+// take returns the events held, one group per DTR, and holds none.
+func (h *heldEvents) take() [][]historyItem {
+	out := make([][]historyItem, 0, len(h.order))
+	for _, id := range h.order {
+		out = append(out, h.byDTR[id])
+	}
+	h.byDTR, h.order, h.n = nil, nil, 0
+	return out
+}
+
+// run publishes what comes in, each DTR's events of up to
+// historyFlushEvery in one message, until in is closed (what it holds is
+// published then) or ctx ends, and looks at the stream's size every 10 s.
 func (w *historyWriter) run(ctx context.Context) {
-	w.next = map[uuid.UUID]uint64{}
+	if w.next == nil {
+		w.next = map[uuid.UUID]uint64{}
+	}
 	look := time.NewTicker(10 * time.Second)
 	defer look.Stop()
+	flush := time.NewTicker(historyFlushEvery)
+	defer flush.Stop()
 	w.look(ctx)
+	var held heldEvents
 	for {
-		var batch []historyItem
 		select {
 		case <-ctx.Done():
 			return
 		case <-look.C:
 			w.look(ctx)
-			continue
+		case <-flush.C:
+			w.publish(ctx, held.take())
 		case items, ok := <-w.in:
 			if !ok {
+				w.publish(ctx, held.take())
 				return
 			}
-			batch = append(batch, items...)
-		}
-	more:
-		for len(batch) < historyBatchMax {
-			select {
-			case items, ok := <-w.in:
-				if !ok {
-					break more
-				}
-				batch = append(batch, items...)
-			default:
-				break more
+			held.add(items)
+			if held.n >= historyBatchMax {
+				w.publish(ctx, held.take())
 			}
 		}
-		w.publish(ctx, batch)
 	}
 }
 
-// publish numbers and stores a batch of events, historyAcksMax at a time.
-// What the store refuses is counted and dropped: history never holds
-// scheduling.
-func (w *historyWriter) publish(ctx context.Context, batch []historyItem) {
-	for len(batch) > 0 && ctx.Err() == nil {
-		n := min(len(batch), historyAcksMax)
-		w.publishSome(ctx, batch[:n])
-		batch = batch[n:]
+// publish numbers and stores groups of events, one message per group (one
+// DTR's), historyAcksMax messages at a time. What the store refuses is
+// counted and dropped: history never holds scheduling.
+func (w *historyWriter) publish(ctx context.Context, groups [][]historyItem) {
+	for len(groups) > 0 && ctx.Err() == nil {
+		n := min(len(groups), historyAcksMax)
+		w.publishSome(ctx, groups[:n])
+		groups = groups[n:]
 	}
 }
 
-// historyAcksMax is the most events published before their
+// historyAcksMax is the most messages published before their
 // acknowledgements are awaited (within nats.go's limit of pending
 // asynchronous publishes).
 const historyAcksMax = 1000
 
-func (w *historyWriter) publishSome(ctx context.Context, batch []historyItem) {
+func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem) {
 	var ttl string
 	if w.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	for _, it := range batch {
-		n, ok := w.next[it.id]
-		if !ok && !it.first {
-			n = w.lastNumber(ctx, it.id)
+	type sent struct {
+		f      jetstream.PubAckFuture
+		events int
+	}
+	futures := make([]sent, 0, len(groups))
+	for _, group := range groups {
+		id := group[0].id
+		n, ok := w.next[id]
+		if !ok && !group[0].first {
+			n = w.lastNumber(ctx, id)
 		}
-		n++
-		if n > bus.HistoryPerDTR {
-			w.trimmed++
+		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
+		for i, it := range group {
+			n++
+			it.ev.Seq = n
+			rec.Events[i] = it.ev
 		}
-		if it.final {
-			delete(w.next, it.id)
+		if group[len(group)-1].final {
+			delete(w.next, id)
 		} else {
-			w.next[it.id] = n
+			w.next[id] = n
 		}
-		it.ev.Seq = n
-		m := nats.NewMsg(bus.HistorySubject(it.id.String()))
+		m := nats.NewMsg(bus.HistorySubject(id.String()))
 		var err error
-		if m.Data, err = json.Marshal(it.ev); err != nil {
-			w.stats.droppedStore.Add(1)
+		if m.Data, err = json.Marshal(rec); err != nil {
+			w.stats.droppedStore.Add(uint64(len(group)))
 			continue
 		}
-		// The same event published twice (a retried publish) is stored
+		// The same events published twice (a retried publish) are stored
 		// once; a later leader numbers on from the last stored.
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d", it.id, n, it.ev.Term))
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d", id, rec.Events[0].Seq, rec.Events[0].Term))
 		if ttl != "" {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
 		}
 		f, err := w.js.PublishMsgAsync(m)
 		if err != nil {
-			w.stats.droppedStore.Add(1)
+			w.stats.droppedStore.Add(uint64(len(group)))
 			w.logFailure(err)
 			continue
 		}
-		futures = append(futures, f)
+		futures = append(futures, sent{f, len(group)})
 	}
 	wait := time.NewTimer(10 * time.Second)
 	defer wait.Stop()
 	for _, f := range futures {
 		select {
-		case <-f.Ok():
-			w.stats.written.Add(1)
-		case err := <-f.Err():
-			w.stats.droppedStore.Add(1)
+		case <-f.f.Ok():
+			w.stats.written.Add(uint64(f.events))
+			w.stats.messages.Add(1)
+		case err := <-f.f.Err():
+			w.stats.droppedStore.Add(uint64(f.events))
 			w.logFailure(err)
 		case <-wait.C:
-			w.stats.droppedStore.Add(1)
+			w.stats.droppedStore.Add(uint64(f.events))
 		case <-ctx.Done():
 			return
 		}
@@ -422,17 +459,18 @@ func (w *historyWriter) lastNumber(ctx context.Context, id uuid.UUID) uint64 {
 	if err != nil {
 		return 0
 	}
-	var ev api.HistoryEvent
-	if json.Unmarshal(m.Data, &ev) != nil {
+	var rec api.HistoryRecord
+	if json.Unmarshal(m.Data, &rec) != nil || len(rec.Events) == 0 {
 		return 0
 	}
-	return ev.Seq
+	return rec.Events[len(rec.Events)-1].Seq
 }
 
 // look reads the stream's size and, while it is full, counts the oldest
-// events it dropped: those gone since the last look beyond the ones a
-// DTR's own limit pushed out (an estimate: events that expired with their
-// DTR's record count too while the stream is full).
+// events it dropped: the messages gone since the last look (an estimate:
+// a message may hold several events, and messages that expired with their
+// DTR's record, or that a DTR's own limit pushed out, count too while the
+// stream is full).
 func (w *historyWriter) look(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -452,11 +490,11 @@ func (w *historyWriter) look(ctx context.Context) {
 	}
 	if w.looked && full && state.LastSeq >= w.lastSeq {
 		added := state.LastSeq - w.lastSeq
-		if gone := int64(w.msgs) + int64(added) - int64(state.Msgs) - int64(w.trimmed); gone > 0 {
+		if gone := int64(w.msgs) + int64(added) - int64(state.Msgs); gone > 0 {
 			w.stats.droppedFull.Add(uint64(gone))
 		}
 	}
-	w.lastSeq, w.msgs, w.trimmed, w.looked = state.LastSeq, state.Msgs, 0, true
+	w.lastSeq, w.msgs, w.looked = state.LastSeq, state.Msgs, true
 }
 
 // errNoHistory says a DTR has no history kept.
@@ -480,12 +518,15 @@ func readHistory(ctx context.Context, js jetstream.JetStream, id uuid.UUID) (eve
 			return nil, 0, fmt.Errorf("history of %s: %w", id, err)
 		}
 		seq = m.Sequence + 1
-		var ev api.HistoryEvent
-		if json.Unmarshal(m.Data, &ev) == nil {
-			events = append(events, ev)
+		var rec api.HistoryRecord
+		if json.Unmarshal(m.Data, &rec) == nil {
+			events = append(events, rec.Events...)
 		}
 	}
 	events, dropped = tidyHistory(events)
+	if extra := len(events) - bus.HistoryPerDTR; extra > 0 {
+		events, dropped = events[extra:], dropped+uint64(extra)
+	}
 	return events, dropped, nil
 }
 

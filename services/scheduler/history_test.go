@@ -187,17 +187,18 @@ func TestTheHistoryKeepsTheLast64EventsNumberedOnAcrossLeaders(t *testing.T) {
 	// The last one, recorded again after a take-over, is left out.
 	second = append(second, historyItem{id: id, ev: ev(69, dtr.Transfer)})
 	writeEvents(t, &historyWriter{js: js, log: quiet(), stats: stats}, second)
-	if got := stats.written.Load(); got != 71 {
-		t.Fatalf("%d events written, want 71", got)
+	if got, msgs := stats.written.Load(), stats.messages.Load(); got != 71 || msgs != 2 {
+		t.Fatalf("%d events written in %d messages, want 71 in 2 (one per leader)", got, msgs)
 	}
 	events, dropped, err := readHistory(ctx, js, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != bus.HistoryPerDTR-1 || dropped != 71-bus.HistoryPerDTR {
-		t.Fatalf("%d events, %d dropped; want %d kept (one a repeat) and %d dropped", len(events), dropped, bus.HistoryPerDTR-1, 71-bus.HistoryPerDTR)
+	// 71 events, the last a repeat: the last 64 of the other 70 are kept.
+	if len(events) != bus.HistoryPerDTR || dropped != 70-bus.HistoryPerDTR {
+		t.Fatalf("%d events, %d dropped; want %d kept and %d dropped", len(events), dropped, bus.HistoryPerDTR, 70-bus.HistoryPerDTR)
 	}
-	if events[0].Seq != 71-bus.HistoryPerDTR+1 || events[len(events)-1].Seq != 70 {
+	if events[0].Seq != 70-bus.HistoryPerDTR+1 || events[len(events)-1].Seq != 70 {
 		t.Fatalf("events numbered %d to %d", events[0].Seq, events[len(events)-1].Seq)
 	}
 	for i := 1; i < len(events); i++ {
@@ -307,18 +308,20 @@ func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
 	const dtrs, each = 3000, 2
 	first := uuid.New()
 	for batch := 0; batch < dtrs/500; batch++ {
-		var items []historyItem
+		var groups [][]historyItem
 		for i := 0; i < 500; i++ {
 			id := uuid.New()
 			if batch == 0 && i == 0 {
 				id = first
 			}
+			var items []historyItem
 			for e := 0; e < each; e++ {
 				items = append(items, historyItem{id: id, first: e == 0, ev: api.HistoryEvent{Time: time.Now(), State: dtr.Transfer,
 					Error: &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: text}}})
 			}
+			groups = append(groups, items)
 		}
-		w.publish(ctx, items)
+		w.publish(ctx, groups)
 	}
 	w.look(ctx)
 	if got := stats.written.Load(); got != dtrs*each {

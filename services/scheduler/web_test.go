@@ -281,7 +281,7 @@ func TestTheHistoryEndpointShowsATimelineWithoutCredentials(t *testing.T) {
 	}
 	ev := api.HistoryEvent{Seq: 5, Time: time.Now(), From: "CACHE_PROCESSED", State: dtr.Error,
 		Error: &dtr.Failure{Kind: dtr.ErrPermanentRemote, Text: "GET https://u:pw@h.example.org/o?sig=sigvalue: 403"}}
-	if _, err := s.js.Publish(context.Background(), bus.HistorySubject(stored.ID.String()), mustJSON(t, ev)); err != nil {
+	if _, err := s.js.Publish(context.Background(), bus.HistorySubject(stored.ID.String()), mustJSON(t, api.HistoryRecord{Events: []api.HistoryEvent{ev}})); err != nil {
 		t.Fatal(err)
 	}
 	h = api.HistoryReply{}
