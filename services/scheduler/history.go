@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -40,6 +41,9 @@ type historyItem struct {
 	// first: the DTR's first event (it was submitted in this term), so
 	// numbering starts at 1 without asking the store; final: its last.
 	first, final bool
+	// ranBy is the id of the worker that sent the result of the grant
+	// that ended (ev.Ended), if known: the writer names the worker.
+	ranBy string
 }
 
 // recorded is what the recorder last wrote of an unfinished DTR.
@@ -78,21 +82,22 @@ func (r *historyRecorder) resultsFrom(source string, rs []api.Result) {
 	}
 }
 
-// workerOf names the worker that held a grant (role@host (pid N)): the one
-// whose heartbeats or renewals named it, else the one that sent its
-// result, known from its heartbeats or by its id alone.
-func (s *Service) workerOf(grant string, now time.Time) string {
+// workerName names the worker that held a grant (role@host (pid N)): the
+// one whose heartbeats or renewals named it, else the one that sent its
+// result (ranBy), known from its heartbeats or by its id alone; "" if
+// none is known. The history's writer asks it, off the loop.
+func (s *Service) workerName(grant, ranBy string) string {
+	now := time.Now()
 	if h, ok := s.workers.holderOf(grant, now); ok {
 		return h.String()
 	}
-	id, ok := s.history.ranBy[grant]
-	if !ok {
+	if ranBy == "" {
 		return ""
 	}
-	if h, ok := s.workers.byID(id, now); ok {
+	if h, ok := s.workers.byID(ranBy, now); ok {
 		return h.String()
 	}
-	return "worker " + id
+	return "worker " + ranBy
 }
 
 // byID returns a worker heard from by its id.
@@ -124,13 +129,10 @@ func errText(f *dtr.Failure) string {
 	return string(f.Kind) + ": " + f.Text
 }
 
-// workerOf names the worker that holds a grant, "" if none was heard of.
-type workerOf func(grant string) string
-
 // step records the DTRs a step changed: a new state, a new error, a new
 // grant. changed are the core's (read before it is called again), term
 // the leader's.
-func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64, worker workerOf) {
+func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) {
 	defer clear(r.ranBy)
 	if len(changed) == 0 {
 		return
@@ -160,10 +162,11 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 		}
 		ev := api.HistoryEvent{Time: at, State: d.State, Hold: string(st.Hold), Until: st.Until,
 			Grant: d.Grant, Bytes: d.Bytes, Attempts: d.Attempts, Share: d.Share, Priority: d.Priority, Term: term}
+		var ranBy string
 		if known {
 			ev.From = prev.state.String()
 			if prev.state.IsActive() && prev.grant != "" {
-				ev.Ended, ev.Worker = prev.grant, worker(prev.grant)
+				ev.Ended, ranBy = prev.grant, r.ranBy[prev.grant]
 			}
 		}
 		if d.Error != nil && (!known || cur.err != prev.err) {
@@ -184,7 +187,7 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 			first = false
 			ev.From = dtr.New.String()
 		}
-		it := historyItem{id: d.ID, ev: ev, first: first, final: d.State.Final()}
+		it := historyItem{id: d.ID, ev: ev, first: first, final: d.State.Final(), ranBy: ranBy}
 		items = append(items, it)
 		if it.final {
 			delete(r.last, d.ID)
@@ -266,7 +269,9 @@ type historyStats struct {
 // historyWriter numbers a leader's events per DTR and publishes them in
 // batches.
 type historyWriter struct {
-	js        jetstream.JetStream
+	js jetstream.JetStream
+	// name names the worker of a grant that ended (Service.workerName).
+	name      func(grant, ranBy string) string
 	log       *slog.Logger
 	retention time.Duration
 	in        <-chan []historyItem
@@ -392,6 +397,9 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		for i, it := range group {
 			n++
 			it.ev.Seq = n
+			if it.ev.Ended != "" && it.ev.Worker == "" && w.name != nil {
+				it.ev.Worker = w.name(it.ev.Ended, it.ranBy)
+			}
 			rec.Events[i] = it.ev
 		}
 		if group[len(group)-1].final {
@@ -401,13 +409,10 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		}
 		m := nats.NewMsg(bus.HistorySubject(id.String()))
 		var err error
-		if m.Data, err = json.Marshal(rec); err != nil {
+		if m.Data, err = codec.EncodeJSON(rec); err != nil {
 			w.stats.droppedStore.Add(uint64(len(group)))
 			continue
 		}
-		// The same events published twice (a retried publish) are stored
-		// once; a later leader numbers on from the last stored.
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/%d/%d", id, rec.Events[0].Seq, rec.Events[0].Term))
 		if ttl != "" {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
 		}
@@ -577,7 +582,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	s.history.out = in
 	s.history.seed(s.core)
 	s.sweptAt = time.Time{}
-	w := &historyWriter{js: s.js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats}
+	w := &historyWriter{js: s.js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {

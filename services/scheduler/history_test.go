@@ -42,7 +42,7 @@ func (r *coreRun) step(d time.Duration) []core.Grant {
 	r.now = r.now.Add(d)
 	r.c.Tick(r.now)
 	dec := r.c.Take()
-	r.rec.step(r.now, r.c, dec.Changed, 7, func(grant string) string { return "delivery@host-" + grant[:4] + " (pid 1)" })
+	r.rec.step(r.now, r.c, dec.Changed, 7)
 	for _, g := range dec.Grants {
 		r.running[g.ID] = g
 	}
@@ -53,6 +53,7 @@ func (r *coreRun) step(d time.Duration) []core.Grant {
 func (r *coreRun) answer(g core.Grant, f *dtr.Failure) {
 	delete(r.running, g.ID)
 	res := core.Result{DTR: g.DTR.ID, Grant: g.ID, Error: f, Size: 10, Bytes: 10, Checksum: "adler32:00000001"}
+	r.rec.resultsFrom("sluice/"+string(g.Stage)+"/"+string(g.Stage)+"-"+g.ID, []api.Result{res})
 	if err := r.c.Result(r.now, res); err != nil {
 		r.t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestTheRecorderRecordsEachStateARetryAndTheWorkerOfAGrant(t *testing.T) {
 		if ev.Hold == string(core.HoldRetry) && !ev.Until.IsZero() {
 			retry = true
 		}
-		if ev.From == dtr.Transferring.String() && ev.Ended != "" && ev.Ended != ev.Grant && strings.HasPrefix(ev.Worker, "delivery@host-"+ev.Ended[:4]) {
+		if ev.From == dtr.Transferring.String() && ev.Ended != "" && ev.Ended != ev.Grant && it.ranBy == "delivery-"+ev.Ended {
 			worker = true
 		}
 		if ev.Error != nil && ev.Error.Text == "503 busy" {
