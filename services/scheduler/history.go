@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/auth"
@@ -63,8 +65,9 @@ type historyRecorder struct {
 	// dropped counts the events the writer had no room for.
 	dropped *atomic.Uint64
 	// ranBy holds the worker that sent each result of the step (grant →
-	// worker id), cleared by step.
-	ranBy map[string]string
+	// worker id), arrivals the DTRs submitted in it; step clears both.
+	ranBy    map[string]string
+	arrivals map[uuid.UUID]bool
 }
 
 // resultsFrom notes the worker that sent results: their CloudEvent's
@@ -112,14 +115,12 @@ func (t *workerTracker) byID(id string, now time.Time) (api.Holder, bool) {
 	return api.Holder{}, false
 }
 
-// seed remembers where every DTR of a core stands without recording it: a
-// scheduler that takes over records what changes from there.
-func (r *historyRecorder) seed(c *core.Core) {
-	r.last = make(map[uuid.UUID]recorded, c.Len())
-	c.Standings(func(st core.Standing) {
-		d, _ := c.Get(st.DTR)
-		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
-	})
+// arrived notes a DTR submitted in this step: its history begins.
+func (r *historyRecorder) arrived(id uuid.UUID) {
+	if r.arrivals == nil {
+		r.arrivals = map[uuid.UUID]bool{}
+	}
+	r.arrivals[id] = true
 }
 
 func errText(f *dtr.Failure) string {
@@ -131,9 +132,12 @@ func errText(f *dtr.Failure) string {
 
 // step records the DTRs a step changed: a new state, a new error, a new
 // grant. changed are the core's (read before it is called again), term
-// the leader's.
+// the leader's. Of a DTR not seen before in this term and not submitted
+// in this step (the last leader's), the state before is not known here:
+// the reader takes it from the event before.
 func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) {
 	defer clear(r.ranBy)
+	defer clear(r.arrivals)
 	if len(changed) == 0 {
 		return
 	}
@@ -173,10 +177,9 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 			f := *d.Error
 			ev.Error = &f
 		}
-		// Every DTR held when the term began is known (seed): one not
-		// known was submitted in it. If it moved on in the step that took
-		// it, its arrival is an event of its own.
-		first := !known
+		// A DTR submitted in this step: if it moved on at once, its
+		// arrival is an event of its own.
+		first := !known && r.arrivals[d.ID]
 		if first && d.State != dtr.New {
 			arrived := d.Created
 			if arrived.IsZero() || arrived.After(at) {
@@ -387,11 +390,12 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		events int
 	}
 	futures := make([]sent, 0, len(groups))
+	last := w.lastNumbers(ctx, groups)
 	for _, group := range groups {
 		id := group[0].id
 		n, ok := w.next[id]
-		if !ok && !group[0].first {
-			n = w.lastNumber(ctx, id)
+		if !ok {
+			n = last[id]
 		}
 		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
 		for i, it := range group {
@@ -449,6 +453,36 @@ func (w *historyWriter) logFailure(err error) {
 		w.logged = now
 		w.log.Warn("history events not stored (counted in sluice_scheduler_history_dropped); scheduling goes on", "err", err)
 	}
+}
+
+// lastNumbers looks up, 32 at a time, the numbers of the last events
+// stored of the DTRs of groups that this writer has not numbered and that
+// were not submitted in this term (recorded by an earlier leader).
+func (w *historyWriter) lastNumbers(ctx context.Context, groups [][]historyItem) map[uuid.UUID]uint64 {
+	var ids []uuid.UUID
+	for _, g := range groups {
+		if _, ok := w.next[g[0].id]; !ok && !g[0].first {
+			ids = append(ids, g[0].id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make(map[uuid.UUID]uint64, len(ids))
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(32)
+	for _, id := range ids {
+		g.Go(func() error {
+			n := w.lastNumber(ctx, id)
+			mu.Lock()
+			out[id] = n
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return out
 }
 
 // lastNumber is the number of the last event stored of a DTR (recorded by
@@ -580,7 +614,7 @@ func sameEvent(a, b api.HistoryEvent) bool {
 func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	in := make(chan []historyItem, historyQueue)
 	s.history.out = in
-	s.history.seed(s.core)
+	s.history.last = map[uuid.UUID]recorded{}
 	s.sweptAt = time.Time{}
 	w := &historyWriter{js: s.js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -87,6 +87,7 @@ func TestTheRecorderRecordsEachStateARetryAndTheWorkerOfAGrant(t *testing.T) {
 	if err := r.c.Submit(r.now, d); err != nil {
 		t.Fatal(err)
 	}
+	r.rec.arrived(d.ID)
 	failed := false
 	for i := 0; i < 200 && r.c.Len() > 0; i++ {
 		for _, g := range r.step(time.Second) {
