@@ -205,14 +205,13 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 // that the steps did not record: from one kind of wait to another (a
 // full endpoint, the staging limit, the slots), not between the reasons
 // of the slot split, which change with every grant.
-func (r *historyRecorder) held(now time.Time, st core.Standing, c *core.Core, term uint64) (historyItem, bool) {
+func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (historyItem, bool) {
 	if r.last == nil {
 		r.last = map[uuid.UUID]recorded{}
 	}
 	prev, known := r.last[st.DTR]
-	if !known {
-		d, _ := c.Get(st.DTR)
-		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
+	if !known { // the last leader's: remembered from here on
+		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: st.Grant}
 		return historyItem{}, false
 	}
 	if prev.state == st.State && holdKind(prev.hold) == holdKind(st.Hold) {

@@ -138,7 +138,7 @@ func (s *Service) sweep(now time.Time) {
 	s.stuck.begin()
 	s.core.Standings(func(st core.Standing) {
 		if len(items) < maxHoldEvents {
-			if it, ok := s.history.held(now, st, s.core, term); ok {
+			if it, ok := s.history.held(now, st, term); ok {
 				items = append(items, it)
 			}
 		}

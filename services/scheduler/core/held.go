@@ -68,6 +68,8 @@ type Standing struct {
 	// Cacheable says the DTR goes through the cache (a NEW one may wait
 	// long for a download by another).
 	Cacheable bool
+	// Grant is the grant it runs under, in an active state.
+	Grant string
 }
 
 // Standings calls f with where every unfinished DTR stands, in no
@@ -124,7 +126,7 @@ func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
 	}
 	switch {
 	case !queuedPacked && s.State.IsActive():
-		s.Hold = HoldRunning
+		s.Hold, s.Grant = HoldRunning, e.d.Grant
 	case !queuedPacked && !e.d.NextProcess.IsZero():
 		s.Hold, s.Until = HoldRetry, e.d.NextProcess
 		if s.State == dtr.CacheWait {
