@@ -337,3 +337,32 @@ func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
 		t.Fatalf("the first DTR's history: %d events, %v; want it dropped", len(events), err)
 	}
 }
+
+func TestTheSweepRecordsAChangeOfWaitButNotOfTheSplitsReasons(t *testing.T) {
+	var dropped atomic.Uint64
+	r := &historyRecorder{dropped: &dropped}
+	id, now := uuid.New(), time.Now()
+	stand := func(h core.Hold) core.Standing { return core.Standing{DTR: id, State: dtr.Transfer, Hold: h} }
+	if _, ok := r.held(now, stand(core.HoldShareFull), 3); ok {
+		t.Fatal("an event for a DTR first seen (the last leader's)")
+	}
+	for _, tt := range []struct {
+		hold  core.Hold
+		event bool
+	}{
+		{core.HoldStateFull, false}, // the split's reasons: one kind
+		{core.HoldFreeSlot, false},
+		{core.HoldEndpoint, true},
+		{core.HoldEndpoint, false},
+		{core.HoldMaxPrepared, true},
+		{core.HoldShareFull, true},
+	} {
+		it, ok := r.held(now, stand(tt.hold), 3)
+		if ok != tt.event {
+			t.Fatalf("to %s: event %v, want %v", tt.hold, ok, tt.event)
+		}
+		if ok && (it.ev.State != dtr.Transfer || it.ev.From != dtr.Transfer.String() || it.ev.Hold != string(tt.hold) || it.ev.Term != 3) {
+			t.Fatalf("to %s: %+v", tt.hold, it.ev)
+		}
+	}
+}
