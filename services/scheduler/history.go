@@ -615,7 +615,17 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	s.history.out = in
 	s.history.last = map[uuid.UUID]recorded{}
 	s.sweptAt = time.Time{}
-	w := &historyWriter{js: s.js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName}
+	// A connection of its own, so that grants never queue behind a
+	// burst of history.
+	js, closeConn := s.js, func() {}
+	if nc, err := s.nc.Opts.Connect(); err != nil {
+		s.log.Warn("history: no connection of its own; sharing the scheduler's", "err", err)
+	} else if hjs, err := jetstream.New(nc); err != nil {
+		nc.Close()
+	} else {
+		js, closeConn = hjs, nc.Close
+	}
+	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -631,6 +641,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		}
 		cancel()
 		<-done
+		closeConn()
 	}
 }
 
