@@ -165,7 +165,10 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 			at = now
 		}
 		ev := api.HistoryEvent{Time: at, State: d.State, Hold: string(st.Hold), Until: st.Until,
-			Grant: d.Grant, Bytes: d.Bytes, Attempts: d.Attempts, Share: d.Share, Priority: d.Priority, Term: term}
+			Bytes: d.Bytes, Attempts: d.Attempts, Share: d.Share, Priority: d.Priority, Term: term}
+		if d.State.IsActive() {
+			ev.Grant = d.Grant
+		}
 		var ranBy string
 		if known {
 			ev.From = prev.state.String()
@@ -403,6 +406,11 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 			if it.ev.Ended != "" && it.ev.Worker == "" && w.name != nil {
 				it.ev.Worker = w.name(it.ev.Ended, it.ranBy)
 			}
+			if i > 0 && it.ev.Share == group[i-1].ev.Share && it.ev.Priority == group[i-1].ev.Priority {
+				// Stored once a message while they stay (the reader
+				// fills them in).
+				it.ev.Share, it.ev.Priority = "", 0
+			}
 			rec.Events[i] = it.ev
 		}
 		if group[len(group)-1].final {
@@ -597,6 +605,9 @@ func tidyHistory(events []api.HistoryEvent) ([]api.HistoryEvent, uint64) {
 		}
 		if n := len(out); n > 0 && ev.From == "" {
 			ev.From = out[n-1].State.String()
+		}
+		if n := len(out); n > 0 && ev.Share == "" && ev.Priority == 0 {
+			ev.Share, ev.Priority = out[n-1].Share, out[n-1].Priority
 		}
 		out = append(out, ev)
 	}
