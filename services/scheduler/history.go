@@ -138,7 +138,7 @@ func errText(f *dtr.Failure) string {
 func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) {
 	defer clear(r.ranBy)
 	defer clear(r.arrivals)
-	if len(changed) == 0 {
+	if len(changed) == 0 || r.out == nil {
 		return
 	}
 	if r.last == nil {
@@ -209,6 +209,9 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 // full endpoint, the staging limit, the slots), not between the reasons
 // of the slot split, which change with every grant.
 func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (historyItem, bool) {
+	if r.out == nil {
+		return historyItem{}, false // not recorded
+	}
 	if r.last == nil {
 		r.last = map[uuid.UUID]recorded{}
 	}
@@ -622,6 +625,11 @@ func sameEvent(a, b api.HistoryEvent) bool {
 // writeHistory starts the writer of a term's history and returns what
 // stops it: the events handed over are stored first, for up to 5 s.
 func (s *Service) writeHistory(ctx context.Context) (stop func()) {
+	s.history.last = nil
+	if s.cfg.HistoryOff {
+		s.history.out = nil
+		return func() {}
+	}
 	in := make(chan []historyItem, historyQueue)
 	s.history.out = in
 	s.history.last = map[uuid.UUID]recorded{}

@@ -340,7 +340,7 @@ func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
 
 func TestTheSweepRecordsAChangeOfWaitButNotOfTheSplitsReasons(t *testing.T) {
 	var dropped atomic.Uint64
-	r := &historyRecorder{dropped: &dropped}
+	r := &historyRecorder{dropped: &dropped, out: make(chan []historyItem, 1)}
 	id, now := uuid.New(), time.Now()
 	stand := func(h core.Hold) core.Standing { return core.Standing{DTR: id, State: dtr.Transfer, Hold: h} }
 	if _, ok := r.held(now, stand(core.HoldShareFull), 3); ok {
@@ -364,5 +364,29 @@ func TestTheSweepRecordsAChangeOfWaitButNotOfTheSplitsReasons(t *testing.T) {
 		if ok && (it.ev.State != dtr.Transfer || it.ev.From != dtr.Transfer.String() || it.ev.Hold != string(tt.hold) || it.ev.Term != 3) {
 			t.Fatalf("to %s: %+v", tt.hold, it.ev)
 		}
+	}
+}
+
+func TestWithHistoryOffNothingIsRecorded(t *testing.T) {
+	var dropped atomic.Uint64
+	s := &Service{cfg: Config{HistoryOff: true}, history: &historyRecorder{dropped: &dropped}}
+	stop := s.writeHistory(context.Background())
+	defer stop()
+	if s.history.out != nil {
+		t.Fatal("a writer runs with the history off")
+	}
+	r := newCoreRun(t, core.DefaultConfig())
+	r.rec = s.history
+	d := testDTR(0)
+	if err := r.c.Submit(r.now, d); err != nil {
+		t.Fatal(err)
+	}
+	r.rec.arrived(d.ID)
+	r.step(time.Second)
+	if len(r.rec.last) != 0 || dropped.Load() != 0 {
+		t.Fatalf("recorded %d DTRs, dropped %d", len(r.rec.last), dropped.Load())
+	}
+	if _, ok := r.rec.held(r.now, core.Standing{DTR: d.ID, State: dtr.Transfer, Hold: core.HoldEndpoint}, 1); ok {
+		t.Fatal("the sweep recorded an event")
 	}
 }
