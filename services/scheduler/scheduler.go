@@ -8,7 +8,8 @@
 // takes new DTRs, commit.go publishes a step's output in order, publish.go
 // encodes grants and final DTRs, recover.go loads the checkpoints,
 // leader.go holds the election and fences a term, standby.go keeps a
-// standby's copy warm, api.go serves the control requests, journal.go and
+// standby's copy warm, api.go serves the control requests, history.go
+// records every DTR's history and stuck.go finds stuck DTRs, journal.go and
 // seen.go keep the records, and core/ decides.
 package scheduler
 
