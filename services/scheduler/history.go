@@ -317,8 +317,8 @@ func sameEvent(a, b api.HistoryEvent) bool {
 }
 
 // writeHistory starts the writer of a term's history and returns what
-// stops it: the events handed over are stored first, for up to 2 s (a leader that
-// steps down does not wait longer to resign).
+// stops it: the events handed over are stored first, for up to 2 s (a
+// leader that steps down does not wait longer to resign).
 func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	s.history.last = nil
 	if s.cfg.HistoryOff {
