@@ -53,6 +53,9 @@ type recorded struct {
 type historyRecorder struct {
 	last map[uuid.UUID]recorded
 	out  chan<- []historyItem
+	// sent counts the batches handed to this term's writer: a step's
+	// inputs are acknowledged once its batch is stored (awaitHistory).
+	sent uint64
 	// dropped counts the events the writer had no room for.
 	dropped *atomic.Uint64
 	// ranBy holds the worker that sent each result of the step (grant →
@@ -238,6 +241,7 @@ func (r *historyRecorder) send(items []historyItem) {
 	}
 	select {
 	case r.out <- items:
+		r.sent++
 	default:
 		r.dropped.Add(uint64(len(items)))
 	}
@@ -326,7 +330,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	in := make(chan []historyItem, historyQueue)
-	s.history.out = in
+	s.history.out, s.history.sent = in, 0
 	s.history.last = map[uuid.UUID]recorded{}
 	s.sweptAt = time.Time{}
 	// A connection of its own, so that grants never queue behind a
@@ -339,7 +343,9 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	} else {
 		js, closeConn = hjs, nc.Close
 	}
-	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName}
+	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName,
+		flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.historyWriter.Store(w)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -348,6 +354,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	}()
 	return func() {
 		s.history.out = nil
+		s.historyWriter.Store(nil)
 		close(in)
 		select {
 		case <-done:
@@ -358,3 +365,37 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		closeConn()
 	}
 }
+
+// awaitHistory waits until this term's writer has stored the first
+// ticket batches of events (the history of the steps whose inputs are
+// about to be acknowledged, so that a leader's crash loses none: at least
+// once), asking it to store what it holds now; at most historyAwait, so
+// that a slow or full store never holds scheduling.
+func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
+	w := s.historyWriter.Load()
+	if w == nil || ticket == 0 {
+		return
+	}
+	deadline := time.NewTimer(historyAwait)
+	defer deadline.Stop()
+	for {
+		stored, done := w.storedUpTo()
+		if done >= ticket {
+			return
+		}
+		select {
+		case w.flushNow <- struct{}{}:
+		default:
+		}
+		select {
+		case <-stored:
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// historyAwait is the longest the committer waits for a step's history.
+const historyAwait = 2 * time.Second

@@ -390,3 +390,25 @@ func TestWithHistoryOffNothingIsRecorded(t *testing.T) {
 		t.Fatal("the sweep recorded an event")
 	}
 }
+
+func TestAStepsHistoryIsStoredBeforeItsInputsAreAcknowledged(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	var dropped atomic.Uint64
+	s := &Service{js: js, log: quiet(), historyStats: &historyStats{}, history: &historyRecorder{dropped: &dropped}}
+	in := make(chan []historyItem, 8)
+	s.history.out = in
+	w := &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.historyWriter.Store(w)
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx) }()
+	defer func() { close(in); <-done }()
+
+	id := uuid.New()
+	s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, s.history.sent) // as the committer does before acknowledging
+	events, _, err := readHistory(ctx, js, id)
+	if err != nil || len(events) != 1 || events[0].Seq != 1 {
+		t.Fatalf("right after: %+v, %v; want the event stored", events, err)
+	}
+}

@@ -46,6 +46,14 @@ type historyWriter struct {
 	stats     *historyStats
 	// next is the number of each unfinished DTR's last event.
 	next map[uuid.UUID]uint64
+	// flushNow asks the writer to store what it holds at once; done
+	// counts the batches received and stored, and stored is closed (and
+	// made anew) each time it grows.
+	flushNow chan struct{}
+	mu       sync.Mutex
+	received uint64
+	done     uint64
+	stored   chan struct{}
 	// lastSeq and msgs are the stream's as last seen (looked: once seen).
 	lastSeq, msgs uint64
 	looked        bool
@@ -102,12 +110,39 @@ func (w *historyWriter) run(ctx context.Context) {
 	if w.next == nil {
 		w.next = map[uuid.UUID]uint64{}
 	}
+	w.mu.Lock()
+	if w.stored == nil {
+		w.stored = make(chan struct{})
+	}
+	w.mu.Unlock()
 	look := time.NewTicker(10 * time.Second)
 	defer look.Stop()
 	flush := time.NewTicker(historyFlushEvery)
 	defer flush.Stop()
 	w.look(ctx)
 	var held heldEvents
+	store := func() {
+		// What has come in is stored with what is held.
+		for more := true; more; {
+			select {
+			case items, ok := <-w.in:
+				if !ok {
+					more = false
+					break
+				}
+				held.add(items)
+				w.received++
+			default:
+				more = false
+			}
+		}
+		w.publish(ctx, held.take())
+		w.mu.Lock()
+		w.done = w.received
+		close(w.stored)
+		w.stored = make(chan struct{})
+		w.mu.Unlock()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,18 +150,29 @@ func (w *historyWriter) run(ctx context.Context) {
 		case <-look.C:
 			w.look(ctx)
 		case <-flush.C:
-			w.publish(ctx, held.take())
+			store()
+		case <-w.flushNow:
+			store()
 		case items, ok := <-w.in:
 			if !ok {
-				w.publish(ctx, held.take())
+				store()
 				return
 			}
 			held.add(items)
+			w.received++
 			if held.n >= historyBatchMax {
-				w.publish(ctx, held.take())
+				store()
 			}
 		}
 	}
+}
+
+// storedUpTo returns how many batches are stored, and a channel closed
+// when that grows.
+func (w *historyWriter) storedUpTo() (grown <-chan struct{}, done uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stored, w.done
 }
 
 // publish numbers and stores groups of events, one message per group (one

@@ -186,10 +186,11 @@ type Service struct {
 	campaignLogged time.Time
 	// history records every DTR's history, stuck finds stuck DTRs, both
 	// at each sweep (history.go, stuck.go).
-	history      *historyRecorder
-	historyStats *historyStats
-	stuck        *stuckDetector
-	sweptAt      time.Time
+	history       *historyRecorder
+	historyStats  *historyStats
+	historyWriter atomic.Pointer[historyWriter]
+	stuck         *stuckDetector
+	sweptAt       time.Time
 }
 
 // The roles a scheduler has in the election.
@@ -649,6 +650,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.core.Tick(now)
 	dec := s.core.Take()
 	s.history.step(now, s.core, dec.Changed, s.term.Load())
+	c.history = s.history.sent
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
