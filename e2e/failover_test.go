@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
-	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/netcut"
 )
