@@ -456,6 +456,8 @@ func TestControlRequestsNamingUnknownDTRsJobsOrSharesAnswerAndChangeNothing(t *t
 		{"an empty share name", api.SubjectReconfigure, `{"sharepriority":{"":50}}`, "400 a share name is empty", ""},
 		{"the why of a DTR id that is not a UUID", api.SubjectDTR, `twelve`, `400 DTR id "twelve" is not a UUID`, ""},
 		{"the why of an unknown DTR", api.SubjectDTR, unknown.String(), "404 unknown DTR " + unknown.String(), ""},
+		{"the history of a DTR id that is not a UUID", api.SubjectHistory, `twelve`, `400 DTR id "twelve" is not a UUID`, ""},
+		{"the history of an unknown DTR", api.SubjectHistory, unknown.String(), "404 unknown DTR " + unknown.String() + " (never submitted, or its record has expired)", ""},
 		{"the status of an unknown job", api.SubjectJobStatus, "no-such-job", `404 unknown job "no-such-job"`, ""},
 	}
 	for _, tt := range tests {

@@ -766,6 +766,10 @@ func (r *chaosRun) everySlotIsFree(t *testing.T) {
 			running += st.Running
 		}
 		if running == 0 && len(sh.Shares) == 0 {
+			// The stuck-DTR detector found nothing stuck either.
+			if len(sh.Stuck) > 0 {
+				t.Fatalf("stuck DTRs: %+v", sh.Stuck)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
 	"github.com/sluice-dtr/sluice/pkg/netcut"
 )
@@ -104,6 +105,30 @@ func TestAStandbyTakesOverFromALeaderThatFails(t *testing.T) {
 			var why api.DTRReply
 			if err := g.sys.request(api.SubjectDTR, []byte(r.DTRs[0].String()), nil, &why); err != nil || why.DTR.ID != r.DTRs[0] {
 				t.Errorf("sluice why after the failover: %+v, %v", why, err)
+			}
+			// Each DTR's history runs on across the two leaders: from its
+			// submission, in order, to DONE. (An event the new leader
+			// records again, or that a frozen leader stored after the new
+			// one looked, may share its number with another.)
+			for _, id := range r.DTRs {
+				var h api.HistoryReply
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+					err := g.sys.request(api.SubjectHistory, []byte(id.String()), nil, &h)
+					if n := len(h.Events); err == nil && n > 0 && h.Events[n-1].State == dtr.Done {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("history of %s after the failover: %v\n%s", id, err, timeline(h))
+					}
+				}
+				for i, ev := range h.Events {
+					if i > 0 && ev.Seq < h.Events[i-1].Seq {
+						t.Fatalf("history of %s numbered out of order:\n%s", id, timeline(h))
+					}
+				}
+				if h.Events[0].State != dtr.New {
+					t.Errorf("history of %s does not begin in NEW:\n%s", id, timeline(h))
+				}
 			}
 			took, gap := grants.gapAfter(failed)
 			t.Logf("b leads; its first grant came %s after the failure; the longest gap without grants was %s", took, gap)

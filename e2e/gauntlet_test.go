@@ -104,10 +104,15 @@ func (g *gauntlet) settled() {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		busy := 0
-		for _, st := range g.sys.shares().Shares {
+		sh := g.sys.shares()
+		for _, st := range sh.Shares {
 			busy += st.Running
 		}
 		if busy == 0 {
+			// The stuck-DTR detector found nothing stuck either.
+			if len(sh.Stuck) > 0 {
+				g.t.Errorf("stuck DTRs once the system settled: %+v", sh.Stuck)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -220,6 +220,7 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	}{
 		{"status of her job", api.SubjectJobStatus, r.JobID, "not yours"},
 		{"her DTR", api.SubjectDTR, waiting.String(), "not yours"},
+		{"her DTR's history", api.SubjectHistory, waiting.String(), "not yours"},
 		{"cancel her job", api.SubjectCancel, fmt.Sprintf(`{"job":%q}`, r.JobID), "not yours"},
 		{"cancel her DTR", api.SubjectCancel, fmt.Sprintf(`{"dtr":%q}`, waiting), "not yours"},
 		{"reprioritise her DTR", api.SubjectPriority, fmt.Sprintf(`{"dtr":%q,"priority":99}`, waiting), "not yours"},
@@ -243,6 +244,12 @@ func TestOnlyTheOwnerOrAnAdministratorSeesAndChangesAJob(t *testing.T) {
 	var d api.DTRReply
 	if err := boss.request(api.SubjectDTR, []byte(waiting.String()), nil, &d); err != nil || d.DTR.State.Final() || d.DTR.Priority == 99 {
 		t.Fatalf("the administrator sees alice's DTR as %+v, %v; want it unfinished, at its own priority", d.DTR, err)
+	}
+	for who, c := range map[string]*system{"alice": alice, "the administrator": boss} {
+		var h api.HistoryReply
+		if err := c.request(api.SubjectHistory, []byte(waiting.String()), nil, &h); err != nil || h.DTR != waiting {
+			t.Fatalf("%s asks for alice's DTR's history: %+v, %v", who, h, err)
+		}
 	}
 	var ev api.JobEvent
 	if err := alice.request(api.SubjectJobStatus, []byte(r.JobID), nil, &ev); err != nil || ev.Job.Owner.DN != "/DC=org/CN=Alice" {

@@ -103,6 +103,9 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 		`sluice_generator_dtrs_total{event="failed"}`:                             1,
 		`sluice_generator_jobs_total{event="submitted"}`:                          1,
 		`sluice_generator_jobs_total{event="finished"}`:                           1,
+		`sluice_scheduler_stuck_dtrs`:                                             0,
+		`sluice_scheduler_history_dropped_total{cause="queue"}`:                   0,
+		`sluice_scheduler_history_dropped_total{cause="store"}`:                   0,
 	}
 	var got map[string]float64
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -131,6 +134,12 @@ func TestMetricsHealthAndJSONLogsTellWhatHappened(t *testing.T) {
 	}
 	if got[`sluice_worker_duration_seconds_count{stage="pre"}`] == 0 {
 		t.Errorf("no pre-processing durations recorded")
+	}
+	// The DTRs' histories are stored within about a second.
+	for deadline := time.Now().Add(10 * time.Second); scrape(t, base+"/metrics")[`sluice_scheduler_history_events_total`] < 20; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("history events stored: %v, want at least one a DTR", scrape(t, base+"/metrics")[`sluice_scheduler_history_events_total`])
+		}
 	}
 	info := 0
 	for k, v := range got {

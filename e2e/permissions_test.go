@@ -307,6 +307,18 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err := sub.request(api.SubjectRetrying, []byte(good.JobID), nil, &retrying); err != nil || len(retrying.DTRs) != 0 {
 		t.Fatalf("the submitter asked which DTRs retry: %+v, %v", retrying, err)
 	}
+	// Its DTRs' histories were stored and are read back, to the end
+	// (the scheduler may write and read SLUICE_HISTORY).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var h api.HistoryReply
+		err := sub.request(api.SubjectHistory, []byte(good.DTRs[0].String()), nil, &h)
+		if err == nil && len(h.Events) > 1 && h.Events[0].Seq == 1 && h.Events[len(h.Events)-1].State == dtr.Done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the submitter asks for its DTR's history: %+v, %v", h, err)
+		}
+	}
 	// It lists its jobs, and so does the client, the operator (all jobs).
 	for _, asker := range []*system{sub, {t: t, nc: client.nc}} {
 		var jobs api.JobListReply

@@ -53,15 +53,25 @@ func TestWithARetentionAnEndedJobAndItsDTRsAreForgotten(t *testing.T) {
 	if _, _, ok := s.dtrRecord(reply.DTRs[0]); !ok {
 		t.Fatal("the DTR is unknown right after its job ended")
 	}
+	history, err := s.js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	historyKept := func(id uuid.UUID) bool {
+		_, err := history.GetLastMsgForSubject(ctx, bus.HistorySubject(id.String()))
+		return !errors.Is(err, jetstream.ErrMsgNotFound)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := s.request(api.SubjectJobStatus, []byte(reply.JobID), nil, new(any))
 		_, _, dtrKnown := s.dtrRecord(reply.DTRs[0])
-		if err != nil && strings.Contains(err.Error(), "unknown job") && !dtrKnown {
+		// The DTR's history goes with its record.
+		kept := historyKept(reply.DTRs[0])
+		if err != nil && strings.Contains(err.Error(), "unknown job") && !dtrKnown && !kept {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("20 s after a 2 s retention: job status error %v, DTR known %v", err, dtrKnown)
+			t.Fatalf("20 s after a 2 s retention: job status error %v, DTR known %v, its history kept %v", err, dtrKnown, kept)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -347,6 +347,11 @@ func checkDTRDetail(t *testing.T, browser, base, failedDTR, waitingDTR string) {
 		if len(why) != 1 || !strings.HasPrefix(text(why[0]), tt.why) {
 			t.Errorf("DTR %s: why %q, want it to start %q", tt.id, text(why[0]), tt.why)
 		}
+		// Its history: a timeline from its submission on.
+		rows := find(panel[0], "tr", func(n *html.Node) bool { return attr(n, "data-seq") != "" })
+		if len(rows) < 2 || attr(rows[0], "data-state") != "NEW" || attr(rows[len(rows)-1], "data-state") != tt.state {
+			t.Errorf("DTR %s: its history has %d rows, want its submission in NEW first and %s last:\n%s", tt.id, len(rows), tt.state, text(panel[0]))
+		}
 		state := find(panel[0], "dd", func(n *html.Node) bool { return attr(n, "data-field") == "state" })
 		if len(state) != 1 || text(state[0]) != tt.state {
 			t.Errorf("DTR %s: the record's state is not %s:\n%s", tt.id, tt.state, text(panel[0]))

@@ -394,6 +394,7 @@ func sharesCommand(cfg *Config) *cobra.Command {
 			}
 			printShares(cmd.OutOrStdout(), r)
 			printSilent(cmd.OutOrStdout(), r.Silent, time.Now())
+			printStuck(cmd.OutOrStdout(), r.Stuck, time.Now())
 			return nil
 		},
 	}

@@ -131,7 +131,7 @@ func newRoot(cfg *Config, envErr error, stdout io.Writer) *cobra.Command {
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{
-		submitCommand(cfg), cpCommand(cfg), jobsCommand(cfg), statusCommand(cfg), sharesCommand(cfg), whyCommand(cfg),
+		submitCommand(cfg), cpCommand(cfg), jobsCommand(cfg), statusCommand(cfg), sharesCommand(cfg), whyCommand(cfg), historyCommand(cfg),
 		priorityCommand(cfg), cancelCommand(cfg), reconfigureCommand(cfg), workersCommand(cfg), linksCommand(cfg),
 	} {
 		c.GroupID = "client"

@@ -53,6 +53,9 @@ type SharesReply struct {
 	// ActivityLimits are the per-activity limits at endpoints and their
 	// use (SLUICE_ACTIVITY_LIMITS).
 	ActivityLimits []ActivityLimitUse `json:"activity_limits,omitempty"`
+	// Stuck are the DTRs the stuck-DTR detector reports now: an
+	// administrator sees every one, another caller their own.
+	Stuck []StuckDTR `json:"stuck,omitempty"`
 }
 
 // ActivityLimitUse is one per-activity limit at a source or destination

@@ -65,13 +65,13 @@ func keys(m map[string]json.RawMessage) []string {
 // TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe: schemas/ describes
 // what a publisher sends (a DTR submission, a job description) and the
 // messages between the scheduler and its workers (a grant, a result, a
-// worker's heartbeat); each object in it has exactly the fields of the Go
+// worker's heartbeat), and the scheduler's stored history of a DTR; each object in it has exactly the fields of the Go
 // type that reads it, so a field added to one without the other fails
 // here.
 func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 	dtrSchema, jobSchema := readSchema(t, "dtr.schema.json"), readSchema(t, "job.schema.json")
 	grantSchema, resultSchema := readSchema(t, "grant.schema.json"), readSchema(t, "result.schema.json")
-	heartbeatSchema := readSchema(t, "heartbeat.schema.json")
+	heartbeatSchema, historySchema := readSchema(t, "heartbeat.schema.json"), readSchema(t, "history.schema.json")
 	nested := func(raw json.RawMessage) map[string]json.RawMessage {
 		var o schemaObject
 		if err := json.Unmarshal(raw, &o); err != nil {
@@ -95,6 +95,8 @@ func TestTheSchemasNameEveryFieldOfTheTypesTheyDescribe(t *testing.T) {
 		{"result.schema.json error", nested(resultSchema.Properties["error"]), reflect.TypeFor[dtr.Failure]()},
 		{"heartbeat.schema.json", heartbeatSchema.Properties, reflect.TypeFor[Heartbeat]()},
 		{"heartbeat.schema.json $defs/grant", heartbeatSchema.Defs["grant"].Properties, reflect.TypeFor[HeldGrant]()},
+		{"history.schema.json", historySchema.Properties, reflect.TypeFor[HistoryRecord]()},
+		{"history.schema.json $defs/event", historySchema.Defs["event"].Properties, reflect.TypeFor[HistoryEvent]()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -125,6 +125,9 @@ type Limits struct {
 	Submit, Grants, Results, Events, Journal int64
 	Rejections, DTRs, Jobs                   int64
 	SubjectTokens                            int64
+	// History is StreamHistory's (history.go): full, it drops its oldest
+	// events.
+	History int64
 }
 
 // ensureMu keeps the schedulers of one process from setting up at once.
@@ -221,6 +224,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 		return err
 	}
 	if err := ensureSubjectTokenBucket(ctx, js, s); err != nil {
+		return err
+	}
+	if err := ensureHistoryStream(ctx, js, s); err != nil {
 		return err
 	}
 	if s.ExpiringRecords {
@@ -372,7 +378,7 @@ func (l Limits) Check() error {
 		bytes int64
 	}{{"SLUICE_SUBMIT_MAX_BYTES", l.Submit}, {"SLUICE_GRANTS_MAX_BYTES", l.Grants}, {"SLUICE_RESULTS_MAX_BYTES", l.Results},
 		{"SLUICE_EVENTS_MAX_BYTES", l.Events}, {"SLUICE_REJECTIONS_MAX_BYTES", l.Rejections}, {"SLUICE_JOURNAL_MAX_BYTES", l.Journal}, {"SLUICE_DTRS_MAX_BYTES", l.DTRs},
-		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}, {"SLUICE_SUBJECT_TOKENS_MAX_BYTES", l.SubjectTokens}} {
+		{"SLUICE_JOBS_MAX_BYTES", l.Jobs}, {"SLUICE_SUBJECT_TOKENS_MAX_BYTES", l.SubjectTokens}, {"SLUICE_HISTORY_MAX_BYTES", l.History}} {
 		if v.bytes != 0 && v.bytes < MinLimit {
 			return fmt.Errorf("%s is %d bytes: 0 (no limit) or at least %d (8 MiB), so that any message fits", v.name, v.bytes, MinLimit)
 		}

@@ -153,7 +153,9 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	// The result sender and the lease renewals outlive the workers: the
 	// grants given back as the pool stops are sent through them.
-	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage))
+	// The source names the worker process, whose results they are (the
+	// scheduler's history of each DTR says who ran each grant).
+	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage)+"/"+p.ID())
 	sctx, stopSender := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { p.results.run(sctx) })

@@ -64,6 +64,7 @@ func (s *Service) addAPI() (*apiService, error) {
 		{"reconfigure", api.SubjectReconfigure, s.handleReconfigure},
 		{"workers", api.SubjectWorkers, s.handleWorkers},
 		{"links", api.SubjectLinks, s.handleLinks},
+		{"history", api.SubjectHistory, s.handleHistory},
 	} {
 		// The operator's subject, and every user's own (pkg/auth).
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.base)); err != nil {
@@ -346,6 +347,7 @@ func (s *Service) shares(c auth.Caller) api.SharesReply {
 	holders := s.workers.holders(now)
 	s.query(func() {
 		reply.Silent = silentGrants(s.core, now, holders, c.Owns)
+		reply.Stuck = s.stuck.list(c.Owns)
 		var stats []core.ShareStats
 		stats, reply.Retrying = s.core.Shares()
 		for _, st := range stats {

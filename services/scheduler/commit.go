@@ -58,6 +58,9 @@ type commit struct {
 	rejections, publish []*nats.Msg
 	notices             []*nats.Msg
 	acks, terms         []jetstream.Msg
+	// history is the batches of history events handed over up to this
+	// step: stored before the inputs are acknowledged (awaitHistory).
+	history uint64
 	// done, if set, hears the outcome.
 	done func(error)
 }
@@ -218,6 +221,11 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if s.election != nil && s.election.lapsed(time.Now()) {
 		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
 	}
+	var history uint64
+	for _, c := range cs {
+		history = max(history, c.history)
+	}
+	s.awaitHistory(ctx, history)
 	for _, c := range cs {
 		for _, m := range c.notices {
 			_ = s.nc.PublishMsg(m)

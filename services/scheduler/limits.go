@@ -20,6 +20,8 @@ type StoreLimits struct {
 	DTRsMaxBytes       int64 `envconfig:"DTRS_MAX_BYTES" default:"2147483648" desc:"most bytes of bucket sluice_dtrs (a record per DTR, final ones kept SLUICE_RETENTION); full, checkpoints wait and the journal fills; 0: no limit"`
 	JobsMaxBytes       int64 `envconfig:"JOBS_MAX_BYTES" default:"1073741824" desc:"most bytes of bucket sluice_jobs (job records, file lists and final DTRs, kept SLUICE_RETENTION after the job ended); full, new jobs are refused and final DTRs wait; 0: no limit"`
 	// A bearer token is 1-4 KiB and a job's DTRs share one entry.
+	// An event of a DTR's history is about 300 bytes.
+	HistoryMaxBytes       int64 `envconfig:"HISTORY_MAX_BYTES" default:"268435456" desc:"most bytes of stream SLUICE_HISTORY (every DTR's state changes, the last 64 of each, kept SLUICE_RETENTION); full, its oldest events are dropped and counted (sluice_scheduler_history_dropped_total); scheduling goes on; 0: no limit"`
 	SubjectTokensMaxBytes int64 `envconfig:"SUBJECT_TOKENS_MAX_BYTES" default:"16777216" desc:"most bytes of bucket sluice_subject_tokens (the bearer tokens DTRs were submitted with, each kept until it expires); full, DTRs submitted with a token not kept yet are taken without it and fail at their first storage request saying so, and scheduling goes on; 0: no limit"`
 }
 
@@ -27,7 +29,7 @@ type StoreLimits struct {
 func (l StoreLimits) Limits() bus.Limits {
 	return bus.Limits{Submit: l.SubmitMaxBytes, Grants: l.GrantsMaxBytes, Results: l.ResultsMaxBytes,
 		Events: l.EventsMaxBytes, Rejections: l.RejectionsMaxBytes, Journal: l.JournalMaxBytes, DTRs: l.DTRsMaxBytes, Jobs: l.JobsMaxBytes,
-		SubjectTokens: l.SubjectTokensMaxBytes}
+		SubjectTokens: l.SubjectTokensMaxBytes, History: l.HistoryMaxBytes}
 }
 
 // tagDefault returns the default tag of Config's field: the one place a

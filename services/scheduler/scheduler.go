@@ -8,7 +8,8 @@
 // takes new DTRs, commit.go publishes a step's output in order, publish.go
 // encodes grants and final DTRs, recover.go loads the checkpoints,
 // leader.go holds the election and fences a term, standby.go keeps a
-// standby's copy warm, api.go serves the control requests, journal.go and
+// standby's copy warm, api.go serves the control requests, history.go
+// records every DTR's history and stuck.go finds stuck DTRs, journal.go and
 // seen.go keep the records, and core/ decides.
 package scheduler
 
@@ -102,6 +103,9 @@ type Config struct {
 	// Retention is how long the record of a final DTR, and an ended job's
 	// records, are kept.
 	Retention time.Duration `envconfig:"RETENTION" default:"720h" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept (720h: 30 days); 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
+	// HistoryOff turns off the recording of every DTR's history
+	// (history.go).
+	HistoryOff bool `envconfig:"HISTORY_OFF" default:"false" desc:"true: record no DTR's history (sluice history, the web page's timeline) in SLUICE_HISTORY; recording costs about a third more CPU a DTR, and a fifth of the throughput, on 1 KiB files at a thousand a second and more (BENCHMARKS.md), little on real transfers"`
 	// The most bytes each stream and bucket may hold (bus.Limits).
 	StoreLimits
 	// CheckpointEvery and CheckpointRecords say how often the records in
@@ -216,6 +220,13 @@ type Service struct {
 	role   atomic.Value
 	// campaignLogged is when a failed campaign was last logged.
 	campaignLogged time.Time
+	// history records every DTR's history, stuck finds stuck DTRs, both
+	// at each sweep (history.go, stuck.go).
+	history       *historyRecorder
+	historyStats  *historyStats
+	historyWriter atomic.Pointer[historyWriter]
+	stuck         *stuckDetector
+	sweptAt       time.Time
 }
 
 // The roles a scheduler has in the election.
@@ -257,10 +268,15 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if meter == nil {
 		meter = otel.GetMeterProvider().Meter("github.com/sluice-dtr/sluice/services/scheduler")
 	}
+	s.historyStats, s.stuck = &historyStats{}, newStuckDetector(s.log, cc.DeadlineFor)
+	s.history = &historyRecorder{dropped: &s.historyStats.droppedQueue}
 	if err := s.registerMetrics(meter); err != nil {
 		return nil, err
 	}
 	if err := s.registerActivityMetrics(meter); err != nil {
+		return nil, err
+	}
+	if err := s.registerHistoryMetrics(meter); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -362,6 +378,8 @@ func (s *Service) reset() {
 	s.journal.reset()
 	s.parked = nil
 	s.term.Store(0)
+	s.stuck.reset()
+	s.history.last = nil
 }
 
 // lead schedules as the leader of term until ctx ends or it is deposed.
@@ -448,6 +466,8 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		dump = t.C
 		defer s.writeState()
 	}
+	stopHistory := s.writeHistory(ctx)
+	defer stopHistory()
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
 	s.sample(time.Now())
@@ -671,6 +691,8 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
+	s.history.step(now, s.core, dec.Changed, s.term.Load())
+	c.history = s.history.sent
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
@@ -741,6 +763,10 @@ func (s *Service) sample(now time.Time) {
 		current(s.core, now, &workers[i])
 	}
 	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil), workers)
+	if now.Sub(s.sweptAt) >= sweepEvery(s.core.Len()) {
+		s.sweptAt = now
+		s.sweep(now)
+	}
 }
 
 // applyPriorityFile applies the priorities of StateFile.prio, if there is
@@ -909,6 +935,7 @@ func (s *Service) handle(ctx context.Context, now time.Time, jm jetstream.Msg, o
 			return err
 		}
 		stage := dtr.Stage(strings.TrimPrefix(m.Subject, api.SubjectResultPrefix))
+		s.history.resultsFrom(m.Header.Get("ce-source"), rs)
 		for _, r := range rs {
 			var span trace.Span
 			if r.TraceParent != "" {

@@ -56,6 +56,7 @@ func (s *Service) submit(ctx context.Context, now time.Time, m *nats.Msg, d *dtr
 		return err
 	}
 	s.stored.Add(d.ID) // its record is journaled with this step
+	s.history.arrived(d.ID)
 	kept := *d
 	taken[d.ID] = &kept // for the same id again in this step, even if it ended at once
 	return nil

@@ -27,8 +27,8 @@ var webFiles embed.FS
 
 // Handler serves the scheduler's live web page at / and its data:
 // /api/overview (the Overview), /api/jobs (the generator's job list, asked
-// over NATS), /api/dtr/{id} (one DTR's record and why it waits) and
-// /api/links (the per-link optimizer's links, ?history=1 with their
+// over NATS), /api/dtr/{id} (one DTR's record and why it waits), /api/history/{id}
+// (its history, history.go) and /api/links (the per-link optimizer's links, ?history=1 with their
 // decisions, as sluice.api.links answers). No
 // answer holds a credential: URLs and error texts are redacted.
 func (s *Service) Handler() http.Handler {
@@ -46,6 +46,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /api/links", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.links(r.URL.Query().Get("history") != ""))
 	})
+	mux.HandleFunc("GET /api/history/{id}", s.serveHistory)
 	return mux
 }
 

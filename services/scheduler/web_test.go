@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // webScheduler runs a scheduler on a real embedded NATS server and serves
@@ -236,5 +237,61 @@ func TestTheDTREndpointShowsARecordAndWhyWithoutCredentials(t *testing.T) {
 	if code, body := get(t, base+"/api/dtr/"+gone.ID.String(), &got); code != http.StatusOK || got.From != "failures" ||
 		got.DTR != nil || got.Failure == nil || got.Failure.Kind != dtr.ErrTemporaryRemote || got.Failure.JobID != "job1" {
 		t.Errorf("a failed DTR no longer held: %d %s", code, body)
+	}
+}
+
+func TestTheHistoryEndpointShowsATimelineWithoutCredentials(t *testing.T) {
+	s, nc, base := webScheduler(t)
+	if code, body := get(t, base+"/api/history/twelve", nil); code != http.StatusBadRequest || !strings.Contains(body, "not a UUID") {
+		t.Errorf("a bad id: %d %s", code, body)
+	}
+	if code, body := get(t, base+"/api/history/"+uuid.New().String(), nil); code != http.StatusNotFound || !strings.Contains(body, "not known to the scheduler") {
+		t.Errorf("an unknown DTR: %d %s", code, body)
+	}
+	// A DTR on its way (no worker takes its grant): its submission and
+	// its grant.
+	id := uuid.New()
+	if _, err := nc.Request(api.SubjectSubmit, fmt.Appendf(nil, `{"id":%q,"source":"https://h.example.org/f","destination":"file:///sluice-test/out/f"}`, id), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var h api.HistoryReply
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, base+"/api/history/"+id.String(), &h)
+		if code == http.StatusOK && len(h.Events) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the submitted DTR's history: %d %s", code, body)
+		}
+	}
+	if ev := h.Events[0]; ev.State != dtr.New || ev.Seq != 1 {
+		t.Errorf("first event %+v", ev)
+	}
+	if ev := h.Events[1]; !ev.State.IsActive() || ev.Hold != string(core.HoldRunning) || ev.Grant == "" || ev.From != dtr.New.String() {
+		t.Errorf("second event %+v, want a grant from NEW", ev)
+	}
+	// A final DTR's history, its error's credentials hidden.
+	kv, err := s.js.KeyValue(context.Background(), bus.BucketDTRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := dtr.DTR{ID: uuid.New(), Source: "https://h.example.org/o", Destination: "file:///out", State: dtr.Error}
+	if _, err := kv.Put(context.Background(), stored.ID.String(), mustJSON(t, stored)); err != nil {
+		t.Fatal(err)
+	}
+	ev := api.HistoryEvent{Seq: 5, Time: time.Now(), From: "CACHE_PROCESSED", State: dtr.Error,
+		Error: &dtr.Failure{Kind: dtr.ErrPermanentRemote, Text: "GET https://u:pw@h.example.org/o?sig=sigvalue: 403"}}
+	if _, err := s.js.Publish(context.Background(), bus.HistorySubject(stored.ID.String()), mustJSON(t, api.HistoryRecord{Events: []api.HistoryEvent{ev}})); err != nil {
+		t.Fatal(err)
+	}
+	h = api.HistoryReply{}
+	code, body := get(t, base+"/api/history/"+stored.ID.String(), &h)
+	if code != http.StatusOK || len(h.Events) != 1 || h.Dropped != 4 || h.State != dtr.Error {
+		t.Fatalf("a stored DTR's history: %d %s", code, body)
+	}
+	for _, secret := range []string{"sigvalue", ":pw@"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the answer shows %q: %s", secret, body)
+		}
 	}
 }

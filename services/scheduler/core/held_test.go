@@ -1,0 +1,109 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// standings collects where every DTR stands.
+func (h *harness) standings() map[uuid.UUID]Standing {
+	out := map[uuid.UUID]Standing{}
+	h.c.Standings(func(s Standing) { out[s.DTR] = s })
+	return out
+}
+
+func TestStandingsAgreeWithExplain(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery = 2
+	cfg.MaxEmergency = 0
+	cfg.Lease = time.Hour
+	h := newHarness(t, cfg)
+	for i := 0; i < 6; i++ {
+		h.submit(newDTR(i, "a", ""))
+	}
+	toTransfer(h)
+	// One transfer fails: its DTR waits for a retry after post-processing.
+	for _, g := range h.running {
+		if g.State == dtr.Transferring {
+			h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, Text: "connection reset"})
+			break
+		}
+	}
+	for i := 0; i < 10; i++ {
+		for _, g := range h.tick(100 * time.Millisecond) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	// What Explain says, in a word.
+	reasons := map[Hold]string{
+		HoldRunning:   "running in ",
+		HoldRetry:     "waiting to retry",
+		HoldShareFull: "share _default uses all its 2 of 2 slots",
+	}
+	got := h.standings()
+	if len(got) != h.c.Len() {
+		t.Fatalf("%d standings for %d DTRs", len(got), h.c.Len())
+	}
+	seen := map[Hold]int{}
+	for id, s := range got {
+		seen[s.Hold]++
+		w, err := h.c.Explain(h.now, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, ok := reasons[s.Hold]; !ok || !strings.HasPrefix(w.Reason, want) {
+			t.Errorf("DTR %s stands %s in %s; Explain says %q", id, s.Hold, s.State, w.Reason)
+		}
+		if s.State != w.State {
+			t.Errorf("DTR %s: state %s, Explain %s", id, s.State, w.State)
+		}
+		if s.Hold == HoldRetry && s.Until.IsZero() {
+			t.Errorf("a retry with no end")
+		}
+		if !s.Hold.Waits() && s.Since.IsZero() {
+			t.Errorf("DTR %s held %s has no since", id, s.Hold)
+		}
+	}
+	if seen[HoldRunning] != 2 || seen[HoldRetry] != 1 || seen[HoldShareFull] != 3 {
+		t.Fatalf("holds %v, want 2 running, 1 retry_backoff, 3 share_full", seen)
+	}
+}
+
+func TestHoldWaitsOnlyForWhatWillCome(t *testing.T) {
+	for _, tt := range []struct {
+		hold  Hold
+		waits bool
+	}{
+		{HoldRunning, false}, {HoldRouting, false}, {HoldFreeSlot, false},
+		{HoldRetry, true}, {HoldCache, true}, {HoldEndpoint, true}, {HoldMaxPrepared, true},
+		{HoldNoSlot, true}, {HoldStateFull, true}, {HoldShareFull, true},
+	} {
+		if got := tt.hold.Waits(); got != tt.waits {
+			t.Errorf("%s.Waits() = %v, want %v", tt.hold, got, tt.waits)
+		}
+	}
+}
+
+// BenchmarkStandings measures a sweep of where every DTR stands (the
+// scheduler's history and stuck-DTR detector) with 100,000 DTRs queued in
+// 100 shares, 1,000 of them running.
+func BenchmarkStandings(b *testing.B) {
+	c := benchCore(100_000, 100, 1000)
+	c.Tick(t0.Add(time.Second))
+	c.Take()
+	b.ResetTimer()
+	for range b.N {
+		n := 0
+		c.Standings(func(Standing) { n++ })
+		if n != 100_000 {
+			b.Fatalf("%d standings", n)
+		}
+	}
+}

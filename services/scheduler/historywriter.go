@@ -1,0 +1,353 @@
+package scheduler
+
+// The history's writer: it numbers a leader's events per DTR and stores
+// them in SLUICE_HISTORY, off the scheduling loop (history.go).
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
+)
+
+// historyStats are the history's counters, read by the metrics.
+type historyStats struct {
+	// written counts the events stored, messages the messages they took.
+	written, messages atomic.Uint64
+	// dropped by cause: the writer behind (queue), a store that refused
+	// (store), the oldest events dropped by a full stream (full).
+	droppedQueue, droppedStore, droppedFull atomic.Uint64
+	// bytes and limit are the stream's size and its most bytes, as last
+	// seen; full is 1 while it is dropping its oldest events.
+	bytes, limit, full atomic.Int64
+}
+
+// historyWriter numbers a leader's events per DTR and publishes them in
+// batches.
+type historyWriter struct {
+	js jetstream.JetStream
+	// name names the worker of a grant that ended (Service.workerName).
+	name      func(grant, ranBy string) string
+	log       *slog.Logger
+	retention time.Duration
+	in        <-chan []historyItem
+	stats     *historyStats
+	// next is the number of each unfinished DTR's last event.
+	next map[uuid.UUID]uint64
+	// flushNow asks the writer to store what it holds at once; done
+	// counts the batches received and stored, and stored is closed (and
+	// made anew) each time it grows.
+	flushNow chan struct{}
+	mu       sync.Mutex
+	received uint64
+	done     uint64
+	stored   chan struct{}
+	// lastSeq and msgs are the stream's as last seen (looked: once seen).
+	lastSeq, msgs uint64
+	looked        bool
+	// logged is when a store failure was last logged (Unix ns).
+	logged int64
+}
+
+// historyBatchMax is the most events the writer holds before it
+// publishes them; historyFlushEvery how long it holds them at most. Held
+// a moment, a DTR's events of several steps go out as one message.
+const (
+	historyBatchMax   = 20000
+	historyFlushEvery = time.Second
+)
+
+// historyQueue is how many steps' events may wait for the writer.
+const historyQueue = 1024
+
+// heldEvents are the events waiting to be published, by DTR in the order
+// they first came.
+type heldEvents struct {
+	byDTR map[uuid.UUID][]historyItem
+	order []uuid.UUID
+	n     int
+}
+
+func (h *heldEvents) add(items []historyItem) {
+	if h.byDTR == nil {
+		h.byDTR = map[uuid.UUID][]historyItem{}
+	}
+	for _, it := range items {
+		if _, ok := h.byDTR[it.id]; !ok {
+			h.order = append(h.order, it.id)
+		}
+		h.byDTR[it.id] = append(h.byDTR[it.id], it)
+		h.n++
+	}
+}
+
+// take returns the events held, one group per DTR, and holds none.
+func (h *heldEvents) take() [][]historyItem {
+	out := make([][]historyItem, 0, len(h.order))
+	for _, id := range h.order {
+		out = append(out, h.byDTR[id])
+	}
+	h.byDTR, h.order, h.n = nil, nil, 0
+	return out
+}
+
+// run publishes what comes in, each DTR's events of up to
+// historyFlushEvery in one message, until in is closed (what it holds is
+// published then) or ctx ends, and looks at the stream's size every 10 s.
+func (w *historyWriter) run(ctx context.Context) {
+	if w.next == nil {
+		w.next = map[uuid.UUID]uint64{}
+	}
+	w.mu.Lock()
+	if w.stored == nil {
+		w.stored = make(chan struct{})
+	}
+	w.mu.Unlock()
+	look := time.NewTicker(10 * time.Second)
+	defer look.Stop()
+	flush := time.NewTicker(historyFlushEvery)
+	defer flush.Stop()
+	w.look(ctx)
+	var held heldEvents
+	store := func() {
+		// What has come in is stored with what is held.
+		for more := true; more; {
+			select {
+			case items, ok := <-w.in:
+				if !ok {
+					more = false
+					break
+				}
+				held.add(items)
+				w.received++
+			default:
+				more = false
+			}
+		}
+		w.publish(ctx, held.take())
+		w.mu.Lock()
+		w.done = w.received
+		close(w.stored)
+		w.stored = make(chan struct{})
+		w.mu.Unlock()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-look.C:
+			w.look(ctx)
+		case <-flush.C:
+			store()
+		case <-w.flushNow:
+			store()
+		case items, ok := <-w.in:
+			if !ok {
+				store()
+				return
+			}
+			held.add(items)
+			w.received++
+			if held.n >= historyBatchMax {
+				store()
+			}
+		}
+	}
+}
+
+// storedUpTo returns how many batches are stored, and a channel closed
+// when that grows.
+func (w *historyWriter) storedUpTo() (grown <-chan struct{}, done uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stored, w.done
+}
+
+// publish numbers and stores groups of events, one message per group (one
+// DTR's), historyAcksMax messages at a time. What the store refuses is
+// counted and dropped: history never holds scheduling.
+func (w *historyWriter) publish(ctx context.Context, groups [][]historyItem) {
+	for len(groups) > 0 && ctx.Err() == nil {
+		n := min(len(groups), historyAcksMax)
+		w.publishSome(ctx, groups[:n])
+		groups = groups[n:]
+	}
+}
+
+// historyAcksMax is the most messages published before their
+// acknowledgements are awaited (within nats.go's limit of pending
+// asynchronous publishes).
+const historyAcksMax = 1000
+
+func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem) {
+	var ttl string
+	if w.retention > 0 {
+		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
+	}
+	type sent struct {
+		f      jetstream.PubAckFuture
+		events int
+	}
+	futures := make([]sent, 0, len(groups))
+	last := w.lastNumbers(ctx, groups)
+	for _, group := range groups {
+		id := group[0].id
+		n, ok := w.next[id]
+		if !ok {
+			n = last[id]
+		}
+		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
+		for i, it := range group {
+			n++
+			it.ev.Seq = n
+			if it.ev.Ended != "" && it.ev.Worker == "" && w.name != nil {
+				it.ev.Worker = w.name(it.ev.Ended, it.ranBy)
+			}
+			if i > 0 && it.ev.Share == group[i-1].ev.Share && it.ev.Priority == group[i-1].ev.Priority {
+				// Stored once a message while they stay (the reader
+				// fills them in).
+				it.ev.Share, it.ev.Priority = "", 0
+			}
+			rec.Events[i] = it.ev
+		}
+		if group[len(group)-1].final {
+			delete(w.next, id)
+		} else {
+			w.next[id] = n
+		}
+		m := nats.NewMsg(bus.HistorySubject(id.String()))
+		var err error
+		if m.Data, err = codec.EncodeJSON(rec); err != nil {
+			w.stats.droppedStore.Add(uint64(len(group)))
+			continue
+		}
+		if ttl != "" {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl)
+		}
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
+			w.stats.droppedStore.Add(uint64(len(group)))
+			w.logFailure(err)
+			continue
+		}
+		futures = append(futures, sent{f, len(group)})
+	}
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.f.Ok():
+			w.stats.written.Add(uint64(f.events))
+			w.stats.messages.Add(1)
+		case err := <-f.f.Err():
+			w.stats.droppedStore.Add(uint64(f.events))
+			w.logFailure(err)
+		case <-wait.C:
+			w.stats.droppedStore.Add(uint64(f.events))
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// logFailure logs a failure to store history, once a minute at most.
+func (w *historyWriter) logFailure(err error) {
+	now := time.Now().UnixNano()
+	if now-w.logged > int64(time.Minute) {
+		w.logged = now
+		w.log.Warn("history events not stored (counted in sluice_scheduler_history_dropped_total); scheduling goes on", "err", err)
+	}
+}
+
+// lastNumbers looks up, 32 at a time, the numbers of the last events
+// stored of the DTRs of groups that this writer has not numbered and that
+// were not submitted in this term (recorded by an earlier leader).
+func (w *historyWriter) lastNumbers(ctx context.Context, groups [][]historyItem) map[uuid.UUID]uint64 {
+	var ids []uuid.UUID
+	for _, g := range groups {
+		if _, ok := w.next[g[0].id]; !ok && !g[0].first {
+			ids = append(ids, g[0].id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make(map[uuid.UUID]uint64, len(ids))
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(32)
+	for _, id := range ids {
+		g.Go(func() error {
+			n := w.lastNumber(ctx, id)
+			mu.Lock()
+			out[id] = n
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return out
+}
+
+// lastNumber is the number of the last event stored of a DTR (recorded by
+// an earlier leader), 0 if none.
+func (w *historyWriter) lastNumber(ctx context.Context, id uuid.UUID) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return 0
+	}
+	m, err := st.GetLastMsgForSubject(ctx, bus.HistorySubject(id.String()))
+	if err != nil {
+		return 0
+	}
+	var rec api.HistoryRecord
+	if json.Unmarshal(m.Data, &rec) != nil || len(rec.Events) == 0 {
+		return 0
+	}
+	return rec.Events[len(rec.Events)-1].Seq
+}
+
+// look reads the stream's size and, while it is full, counts the oldest
+// events it dropped: the messages gone since the last look (an estimate:
+// a message may hold several events, and messages that expired with their
+// DTR's record, or that a DTR's own limit pushed out, count too while the
+// stream is full).
+func (w *historyWriter) look(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return
+	}
+	info := st.CachedInfo()
+	state, limit := info.State, info.Config.MaxBytes
+	w.stats.bytes.Store(int64(state.Bytes))
+	w.stats.limit.Store(limit)
+	full := limit > 0 && int64(state.Bytes) >= limit-limit/20
+	if full {
+		w.stats.full.Store(1)
+	} else {
+		w.stats.full.Store(0)
+	}
+	if w.looked && full && state.LastSeq >= w.lastSeq {
+		added := state.LastSeq - w.lastSeq
+		if gone := int64(w.msgs) + int64(added) - int64(state.Msgs); gone > 0 {
+			w.stats.droppedFull.Add(uint64(gone))
+		}
+	}
+	w.lastSeq, w.msgs, w.looked = state.LastSeq, state.Msgs, true
+}
