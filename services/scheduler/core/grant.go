@@ -32,7 +32,8 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}
-	for i, ss := range st.order {
+	for _, i := range owedFirst(st, slots) {
+		ss := st.order[i]
 		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
 			e := c.dequeue(s, ss)
 			if e == nil {
@@ -44,7 +45,8 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n && classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited()) {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
-		for _, ss := range st.order {
+		for _, i := range owedFirst(st, slots) {
+			ss := st.order[i]
 			for ss.q.Len() > 0 && st.total < n {
 				e := c.dequeue(s, ss)
 				if e == nil {
