@@ -3,16 +3,18 @@ package core
 import "sort"
 
 // owedFirst returns the indexes of st.order in the order their shares are
-// served: the share furthest below its part of the split first, then the
-// one owed the most slot-time, then by name. When only a few places are
-// free (a link or endpoint at its limit frees one as a transfer ends), the
-// place goes to the share that is owed it, never always to the same one.
-func owedFirst(st *stateQueues, slots []int) []int {
+// served. Where limits hold places back (byNeed: per endpoint, per link,
+// per activity), the share furthest below its part of the split comes
+// first, then the one owed the most slot-time, then by name: when a link
+// or endpoint at its limit frees one place as a transfer ends, the place
+// goes to the share that is owed it, never always to the same one.
+// Otherwise every share can take its part and they are served by name.
+func owedFirst(st *stateQueues, slots []int, byNeed bool) []int {
 	idx := make([]int, len(st.order))
 	for i := range idx {
 		idx[i] = i
 	}
-	if len(idx) < 2 {
+	if !byNeed || len(idx) < 2 {
 		return idx
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
