@@ -34,7 +34,7 @@ const (
 	maxErrorRate   = 0.03
 	errorWindow    = time.Minute
 	errorMaxWindow = 30 * time.Minute
-	errorEnded     = 100
+	errorEnded     = 50
 	minFailures    = 3
 	// errorCeilingFor is how long the concurrency at which failures rose
 	// stays a ceiling for growth.

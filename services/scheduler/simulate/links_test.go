@@ -180,3 +180,59 @@ func TestReadLinksTakesStepsAndRefusesBadLines(t *testing.T) {
 		}
 	}
 }
+
+// halvings records when a controller halved its link for failures.
+type halvings struct {
+	core.LinkController
+	at *[]time.Time
+}
+
+func (h halvings) Decide(s core.LinkSample) core.LinkDecision {
+	d := h.LinkController.Decide(s)
+	if strings.Contains(d.Reason, "halved") {
+		*h.at = append(*h.at, s.At)
+	}
+	return d
+}
+
+func TestSluiceOptimizerHalvesASlowLinkSoonAfterItsFailuresAreEvident(t *testing.T) {
+	// Files of 2 GB at 25 MB/s each, 8 at once: about six transfers end a
+	// minute, so a tenth failing is never three failures in one minute.
+	// The failures are evident once three of the transfers ended since
+	// the step have failed, more than 3% of them; the limit must have
+	// been halved by a minute after that.
+	step := 10 * time.Minute
+	slow := LinkModel{Source: "slow.example:443", FileSize: 2e9,
+		LinkParams: LinkParams{Capacity: 200e6, PerTransfer: 25e6, Latency: time.Second, Overload: 0.01, ErrorRate: 0.002},
+		Steps: []LinkStep{{At: step,
+			LinkParams: LinkParams{Capacity: 200e6, PerTransfer: 25e6, Latency: time.Second, Overload: 0.01, ErrorRate: 0.1}}}}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for seed := uint64(1); seed <= 8; seed++ {
+		var halved []time.Time
+		ctl := func(c core.OptimizerConfig) core.LinkController {
+			return halvings{core.NewLinkOptimizer(c), &halved}
+		}
+		r := runLinks(t, "sluice", ctl, []LinkModel{slow}, LinkOptions{Duration: 30 * time.Minute, Seed: seed})
+		evident, ended, failed := time.Duration(-1), 0, 0
+		for _, p := range r.Links[0].Points {
+			if p.At-10*time.Second < step {
+				continue
+			}
+			ended, failed = ended+p.Ended, failed+p.Failed
+			if failed >= 3 && float64(failed) > 0.03*float64(ended) {
+				evident = p.At
+				break
+			}
+		}
+		if evident < 0 {
+			t.Fatalf("seed %d: the failures never became evident", seed)
+		}
+		ok := false
+		for _, at := range halved {
+			ok = ok || at.Sub(start) >= step && at.Sub(start) <= evident+time.Minute
+		}
+		if !ok {
+			t.Errorf("seed %d: failures evident at %s, the limit halved at %v: want a halving between the step and a minute after", seed, evident, halved)
+		}
+	}
+}
