@@ -136,3 +136,60 @@ func TestARestoredTransferCountsBytesFromItsRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestADefaultLinkUsesEveryTransferSlotAtARCsSettings: with ARC's 10
+// TRANSFER slots and every file on one link, the default start leaves no
+// slot idle.
+func TestADefaultLinkUsesEveryTransferSlotAtARCsSettings(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxEmergency = 0
+	cfg.Optimizer = DefaultOptimizerConfig()
+	if cfg.MaxDelivery != 10 {
+		t.Fatalf("the default TRANSFER slots are %d, this test is of ARC's 10", cfg.MaxDelivery)
+	}
+	h := newHarness(t, cfg)
+	for i := 0; i < 30; i++ {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	h.runToTransfer()
+	if n := h.transfersBy("one.example"); n != 10 {
+		t.Fatalf("%d transfers on the only link, want all 10 slots used", n)
+	}
+}
+
+// TestALinkWithNoBytesReportedGrowsWhileDTRsWait runs empty files (no
+// bytes ever moved) over one link with many slots: judged by the
+// transfers it ends per second, its limit must grow past the start.
+func TestALinkWithNoBytesReportedGrowsWhileDTRsWait(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency = 60, 120, 0
+	cfg.Optimizer = DefaultOptimizerConfig()
+	h := newHarness(t, cfg)
+	for i := 0; i < 3000; i++ {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	granted := map[string]time.Time{}
+	for i := 0; i < 120; i++ {
+		for _, g := range h.tick(time.Second) {
+			if g.Stage != dtr.StageDelivery {
+				h.answer(g, nil)
+			} else {
+				granted[g.ID] = h.now
+			}
+		}
+		// Each empty file takes 10 s to set up and close, moving 0 bytes.
+		for id, g := range h.running {
+			if g.State == dtr.Transferring && h.now.Sub(granted[id]) >= 10*time.Second {
+				delete(h.running, id)
+				if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: id, Checksum: "adler32:00000001"}); err != nil {
+					t.Fatal(err)
+				}
+				h.collect()
+			}
+		}
+	}
+	l := h.c.Links(true)
+	if len(l) != 1 || l[0].Limit <= cfg.Optimizer.Start {
+		t.Fatalf("links %+v: want the link's limit above its start %d", l, cfg.Optimizer.Start)
+	}
+}
