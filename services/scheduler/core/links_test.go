@@ -215,6 +215,13 @@ func TestLinkOptimizerDecides(t *testing.T) {
 			{sample(40*time.Second, 23, 23, 0, 30, 0), 23, "settling"},
 			{sample(50*time.Second, 23, 23, 0, 30, 0), 15, "not the 27% they should: back to 15"},
 		}},
+		{"keeps the uncongested rate over intervals without bytes", []step{
+			{sample(10*time.Second, 40, 40, 10e6, 8, 0), 60, "+50%"},
+			{sample(20*time.Second, 60, 60, 0, 0, 0), 60, "nothing to judge by"},
+			{sample(30*time.Second, 60, 60, 0, 5, 0), 90, "no bytes moved; 0.50 transfers ended per second at 60: +50%"},
+			{sample(40*time.Second, 90, 90, 5e6, 8, 0), 90, "settling"},
+			{sample(50*time.Second, 90, 90, 5e6, 8, 0), 50, "past the knee: 5.0 MB/s per transfer is 50% of the uncongested 10.0 MB/s"},
+		}},
 		{"does not judge an interval a restored transfer's first report is in", []step{
 			{func() LinkSample { s := sample(10*time.Second, 8, 8, 100e6, 8, 0); s.Absorbed = true; return s }(), 8, "restored"},
 			{sample(20*time.Second, 8, 8, 10e6, 8, 0), 12, "+50%"},

@@ -144,10 +144,15 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 		d.Reason = "no transfer ran: nothing to judge by"
 		return d
 	}
+	if thr == 0 && s.Ended == 0 {
+		d.Reason = "no bytes moved and no transfer ended: nothing to judge by"
+		return d
+	}
 	if byCount := thr == 0; byCount != o.byCount {
-		// From bytes to transfers per second or back: the increase being
-		// judged was measured in the other unit.
-		o.byCount, o.fromLimit, o.best = byCount, 0, 0
+		// From bytes to transfers per second or back: an increase being
+		// judged was measured in the other unit. (The uncongested rate
+		// stays: it is in bytes, and only bytes change it.)
+		o.byCount, o.fromLimit = byCount, 0
 	}
 	if thr == 0 {
 		return o.byCompletions(s, d)
@@ -251,10 +256,6 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 // second: an increase that did not make them end faster in proportion
 // goes back, and while DTRs wait and the link runs at its limit it grows.
 func (o *LinkOptimizer) byCompletions(s LinkSample, d LinkDecision) LinkDecision {
-	if s.Ended == 0 {
-		d.Reason = "no bytes moved and no transfer ended: nothing to judge by"
-		return d
-	}
 	done := float64(s.Ended) / s.Interval.Seconds()
 	if o.settle {
 		o.settle = false
