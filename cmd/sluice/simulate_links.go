@@ -73,6 +73,10 @@ func simulateLinks(cfg *Config, o linkSimOptions, svg string, jsonOut bool, stdo
 		}
 		c := cc
 		c.Optimizer.Controller = ctl
+		if name == "fts3" {
+			// FTS3 starts a link with no range of its own at the minimum.
+			c.Optimizer.Start = c.Optimizer.Min
+		}
 		r, err := simulate.RunLinks(name, c, models, o.LinkOptions)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -54,7 +54,7 @@ func TestLinksAreAnsweredOverNATSAndOnTheWebPage(t *testing.T) {
 	}{
 		{"on", Config{Optimizer: "on", OptimizerMin: 3, OptimizerMax: 30, OptimizerStart: 5, MaxPerHost: 40},
 			api.LinksReply{Enabled: true, Min: 3, Max: 30, Start: 5, MaxPerHost: 40}},
-		{"off", Config{Optimizer: "off"}, api.LinksReply{Min: 2, Max: 100, Start: 8}},
+		{"off", Config{Optimizer: "off"}, api.LinksReply{Min: 2, Max: 100, Start: 10}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, base := linksScheduler(t, tc.cfg)

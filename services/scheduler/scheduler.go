@@ -68,7 +68,7 @@ type Config struct {
 	Optimizer         string        `envconfig:"OPTIMIZER" default:"on" desc:"per-link adaptive concurrency: on or off (each link, source endpoint → destination endpoint, gets a limit tuned from its throughput and failures; MAXPERHOST still caps it)"`
 	OptimizerMin      int           `envconfig:"OPTIMIZER_MIN" default:"2" desc:"the lowest limit the optimizer gives a link"`
 	OptimizerMax      int           `envconfig:"OPTIMIZER_MAX" default:"100" desc:"the highest limit the optimizer gives a link"`
-	OptimizerStart    int           `envconfig:"OPTIMIZER_START" default:"8" desc:"a new link's limit (also after a restart)"`
+	OptimizerStart    int           `envconfig:"OPTIMIZER_START" default:"10" desc:"a new link's limit (also after a restart)"`
 	OptimizerInterval time.Duration `envconfig:"OPTIMIZER_INTERVAL" default:"10s" desc:"how often each link's limit is decided"`
 	MaxPrepared       int           `envconfig:"MAXPREPARED" default:"200" desc:"staged source copies a share may hold (a DTR that outranks all of them may stage beyond it)"`
 	MaxTransferTries  int           `envconfig:"MAXTRANSFERTRIES" default:"10" desc:"attempts per DTR"`

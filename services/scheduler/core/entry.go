@@ -190,6 +190,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		if classOf(q).PerHost {
 			c.hosts.add(e, 1)
 			c.activityLoad.add(e, 1)
+			c.links.resume(e, d.Bytes)
 		}
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
 		e.granted = c.nanos(now)

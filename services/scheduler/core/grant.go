@@ -32,7 +32,9 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}
-	for i, ss := range st.order {
+	limited := classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited())
+	for _, i := range owedFirst(st, slots, limited) {
+		ss := st.order[i]
 		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
 			e := c.dequeue(s, ss)
 			if e == nil {
@@ -41,10 +43,11 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			c.issueGrant(now, s, e, false)
 		}
 	}
-	if st.total < n && classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited()) {
+	if st.total < n && limited {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
-		for _, ss := range st.order {
+		for _, i := range owedFirst(st, slots, true) {
+			ss := st.order[i]
 			for ss.q.Len() > 0 && st.total < n {
 				e := c.dequeue(s, ss)
 				if e == nil {

@@ -8,6 +8,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -38,7 +39,7 @@ type OptimizerConfig struct {
 
 // DefaultOptimizerConfig returns the optimizer's defaults.
 func DefaultOptimizerConfig() OptimizerConfig {
-	return OptimizerConfig{Enabled: true, Min: 2, Max: 100, Start: 8, Interval: 10 * time.Second, History: 32}
+	return OptimizerConfig{Enabled: true, Min: 2, Max: 100, Start: 10, Interval: 10 * time.Second, History: 32}
 }
 
 // Validate reports a bad setting.
@@ -77,6 +78,12 @@ type LinkSample struct {
 	// TRANSFER_SPEED). Transfers that failed otherwise (a missing file,
 	// a refused credential) or were cancelled count in neither.
 	Ended, Failed int
+	// Absorbed says Bytes may hold bytes moved before the interval: a
+	// transfer restored after a restart or failover reported for the first
+	// time in it (what it moved since its record was saved is not known
+	// to have been moved in the interval). Its throughput is no measure
+	// of the link's best.
+	Absorbed bool
 }
 
 // Throughput is the sample's bytes per second.
@@ -128,8 +135,14 @@ type link struct {
 	ended, failed int
 	// perTransfer is the throughput per transfer of the last interval,
 	// the rate assumed for a transfer that has not reported yet.
-	perTransfer    float64
-	waited         bool
+	perTransfer float64
+	waited      bool
+	// absorbed marks the interval as holding bytes from before it
+	// (LinkSample.Absorbed).
+	absorbed bool
+	// idle counts the intervals in a row with nothing running, nothing
+	// ended and no DTR waiting: the link is forgotten after maxIdle.
+	idle           int
 	lastThroughput float64
 	lastErrorRate  float64
 	history        []LinkRecord // a ring of the last decisions, oldest first
@@ -139,9 +152,22 @@ type link struct {
 type linkSet struct {
 	cfg   OptimizerConfig
 	links map[linkKey]*link
-	// flows holds the running transfers, by DTR.
+	// flows holds the running transfers on a tracked link, by DTR; a
+	// transfer's link is counted in and out through its flow alone.
 	flows map[uuid.UUID]*flow
+	// now is the time of the last tick: a grant made since began no
+	// earlier (its transfer's rate is never overestimated).
+	now time.Time
 }
+
+// maxLinks bounds the links the optimizer tracks. A DTR on a link made
+// while maxLinks are tracked has no link limit (MaxPerHost still applies)
+// until idle links are forgotten; then its link is made at its next grant.
+const maxLinks = 10000
+
+// maxIdle is how many idle intervals in a row make a link forgotten,
+// whether or not it has decided anything.
+const maxIdle = 10
 
 // flow is a running transfer's bytes: reported, and counted in its
 // link's intervals. Workers report every lease renewal (10 s by default),
@@ -157,6 +183,10 @@ type flow struct {
 	lastBytes int64
 	rate      float64 // bytes/s between its last two reports (0: none yet)
 	counted   float64 // bytes counted in its link's intervals so far
+	// reported is set by its first report; resumed marks a transfer
+	// restored as running after a restart or failover, whose lastBytes
+	// are its record's.
+	reported, resumed bool
 }
 
 // estimate returns the bytes f has moved by now, as far as is known.
@@ -165,7 +195,7 @@ func (f *flow) estimate(now time.Time) float64 {
 		return f.counted
 	}
 	rate := f.rate
-	if f.lastBytes == 0 {
+	if !f.reported {
 		rate = f.l.perTransfer
 	}
 	return float64(f.lastBytes) + rate*now.Sub(f.lastAt).Seconds()
@@ -175,6 +205,7 @@ func newLinkSet(cfg OptimizerConfig) *linkSet {
 	if !cfg.Enabled {
 		return nil
 	}
+	cfg.History = max(cfg.History, 1)
 	if cfg.Controller == nil {
 		cfg.Controller = func(o OptimizerConfig) LinkController { return NewLinkOptimizer(o) }
 	}
@@ -188,6 +219,9 @@ func (ls *linkSet) of(e *entry) *link {
 	}
 	l := ls.links[e.hosts]
 	if l == nil {
+		if len(ls.links) >= maxLinks {
+			return nil
+		}
 		l = &link{key: e.hosts, limit: ls.cfg.Start, ctl: ls.cfg.Controller(ls.cfg)}
 		ls.links[e.hosts] = l
 	}
@@ -210,17 +244,35 @@ func (ls *linkSet) want(e *entry) {
 	}
 }
 
-// add counts a grant of e in (n = 1) or out (n = -1).
+// add counts a grant of e in (n = 1) or out (n = -1). A grant is
+// counted out of the link it was counted in, through its flow: one made
+// while maxLinks were tracked was counted in none.
 func (ls *linkSet) add(e *entry, n int) {
-	l := ls.of(e)
-	if l == nil {
+	if ls == nil {
 		return
 	}
-	l.running += n
-	if n > 0 {
-		ls.flows[e.d.ID] = &flow{l: l}
-	} else {
-		delete(ls.flows, e.d.ID)
+	if n < 0 {
+		if f := ls.flows[e.d.ID]; f != nil {
+			f.l.running--
+			delete(ls.flows, e.d.ID)
+		}
+		return
+	}
+	if l := ls.of(e); l != nil && ls.flows[e.d.ID] == nil {
+		l.running++
+		ls.flows[e.d.ID] = &flow{l: l, started: ls.now, lastAt: ls.now}
+	}
+}
+
+// resume starts the byte count of a transfer restored as running from
+// the bytes its record holds: the worker's next report counts from
+// there, and its interval is marked absorbed (LinkSample.Absorbed).
+func (ls *linkSet) resume(e *entry, bytes int64) {
+	if ls == nil {
+		return
+	}
+	if f := ls.flows[e.d.ID]; f != nil && bytes > 0 {
+		f.lastBytes, f.counted, f.resumed = bytes, float64(bytes), true
 	}
 }
 
@@ -239,10 +291,21 @@ func (ls *linkSet) moved(now time.Time, e *entry, bytes int64) {
 	if dt := now.Sub(f.lastAt).Seconds(); dt > 0 {
 		f.rate = float64(bytes-f.lastBytes) / dt
 	}
-	if f.lastBytes == 0 {
-		// The first report: its bytes were moved since the start.
-		if dt := now.Sub(f.started).Seconds(); dt > 0 {
-			f.rate = float64(bytes) / dt
+	if !f.reported {
+		f.reported = true
+		switch span := now.Sub(f.started).Seconds(); {
+		case f.resumed:
+			// Some of its bytes may have moved before the restore.
+			f.l.absorbed = true
+		case span > 0:
+			// The first report: its bytes were moved since the start,
+			// those before the link's interval in earlier intervals. The
+			// interval counts only its own part of them (at the mean
+			// rate); what the earlier ones estimated stays theirs.
+			f.rate = float64(bytes) / span
+			if before := f.l.start.Sub(f.started).Seconds(); before > 0 {
+				f.counted = f.rate * before
+			}
 		}
 	}
 	f.lastBytes, f.lastAt = bytes, now
@@ -251,15 +314,18 @@ func (ls *linkSet) moved(now time.Time, e *entry, bytes int64) {
 // ended counts a transfer's result at now, before its slot is released:
 // the bytes it moved correct what was counted of it.
 func (ls *linkSet) ended(now time.Time, e *entry, r Result) {
-	l := ls.of(e)
-	if l == nil {
+	if ls == nil {
 		return
 	}
-	l.advance(now) // its slot is released at now
-	if f := ls.flows[e.d.ID]; f != nil {
-		l.bytes += float64(max(r.Bytes, f.lastBytes)) - f.counted
-		f.counted = float64(max(r.Bytes, f.lastBytes))
+	f := ls.flows[e.d.ID]
+	if f == nil {
+		return
 	}
+	l := f.l
+	l.advance(now) // its slot is released at now
+	total := float64(max(r.Bytes, f.lastBytes, 0))
+	l.bytes += total - f.counted
+	f.counted = total
 	if r.Returned {
 		return
 	}
@@ -290,6 +356,7 @@ func (ls *linkSet) tick(now time.Time) {
 	if ls == nil {
 		return
 	}
+	ls.now = now
 	due := false
 	for _, l := range ls.links {
 		due = due || !l.start.IsZero() && now.Sub(l.start) >= ls.cfg.Interval
@@ -316,16 +383,18 @@ func (ls *linkSet) tick(now time.Time) {
 			continue
 		}
 		s := LinkSample{At: now, Interval: span, Limit: l.limit, Running: l.runningTime / span.Seconds(),
-			Waiting: l.waited, Bytes: int64(max(l.bytes, 0)), Ended: l.ended, Failed: l.failed}
+			Waiting: l.waited, Bytes: clampBytes(l.bytes), Ended: l.ended, Failed: l.failed, Absorbed: l.absorbed}
 		if s.Running >= 0.5 {
 			l.perTransfer = s.Throughput() / s.Running
 		}
 		idle := l.running == 0 && s.Bytes == 0 && s.Ended == 0 && !s.Waiting
-		if idle && len(l.history) > 0 && now.Sub(l.history[len(l.history)-1].At) > 10*ls.cfg.Interval {
+		if !idle {
+			l.idle = 0
+		} else if l.idle++; l.idle >= maxIdle {
 			delete(ls.links, k)
 			continue
 		}
-		l.start, l.runningTime, l.bytes, l.ended, l.failed, l.waited = now, 0, 0, 0, 0, false
+		l.start, l.runningTime, l.bytes, l.ended, l.failed, l.waited, l.absorbed = now, 0, 0, 0, 0, false, false
 		if idle {
 			continue
 		}
@@ -340,6 +409,17 @@ func (ls *linkSet) tick(now time.Time) {
 		l.history = append(l.history, rec)
 		l.limit = d.Limit
 	}
+}
+
+// clampBytes converts a byte count to int64, within 0 and MaxInt64.
+func clampBytes(b float64) int64 {
+	switch {
+	case b <= 0 || math.IsNaN(b):
+		return 0
+	case b >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return int64(b)
 }
 
 // Links describes the links the optimizer knows, busiest first; with

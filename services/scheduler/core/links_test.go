@@ -197,7 +197,34 @@ func TestLinkOptimizerDecides(t *testing.T) {
 		}},
 		{"halves on more than 3% failures", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 40, 1), 60, "+50%"},
-			{sample(20*time.Second, 60, 60, 10e6, 40, 2), 30, "3 of 80 transfers failed in the last minute (3.8% > 3%): halved from 60 running"},
+			{sample(20*time.Second, 60, 60, 10e6, 40, 2), 30, "3 of 80 transfers failed in the last 20s (3.8% > 3%): halved from 60 running"},
+		}},
+		{"judges a slow link by its last results, not the last minute", []step{
+			// One transfer in ten fails, one or two end a minute: never
+			// three failures in a minute, but three of 17 in three.
+			{sample(10*time.Second, 8, 8, 10e6, 2, 1), 12, "+50%"},
+			{sample(20*time.Second, 12, 8, 10e6, 0, 0), 12, "settling"},
+			{sample(60*time.Second, 12, 8, 10e6, 5, 0), 12, ""},
+			{sample(100*time.Second, 12, 8, 10e6, 4, 1), 12, ""},
+			{sample(150*time.Second, 12, 8, 10e6, 6, 1), 4, "3 of 17 transfers failed in the last 2m30s (17.6% > 3%): halved from 8 running"},
+		}},
+		{"grows with no bytes reported when transfers end and DTRs wait", []step{
+			{sample(10*time.Second, 10, 10, 0, 20, 0), 15, "no bytes moved; 2.00 transfers ended per second at 10: +50%"},
+			{sample(20*time.Second, 15, 15, 0, 25, 0), 15, "settling"},
+			{sample(30*time.Second, 15, 15, 0, 30, 0), 23, "+50%"},
+			{sample(40*time.Second, 23, 23, 0, 30, 0), 23, "settling"},
+			{sample(50*time.Second, 23, 23, 0, 30, 0), 15, "not the 27% they should: back to 15"},
+		}},
+		{"keeps the uncongested rate over intervals without bytes", []step{
+			{sample(10*time.Second, 40, 40, 10e6, 8, 0), 60, "+50%"},
+			{sample(20*time.Second, 60, 60, 0, 0, 0), 60, "nothing to judge by"},
+			{sample(30*time.Second, 60, 60, 0, 5, 0), 90, "no bytes moved; 0.50 transfers ended per second at 60: +50%"},
+			{sample(40*time.Second, 90, 90, 5e6, 8, 0), 90, "settling"},
+			{sample(50*time.Second, 90, 90, 5e6, 8, 0), 50, "past the knee: 5.0 MB/s per transfer is 50% of the uncongested 10.0 MB/s"},
+		}},
+		{"does not judge an interval a restored transfer's first report is in", []step{
+			{func() LinkSample { s := sample(10*time.Second, 8, 8, 100e6, 8, 0); s.Absorbed = true; return s }(), 8, "restored"},
+			{sample(20*time.Second, 8, 8, 10e6, 8, 0), 12, "+50%"},
 		}},
 		{"keeps growth below where failures rose", []step{
 			{sample(10*time.Second, 40, 40, 10e6, 40, 3), 20, "halved"},

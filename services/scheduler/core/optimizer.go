@@ -26,11 +26,16 @@ const (
 	// keepEfficiency of the uncongested rate (throughput measured over
 	// one interval is noisy; the rate per transfer less so).
 	keepEfficiency = 0.85
-	// maxErrorRate is the failure rate over errorWindow above which the
-	// limit halves, given at least minFailures failures.
-	maxErrorRate = 0.03
-	errorWindow  = time.Minute
-	minFailures  = 3
+	// maxErrorRate is the failure rate above which the limit halves,
+	// given at least minFailures failures. The rate is judged over the
+	// last errorWindow, widened while it holds fewer than errorEnded
+	// ended transfers up to errorMaxWindow: a slow link, whose few
+	// transfers end seldom, is judged by its last errorEnded results.
+	maxErrorRate   = 0.03
+	errorWindow    = time.Minute
+	errorMaxWindow = 30 * time.Minute
+	errorEnded     = 50
+	minFailures    = 3
 	// errorCeilingFor is how long the concurrency at which failures rose
 	// stays a ceiling for growth.
 	errorCeilingFor = 2 * time.Minute
@@ -71,8 +76,11 @@ type LinkOptimizer struct {
 	// growth by half stops below it, and only a probe past it that pays
 	// off forgets it.
 	knee int
-	// errs holds the (ended, failed) counts of the last errorWindow.
+	// errs holds the (ended, failed) counts of the last errorMaxWindow.
 	errs []errorCount
+	// byCount is set while the link is judged by the transfers it ends
+	// per second (no bytes reported), not by its throughput.
+	byCount bool
 	// ceiling is the concurrency at which failures rose, until ceilingEnds.
 	ceiling     int
 	ceilingEnds time.Time
@@ -103,14 +111,21 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 	o.ema += 0.5 * (thr - o.ema)
 	d := LinkDecision{Limit: s.Limit, EMA: o.ema}
 
-	// Failures first: over the last minute of results.
+	// Failures first: over the last minute of results, or the last
+	// errorEnded of them if the minute holds fewer.
 	o.errs = append(o.errs, errorCount{s.At, s.Ended, s.Failed})
-	for len(o.errs) > 0 && s.At.Sub(o.errs[0].at) >= errorWindow {
+	for len(o.errs) > 0 && s.At.Sub(o.errs[0].at) >= errorMaxWindow {
 		o.errs = o.errs[1:]
 	}
 	ended, failed := 0, 0
-	for _, c := range o.errs {
+	window := time.Duration(0)
+	for i := len(o.errs) - 1; i >= 0; i-- {
+		c := o.errs[i]
+		if s.At.Sub(c.at) >= errorWindow && ended >= errorEnded {
+			break
+		}
 		ended, failed = ended+c.ended, failed+c.failed
+		window = s.At.Sub(c.at) + s.Interval
 	}
 	if ended > 0 {
 		d.ErrorRate = float64(failed) / float64(ended)
@@ -118,15 +133,34 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 	inUse := min(s.Limit, int(math.Ceil(s.Running-0.05)))
 	if failed >= minFailures && d.ErrorRate > maxErrorRate {
 		d.Limit = max(1, inUse/2)
-		d.Reason = fmt.Sprintf("%d of %d transfers failed in the last minute (%.1f%% > %.0f%%): halved from %d running",
-			failed, ended, 100*d.ErrorRate, 100*maxErrorRate, inUse)
+		d.Reason = fmt.Sprintf("%d of %d transfers failed in the last %s (%.1f%% > %.0f%%): halved from %d running",
+			failed, ended, window.Round(time.Second), 100*d.ErrorRate, 100*maxErrorRate, inUse)
 		o.errs = o.errs[:0]
 		o.ceiling, o.ceilingEnds = max(inUse, 2), s.At.Add(errorCeilingFor)
 		o.fromLimit, o.streak, o.steady, o.lowered, o.failedProbes = 0, 0, 0, 0, 0
 		return d
 	}
-	if s.Running < 0.5 || thr == 0 {
-		d.Reason = "no bytes moved: nothing to judge by"
+	if s.Running < 0.5 {
+		d.Reason = "no transfer ran: nothing to judge by"
+		return d
+	}
+	if thr == 0 && s.Ended == 0 {
+		d.Reason = "no bytes moved and no transfer ended: nothing to judge by"
+		return d
+	}
+	if byCount := thr == 0; byCount != o.byCount {
+		// From bytes to transfers per second or back: an increase being
+		// judged was measured in the other unit. (The uncongested rate
+		// stays: it is in bytes, and only bytes change it.)
+		o.byCount, o.fromLimit = byCount, 0
+	}
+	if thr == 0 {
+		return o.byCompletions(s, d)
+	}
+	if s.Absorbed {
+		// A restored transfer's first report: bytes from before the
+		// interval are in it.
+		d.Reason = "a transfer restored after a restart reported for the first time: bytes from before the interval, not judged"
 		return d
 	}
 	per := thr / s.Running
@@ -215,6 +249,40 @@ func (o *LinkOptimizer) decide(s LinkSample) LinkDecision {
 	default:
 		return o.grow(s, thr, d, fmt.Sprintf("probing: %s at %d", rate(thr), s.Limit))
 	}
+}
+
+// byCompletions judges a link whose transfers report no bytes (empty
+// files, or workers that do not report) by the transfers it ends per
+// second: an increase that did not make them end faster in proportion
+// goes back, and while DTRs wait and the link runs at its limit it grows.
+func (o *LinkOptimizer) byCompletions(s LinkSample, d LinkDecision) LinkDecision {
+	done := float64(s.Ended) / s.Interval.Seconds()
+	if o.settle {
+		o.settle = false
+		d.Reason = fmt.Sprintf("settling after the change to %d", s.Limit)
+		return d
+	}
+	from, fromDone := o.fromLimit, o.fromThroughput
+	o.fromLimit = 0
+	o.steady++
+	if from > 0 && fromDone > 0 && from < s.Limit {
+		gain := done/fromDone - 1
+		expected := float64(s.Limit-from) / float64(from)
+		if gain < payOff*expected {
+			d.Limit = from
+			o.streak, o.steady = 0, 0
+			o.knee = s.Limit
+			d.Reason = fmt.Sprintf("no bytes moved; %d more transfers ended %+.0f%% more per second (%.2f/s), not the %.0f%% they should: back to %d",
+				s.Limit-from, 100*gain, done, 100*payOff*expected, from)
+			return d
+		}
+		o.streak++
+	}
+	if !s.Waiting || s.Running < 0.8*float64(s.Limit) {
+		d.Reason = fmt.Sprintf("no bytes moved; below the limit: %.1f of %d running, no DTR waited for the link", s.Running, s.Limit)
+		return d
+	}
+	return o.grow(s, done, d, fmt.Sprintf("no bytes moved; %.2f transfers ended per second at %d", done, s.Limit))
 }
 
 // grow raises the limit: by a tenth while probing, by half once two

@@ -6,8 +6,12 @@ package simulate
 // throughput with the previous minute's: a success rate under 97% takes 2
 // off the limit, a falling one 1; with a good success rate a rising
 // average adds 1 (2 in its aggressive mode) and a falling one takes 1 off;
-// nothing changes when there is no throughput yet. The limit is kept
-// within the range, and not raised while fewer DTRs wait than it allows.
+// nothing changes when there is no throughput yet. When the success rate
+// and the average are what they were at the last decision, it decides
+// nothing until its steady interval (5 minutes) has passed since then. A
+// link with no range configured starts at the range's minimum (2). The
+// limit is kept within the range, and not raised while fewer DTRs wait
+// than it allows.
 //
 // What FTS3 reads from its database is taken here from the samples the
 // core gives every interval: throughput is the bytes of the last minute,
@@ -32,6 +36,8 @@ const (
 	fts3MedSuccessRate = 98.0
 	fts3LowSuccessRate = 97.0
 	fts3BaseSuccess    = 96.0
+	// fts3SteadyInterval is FTS3's OptimizerSteadyInterval default.
+	fts3SteadyInterval = 5 * time.Minute
 )
 
 // fts3State is what FTS3 keeps of a link's previous decision.
@@ -44,7 +50,8 @@ type fts3State struct {
 type FTS3Optimizer struct {
 	cfg     core.OptimizerConfig
 	samples []core.LinkSample // the last 30 minutes
-	last    time.Time         // of the last decision
+	last    time.Time         // of the last run
+	stored  time.Time         // of the last decision stored (prev)
 	prev    *fts3State
 	// Aggressive is FTS3's optimizer mode 2 (steps of +2).
 	Aggressive bool
@@ -66,6 +73,13 @@ func (f *FTS3Optimizer) Decide(s core.LinkSample) core.LinkDecision {
 		d.EMA = f.prev.ema
 		d.ErrorRate = 1 - f.prev.successRate/100
 	}
+	if f.prev == nil && s.Limit != f.cfg.Min {
+		// No decision stored yet: a link with no range of its own starts
+		// at the minimum (the core made it at its own start).
+		d.Limit, d.Reason = f.cfg.Min, fmt.Sprintf("FTS3: no information: an unconfigured link starts at its minimum %d", f.cfg.Min)
+		f.samples = f.samples[:0] // measured from here
+		return d
+	}
 	if !f.last.IsZero() && s.At.Sub(f.last) < fts3Interval {
 		d.Reason = "FTS3 decides once a minute"
 		return d
@@ -74,7 +88,7 @@ func (f *FTS3Optimizer) Decide(s core.LinkSample) core.LinkDecision {
 	cur := f.measure(s.At)
 	if f.prev == nil {
 		cur.ema = cur.throughput
-		f.prev = &cur
+		f.prev, f.stored = &cur, s.At
 		d.EMA, d.ErrorRate = cur.ema, 1-cur.successRate/100
 		d.Reason = "first feedback stored"
 		return d
@@ -84,6 +98,11 @@ func (f *FTS3Optimizer) Decide(s core.LinkSample) core.LinkDecision {
 	if cur.throughput > 0 {
 		cur.ema = fts3EMAAlpha*cur.throughput + (1-fts3EMAAlpha)*prev.ema
 	}
+	if cur.successRate == prev.successRate && cur.ema == prev.ema && s.At.Sub(f.stored) < fts3SteadyInterval {
+		d.Reason = "FTS3: same success rate and throughput EMA, not enough time passed since the last update: skip"
+		return d
+	}
+	f.stored = s.At
 	prevValue := s.Limit
 	var decision int
 	var why string

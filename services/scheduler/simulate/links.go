@@ -357,8 +357,9 @@ func stepParams(steps []LinkStep) []LinkParams {
 
 // convergence finds, for the start and each step, how long until a
 // sample's throughput reached 90% of what the link could carry, and how
-// long after its failures passed 3% its limit was halved (or at lo, the
-// lowest limit).
+// long after its failures were evident (three at least, and over 3% of
+// the transfers ended since the change) its limit was halved (or at lo,
+// the lowest limit).
 func convergence(points []LinkPoint, steps []LinkStep, end time.Duration, lo int) []Convergence {
 	changes := []time.Duration{0}
 	for _, s := range steps {
@@ -390,7 +391,7 @@ func convergence(points []LinkPoint, steps []LinkStep, end time.Duration, lo int
 			case p.At > until:
 			case cv.FailuresRose == 0:
 				ended, failed = ended+p.Ended, failed+p.Failed
-				if failed >= 2 && float64(failed) > 0.03*float64(ended) {
+				if failed >= 3 && float64(failed) > 0.03*float64(ended) {
 					cv.FailuresRose, cv.Halved = p.At, -1
 				}
 			case cv.Halved < 0 && p.Limit <= max(limit/2, lo):

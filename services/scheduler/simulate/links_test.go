@@ -20,7 +20,11 @@ func linkConfig(controller func(core.OptimizerConfig) core.LinkController) core.
 
 func runLinks(t *testing.T, name string, ctl func(core.OptimizerConfig) core.LinkController, links []LinkModel, opt LinkOptions) LinkResult {
 	t.Helper()
-	r, err := RunLinks(name, linkConfig(ctl), links, opt)
+	cfg := linkConfig(ctl)
+	if name == "fts3" {
+		cfg.Optimizer.Start = cfg.Optimizer.Min // as sluice simulate starts it
+	}
+	r, err := RunLinks(name, cfg, links, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +54,8 @@ func TestFTS3RuleClimbsOneTransferAMinute(t *testing.T) {
 			t.Fatalf("limit rose by %d between %s and %s, want at most 1 a minute", up, pts[i-6].At, pts[i].At)
 		}
 	}
-	if last := pts[len(pts)-1].Limit; last < 20 || last > 30 {
-		t.Fatalf("after 20 minutes from 8 the limit is %d, want about 8 + 19", last)
+	if last := pts[len(pts)-1].Limit; last < 15 || last > 22 {
+		t.Fatalf("after 20 minutes from 2 the limit is %d, want about 2 + 19", last)
 	}
 	s := runLinks(t, "sluice", nil, LinkExample()[:1], LinkOptions{Duration: 20 * time.Minute})
 	if ft, st := r.Links[0].Convergence[0].Took, s.Links[0].Convergence[0].Took; !(ft < 0 || ft > 3*st) {
@@ -89,20 +93,45 @@ func TestFTS3RuleStepsBackOnLowSuccessRate(t *testing.T) {
 	f := NewFTS3Optimizer(cfg)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := core.LinkSample{At: t0, Interval: time.Minute, Limit: 20, Running: 20, Waiting: true, Bytes: 6e9, Ended: 100}
-	if d := f.Decide(s); d.Limit != 20 || !strings.Contains(d.Reason, "first feedback") {
+	if d := f.Decide(s); d.Limit != cfg.Min || !strings.Contains(d.Reason, "starts at its minimum 2") {
+		t.Fatalf("unconfigured: %+v", d)
+	}
+	s.Limit = cfg.Min
+	if d := f.Decide(s); d.Limit != cfg.Min || !strings.Contains(d.Reason, "first feedback") {
 		t.Fatalf("first: %+v", d)
 	}
 	s.At, s.Bytes = t0.Add(time.Minute), 7e9
-	if d := f.Decide(s); d.Limit != 21 || !strings.Contains(d.Reason, "larger than the preceding") {
+	if d := f.Decide(s); d.Limit != 3 || !strings.Contains(d.Reason, "larger than the preceding") {
 		t.Fatalf("throughput up: %+v", d)
 	}
-	s.At, s.Limit = t0.Add(90*time.Second), 21
-	if d := f.Decide(s); d.Limit != 21 || !strings.Contains(d.Reason, "once a minute") {
+	s.At, s.Limit = t0.Add(90*time.Second), 3
+	if d := f.Decide(s); d.Limit != 3 || !strings.Contains(d.Reason, "once a minute") {
 		t.Fatalf("within the minute: %+v", d)
 	}
 	s.At, s.Failed = t0.Add(2*time.Minute), 40
-	if d := f.Decide(s); d.Limit != 19 || !strings.Contains(d.Reason, "bad link efficiency") {
+	if d := f.Decide(s); d.Limit != 2 || !strings.Contains(d.Reason, "bad link efficiency") {
 		t.Fatalf("success rate under 97%%: %+v", d)
+	}
+}
+
+func TestFTS3RuleSkipsASteadyLinkUntilItsSteadyInterval(t *testing.T) {
+	cfg := core.DefaultOptimizerConfig()
+	f := NewFTS3Optimizer(cfg)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := core.LinkSample{At: t0, Interval: time.Minute, Limit: 2, Running: 2, Waiting: true, Bytes: 6e9, Ended: 100}
+	f.Decide(s) // first feedback
+	// No bytes and no results since: the average and the success rate
+	// stay as they were.
+	s.Bytes, s.Ended = 0, 0
+	for m := 1; m < 5; m++ {
+		s.At = t0.Add(time.Duration(m) * time.Minute)
+		if d := f.Decide(s); d.Limit != 2 || !strings.Contains(d.Reason, "not enough time passed since the last update") {
+			t.Fatalf("minute %d: %+v, want a skip", m, d)
+		}
+	}
+	s.At = t0.Add(5 * time.Minute)
+	if d := f.Decide(s); d.Limit != 3 || !strings.Contains(d.Reason, "increment") {
+		t.Fatalf("after the steady interval: %+v, want +1", d)
 	}
 }
 
@@ -177,6 +206,62 @@ func TestReadLinksTakesStepsAndRefusesBadLines(t *testing.T) {
 	} {
 		if _, err := ReadLinks(strings.NewReader(tc.csv)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.csv, err, tc.want)
+		}
+	}
+}
+
+// halvings records when a controller halved its link for failures.
+type halvings struct {
+	core.LinkController
+	at *[]time.Time
+}
+
+func (h halvings) Decide(s core.LinkSample) core.LinkDecision {
+	d := h.LinkController.Decide(s)
+	if strings.Contains(d.Reason, "halved") {
+		*h.at = append(*h.at, s.At)
+	}
+	return d
+}
+
+func TestSluiceOptimizerHalvesASlowLinkSoonAfterItsFailuresAreEvident(t *testing.T) {
+	// Files of 2 GB at 25 MB/s each, 8 at once: about six transfers end a
+	// minute, so a tenth failing is never three failures in one minute.
+	// The failures are evident once three of the transfers ended since
+	// the step have failed, more than 3% of them; the limit must have
+	// been halved by a minute after that.
+	step := 10 * time.Minute
+	slow := LinkModel{Source: "slow.example:443", FileSize: 2e9,
+		LinkParams: LinkParams{Capacity: 200e6, PerTransfer: 25e6, Latency: time.Second, Overload: 0.01, ErrorRate: 0.002},
+		Steps: []LinkStep{{At: step,
+			LinkParams: LinkParams{Capacity: 200e6, PerTransfer: 25e6, Latency: time.Second, Overload: 0.01, ErrorRate: 0.1}}}}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for seed := uint64(1); seed <= 8; seed++ {
+		var halved []time.Time
+		ctl := func(c core.OptimizerConfig) core.LinkController {
+			return halvings{core.NewLinkOptimizer(c), &halved}
+		}
+		r := runLinks(t, "sluice", ctl, []LinkModel{slow}, LinkOptions{Duration: 30 * time.Minute, Seed: seed})
+		evident, ended, failed := time.Duration(-1), 0, 0
+		for _, p := range r.Links[0].Points {
+			if p.At-10*time.Second < step {
+				continue
+			}
+			ended, failed = ended+p.Ended, failed+p.Failed
+			if failed >= 3 && float64(failed) > 0.03*float64(ended) {
+				evident = p.At
+				break
+			}
+		}
+		if evident < 0 {
+			t.Fatalf("seed %d: the failures never became evident", seed)
+		}
+		ok := false
+		for _, at := range halved {
+			ok = ok || at.Sub(start) >= step && at.Sub(start) <= evident+time.Minute
+		}
+		if !ok {
+			t.Errorf("seed %d: failures evident at %s, the limit halved at %v: want a halving between the step and a minute after", seed, evident, halved)
 		}
 	}
 }

@@ -1,0 +1,29 @@
+package core
+
+import "sort"
+
+// owedFirst returns the indexes of st.order in the order their shares are
+// served. Where limits hold places back (byNeed: per endpoint, per link,
+// per activity), the share furthest below its part of the split comes
+// first, then the one owed the most slot-time, then by name: when a link
+// or endpoint at its limit frees one place as a transfer ends, the place
+// goes to the share that is owed it, never always to the same one.
+// Otherwise every share can take its part and they are served by name.
+func owedFirst(st *stateQueues, slots []int, byNeed bool) []int {
+	idx := make([]int, len(st.order))
+	for i := range idx {
+		idx[i] = i
+	}
+	if !byNeed || len(idx) < 2 {
+		return idx
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		i, j := idx[a], idx[b]
+		si, sj := st.order[i], st.order[j]
+		if bi, bj := si.running-slots[i], sj.running-slots[j]; bi != bj {
+			return bi < bj
+		}
+		return si.deficit > sj.deficit
+	})
+	return idx
+}
