@@ -177,11 +177,28 @@ func (c *Core) setActivityLimits(ls []ActivityLimit) {
 	}
 }
 
-// setActivity notes the activity of a DTR if a limit names it. A DTR's
-// activity is a submitter's free text: it is not interned, as the table
-// of names is never pruned.
+// setActivity notes the activity of a DTR if a limit names it: its
+// effective activity, the one its share goes by (an activity that the
+// weights table does not list is "default", so inventing one does not
+// escape a limit on "default"). A DTR's activity is a submitter's free
+// text: it is not interned, as the table of names is never pruned.
 func (c *Core) setActivity(e *entry) {
-	e.activity = c.activityLoad.ids[activityFor(e.d.Options.Activity)]
+	e.activity = c.activityLoad.ids[c.effectiveActivity(e.d)]
+}
+
+// effectiveActivity is the activity a DTR's share and limits go by
+// (SharePolicy.EffectiveActivity, with the core's bound on the
+// activities of an identity without a weights table).
+func (c *Core) effectiveActivity(d *dtr.DTR) string {
+	p := c.cfg.SharePolicy
+	if !p.HasActivity() {
+		return activityFor(d.Options.Activity)
+	}
+	var id string
+	if p != PolicyActivity {
+		id = p.ShareName(d.Owner)
+	}
+	return p.effectiveActivity(id, d.Options.Activity, c.cfg.ActivityWeights, &c.activitySeen)
 }
 
 // limited reports whether there are activity limits.

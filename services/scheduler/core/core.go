@@ -6,6 +6,7 @@
 package core
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"maps"
@@ -75,6 +76,10 @@ type Config struct {
 	// ActivityLimits cap the transfers of an activity at a source or a
 	// destination endpoint (activitylimits.go).
 	ActivityLimits []ActivityLimit
+	// MaxActivitiesPerIdentity bounds the distinct activities that make
+	// shares of their own for one identity without a weights table; the
+	// rest go to "default". 0 means DefaultActivitiesPerIdentity.
+	MaxActivitiesPerIdentity int
 	// Optimizer tunes each link's concurrency (links.go); off when not
 	// Enabled.
 	Optimizer OptimizerConfig
@@ -154,6 +159,9 @@ type Core struct {
 	// activityLoad counts the transfers running per activity limit and
 	// endpoint (activitylimits.go).
 	activityLoad activityLoad
+	// activitySeen bounds the activities of identities without a weights
+	// table (activities.go).
+	activitySeen activitySet
 	// links holds the per-link optimizer's state (links.go); nil when it
 	// is off.
 	links *linkSet
@@ -254,9 +262,10 @@ func New(cfg Config) *Core {
 	}
 	c.hosts.links = c.links
 	c.rand = rand.New(rand.NewPCG(1, 2))
+	c.activitySeen.max = cmp.Or(cfg.MaxActivitiesPerIdentity, DefaultActivitiesPerIdentity)
 	c.setActivityLimits(cfg.ActivityLimits)
 	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
-		SharePriority: c.SharePriority, ShareOf: func(d *dtr.DTR) string { return c.cfg.SharePolicy.ShareOf(d, c.cfg.ActivityWeights) }}
+		SharePriority: c.SharePriority, ShareOf: func(d *dtr.DTR) string { return c.cfg.SharePolicy.shareOf(d, c.cfg.ActivityWeights, &c.activitySeen) }}
 	c.policy = ARC{env}
 	if cfg.Policy != nil {
 		c.policy = cfg.Policy(env)

@@ -131,7 +131,9 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
-	c.weighActivities(st.demand)
+	if c.weighActivities(st.demand) {
+		return c.apportionActivities(c.Limit(st.state), st.demand, st.deficit)
+	}
 	return apportion(c.Limit(st.state), st.demand, st.deficit)
 }
 
