@@ -162,6 +162,9 @@ type Core struct {
 	// activitySeen bounds the activities of identities without a weights
 	// table (activities.go).
 	activitySeen activitySet
+	// holds maps each hold with parked DTRs to the shares that have some
+	// under it (parking.go).
+	holds map[holdKey]map[*shareState]struct{}
 	// links holds the per-link optimizer's state (links.go); nil when it
 	// is off.
 	links *linkSet
@@ -340,7 +343,7 @@ func (c *Core) Tick(now time.Time) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}
-	c.links.tick(now)
+	c.tickLinks(now)
 	for _, s := range dtr.QueueStates {
 		c.schedule(now, s)
 	}

@@ -32,8 +32,13 @@ type queue struct {
 
 func (q *queue) Len() int { return len(q.items) }
 func (q *queue) Less(i, j int) bool {
-	a, b := q.items[i], q.items[j]
-	if q.draw != nil {
+	return queueBefore(q.draw != nil, q.items[i], q.items[j])
+}
+
+// queueBefore reports whether a goes before b in a queue (that draws
+// lots, or not).
+func queueBefore(draws bool, a, b *entry) bool {
+	if draws {
 		if a.key != b.key {
 			return a.key < b.key
 		}
@@ -166,6 +171,11 @@ type shareState struct {
 	// the last tick, and the slot-seconds it is owed (quota minus use,
 	// summed over time).
 	quota, deficit float64
+	// parked holds the share's DTRs that a full endpoint, link or
+	// activity limit keeps from starting, by hold, and parkedN counts
+	// them (parking.go).
+	parked  map[holdKey]*queue
+	parkedN int
 }
 
 // shareIn returns the state of a share in st, adding it if it has none.
@@ -185,7 +195,7 @@ func (c *Core) shareIn(st *stateQueues, name string) *shareState {
 
 // drop forgets a share that has nothing queued or running in the state.
 func (st *stateQueues) drop(ss *shareState) {
-	if ss.q.Len() > 0 || ss.running > 0 || st.shares[ss.name] != ss {
+	if ss.q.Len() > 0 || ss.parkedN > 0 || ss.running > 0 || st.shares[ss.name] != ss {
 		return
 	}
 	delete(st.shares, ss.name)
@@ -197,7 +207,7 @@ func (st *stateQueues) drop(ss *shareState) {
 func (st *stateQueues) waiting() int {
 	n := 0
 	for _, ss := range st.order {
-		n += ss.q.Len()
+		n += ss.q.Len() + ss.parkedN
 	}
 	return n
 }
@@ -210,28 +220,39 @@ func (c *Core) age(now time.Time) {
 	at := c.nanos(now)
 	for _, s := range dtr.QueueStates {
 		for _, ss := range c.states[s].order {
-			q := &ss.q
-			if q.Len() < 2 || at < q.due {
-				continue
+			// Parked DTRs age too, against the best of all the share's.
+			top := ss.q.top()
+			for _, p := range ss.parked {
+				top = max(top, p.top())
 			}
-			top := q.top()
-			var aged []*entry
-			due := int64(math.MaxInt64)
-			for _, e := range q.items {
-				if at >= e.deadline && e.prio < top && e.prio < 100 {
-					aged = append(aged, e)
-					continue
-				}
-				due = min(due, e.deadline)
+			c.ageQueue(&ss.q, top, at, now)
+			for _, p := range ss.parked {
+				c.ageQueue(p, top, at, now)
 			}
-			for _, e := range aged {
-				c.unpackEntry(e).Priority++
-				e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
-				due = min(due, e.deadline)
-				q.fix(e)
-				c.markDirty(e)
-			}
-			q.due = due
 		}
 	}
+}
+
+// ageQueue ages the DTRs of one queue below top whose deadline has passed.
+func (c *Core) ageQueue(q *queue, top int32, at int64, now time.Time) {
+	if q.Len() == 0 || at < q.due {
+		return
+	}
+	var aged []*entry
+	due := int64(math.MaxInt64)
+	for _, e := range q.items {
+		if at >= e.deadline && e.prio < top && e.prio < 100 {
+			aged = append(aged, e)
+			continue
+		}
+		due = min(due, e.deadline)
+	}
+	for _, e := range aged {
+		c.unpackEntry(e).Priority++
+		e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
+		due = min(due, e.deadline)
+		q.fix(e)
+		c.markDirty(e)
+	}
+	q.due = due
 }
