@@ -57,7 +57,7 @@ type Config struct {
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
 	SharePriority            string `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
 	ActivityShares           string `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
-	ActivityLimits           string `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
+	ActivityLimits           string `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port (case and a trailing dot ignored, the scheme's default port filled in), a host name (every port of it), or * (each endpoint)"`
 	MaxActivitiesPerIdentity int    `envconfig:"ACTIVITY_MAX_PER_IDENTITY" default:"16" desc:"under a +activity share policy, how many distinct activities of one VO (or DN, group, role) without an SLUICE_ACTIVITY_SHARES table make shares of their own; the rest share default"`
 	MaxProcessor             int    `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
 	MaxDelivery              int    `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`

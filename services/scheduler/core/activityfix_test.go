@@ -133,3 +133,54 @@ func TestAnIdentityWithoutATableGetsBoundedActivityShares(t *testing.T) {
 		t.Fatalf("shares %v, want %v", shares, want)
 	}
 }
+
+func TestEndpointsAreComparedInNormalForm(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"https://SE.example.org./f", "se.example.org:443"},
+		{"https://se.example.org:443/f", "se.example.org:443"},
+		{"davs://se.example.org/f", "se.example.org:443"},
+		{"http://se.example.org/f", "se.example.org:80"},
+		{"root://xrd.example.org//f", "xrd.example.org:1094"},
+		{"s3s://s3.example.org/b/k", "s3.example.org:443"},
+		{"https://[::1]:8443/f", "[::1]:8443"},
+		{"file:///data/f", ""},
+	} {
+		if got := endpointOf(tt.url); got != tt.want {
+			t.Errorf("endpointOf(%q) = %q, want %q", tt.url, got, tt.want)
+		}
+	}
+}
+
+func TestLimitsHoldEndpointsHoweverTheURLsWriteThem(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		limit   ActivityLimit
+		perHost int
+	}{
+		{"an activity limit with the default port", ActivityLimit{Activity: "default", Source: "SE.example.org.:443", Max: 2}, 0},
+		{"an activity limit at the host name", ActivityLimit{Activity: "default", Source: "se.example.org.", Max: 2}, 0},
+		{"max per host", ActivityLimit{}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := activitySplitConfig("", nil)
+			cfg.SharePolicy, cfg.MaxDelivery, cfg.MaxPerHost = PolicyNone, 10, tt.perHost
+			if tt.limit.Max > 0 {
+				cfg.ActivityLimits = []ActivityLimit{tt.limit}
+				if err := ValidateActivityLimits(cfg.ActivityLimits); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := newHarness(t, cfg)
+			for i := range 5 {
+				a, b := activityDTR(i, "atlas", "", "x"), activityDTR(100+i, "atlas", "", "x")
+				a.Source = fmt.Sprintf("https://SE.example.org./a/%d", i)
+				b.Source = fmt.Sprintf("https://se.example.org:443/b/%d", i)
+				h.submit(a, b)
+			}
+			h.runToTransfer()
+			if n := len(h.transfersByShareList()); n != 2 {
+				t.Fatalf("%d transfers from se.example.org, written two ways; want the limit, 2", n)
+			}
+		})
+	}
+}

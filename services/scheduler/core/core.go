@@ -88,17 +88,18 @@ type Config struct {
 // DefaultConfig returns A-REX's defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxProcessor:     10,
-		MaxDelivery:      10,
-		MaxEmergency:     1,
-		MaxPrepared:      200,
-		MaxTransferTries: 10,
-		RetryBase:        10 * time.Second,
-		Lease:            2 * time.Minute,
-		AgeAfter:         time.Hour,
-		AgeEvery:         5 * time.Minute,
-		AgeAfterState:    maps.Clone(arcAgeAfterState),
-		CacheWaitTimeout: 24 * time.Hour,
+		MaxProcessor:             10,
+		MaxDelivery:              10,
+		MaxEmergency:             1,
+		MaxPrepared:              200,
+		MaxActivitiesPerIdentity: DefaultActivitiesPerIdentity,
+		MaxTransferTries:         10,
+		RetryBase:                10 * time.Second,
+		Lease:                    2 * time.Minute,
+		AgeAfter:                 time.Hour,
+		AgeEvery:                 5 * time.Minute,
+		AgeAfterState:            maps.Clone(arcAgeAfterState),
+		CacheWaitTimeout:         24 * time.Hour,
 	}
 }
 

@@ -6,6 +6,7 @@ package core
 import (
 	"encoding/hex"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -44,7 +45,9 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n && classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited()) {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
-		for _, ss := range st.order {
+		// They go in the split's order: the share owed the most slot-time
+		// first, not the one whose name sorts first.
+		for _, ss := range handOnOrder(st.order) {
 			for ss.q.Len() > 0 && st.total < n {
 				e := c.dequeue(s, ss)
 				if e == nil {
@@ -87,6 +90,14 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			c.issueGrant(now, s, e, true)
 		}
 	}
+}
+
+// handOnOrder returns the shares by the slot-time they are owed, most
+// first (of equal, by name).
+func handOnOrder(order []*shareState) []*shareState {
+	byOwed := slices.Clone(order)
+	sort.SliceStable(byOwed, func(i, j int) bool { return byOwed[i].deficit > byOwed[j].deficit })
+	return byOwed
 }
 
 // dequeue pops the first DTR of a share's queue that may start now: in

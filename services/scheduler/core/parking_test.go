@@ -169,3 +169,11 @@ func TestParkedDTRsAge(t *testing.T) {
 		}
 	}
 }
+
+func TestSlotsHandedOnGoToTheShareOwedMostFirst(t *testing.T) {
+	a, b, c := &shareState{name: "a", deficit: 1}, &shareState{name: "b", deficit: 5}, &shareState{name: "c", deficit: 1}
+	got := handOnOrder([]*shareState{a, b, c})
+	if got[0] != b || got[1] != a || got[2] != c {
+		t.Fatalf("hand-on order %s %s %s, want b (owed most), then a, c by name", got[0].name, got[1].name, got[2].name)
+	}
+}
