@@ -19,6 +19,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -80,7 +81,7 @@ func (c *Core) park(k holdKey, e *entry) {
 	}
 	p := ss.parked[k]
 	if p == nil {
-		p = &parked{draw: ss.q.draw, due: ss.q.due}
+		p = &parked{draw: ss.q.draw, due: math.MaxInt64}
 		ss.parked[k] = p
 		if c.holds == nil {
 			c.holds = map[holdKey]map[*shareState]struct{}{}
