@@ -30,6 +30,10 @@ func endpointOf(u string) string {
 	return normalEndpoint(p.Scheme, p.Host)
 }
 
+// EndpointOf is the storage endpoint of a remote URL as the scheduler
+// names it (in sluice links, limits and metrics), "" for a local file.
+func EndpointOf(u string) string { return endpointOf(u) }
+
 // normalEndpoint is "host:port" with the host lower-cased and without a
 // trailing dot, and the port the scheme's default (dtr.SchemeTable:
 // https and davs 443, http and dav 80, root 1094, ...) when the URL

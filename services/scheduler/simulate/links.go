@@ -328,7 +328,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 		if (el+opt.Step)%opt.Sample == 0 {
 			for i, l := range links {
 				p := l.params(el)
-				limit, _ := c.LinkLimit(l.Source, core.LocalEndpoint)
+				limit, _ := c.LinkLimit(core.EndpointOf("https://"+l.Source+"/"), core.LocalEndpoint)
 				res.Links[i].Points = append(res.Links[i].Points, LinkPoint{At: el + opt.Step, Limit: limit, Running: count[i],
 					Throughput: tallies[i].bytes / opt.Sample.Seconds(), Achievable: p.Achievable(cfg.Optimizer.Min, cfg.Optimizer.Max),
 					Ended: tallies[i].ended, Failed: tallies[i].failed})
@@ -339,7 +339,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 	for i, l := range links {
 		res.Links[i].Convergence = convergence(res.Links[i].Points, l.Steps, opt.Duration, cfg.Optimizer.Min)
 		for _, s := range c.Links(true) {
-			if s.Source == l.Source {
+			if s.Source == core.EndpointOf("https://"+l.Source+"/") {
 				res.Links[i].Decisions = s.History
 			}
 		}
