@@ -177,3 +177,42 @@ func TestSlotsHandedOnGoToTheShareOwedMostFirst(t *testing.T) {
 		t.Fatalf("hand-on order %s %s %s, want b (owed most), then a, c by name", got[0].name, got[1].name, got[2].name)
 	}
 }
+
+// sampleRecorder keeps every sample a link's controller is given, and
+// keeps the limit where it is.
+type sampleRecorder struct{ samples *[]LinkSample }
+
+func (r sampleRecorder) Decide(s LinkSample) LinkDecision {
+	*r.samples = append(*r.samples, s)
+	return LinkDecision{Limit: s.Limit, Reason: "recorded"}
+}
+
+func TestALinkWithParkedDTRsStaysWanted(t *testing.T) {
+	var samples []LinkSample
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency = 10, 0
+	cfg.Optimizer = DefaultOptimizerConfig()
+	cfg.Optimizer.Start = 2
+	cfg.Optimizer.Controller = func(OptimizerConfig) LinkController { return sampleRecorder{&samples} }
+	h := newHarness(t, cfg)
+	for i := range 10 {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	h.runToTransfer()
+	if n := h.transfersBy("one.example"); n != 2 {
+		t.Fatalf("%d transfers on a link at 2, want 2", n)
+	}
+	// Nothing ends for a minute: the parked DTRs are not looked at again,
+	// yet every interval's sample says DTRs waited for the link.
+	for range 60 {
+		h.tick(time.Second)
+	}
+	if len(samples) < 3 {
+		t.Fatalf("%d samples in a minute of 10 s intervals", len(samples))
+	}
+	for i, s := range samples {
+		if !s.Waiting {
+			t.Fatalf("sample %d of %d: the link with 8 parked DTRs was not wanted", i+1, len(samples))
+		}
+	}
+}
