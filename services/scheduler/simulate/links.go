@@ -216,9 +216,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 	cfg.MaxDelivery = max(cfg.MaxDelivery, backlog*len(links))
 	cfg.MaxProcessor = max(cfg.MaxProcessor, 2*backlog*len(links))
 	cfg.MaxEmergency = 0
-	// One share per link: a grant looks at most 64 DTRs into a share's
-	// queue for one whose link has room (as for MaxPerHost), so links in
-	// one share could hide each other's DTRs.
+	// One share per link, so that each link's DTRs are counted apart.
 	cfg.SharePolicy = core.PolicyDN
 	c := core.New(cfg)
 	rng := rand.New(rand.NewPCG(opt.Seed, 7))
