@@ -26,6 +26,9 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if len(st.order) == 0 {
 		return
 	}
+	if classOf(s).PerHost {
+		c.settleAll()
+	}
 	slots, exact := c.shareSlots(st)
 	for i, ss := range st.order {
 		ss.quota = exact[i]
@@ -246,7 +249,7 @@ func (c *Core) release(e *entry) {
 	if classOf(e.queued).PerHost {
 		c.hosts.add(e, -1)
 		c.activityLoad.add(e, -1)
-		c.released(e)
+		c.settle(e)
 	}
 	e.share.running--
 	st.total--

@@ -18,6 +18,7 @@ package core
 // queues every DTR, and the first grants park the held ones again.
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -39,6 +40,11 @@ type holdKey struct {
 	kind  holdKind
 	a, b  uint32
 	limit int32
+}
+
+// compareHolds orders holds, for a fixed order of iteration.
+func compareHolds(x, y holdKey) int {
+	return cmp.Or(cmp.Compare(x.kind, y.kind), cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b), cmp.Compare(x.limit, y.limit))
 }
 
 // parked holds a share's parked DTRs under one hold, in queue order.
@@ -95,6 +101,7 @@ func (c *Core) park(k holdKey, e *entry) {
 	p.due = min(p.due, e.deadline)
 	e.park, e.hold = p, k
 	ss.parkedN++
+	c.settle(e)
 }
 
 // unparkedFrom notes that e left its park (taken back, cancelled or
@@ -140,22 +147,66 @@ func (c *Core) unparkAll(k holdKey) {
 	}
 }
 
-// released gives room to the holds a TRANSFER grant of e counted under.
-func (c *Core) released(e *entry) {
-	if len(c.holds) == 0 {
-		return
-	}
+// keysOf returns the holds a TRANSFER DTR counts under: its endpoints,
+// its link, and each activity limit that covers it.
+func (c *Core) keysOf(e *entry) []holdKey {
+	var ks []holdKey
 	for _, h := range e.hosts {
 		if h != 0 {
-			c.roomAt(holdKey{kind: holdHost, a: h})
+			ks = append(ks, holdKey{kind: holdHost, a: h})
 		}
 	}
 	if e.hosts != ([2]uint32{}) {
-		c.roomAt(holdKey{kind: holdLink, a: e.hosts[0], b: e.hosts[1]})
+		ks = append(ks, holdKey{kind: holdLink, a: e.hosts[0], b: e.hosts[1]})
 	}
 	for i := range c.activityLoad.limits {
 		if k, ok := c.activityLoad.covers(i, e); ok {
-			c.roomAt(holdKey{kind: holdActivity, a: k.endpoint, limit: k.limit})
+			ks = append(ks, holdKey{kind: holdActivity, a: k.endpoint, limit: k.limit})
+		}
+	}
+	return ks
+}
+
+// full reports whether hold k is at its limit.
+func (c *Core) full(k holdKey) bool {
+	switch k.kind {
+	case holdHost:
+		return c.hosts.max > 0 && c.hosts.running[k.a] >= c.hosts.max
+	case holdLink:
+		l := c.links.links[linkKey{k.a, k.b}]
+		return l != nil && l.running >= l.limit
+	case holdActivity:
+		return c.activityLoad.running[activityKey{limit: k.limit, endpoint: k.a}] >= c.activityLoad.limits[k.limit].Max
+	}
+	return false
+}
+
+// settle gives room at e's holds that have it: for each hold of e that is
+// not full and has DTRs parked under it, the first of each share goes
+// back. It runs when a grant under e's holds ends, and when e is parked
+// under one of them: a DTR taken back from a hold with room that then
+// parks under another must not leave the room unused while DTRs behind it
+// are parked.
+func (c *Core) settle(e *entry) {
+	if len(c.holds) == 0 {
+		return
+	}
+	for _, k := range c.keysOf(e) {
+		if _, parked := c.holds[k]; parked && !c.full(k) {
+			c.roomAt(k)
+		}
+	}
+}
+
+// settleAll gives room at every hold with parked DTRs that has it, once
+// a tick before TRANSFER's grants: whatever took a DTR out of a hold's
+// park without using the room (it was cancelled, forgotten, or went on
+// to wait for another hold), the DTRs parked behind it get their turn.
+// It costs one look per hold with parked DTRs, not per DTR.
+func (c *Core) settleAll() {
+	for k := range c.holds {
+		if !c.full(k) {
+			c.roomAt(k)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +217,105 @@ func TestALinkWithParkedDTRsStaysWanted(t *testing.T) {
 			t.Fatalf("sample %d of %d: the link with 8 parked DTRs was not wanted", i+1, len(samples))
 		}
 	}
+}
+
+// TestNoTransferSlotIdlesWhileADTRCouldStart runs random work through
+// per-host and activity limits, ending, cancelling and reprioritising
+// transfers, and checks after every tick that a TRANSFER slot is free only
+// when every DTR waiting for one is held, and that the parked DTRs are
+// all counted.
+func TestNoTransferSlotIdlesWhileADTRCouldStart(t *testing.T) {
+	for _, optimizer := range []bool{false, true} {
+		for _, seed := range []uint64{1, 2, 3, 12345} {
+			t.Run(fmt.Sprint("optimizer ", optimizer, " seed ", seed), func(t *testing.T) { checkNoSlotIdles(t, seed, optimizer) })
+		}
+	}
+}
+
+func checkNoSlotIdles(t *testing.T, seed uint64, optimizer bool) {
+	cfg := activitySplitConfig("", nil)
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxPerHost = 6, 3
+	cfg.ActivityLimits = []ActivityLimit{{Activity: "Held", Destination: AnyEndpoint, Max: 1}}
+	if optimizer {
+		cfg.Optimizer = DefaultOptimizerConfig()
+		cfg.Optimizer.Start, cfg.Optimizer.Min = 1, 1
+	}
+	h := newHarness(t, cfg)
+	rng := seed
+	next := func(n int) int { rng = rng*6364136223846793005 + 1442695040888963407; return int(rng>>33) % n }
+	hosts := []string{"a.example", "b.example", "c.example", "d.example"}
+	acts := []string{"Held", "Held", "Held", "Other"}
+	id, checked := 0, 0
+	for round := range 300 {
+		for range next(5) {
+			id++
+			d := limitDTR(id, acts[next(4)], hosts[next(4)], hosts[next(4)])
+			d.Owner.DN = []string{"alice", "bob", "carol"}[next(3)]
+			h.submit(d)
+		}
+		h.tick(time.Second)
+		for _, g := range h.running {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+		for _, g := range h.transfersByShareList() {
+			if next(4) == 0 {
+				h.answer(g, nil)
+			}
+		}
+		if queued := h.waitingIn(dtr.Transfer); len(queued) > 0 && next(5) == 0 {
+			pick := queued[next(len(queued))]
+			if next(2) == 0 {
+				_ = h.c.Cancel(h.now, pick)
+			} else {
+				_ = h.c.SetPriority(h.now, pick, 1+next(100))
+			}
+		}
+		h.tick(time.Second)
+		st := h.c.states[dtr.Transfer]
+		parked := 0
+		for _, ss := range st.order {
+			n := 0
+			for _, p := range ss.parked {
+				n += p.Len()
+				for _, e := range p.items {
+					if e.park != p {
+						t.Fatalf("round %d: an entry in a park does not point at it", round)
+					}
+				}
+			}
+			if n != ss.parkedN {
+				t.Fatalf("round %d: share %s counts %d parked, holds %d", round, ss.name, ss.parkedN, n)
+			}
+			parked += n
+		}
+		if st.total >= h.c.Limit(dtr.Transfer) {
+			continue
+		}
+		if parked > 0 {
+			checked++
+		}
+		for _, ss := range st.order {
+			for _, e := range append(slices.Clone(ss.q.items), parkedItems(ss)...) {
+				_, heldByActivity := h.c.activityLoad.full(e)
+				if h.c.hosts.blocked(e) == 0 && !heldByActivity {
+					t.Fatalf("round %d: %d of %d slots busy, yet %s waits with nothing holding it (parked %v)",
+						round, st.total, h.c.Limit(dtr.Transfer), h.c.peekEntry(e).ID, e.park != nil)
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d rounds had free slots and parked DTRs: the test checks too little", checked)
+	}
+}
+
+func parkedItems(ss *shareState) []*entry {
+	var es []*entry
+	for _, p := range ss.parked {
+		es = append(es, p.items...)
+	}
+	return es
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"container/heap"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -226,8 +227,13 @@ func (c *Core) age(now time.Time) {
 				top = max(top, p.top())
 			}
 			c.ageQueue(&ss.q, top, at, now)
-			for _, p := range ss.parked {
-				c.ageQueue(p, top, at, now)
+			if len(ss.parked) > 0 {
+				// In a fixed order, so that the DTRs aged are reported
+				// in one.
+				keys := slices.SortedFunc(maps.Keys(ss.parked), compareHolds)
+				for _, k := range keys {
+					c.ageQueue(ss.parked[k], top, at, now)
+				}
 			}
 		}
 	}
