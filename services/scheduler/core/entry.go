@@ -51,10 +51,8 @@ type entry struct {
 	// number in the names table (0: a local end).
 	hosts [2]uint32
 	// park is the queue of held DTRs the entry is parked in, nil when it
-	// is in its share's queue (or not queued); hold is what holds it
-	// (parking.go).
-	park *queue
-	hold holdKey
+	// is in its share's queue (or not queued) (parking.go).
+	park *parked
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
 	dirty bool

@@ -47,14 +47,18 @@ func compareHolds(x, y holdKey) int {
 	return cmp.Or(cmp.Compare(x.kind, y.kind), cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b), cmp.Compare(x.limit, y.limit))
 }
 
-// parked holds a share's parked DTRs under one hold, in queue order.
-type parked = queue
+// parked holds a share's parked DTRs under one hold, in queue order (the
+// hold is kept here rather than in every entry).
+type parked struct {
+	queue
+	hold holdKey
+}
 
 // home returns the queue an entry waits in: its share's, or the one it is
 // parked in.
 func (e *entry) home() *queue {
 	if e.park != nil {
-		return e.park
+		return &e.park.queue
 	}
 	return &e.share.q
 }
@@ -87,7 +91,7 @@ func (c *Core) park(k holdKey, e *entry) {
 	}
 	p := ss.parked[k]
 	if p == nil {
-		p = &parked{draw: ss.q.draw, due: math.MaxInt64}
+		p = &parked{queue: queue{draw: ss.q.draw, due: math.MaxInt64}, hold: k}
 		ss.parked[k] = p
 		if c.holds == nil {
 			c.holds = map[holdKey]map[*shareState]struct{}{}
@@ -99,7 +103,7 @@ func (c *Core) park(k holdKey, e *entry) {
 	}
 	p.readd(e)
 	p.due = min(p.due, e.deadline)
-	e.park, e.hold = p, k
+	e.park = p
 	ss.parkedN++
 	c.settle(e)
 }
@@ -107,7 +111,7 @@ func (c *Core) park(k holdKey, e *entry) {
 // unparkedFrom notes that e left its park (taken back, cancelled or
 // forgotten), forgetting the park when it is empty.
 func (c *Core) unparkedFrom(e *entry) {
-	ss, k := e.share, e.hold
+	ss, k := e.share, e.park.hold
 	e.park = nil
 	ss.parkedN--
 	if p := ss.parked[k]; p != nil && p.Len() == 0 {
@@ -237,7 +241,7 @@ func (c *Core) tickLinks(now time.Time) {
 
 // holdReason says what holds a parked DTR.
 func (c *Core) holdReason(e *entry) string {
-	k := e.hold
+	k := e.park.hold
 	switch k.kind {
 	case holdLink:
 		running := 0

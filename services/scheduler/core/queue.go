@@ -175,7 +175,7 @@ type shareState struct {
 	// parked holds the share's DTRs that a full endpoint, link or
 	// activity limit keeps from starting, by hold, and parkedN counts
 	// them (parking.go).
-	parked  map[holdKey]*queue
+	parked  map[holdKey]*parked
 	parkedN int
 }
 
@@ -232,7 +232,7 @@ func (c *Core) age(now time.Time) {
 				// in one.
 				keys := slices.SortedFunc(maps.Keys(ss.parked), compareHolds)
 				for _, k := range keys {
-					c.ageQueue(ss.parked[k], top, at, now)
+					c.ageQueue(&ss.parked[k].queue, top, at, now)
 				}
 			}
 		}
