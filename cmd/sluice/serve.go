@@ -115,6 +115,7 @@ func serveFlags(fs *pflag.FlagSet, role string, cfg *Config) {
 		fs.StringVar(&cfg.SharePriority, "sharepriority", cfg.SharePriority, "share priorities, e.g. atlas=80,cms=20 (env SLUICE_SHAREPRIORITY)")
 		fs.StringVar(&cfg.ActivityShares, "activity-shares", cfg.ActivityShares, `activity weights per VO as JSON, e.g. {"atlas":{"Production Input":0.6,"default":0.4}} (env SLUICE_ACTIVITY_SHARES)`)
 		fs.StringVar(&cfg.ActivityLimits, "activity-limits", cfg.ActivityLimits, `per-activity limits at an endpoint as JSON, e.g. [{"activity":"Express","destination":"se.example.org","max":5}]; an endpoint is host:port as URLs write it, a host name (every port of it) or * (each endpoint) (env SLUICE_ACTIVITY_LIMITS)`)
+		fs.IntVar(&cfg.MaxActivitiesPerIdentity, "activity-max-per-identity", cfg.MaxActivitiesPerIdentity, `under a +activity share policy, distinct activities of one identity without a weights table that make shares of their own; the rest share default (env SLUICE_ACTIVITY_MAX_PER_IDENTITY)`)
 		fs.IntVar(&cfg.MaxDelivery, "maxdelivery", cfg.MaxDelivery, "transfer slots (env SLUICE_MAXDELIVERY)")
 		fs.IntVar(&cfg.MaxProcessor, "maxprocessor", cfg.MaxProcessor, "slots per processing state (env SLUICE_MAXPROCESSOR)")
 		fs.IntVar(&cfg.MaxEmergency, "maxemergency", cfg.MaxEmergency, "emergency slots per state (env SLUICE_MAXEMERGENCY)")

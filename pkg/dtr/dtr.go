@@ -111,7 +111,9 @@ func (o Options) Check() []error {
 }
 
 // CheckActivity checks an activity name: at most MaxActivity bytes of
-// printable UTF-8, no leading or trailing space.
+// printable UTF-8, no leading or trailing space, and no "#" (the
+// scheduler joins a share's identity and its activity with it, so an
+// activity holding one could pass for another identity's share).
 func CheckActivity(a string) error {
 	switch {
 	case len(a) > MaxActivity:
@@ -120,6 +122,8 @@ func CheckActivity(a string) error {
 		return errors.New("activity: not UTF-8")
 	case strings.TrimSpace(a) != a:
 		return fmt.Errorf("activity %q: leading or trailing space", a)
+	case strings.Contains(a, "#"):
+		return fmt.Errorf("activity %q: holds %q, which the scheduler uses to join a share's owner and activity", a, "#")
 	}
 	for _, r := range a {
 		if !unicode.IsPrint(r) {

@@ -141,6 +141,7 @@ func TestOptionsCheckNamesTheFieldOfEachProblem(t *testing.T) {
 		{"long activity", Options{Activity: strings.Repeat("a", MaxActivity+1)}, "activity: 65 bytes"},
 		{"activity with a newline", Options{Activity: "a\nb"}, "not printable"},
 		{"activity with trailing space", Options{Activity: "User "}, "trailing space"},
+		{"activity with the share separator", Options{Activity: "g0#P"}, `holds "#"`},
 		{"unknown tpc", Options{TPC: "sometimes"}, `tpc: "sometimes" is none of auto, only, never`},
 		{"bad checksum", Options{Checksum: "adler32:xyz"}, "checksum: "},
 	} {

@@ -279,3 +279,11 @@ func BenchmarkFTS3SubmissionOf430000TinyFilesRefused(b *testing.B) {
 		}
 	}
 }
+
+func TestAnFTS3FileWhoseActivityHoldsTheShareSeparatorIsRefused(t *testing.T) {
+	body := `{"files": [{"sources": ["https://s.example.org/a"], "destinations": ["https://d.example.org/a"], "activity": "g0#Production"}]}`
+	_, err := parseFTSSubmission([]byte(body), auth.Caller{Via: auth.ViaToken}, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "files[0].activity") || !strings.Contains(err.Error(), `"#"`) {
+		t.Fatalf("an activity with #: %v", err)
+	}
+}

@@ -56,14 +56,15 @@ type Config struct {
 	// share), the first four also with +activity, or activity.
 	SharePolicy string `envconfig:"SHAREPOLICY" desc:"share policy: dn, voms:vo, voms:group, voms:role or empty; each of the four with +activity (voms:vo+activity: shares such as atlas#Production Input), or activity alone"`
 	// SharePriority is "share=prio,share=prio" (ARC: sharepriority lines).
-	SharePriority    string `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
-	ActivityShares   string `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
-	ActivityLimits   string `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port as URLs write it, a host name (every port of it), or * (each endpoint)"`
-	MaxProcessor     int    `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
-	MaxDelivery      int    `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
-	MaxEmergency     int    `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
-	PreferredPattern string `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
-	MaxPerHost       int    `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
+	SharePriority            string `envconfig:"SHAREPRIORITY" desc:"configured share priorities, e.g. atlas:validation=80,atlas:slow-prod=20"`
+	ActivityShares           string `envconfig:"ACTIVITY_SHARES" desc:"activity weights per VO as JSON, dividing a VO's priority between its activities under a +activity share policy, e.g. {\"atlas\":{\"Production Input\":0.6,\"default\":0.4}}"`
+	ActivityLimits           string `envconfig:"ACTIVITY_LIMITS" desc:"per-activity transfer limits at an endpoint as JSON, e.g. [{\"activity\":\"User Subscriptions\",\"destination\":\"se.example.org:443\",\"max\":5}]; an endpoint is host:port (case and a trailing dot ignored, the scheme's default port filled in), a host name (every port of it), or * (each endpoint)"`
+	MaxActivitiesPerIdentity int    `envconfig:"ACTIVITY_MAX_PER_IDENTITY" default:"16" desc:"under a +activity share policy, how many distinct activities of one VO (or DN, group, role) without an SLUICE_ACTIVITY_SHARES table make shares of their own; the rest share default"`
+	MaxProcessor             int    `envconfig:"MAXPROCESSOR" default:"10" desc:"slots per pre- and post-processing state"`
+	MaxDelivery              int    `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
+	MaxEmergency             int    `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
+	PreferredPattern         string `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
+	MaxPerHost               int    `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
 	// Optimizer is the per-link optimizer's switch and bounds (core/links.go).
 	Optimizer         string        `envconfig:"OPTIMIZER" default:"on" desc:"per-link adaptive concurrency: on or off (each link, source endpoint → destination endpoint, gets a limit tuned from its throughput and failures; MAXPERHOST still caps it)"`
 	OptimizerMin      int           `envconfig:"OPTIMIZER_MIN" default:"2" desc:"the lowest limit the optimizer gives a link"`
@@ -151,6 +152,10 @@ func (c Config) CoreConfig() (core.Config, error) {
 	if cc.ActivityLimits, err = core.ParseActivityLimits(c.ActivityLimits); err != nil {
 		return cc, fmt.Errorf("SLUICE_ACTIVITY_LIMITS: %w", err)
 	}
+	if c.MaxActivitiesPerIdentity < 0 {
+		return cc, fmt.Errorf("SLUICE_ACTIVITY_MAX_PER_IDENTITY: %d is negative; give at least 1 (0 means the default, 16)", c.MaxActivitiesPerIdentity)
+	}
+	cc.MaxActivitiesPerIdentity = c.MaxActivitiesPerIdentity
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
 	cc.MaxPrepared, cc.MaxPerHost, cc.PreferredPattern = c.MaxPrepared, c.MaxPerHost, c.PreferredPattern
 	cc.Cache = c.Cache

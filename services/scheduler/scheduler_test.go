@@ -60,6 +60,7 @@ func TestPolicyIsChosenByConfigurationOrRefusedClearly(t *testing.T) {
 		{"byte-fair on top of a policy", Config{Policy: "sam", Settings: fairshare.Settings{SAMSettings: fairshare.SAMSettings{SAMGroups: "cms=1"},
 			ByteFairSettings: fairshare.ByteFairSettings{ByteFair: 10 * time.Minute}}}, "sam+bytes", ""},
 		{"a negative maxperhost", Config{MaxPerHost: -1}, "", "maxperhost -1 is negative"},
+		{"a negative bound on activities per identity", Config{MaxActivitiesPerIdentity: -1}, "", "SLUICE_ACTIVITY_MAX_PER_IDENTITY: -1 is negative"},
 		{"activity shares with an activity policy", Config{SharePolicy: "voms:vo+activity",
 			ActivityShares: `{"atlas":{"Production Input":0.6,"default":0.4}}`}, "arc", ""},
 		{"a negative activity weight", Config{SharePolicy: "voms:vo+activity", ActivityShares: `{"atlas":{"Express":-1,"default":1}}`},

@@ -58,11 +58,15 @@ func (p SharePolicy) identity() SharePolicy {
 
 // ShareOf names the share of a DTR, without the direction suffix: its
 // identity's share (ShareName) and, under an activity policy, its
-// activity: "atlas#Production Input"; under plain "activity" the activity
-// alone. An activity that the identity's weights table (ActivityWeights)
-// does not list is named "default": a submitter's free text makes no new
-// share where a table says which activities there are.
+// effective activity (EffectiveActivity): "atlas#Production Input"; under
+// plain "activity" the activity alone.
 func (p SharePolicy) ShareOf(d *dtr.DTR, w ActivityWeights) string {
+	return p.shareOf(d, w, nil)
+}
+
+// shareOf is ShareOf with the core's bound on the activities of an
+// identity without a weights table (nil: no bound).
+func (p SharePolicy) shareOf(d *dtr.DTR, w ActivityWeights, seen *activitySet) string {
 	if !p.HasActivity() {
 		return p.ShareName(d.Owner)
 	}
@@ -70,24 +74,93 @@ func (p SharePolicy) ShareOf(d *dtr.DTR, w ActivityWeights) string {
 	if p != PolicyActivity {
 		id = p.ShareName(d.Owner)
 	}
-	act := activityFor(d.Options.Activity)
-	if table := w.table(p, id); table != nil {
-		if _, listed := table[act]; !listed {
-			act = DefaultActivity
-		}
-	}
+	act := p.effectiveActivity(id, d.Options.Activity, w, seen)
 	if p == PolicyActivity {
 		return act
 	}
 	return id + ActivitySeparator + act
 }
 
+// EffectiveActivity is the activity a DTR's shares and limits go by under
+// an activity policy: "default" for none; "default" for one that the
+// identity's weights table (ActivityWeights) does not list, so that a
+// submitter's free text makes no new share, nor escapes a limit on
+// "default", where a table says which activities there are; and
+// "default" for one holding "#" (only a record older than the check that
+// refuses it can). Under any other policy it is the DTR's activity, or
+// "default" for none.
+func (p SharePolicy) EffectiveActivity(d *dtr.DTR, w ActivityWeights) string {
+	if !p.HasActivity() {
+		return activityFor(d.Options.Activity)
+	}
+	var id string
+	if p != PolicyActivity {
+		id = p.ShareName(d.Owner)
+	}
+	return p.effectiveActivity(id, d.Options.Activity, w, nil)
+}
+
+func (p SharePolicy) effectiveActivity(id, activity string, w ActivityWeights, seen *activitySet) string {
+	act := activityFor(activity)
+	if strings.Contains(act, ActivitySeparator) {
+		return DefaultActivity
+	}
+	if table := w.table(p, id); table != nil {
+		if _, listed := table[act]; !listed {
+			act = DefaultActivity
+		}
+		return act
+	}
+	if seen != nil && !seen.admit(id, act) {
+		return DefaultActivity
+	}
+	return act
+}
+
+// DefaultActivitiesPerIdentity is the default bound on the distinct
+// activities that make shares of their own for one identity without a
+// weights table.
+const DefaultActivitiesPerIdentity = 16
+
+// activitySet bounds the distinct activities of each identity that has no
+// weights table: the first max of them each make a share, the rest go to
+// "default". Without the bound every new activity text would be a new
+// share, kept for ever in the names table and in every per-share metric.
+type activitySet struct {
+	max int
+	by  map[string]map[string]struct{}
+}
+
+// admit reports whether act is (or now becomes) one of id's own
+// activities.
+func (s *activitySet) admit(id, act string) bool {
+	if act == DefaultActivity || s.max <= 0 {
+		return true
+	}
+	acts := s.by[id]
+	if _, ok := acts[act]; ok {
+		return true
+	}
+	if len(acts) >= s.max {
+		return false
+	}
+	if acts == nil {
+		if s.by == nil {
+			s.by = map[string]map[string]struct{}{}
+		}
+		acts = map[string]struct{}{}
+		s.by[id] = acts
+	}
+	acts[act] = struct{}{}
+	return true
+}
+
 // SplitShare splits a share name that ShareOf gave (with or without the
 // direction suffix) into its identity part and its activity; ok is false
 // for a share without an activity. The identity part of a share under
-// plain "activity" is "". Under dn+activity the activity follows the last
-// "#" (a DN may hold one), otherwise the first (an activity may). As with
-// every share name, a DTR without a direction whose activity ends in
+// plain "activity" is "". The activity follows the last "#": an activity
+// cannot hold one (dtr.CheckActivity), an identity part (a DN) may. As
+// with every share name, a DTR without a direction whose activity ends in
 // "-download" or "-upload" reads as if it had that direction.
 func (p SharePolicy) SplitShare(share string) (identity, activity string, ok bool) {
 	base, _ := CutDirection(share)
@@ -97,10 +170,7 @@ func (p SharePolicy) SplitShare(share string) (identity, activity string, ok boo
 	case !p.HasActivity():
 		return base, "", false
 	}
-	i := strings.Index(base, ActivitySeparator)
-	if p.identity() == PolicyDN {
-		i = strings.LastIndex(base, ActivitySeparator)
-	}
+	i := strings.LastIndex(base, ActivitySeparator)
 	if i < 0 {
 		return base, "", false
 	}
@@ -229,9 +299,10 @@ func (c *Core) activityOf(share string) shareActivity {
 // activityScale first. It does nothing unless the share policy names
 // activities and the policy is ARC's (perhaps wrapped, as byte-fair
 // does): the other policies name their own groups, without activities.
-func (c *Core) weighActivities(shares []ShareDemand) {
+// It reports whether it did.
+func (c *Core) weighActivities(shares []ShareDemand) bool {
 	if _, arc := innermost(c.policy).(ARC); !arc || !c.cfg.SharePolicy.HasActivity() {
-		return
+		return false
 	}
 	type group struct{ identity, direction string }
 	sums := map[group]float64{}
@@ -248,6 +319,7 @@ func (c *Core) weighActivities(shares []ShareDemand) {
 		}
 		shares[i].Weight = max(int64(math.Round(w)), 1)
 	}
+	return true
 }
 
 // sharePriorityUnder is a share's configured priority: that of the share

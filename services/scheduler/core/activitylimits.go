@@ -3,8 +3,9 @@ package core
 // Per-activity limits at an endpoint (Rucio's transfer limits): at most Max
 // transfers of an activity run at once against an endpoint as a source,
 // or as a destination. A DTR whose endpoint is at its activity's limit is
-// passed over in TRANSFER, keeping its place, like one whose endpoint is
-// at MaxPerHost (hosts.go).
+// parked in TRANSFER (parking.go), like one whose endpoint is at
+// MaxPerHost (hosts.go). The activity is the DTR's effective one, that
+// its share goes by (SharePolicy.EffectiveActivity).
 
 import (
 	"encoding/json"
@@ -21,10 +22,11 @@ import (
 const AnyEndpoint = "*"
 
 // ActivityLimit is one limit: Activity ("default" for DTRs without one)
-// at Source or at Destination (one of them: an endpoint "host:port" as
-// written in URLs; a host name alone, which counts every port of that host
-// together, https://se.example.org/… and https://se.example.org:443/…
-// alike; or "*", each endpoint on its own), at most Max transfers at once.
+// at Source or at Destination (one of them: an endpoint "host:port",
+// compared in normal form (normalEndpoint) with the URLs'; a host name
+// alone, which counts every port of that host together,
+// https://se.example.org/… and https://se.example.org:8443/… alike; or
+// "*", each endpoint on its own), at most Max transfers at once.
 type ActivityLimit struct {
 	Activity    string `json:"activity"`
 	Source      string `json:"source,omitempty"`
@@ -90,7 +92,7 @@ func ValidateActivityLimits(ls []ActivityLimit) error {
 		if err := dtr.CheckActivity(l.Activity); err != nil {
 			return fmt.Errorf("activity limit %d: %w", n, err)
 		}
-		if ep := l.Endpoint(); ep != AnyEndpoint && (strings.ContainsAny(ep, "/ \t?#@") || endpointOf("x://"+ep) != ep) {
+		if ep := l.Endpoint(); ep != AnyEndpoint && !isEndpoint(ep) {
 			return fmt.Errorf("activity limit %d (%q): %s %q is not an endpoint: give host:port as in the URLs, a host name for every port of it, or %q for each endpoint", n, l.Activity, l.Side(), ep, AnyEndpoint)
 		}
 		key := l
@@ -110,6 +112,16 @@ type activityKey struct {
 	endpoint uint32
 }
 
+// isEndpoint reports whether ep is "host:port" or "host", as a URL
+// writes it.
+func isEndpoint(ep string) bool {
+	if ep == "" || strings.ContainsAny(ep, "/ \t?#@") {
+		return false
+	}
+	p, err := url.Parse("x://" + ep)
+	return err == nil && p.Host == ep && p.Hostname() != ""
+}
+
 // hostOnly reports whether an endpoint is a host name without a port.
 func hostOnly(ep string) bool {
 	u := url.URL{Host: ep}
@@ -117,8 +129,10 @@ func hostOnly(ep string) bool {
 }
 
 // hostnameOf is the host name of an endpoint as written in a URL,
-// lower-cased ("[::1]:8443" → "::1").
-func hostnameOf(ep string) string { return strings.ToLower((&url.URL{Host: ep}).Hostname()) }
+// lower-cased and without a trailing dot ("[::1]:8443" → "::1").
+func hostnameOf(ep string) string {
+	return strings.TrimSuffix(strings.ToLower((&url.URL{Host: ep}).Hostname()), ".")
+}
 
 // activityLoad counts the grants running per activity limit and endpoint,
 // in the states whose slot class is perHost (TRANSFER). Its invariant,
@@ -161,6 +175,14 @@ func (c *Core) setActivityLimits(ls []ActivityLimit) {
 			}
 			l.endpoint[i] = uint32(c.nameID(lim.Endpoint())) + 1
 		default:
+			// In the normal form of the URLs' endpoints: lower-cased,
+			// without a trailing dot.
+			ep = normalEndpoint("", ep)
+			if lim.Source != "" {
+				lim.Source = ep
+			} else {
+				lim.Destination = ep
+			}
 			l.endpoint[i] = uint32(c.nameID(ep)) + 1
 		}
 	}
@@ -177,11 +199,28 @@ func (c *Core) setActivityLimits(ls []ActivityLimit) {
 	}
 }
 
-// setActivity notes the activity of a DTR if a limit names it. A DTR's
-// activity is a submitter's free text: it is not interned, as the table
-// of names is never pruned.
+// setActivity notes the activity of a DTR if a limit names it: its
+// effective activity, the one its share goes by (an activity that the
+// weights table does not list is "default", so inventing one does not
+// escape a limit on "default"). A DTR's activity is a submitter's free
+// text: it is not interned, as the table of names is never pruned.
 func (c *Core) setActivity(e *entry) {
-	e.activity = c.activityLoad.ids[activityFor(e.d.Options.Activity)]
+	e.activity = c.activityLoad.ids[c.effectiveActivity(e.d)]
+}
+
+// effectiveActivity is the activity a DTR's share and limits go by
+// (SharePolicy.EffectiveActivity, with the core's bound on the
+// activities of an identity without a weights table).
+func (c *Core) effectiveActivity(d *dtr.DTR) string {
+	p := c.cfg.SharePolicy
+	if !p.HasActivity() {
+		return activityFor(d.Options.Activity)
+	}
+	var id string
+	if p != PolicyActivity {
+		id = p.ShareName(d.Owner)
+	}
+	return p.effectiveActivity(id, d.Options.Activity, c.cfg.ActivityWeights, &c.activitySeen)
 }
 
 // limited reports whether there are activity limits.

@@ -27,7 +27,7 @@ func (c *Core) waitForCache(now time.Time, e, h *entry) {
 		hd := c.unpackEntry(h)
 		hd.Priority, hd.Updated = p, now
 		if hd.State.IsQueue() && h.index >= 0 {
-			h.share.q.fix(h)
+			h.home().fix(h)
 		}
 		c.markDirty(h)
 	}

@@ -97,7 +97,7 @@ func (c *Core) SetSharePriorities(now time.Time, prios map[string]int) error {
 			d.Updated = now
 			c.markDirty(e)
 			if d.State.IsQueue() && e.index >= 0 {
-				e.share.q.fix(e)
+				e.home().fix(e)
 			}
 		}
 	}
@@ -154,11 +154,18 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 		return w, nil
 	}
 	st := c.states[d.State]
-	q := &e.share.q
-	for _, o := range q.items {
-		if q.Less(o.index, e.index) {
-			w.Position++
+	// Its place among all its share's waiting DTRs, parked or not.
+	q := e.home()
+	ahead := func(items []*entry) {
+		for _, o := range items {
+			if o != e && queueBefore(q.draw != nil, o, e) {
+				w.Position++
+			}
 		}
+	}
+	ahead(e.share.q.items)
+	for _, p := range e.share.parked {
+		ahead(p.items)
 	}
 	names := st.order
 	alloc, exact := c.shareSlots(st)
@@ -168,7 +175,11 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 			w.Slots, part = alloc[i], exact[i]
 		}
 	}
-	w.Queued, w.Running = q.Len(), e.share.running
+	w.Queued, w.Running = e.share.q.Len()+e.share.parkedN, e.share.running
+	if e.park != nil {
+		w.Reason = c.holdReason(e)
+		return w, nil
+	}
 	w.Limit, w.Busy = c.Limit(d.State), st.total
 	if h := c.hosts.blocked(e); classOf(d.State).PerHost && c.hosts.limited() && h == linkFull {
 		w.Reason = fmt.Sprintf("link %s already has %d transfers running, its limit set by the optimizer (sluice links): the DTR waits for one of them to end",

@@ -6,6 +6,7 @@
 package core
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"maps"
@@ -75,6 +76,10 @@ type Config struct {
 	// ActivityLimits cap the transfers of an activity at a source or a
 	// destination endpoint (activitylimits.go).
 	ActivityLimits []ActivityLimit
+	// MaxActivitiesPerIdentity bounds the distinct activities that make
+	// shares of their own for one identity without a weights table; the
+	// rest go to "default". 0 means DefaultActivitiesPerIdentity.
+	MaxActivitiesPerIdentity int
 	// Optimizer tunes each link's concurrency (links.go); off when not
 	// Enabled.
 	Optimizer OptimizerConfig
@@ -83,17 +88,18 @@ type Config struct {
 // DefaultConfig returns A-REX's defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxProcessor:     10,
-		MaxDelivery:      10,
-		MaxEmergency:     1,
-		MaxPrepared:      200,
-		MaxTransferTries: 10,
-		RetryBase:        10 * time.Second,
-		Lease:            2 * time.Minute,
-		AgeAfter:         time.Hour,
-		AgeEvery:         5 * time.Minute,
-		AgeAfterState:    maps.Clone(arcAgeAfterState),
-		CacheWaitTimeout: 24 * time.Hour,
+		MaxProcessor:             10,
+		MaxDelivery:              10,
+		MaxEmergency:             1,
+		MaxPrepared:              200,
+		MaxActivitiesPerIdentity: DefaultActivitiesPerIdentity,
+		MaxTransferTries:         10,
+		RetryBase:                10 * time.Second,
+		Lease:                    2 * time.Minute,
+		AgeAfter:                 time.Hour,
+		AgeEvery:                 5 * time.Minute,
+		AgeAfterState:            maps.Clone(arcAgeAfterState),
+		CacheWaitTimeout:         24 * time.Hour,
 	}
 }
 
@@ -154,6 +160,12 @@ type Core struct {
 	// activityLoad counts the transfers running per activity limit and
 	// endpoint (activitylimits.go).
 	activityLoad activityLoad
+	// activitySeen bounds the activities of identities without a weights
+	// table (activities.go).
+	activitySeen activitySet
+	// holds maps each hold with parked DTRs to the shares that have some
+	// under it (parking.go).
+	holds map[holdKey]map[*shareState]struct{}
 	// links holds the per-link optimizer's state (links.go); nil when it
 	// is off.
 	links *linkSet
@@ -254,9 +266,10 @@ func New(cfg Config) *Core {
 	}
 	c.hosts.links = c.links
 	c.rand = rand.New(rand.NewPCG(1, 2))
+	c.activitySeen.max = cmp.Or(cfg.MaxActivitiesPerIdentity, DefaultActivitiesPerIdentity)
 	c.setActivityLimits(cfg.ActivityLimits)
 	env := PolicyEnv{ShareName: func(id dtr.Identity) string { return c.cfg.SharePolicy.ShareName(id) },
-		SharePriority: c.SharePriority, ShareOf: func(d *dtr.DTR) string { return c.cfg.SharePolicy.ShareOf(d, c.cfg.ActivityWeights) }}
+		SharePriority: c.SharePriority, ShareOf: func(d *dtr.DTR) string { return c.cfg.SharePolicy.shareOf(d, c.cfg.ActivityWeights, &c.activitySeen) }}
 	c.policy = ARC{env}
 	if cfg.Policy != nil {
 		c.policy = cfg.Policy(env)
@@ -331,7 +344,7 @@ func (c *Core) Tick(now time.Time) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}
-	c.links.tick(now)
+	c.tickLinks(now)
 	for _, s := range dtr.QueueStates {
 		c.schedule(now, s)
 	}

@@ -50,6 +50,9 @@ type entry struct {
 	// hosts are the storage endpoints of its remote ends, as 1 + their
 	// number in the names table (0: a local end).
 	hosts [2]uint32
+	// park is the queue of held DTRs the entry is parked in, nil when it
+	// is in its share's queue (or not queued) (parking.go).
+	park *parked
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
 	dirty bool
@@ -264,8 +267,8 @@ func (c *Core) Forget(id uuid.UUID) bool {
 		c.release(e)
 	case e.index >= 0 && e.index < len(c.delayed) && c.delayed[e.index] == e:
 		heap.Remove(&c.delayed, e.index)
-	case e.share != nil && e.index >= 0 && e.index < e.share.q.Len() && e.share.q.items[e.index] == e:
-		e.share.q.remove(e)
+	case e.share != nil && e.index >= 0 && e.index < e.home().Len() && e.home().items[e.index] == e:
+		c.unqueue(e)
 		c.states[e.queued].drop(e.share)
 	}
 	c.unpin(e)
@@ -454,7 +457,7 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		// Post-processing runs on: it cleans up, or puts a finished file in
 		// place, in which case the DTR ends DONE after all.
 	case d.State.IsQueue():
-		e.share.q.remove(e)
+		c.unqueue(e)
 		c.states[d.State].drop(e.share)
 		c.must(d.Transition(classOf(d.State).CancelTo, now))
 		c.route(now, e)
@@ -487,7 +490,7 @@ func (c *Core) SetPriority(now time.Time, id uuid.UUID, prio int) error {
 	d.Priority = prio
 	d.Updated = now
 	if d.State.IsQueue() && e.index >= 0 {
-		e.share.q.fix(e)
+		e.home().fix(e)
 	}
 	c.markDirty(e)
 	return nil

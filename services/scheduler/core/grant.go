@@ -25,6 +25,9 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if len(st.order) == 0 {
 		return
 	}
+	if classOf(s).PerHost {
+		c.settleAll()
+	}
 	slots, exact := c.shareSlots(st)
 	for i, ss := range st.order {
 		ss.quota = exact[i]
@@ -92,32 +95,33 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	}
 }
 
-// maxSkip bounds how many DTRs of one share a grant looks past for one
-// whose endpoints have room.
-const maxSkip = 64
-
 // dequeue pops the first DTR of a share's queue that may start now: in
-// TRANSFER, one whose endpoints are below MaxPerHost (ARC: a delivery DTR
-// first chooses a host; if none is free it is skipped). The DTRs passed
-// over keep their place. It returns nil if none of the first maxSkip can.
+// TRANSFER, one whose endpoints are below MaxPerHost, whose link is below
+// its limit and whose activity limits have room (ARC: a delivery DTR
+// first chooses a host; if none is free it is skipped). The held DTRs
+// it passes are parked under their hold (parking.go), each once, until a
+// grant under that hold ends. It returns nil if none can start.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 	if !classOf(s).PerHost || !c.hosts.limited() && !c.activityLoad.limited() {
 		return ss.q.popHead()
 	}
-	var skipped []*entry
-	defer func() {
-		for _, e := range skipped {
-			ss.q.readd(e)
-		}
-	}()
-	for ss.q.Len() > 0 && len(skipped) < maxSkip {
+	for ss.q.Len() > 0 {
 		e := ss.q.popHead()
-		if (!c.hosts.limited() || c.hosts.full(e) == 0) && c.activityLoad.room(e) {
+		k, held := c.holdOf(e)
+		if !held {
 			return e
 		}
-		skipped = append(skipped, e)
+		c.park(k, e)
 	}
 	return nil
+}
+
+// unqueue takes a queued entry out of its queue, parked or not.
+func (c *Core) unqueue(e *entry) {
+	e.home().remove(e)
+	if e.park != nil {
+		c.unparkedFrom(e)
+	}
 }
 
 // shareSlots divides the state's slots between its shares under the
@@ -134,8 +138,11 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 		st.deficit = append(st.deficit, ss.deficit)
 	}
 	c.policy.Weigh(c.now, st.state, st.demand)
-	c.weighActivities(st.demand)
-	slots, exact = apportion(c.Limit(st.state), st.demand, st.deficit)
+	if c.weighActivities(st.demand) {
+		slots, exact = c.apportionActivities(c.Limit(st.state), st.demand, st.deficit)
+	} else {
+		slots, exact = apportion(c.Limit(st.state), st.demand, st.deficit)
+	}
 	payback(slots, st.demand, st.deficit, exact, st.holdOf)
 	return slots, exact
 }
@@ -240,6 +247,7 @@ func (c *Core) release(e *entry) {
 	if classOf(e.queued).PerHost {
 		c.hosts.add(e, -1)
 		c.activityLoad.add(e, -1)
+		c.settle(e)
 	}
 	e.share.running--
 	st.total--

@@ -5,6 +5,9 @@ package core
 import (
 	"math"
 	"net/url"
+	"strings"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // setHosts notes the storage endpoints of a DTR's ends.
@@ -17,14 +20,41 @@ func (c *Core) setHosts(e *entry) {
 	}
 }
 
-// endpointOf returns the storage endpoint of a remote URL ("host:port" as
-// written), "" for a local file.
+// endpointOf returns the storage endpoint of a remote URL in its normal
+// form (normalEndpoint), "" for a local file.
 func endpointOf(u string) string {
 	p, err := url.Parse(u)
-	if err != nil || p.Scheme == "file" {
+	if err != nil || p.Scheme == "file" || p.Host == "" {
 		return ""
 	}
-	return p.Host
+	return normalEndpoint(p.Scheme, p.Host)
+}
+
+// EndpointOf is the storage endpoint of a remote URL as the scheduler
+// names it (in sluice links, limits and metrics), "" for a local file.
+func EndpointOf(u string) string { return endpointOf(u) }
+
+// normalEndpoint is "host:port" with the host lower-cased and without a
+// trailing dot, and the port the scheme's default (dtr.SchemeTable:
+// https and davs 443, http and dav 80, root 1094, ...) when the URL
+// gives none: https://SE.example.org./f and https://se.example.org:443/g
+// are one endpoint. A host of a scheme without a default port stays a
+// host alone.
+func normalEndpoint(scheme, hostport string) string {
+	u := url.URL{Host: hostport}
+	host, port := strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), u.Port()
+	if port == "" {
+		if s, ok := dtr.SchemeOf(strings.ToLower(scheme)); ok {
+			port = s.DefaultPort
+		}
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port == "" {
+		return host
+	}
+	return host + ":" + port
 }
 
 // hostLoad counts the grants running per storage endpoint, in the states

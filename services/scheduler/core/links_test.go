@@ -43,7 +43,7 @@ func TestLinkLimitPassesOverDTRsOfAFullLinkKeepingTheirPlace(t *testing.T) {
 		}
 	}
 	w, err := h.c.Explain(h.now, waiting.ID)
-	if err != nil || !strings.Contains(w.Reason, "link slow.example → local already has 2 transfers running") {
+	if err != nil || !strings.Contains(w.Reason, "link slow.example:443 → local already has 2 transfers running") {
 		t.Fatalf("why: %q, %v", w.Reason, err)
 	}
 	// The first slow transfer ends: the next slow DTR in order takes its
@@ -146,7 +146,7 @@ func TestLinksReportMeasuredThroughputAndDecisions(t *testing.T) {
 		t.Fatalf("links %+v, want one", links)
 	}
 	l := links[0]
-	if l.Source != "one.example" || l.Destination != LocalEndpoint || l.Last == nil || len(l.History) < 3 {
+	if l.Source != "one.example:443" || l.Destination != LocalEndpoint || l.Last == nil || len(l.History) < 3 {
 		t.Fatalf("link %+v", l)
 	}
 	// DTRs waited and each transfer kept its rate, so the limit grew; the

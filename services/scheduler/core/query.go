@@ -73,6 +73,11 @@ func (c *Core) Longest(n int) []uuid.UUID {
 			for _, e := range ss.q.items {
 				keep(e)
 			}
+			for _, p := range ss.parked {
+				for _, e := range p.items {
+					keep(e)
+				}
+			}
 		}
 	}
 	for _, e := range c.delayed {
@@ -114,7 +119,7 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		slots, _ := c.shareSlots(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
-				Queued: ss.q.Len(), Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})
+				Queued: ss.q.Len() + ss.parkedN, Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})
 			if _, act, ok := c.cfg.SharePolicy.SplitShare(ss.name); ok {
 				stats[len(stats)-1].Activity = act
 			}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"container/heap"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -32,8 +33,13 @@ type queue struct {
 
 func (q *queue) Len() int { return len(q.items) }
 func (q *queue) Less(i, j int) bool {
-	a, b := q.items[i], q.items[j]
-	if q.draw != nil {
+	return queueBefore(q.draw != nil, q.items[i], q.items[j])
+}
+
+// queueBefore reports whether a goes before b in a queue (that draws
+// lots, or not).
+func queueBefore(draws bool, a, b *entry) bool {
+	if draws {
 		if a.key != b.key {
 			return a.key < b.key
 		}
@@ -171,6 +177,11 @@ type shareState struct {
 	since          time.Time // when the deficit was last brought up to date
 	// How long its grants hold a slot, for paying back the first wave.
 	slotHold
+	// parked holds the share's DTRs that a full endpoint, link or
+	// activity limit keeps from starting, by hold, and parkedN counts
+	// them (parking.go).
+	parked  map[holdKey]*parked
+	parkedN int
 }
 
 // shareIn returns the state of a share in st, adding it if it has none.
@@ -190,7 +201,7 @@ func (c *Core) shareIn(st *stateQueues, name string) *shareState {
 
 // drop forgets a share that has nothing queued or running in the state.
 func (st *stateQueues) drop(ss *shareState) {
-	if ss.q.Len() > 0 || ss.running > 0 || st.shares[ss.name] != ss {
+	if ss.q.Len() > 0 || ss.parkedN > 0 || ss.running > 0 || st.shares[ss.name] != ss {
 		return
 	}
 	delete(st.shares, ss.name)
@@ -202,7 +213,7 @@ func (st *stateQueues) drop(ss *shareState) {
 func (st *stateQueues) waiting() int {
 	n := 0
 	for _, ss := range st.order {
-		n += ss.q.Len()
+		n += ss.q.Len() + ss.parkedN
 	}
 	return n
 }
@@ -215,28 +226,44 @@ func (c *Core) age(now time.Time) {
 	at := c.nanos(now)
 	for _, s := range dtr.QueueStates {
 		for _, ss := range c.states[s].order {
-			q := &ss.q
-			if q.Len() < 2 || at < q.due {
-				continue
+			// Parked DTRs age too, against the best of all the share's.
+			top := ss.q.top()
+			for _, p := range ss.parked {
+				top = max(top, p.top())
 			}
-			top := q.top()
-			var aged []*entry
-			due := int64(math.MaxInt64)
-			for _, e := range q.items {
-				if at >= e.deadline && e.prio < top && e.prio < 100 {
-					aged = append(aged, e)
-					continue
+			c.ageQueue(&ss.q, top, at, now)
+			if len(ss.parked) > 0 {
+				// In a fixed order, so that the DTRs aged are reported
+				// in one.
+				keys := slices.SortedFunc(maps.Keys(ss.parked), compareHolds)
+				for _, k := range keys {
+					c.ageQueue(&ss.parked[k].queue, top, at, now)
 				}
-				due = min(due, e.deadline)
 			}
-			for _, e := range aged {
-				c.unpackEntry(e).Priority++
-				e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
-				due = min(due, e.deadline)
-				q.fix(e)
-				c.markDirty(e)
-			}
-			q.due = due
 		}
 	}
+}
+
+// ageQueue ages the DTRs of one queue below top whose deadline has passed.
+func (c *Core) ageQueue(q *queue, top int32, at int64, now time.Time) {
+	if q.Len() == 0 || at < q.due {
+		return
+	}
+	var aged []*entry
+	due := int64(math.MaxInt64)
+	for _, e := range q.items {
+		if at >= e.deadline && e.prio < top && e.prio < 100 {
+			aged = append(aged, e)
+			continue
+		}
+		due = min(due, e.deadline)
+	}
+	for _, e := range aged {
+		c.unpackEntry(e).Priority++
+		e.deadline = c.nanos(now.Add(c.cfg.AgeEvery))
+		due = min(due, e.deadline)
+		q.fix(e)
+		c.markDirty(e)
+	}
+	q.due = due
 }

@@ -72,14 +72,16 @@ func apportion(n int, shares []ShareDemand, deficit []float64) ([]int, []float64
 		if n <= 0 {
 			break
 		}
-		n -= apportionTier(n, shares, tiers[t], deficit, alloc, exact)
+		n -= apportionTier(n, shares, tiers[t], deficit, alloc, exact, true)
 	}
 	return alloc, exact
 }
 
 // apportionTier shares n slots between the shares active (all with demand, of
-// one tier), writing alloc and exact, and returns the slots it gave.
-func apportionTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64) int {
+// one tier), writing alloc and exact, and returns the slots it gave. With
+// minOne each share gets at least one slot (while they fit); without, a
+// share may get none (the activities of one group, activitysplit.go).
+func apportionTier(n int, shares []ShareDemand, active []int, deficit []float64, alloc []int, exact []float64, minOne bool) int {
 	// Weights may be large (DIRAC's are scaled by a million, byte-fair's
 	// by more): they are scaled down to a sum below 2^24, so that no
 	// product below comes near int64's limit.
@@ -89,7 +91,11 @@ func apportionTier(n int, shares []ShareDemand, active []int, deficit []float64,
 	}
 	scale := max(sumW/(1<<24), 1)
 	prio := func(i int) int64 { return max(int64(float64(max(shares[i].Weight, 1))/scale), 1) }
-	lo := func(i int) int64 { return int64(max(1, min(shares[i].Min, shares[i].Demand))) }
+	least := 0
+	if minOne {
+		least = 1
+	}
+	lo := func(i int) int64 { return int64(max(least, min(shares[i].Min, shares[i].Demand))) }
 	total, sumLo := 0, int64(0)
 	for _, i := range active {
 		total += shares[i].Demand

@@ -216,9 +216,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 	cfg.MaxDelivery = max(cfg.MaxDelivery, backlog*len(links))
 	cfg.MaxProcessor = max(cfg.MaxProcessor, 2*backlog*len(links))
 	cfg.MaxEmergency = 0
-	// One share per link: a grant looks at most 64 DTRs into a share's
-	// queue for one whose link has room (as for MaxPerHost), so links in
-	// one share could hide each other's DTRs.
+	// One share per link, so that each link's DTRs are counted apart.
 	cfg.SharePolicy = core.PolicyDN
 	c := core.New(cfg)
 	rng := rand.New(rand.NewPCG(opt.Seed, 7))
@@ -328,7 +326,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 		if (el+opt.Step)%opt.Sample == 0 {
 			for i, l := range links {
 				p := l.params(el)
-				limit, _ := c.LinkLimit(l.Source, core.LocalEndpoint)
+				limit, _ := c.LinkLimit(core.EndpointOf("https://"+l.Source+"/"), core.LocalEndpoint)
 				res.Links[i].Points = append(res.Links[i].Points, LinkPoint{At: el + opt.Step, Limit: limit, Running: count[i],
 					Throughput: tallies[i].bytes / opt.Sample.Seconds(), Achievable: p.Achievable(cfg.Optimizer.Min, cfg.Optimizer.Max),
 					Ended: tallies[i].ended, Failed: tallies[i].failed})
@@ -339,7 +337,7 @@ func RunLinks(name string, cfg core.Config, links []LinkModel, opt LinkOptions) 
 	for i, l := range links {
 		res.Links[i].Convergence = convergence(res.Links[i].Points, l.Steps, opt.Duration, cfg.Optimizer.Min)
 		for _, s := range c.Links(true) {
-			if s.Source == l.Source {
+			if s.Source == core.EndpointOf("https://"+l.Source+"/") {
 				res.Links[i].Decisions = s.History
 			}
 		}

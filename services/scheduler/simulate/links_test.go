@@ -265,3 +265,13 @@ func TestSluiceOptimizerHalvesASlowLinkSoonAfterItsFailuresAreEvident(t *testing
 		}
 	}
 }
+
+func TestALinkNamedWithoutItsPortReportsItsLimits(t *testing.T) {
+	link := LinkExample()[0]
+	link.Source = "Plain.Example"
+	r := runLinks(t, "sluice", nil, []LinkModel{link}, LinkOptions{Duration: 2 * time.Minute})
+	pts := r.Links[0].Points
+	if len(pts) == 0 || pts[len(pts)-1].Limit == 0 || len(r.Links[0].Decisions) == 0 {
+		t.Fatalf("a link written without its port: points %+v, decisions %d; want its limits and decisions", pts, len(r.Links[0].Decisions))
+	}
+}

@@ -181,7 +181,7 @@ func newRun(cfg core.Config, work []Arrival, opt Options, sh Sharding, track boo
 	}
 	for i, a := range work {
 		s := r.shards[r.shares[shareOf[i]].shard]
-		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i], group: a.groupUnder(cfg.SharePolicy), dtr: dtrs[i]})
+		s.work = append(s.work, arrival{Arrival: a, index: i, share: shareOf[i], group: a.groupUnder(cfg.SharePolicy, r.shares[shareOf[i]].name), dtr: dtrs[i]})
 	}
 	for _, s := range r.shards {
 		s.byID = make(map[uuid.UUID]*info, len(s.work))

@@ -47,13 +47,19 @@ func (a Arrival) Group() string {
 }
 
 // groupUnder is the group a run reports an arrival under: its Group, and,
-// under a share policy that names activities, "#default" for an arrival
-// without one, as its share is named.
-func (a Arrival) groupUnder(p core.SharePolicy) string {
-	if p.HasActivity() && a.Activity == "" {
-		return a.Group() + core.ActivitySeparator + core.DefaultActivity
+// under a share policy that names activities, the activity its share
+// (named by the core) goes by: "default" for an arrival without one, and
+// for one that its VO's weights table does not list.
+func (a Arrival) groupUnder(p core.SharePolicy, share string) string {
+	if !p.HasActivity() {
+		return a.Group()
 	}
-	return a.Group()
+	_, act, ok := p.SplitShare(share)
+	if !ok {
+		act = core.DefaultActivity
+	}
+	a.Activity = ""
+	return a.Group() + core.ActivitySeparator + act
 }
 
 // ReadWorkload reads a workload in CSV with a header line naming the

@@ -1,0 +1,263 @@
+package core
+
+// Parking: a queued TRANSFER DTR that a full endpoint (MaxPerHost), a
+// full link (the optimizer's limit) or a full activity limit holds is
+// taken out of its share's queue and parked under that hold, so that a
+// grant never looks past held DTRs to find one that may start: however
+// many are held, the DTRs behind them start as soon as there are slots.
+// When a grant under a hold ends (or a link's limit rises), the first
+// parked DTR of each share under it goes back into its share's queue, in
+// its old place (its priority and arrival order are kept); if the hold
+// is full again by the time it is taken, it parks again.
+//
+// A parked DTR is still its share's and its state's: it is counted as
+// queued (sluice shares, why), cancelled, forgotten, re-prioritised and
+// aged like any other, but it is no demand in the split while it cannot
+// start, so that a share whose DTRs are all held claims no slot (as one
+// held by maxprepared does not). Parking is not recorded: a restored core
+// queues every DTR, and the first grants park the held ones again.
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"time"
+)
+
+// holdKind says what holds a parked DTR.
+type holdKind uint8
+
+const (
+	holdHost     holdKind = iota + 1 // an endpoint at MaxPerHost: a
+	holdLink                         // a link at its limit: a, b (source, destination endpoints)
+	holdActivity                     // an activity limit (limit) full at endpoint a
+)
+
+// holdKey names one hold; endpoints are 1 + their number in the names
+// table, as in entry.hosts. Another limit enforced in the TRANSFER
+// dequeue needs only a kind of its own.
+type holdKey struct {
+	kind  holdKind
+	a, b  uint32
+	limit int32
+}
+
+// compareHolds orders holds, for a fixed order of iteration.
+func compareHolds(x, y holdKey) int {
+	return cmp.Or(cmp.Compare(x.kind, y.kind), cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b), cmp.Compare(x.limit, y.limit))
+}
+
+// parked holds a share's parked DTRs under one hold, in queue order (the
+// hold is kept here rather than in every entry).
+type parked struct {
+	queue
+	hold holdKey
+}
+
+// home returns the queue an entry waits in: its share's, or the one it is
+// parked in.
+func (e *entry) home() *queue {
+	if e.park != nil {
+		return &e.park.queue
+	}
+	return &e.share.q
+}
+
+// holdOf returns the hold that keeps e from starting now in TRANSFER, if
+// any. A link at its limit is marked as wanted (the optimizer's signal).
+func (c *Core) holdOf(e *entry) (holdKey, bool) {
+	if c.hosts.limited() {
+		switch h := c.hosts.full(e); h {
+		case 0:
+		case linkFull:
+			return holdKey{kind: holdLink, a: e.hosts[0], b: e.hosts[1]}, true
+		default:
+			return holdKey{kind: holdHost, a: h}, true
+		}
+	}
+	if c.activityLoad.limited() {
+		if k, full := c.activityLoad.full(e); full {
+			return holdKey{kind: holdActivity, a: k.endpoint, limit: k.limit}, true
+		}
+	}
+	return holdKey{}, false
+}
+
+// park moves e, just taken from its share's queue, under hold k.
+func (c *Core) park(k holdKey, e *entry) {
+	ss := e.share
+	if ss.parked == nil {
+		ss.parked = map[holdKey]*parked{}
+	}
+	p := ss.parked[k]
+	if p == nil {
+		p = &parked{queue: queue{draw: ss.q.draw, due: math.MaxInt64}, hold: k}
+		ss.parked[k] = p
+		if c.holds == nil {
+			c.holds = map[holdKey]map[*shareState]struct{}{}
+		}
+		if c.holds[k] == nil {
+			c.holds[k] = map[*shareState]struct{}{}
+		}
+		c.holds[k][ss] = struct{}{}
+	}
+	p.readd(e)
+	p.due = min(p.due, e.deadline)
+	e.park = p
+	ss.parkedN++
+	c.settle(e)
+}
+
+// unparkedFrom notes that e left its park (taken back, cancelled or
+// forgotten), forgetting the park when it is empty.
+func (c *Core) unparkedFrom(e *entry) {
+	ss, k := e.share, e.park.hold
+	e.park = nil
+	ss.parkedN--
+	if p := ss.parked[k]; p != nil && p.Len() == 0 {
+		delete(ss.parked, k)
+		if len(ss.parked) == 0 {
+			ss.parked = nil
+		}
+		delete(c.holds[k], ss)
+		if len(c.holds[k]) == 0 {
+			delete(c.holds, k)
+		}
+	}
+}
+
+// roomAt puts the first parked DTR of each share under hold k back in its
+// share's queue: a grant under k ended.
+func (c *Core) roomAt(k holdKey) {
+	for ss := range c.holds[k] {
+		p := ss.parked[k]
+		e := p.popHead()
+		c.unparkedFrom(e)
+		ss.q.readd(e)
+		ss.q.due = min(ss.q.due, e.deadline)
+	}
+}
+
+// unparkAll puts every DTR parked under k back: k's limit rose.
+func (c *Core) unparkAll(k holdKey) {
+	for ss := range c.holds[k] {
+		p := ss.parked[k]
+		for p.Len() > 0 {
+			e := p.popHead()
+			c.unparkedFrom(e)
+			ss.q.readd(e)
+			ss.q.due = min(ss.q.due, e.deadline)
+		}
+	}
+}
+
+// keysOf returns the holds a TRANSFER DTR counts under: its endpoints,
+// its link, and each activity limit that covers it.
+func (c *Core) keysOf(e *entry) []holdKey {
+	var ks []holdKey
+	for _, h := range e.hosts {
+		if h != 0 {
+			ks = append(ks, holdKey{kind: holdHost, a: h})
+		}
+	}
+	if e.hosts != ([2]uint32{}) {
+		ks = append(ks, holdKey{kind: holdLink, a: e.hosts[0], b: e.hosts[1]})
+	}
+	for i := range c.activityLoad.limits {
+		if k, ok := c.activityLoad.covers(i, e); ok {
+			ks = append(ks, holdKey{kind: holdActivity, a: k.endpoint, limit: k.limit})
+		}
+	}
+	return ks
+}
+
+// full reports whether hold k is at its limit.
+func (c *Core) full(k holdKey) bool {
+	switch k.kind {
+	case holdHost:
+		return c.hosts.max > 0 && c.hosts.running[k.a] >= c.hosts.max
+	case holdLink:
+		l := c.links.links[linkKey{k.a, k.b}]
+		return l != nil && l.running >= l.limit
+	case holdActivity:
+		return c.activityLoad.running[activityKey{limit: k.limit, endpoint: k.a}] >= c.activityLoad.limits[k.limit].Max
+	}
+	return false
+}
+
+// settle gives room at e's holds that have it: for each hold of e that is
+// not full and has DTRs parked under it, the first of each share goes
+// back. It runs when a grant under e's holds ends, and when e is parked
+// under one of them: a DTR taken back from a hold with room that then
+// parks under another must not leave the room unused while DTRs behind it
+// are parked.
+func (c *Core) settle(e *entry) {
+	if len(c.holds) == 0 {
+		return
+	}
+	for _, k := range c.keysOf(e) {
+		if _, parked := c.holds[k]; parked && !c.full(k) {
+			c.roomAt(k)
+		}
+	}
+}
+
+// settleAll gives room at every hold with parked DTRs that has it, once
+// a tick before TRANSFER's grants: whatever took a DTR out of a hold's
+// park without using the room (it was cancelled, forgotten, or went on
+// to wait for another hold), the DTRs parked behind it get their turn.
+// It costs one look per hold with parked DTRs, not per DTR.
+func (c *Core) settleAll() {
+	for k := range c.holds {
+		if !c.full(k) {
+			c.roomAt(k)
+		}
+	}
+}
+
+// tickLinks marks the links that DTRs are parked for as wanted, and
+// unparks those whose limit rose, around the optimizer's tick.
+func (c *Core) tickLinks(now time.Time) {
+	if c.links == nil {
+		return
+	}
+	before := map[holdKey]int{}
+	for k := range c.holds {
+		if k.kind != holdLink {
+			continue
+		}
+		if l := c.links.links[linkKey{k.a, k.b}]; l != nil {
+			l.waited = true
+			before[k] = l.limit
+		}
+	}
+	c.links.tick(now)
+	for k, limit := range before {
+		if l := c.links.links[linkKey{k.a, k.b}]; l == nil || l.limit > limit {
+			c.unparkAll(k)
+		}
+	}
+}
+
+// holdReason says what holds a parked DTR.
+func (c *Core) holdReason(e *entry) string {
+	k := e.park.hold
+	switch k.kind {
+	case holdLink:
+		running := 0
+		if l := c.links.links[linkKey{k.a, k.b}]; l != nil {
+			running = l.running
+		}
+		return fmt.Sprintf("link %s already has %d transfers running, its limit set by the optimizer (sluice links): the DTR waits for one of them to end",
+			c.linkName(e), running)
+	case holdHost:
+		return fmt.Sprintf("storage endpoint %s already has %d transfers running (max per host %d): the DTR waits for one of them to end",
+			c.names[k.a-1], c.hosts.running[k.a], c.cfg.MaxPerHost)
+	case holdActivity:
+		lim := c.activityLoad.limits[k.limit]
+		ak := activityKey{limit: k.limit, endpoint: k.a}
+		return fmt.Sprintf("activity limit %d (%s) holds it: %d %q transfers run at %s %s; the DTR waits for one of them to end",
+			k.limit+1, lim, c.activityLoad.running[ak], lim.Activity, lim.Side(), c.names[k.a-1])
+	}
+	return ""
+}
