@@ -260,6 +260,7 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	c.unpackEntry(e) // disown and release read its DTR
 	switch {
 	case c.active[id] == e:
+		e.share.accrue(c.now) // its slot counts up to the last tick
 		c.release(e)
 	case e.index >= 0 && e.index < len(c.delayed) && c.delayed[e.index] == e:
 		heap.Remove(&c.delayed, e.index)
@@ -303,6 +304,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
+	c.observeHold(now, e)
 	c.chargePolicy(now, e, r.Bytes)
 	c.release(e)
 	if e.granted != 0 {

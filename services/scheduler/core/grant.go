@@ -29,6 +29,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	for i, ss := range st.order {
 		ss.quota = exact[i]
 	}
+	c.markHeld(s, st, slots)
 	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}
@@ -133,7 +134,7 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	c.policy.Weigh(c.now, st.state, st.demand)
 	c.weighActivities(st.demand)
 	slots, exact = apportion(c.Limit(st.state), st.demand, st.deficit)
-	payback(slots, st.demand, st.deficit, exact, st.holdOf)
+	st.gave = payback(slots, st.demand, st.deficit, exact, st.holdOf)
 	return slots, exact
 }
 
@@ -250,8 +251,6 @@ func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
 		bytes = 0
 	}
 	held := now.Sub(c.when(e.granted))
-	c.states[e.queued].observe(held)
-	e.share.observe(held)
 	e.share.accrue(now) // up to the moment its slot is freed
 	c.policy.Charge(now, e.queued, e.d, held, bytes)
 }

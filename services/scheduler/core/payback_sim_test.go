@@ -210,7 +210,64 @@ func TestWhySaysAShareHoldsFewerSlotsWhileItPaysBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(w.Reason)
-	if w.Slots != 1 || !strings.Contains(w.Reason, "its part is 2.0: it holds fewer while it pays back") {
+	if w.Slots != 1 || !strings.Contains(w.Reason, "its part is 2.0: it holds 1 fewer while it pays back") {
 		t.Fatalf("slots %d, reason %q", w.Slots, w.Reason)
+	}
+}
+
+// TestAShareHeldByAFullEndpointIsNotPaidBackWhenItFrees runs 20/80 on 10
+// slots with one transfer at a time per endpoint, a's first 100 DTRs all
+// on one endpoint: while they hold a below its part, b takes a's unused
+// slot, and a banks nothing for it. When a's DTRs on other endpoints can
+// start, a gets its part of the split, not the slots b used: at most one
+// slot more, and about its 20% of the slot-time.
+func TestAShareHeldByAFullEndpointIsNotPaidBackWhenItFrees(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.SharePolicy = core.PolicyDN
+	cfg.SharePriority = map[string]int{"a": 20, "b": 80}
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency, cfg.Lease = 10, 100, 0, 24*time.Hour
+	cfg.MaxPerHost = 1
+	s := coretest.NewSim(t, cfg)
+	s.TransferTime = func(string, int) time.Duration { return time.Second }
+	submit := func(share string, n int, host func(i int) string) {
+		for i := range n {
+			d := coretest.NewDTR(s.Nth[share+"/submitted"], share, "")
+			d.Source = fmt.Sprintf("http://%s/%s/%d", host(i), share, i)
+			s.Nth[share+"/submitted"]++
+			if err := s.Core.Submit(s.Now, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit("a", 100, func(int) string { return "slow.example" })
+	submit("a", 400, func(i int) string { return fmt.Sprintf("a%d.example", i) })
+	submit("b", 2000, func(i int) string { return fmt.Sprintf("b%d.example", i) })
+	// a is held to one transfer until fewer of its slow DTRs are queued
+	// than a grant looks past: then its others can start.
+	held := time.Duration(0)
+	for s.Running("a") < 2 {
+		s.Run(tick, tick)
+		if held += tick; held > 5*time.Minute {
+			t.Fatal("a never ran two transfers")
+		}
+	}
+	if held < 20*time.Second {
+		t.Fatalf("a was held below its part for only %s, not long enough to bank slot-time", held)
+	}
+	const window = 30 * time.Second
+	before := map[string]time.Duration{"a": s.SlotTime["a"], "b": s.SlotTime["b"]}
+	most := 0
+	for d := time.Duration(0); d < window; d += tick {
+		s.Run(tick, tick)
+		most = max(most, s.Running("a"))
+	}
+	a, b := s.SlotTime["a"]-before["a"], s.SlotTime["b"]-before["b"]
+	share := 100 * float64(a) / float64(a+b)
+	t.Logf("a held below its part for %s; then over %s a ran at most %d transfers and had %.2f%% of the slot-time", held, window, most, share)
+	if most > 3 {
+		t.Errorf("a ran %d transfers after its endpoint freed, want at most its part and one more (3)", most)
+	}
+	if share > 23 {
+		t.Errorf("a had %.2f%% of the slot-time after its endpoint freed, want about its 20%%: it was paid back for the time a full endpoint held it", share)
 	}
 }

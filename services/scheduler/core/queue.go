@@ -154,6 +154,7 @@ type stateQueues struct {
 	// Buffers for the split, indexed like order.
 	demand  []ShareDemand
 	deficit []float64
+	gave    []int // the slots each share gave up to payback (nil: none)
 	// How long its grants hold a slot, for paying back the first wave.
 	slotHold
 }
@@ -171,6 +172,8 @@ type shareState struct {
 	since          time.Time // when the deficit was last brought up to date
 	// How long its grants hold a slot, for paying back the first wave.
 	slotHold
+	// What its deficit accrues against besides its quota (accrue).
+	heldBack
 }
 
 // shareIn returns the state of a share in st, adding it if it has none.
