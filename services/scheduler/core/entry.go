@@ -260,7 +260,6 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	c.unpackEntry(e) // disown and release read its DTR
 	switch {
 	case c.active[id] == e:
-		e.share.accrue(c.now) // its slot counts up to the last tick
 		c.release(e)
 	case e.index >= 0 && e.index < len(c.delayed) && c.delayed[e.index] == e:
 		heap.Remove(&c.delayed, e.index)

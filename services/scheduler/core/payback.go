@@ -76,15 +76,27 @@ type heldBack struct {
 // are counted for the time they were held, not as they stand at the next
 // tick. A held share is entitled to no more than it runs (a full endpoint,
 // not the other shares, kept it below its part); the others are entitled
-// to what it passed on. A gap of more than maxAccrueGap is not counted.
+// to what it passed on. A gap of more than maxAccrueGap is not counted; a
+// time before the last one counted changes nothing.
+//
+// Forget (a standby copy following the journal) frees a slot without a
+// clock: the slot counts as freed when the deficit was last brought up to
+// date, the last tick or grant end, which is what accrue at Forget would
+// give as well.
 func (ss *shareState) accrue(now time.Time) {
-	if gap := now.Sub(ss.since); !ss.since.IsZero() && gap > 0 && gap <= maxAccrueGap {
-		due := ss.quota + ss.passedOn
-		if ss.held {
-			due = min(ss.quota, float64(ss.running))
-		}
-		ss.deficit += (due - float64(ss.running)) * gap.Seconds()
+	gap := now.Sub(ss.since)
+	if ss.since.IsZero() || gap > maxAccrueGap {
+		ss.since = now
+		return
 	}
+	if gap <= 0 {
+		return
+	}
+	due := ss.quota + ss.passedOn
+	if ss.held {
+		due = min(ss.quota, float64(ss.running))
+	}
+	ss.deficit += (due - float64(ss.running)) * gap.Seconds()
 	ss.since = now
 }
 

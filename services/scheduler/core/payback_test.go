@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 func TestPaybackMovesWholeSlotsFromAnOverServedShareToAnOwedOne(t *testing.T) {
@@ -78,5 +80,118 @@ func TestDeficitsAreCappedAtTwoTurnoversOfTheSlots(t *testing.T) {
 	got := []float64{st.order[0].deficit, st.order[1].deficit, st.order[2].deficit}
 	if fmt.Sprint(got) != "[-30 30 3]" {
 		t.Fatalf("deficits %v, want [-30 30 3] (2 × 10 slots × 1.5 s)", got)
+	}
+}
+
+func TestOnlyCompletedGrantsTeachHowLongAGrantHoldsItsSlot(t *testing.T) {
+	tests := []struct {
+		name     string
+		end      func(h *harness, g Grant)
+		wantHold float64 // seconds
+	}{
+		{"a result after 30 s", func(h *harness, g Grant) {
+			h.tick(30 * time.Second)
+			if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Bytes: 1, Checksum: "adler32:00000001"}); err != nil {
+				h.t.Fatal(err)
+			}
+		}, 30},
+		{"a lease that ran out", func(h *harness, g Grant) {
+			for range 5 {
+				h.tick(30 * time.Second)
+			}
+		}, 0},
+		{"a grant given back after 30 s", func(h *harness, g Grant) {
+			h.tick(30 * time.Second)
+			if err := h.c.Result(h.now, Result{DTR: g.DTR.ID, Grant: g.ID, Returned: true}); err != nil {
+				h.t.Fatal(err)
+			}
+		}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Lease = 2 * time.Minute
+			h := newHarness(t, cfg)
+			g := h.transferGrant(newDTR(1, "x", ""))
+			before := h.c.states[dtr.Transfer].hold
+			tt.end(h, g)
+			if got := h.c.states[dtr.Transfer].hold - before; got != tt.wantHold {
+				t.Fatalf("the mean hold of TRANSFER grew by %v s, want %v s", got, tt.wantHold)
+			}
+		})
+	}
+}
+
+func TestAccrueSkipsAPauseAndATimeAlreadyCounted(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		at    []time.Duration // the times accrue is called, after t0
+		want  float64
+		since time.Duration
+	}{
+		{"two seconds below its quota", []time.Duration{2 * time.Second}, 2, 2 * time.Second},
+		{"a pause of two minutes", []time.Duration{2 * time.Minute}, 0, 2 * time.Minute},
+		{"counted on after a pause", []time.Duration{2 * time.Minute, 2*time.Minute + time.Second}, 1, 2*time.Minute + time.Second},
+		{"a time before the last counted", []time.Duration{2 * time.Second, time.Second, 3 * time.Second}, 3, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ss := &shareState{quota: 2, running: 1, since: t0}
+			for _, d := range tt.at {
+				ss.accrue(t0.Add(d))
+			}
+			if ss.deficit != tt.want || !ss.since.Equal(t0.Add(tt.since)) {
+				t.Fatalf("deficit %v counted to %v, want %v to %v", ss.deficit, ss.since.Sub(t0), tt.want, tt.since)
+			}
+		})
+	}
+}
+
+func TestAHeldShareIsOwedNoMoreThanItRunsAndTheOthersOweNothingForItsSlots(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	held := &shareState{quota: 2, running: 1, since: t0, heldBack: heldBack{held: true}}
+	taker := &shareState{quota: 8, running: 9, since: t0, heldBack: heldBack{passedOn: 1}}
+	for _, ss := range []*shareState{held, taker} {
+		ss.accrue(t0.Add(10 * time.Second))
+	}
+	if held.deficit != 0 || taker.deficit != 0 {
+		t.Fatalf("deficits %v and %v after 10 s of a held share's slot used by another, want 0 and 0", held.deficit, taker.deficit)
+	}
+}
+
+func TestPaybackSaysWhichSharesItTookSlotsFrom(t *testing.T) {
+	tests := []struct {
+		name     string
+		slots    int
+		shares   []ShareDemand
+		deficit  []float64
+		wantGave string
+		note     []bool // whether sluice why notes payback for each share
+	}{
+		{"the first wave", 10,
+			[]ShareDemand{{Name: "a", Weight: 20, Demand: 100, Running: 10}, {Name: "b", Weight: 80, Demand: 100}},
+			[]float64{-4, 4}, "[1 0]", []bool{true, false}},
+		{"below its part because every share has a slot, owing a little: none taken", 3,
+			[]ShareDemand{{Name: "a", Weight: 10, Demand: 10, Running: 1}, {Name: "b", Weight: 1, Demand: 10, Running: 1}, {Name: "c", Weight: 1, Demand: 10, Running: 1}},
+			[]float64{-0.2, 0.1, 0.1}, "[]", []bool{false, false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alloc, exact := apportion(tt.slots, tt.shares, tt.deficit)
+			gave := payback(alloc, tt.shares, tt.deficit, exact, func(int) float64 { return 1 })
+			if fmt.Sprint(gave) != tt.wantGave {
+				t.Fatalf("gave %v, want %v (slots %v)", gave, tt.wantGave, alloc)
+			}
+			for i := range tt.shares {
+				g := 0
+				if gave != nil {
+					g = gave[i]
+				}
+				if note := paybackNote(g, exact[i], tt.deficit[i]) != ""; note != tt.note[i] {
+					t.Errorf("share %s (slots %d, part %.2f, deficit %v): note %v, want %v", tt.shares[i].Name, alloc[i], exact[i], tt.deficit[i], note, tt.note[i])
+				}
+			}
+		})
 	}
 }
