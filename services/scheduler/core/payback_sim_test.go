@@ -299,7 +299,7 @@ func TestPaybackMovesASlotAndGivesItBack(t *testing.T) {
 		t.Fatalf("a runs %d transfers before b comes, want (nearly) all 10", n)
 	}
 	s.Submit("b", 400, 50) // more than b can run in the 15 s followed
-	var trace []int // a's transfers, each time the number changes
+	var trace []int        // a's transfers, each time the number changes
 	moved, back := false, false
 	for range int(15 * time.Second / tick) {
 		before := s.SlotTime["a"]
