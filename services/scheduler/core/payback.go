@@ -8,12 +8,18 @@ package core
 // it, positive for the newcomer). Leftover slots alone cannot pay that
 // back (20/80 on 10 slots has none), so whole slots move too: while a
 // share is owed at least half of one of its grants in slot-time, it may
-// hold one slot more, taken from a share that has had as much too much,
-// until the slot-time each share had since both had work is its quota's.
+// hold one slot more for each grant's worth it is owed (up to its part
+// twice over and one slot more), taken from a share that has had as much
+// too much, until the slot-time each share had since both had work is its
+// quota's.
 //
 // Nothing running is stopped: a moved slot changes hands when the
 // over-served share's next grant ends. Every active share keeps at least
 // one slot (and its owned minimum), and slots move only inside a tier.
+//
+// A share below its part because its DTRs wait for a full endpoint is not
+// owed for that (markHeld): the others take its slots, and its unused
+// quota with them, so nobody banks or owes slot-time a limit withheld.
 
 import (
 	"fmt"
@@ -173,8 +179,9 @@ func (st *stateQueues) holdOf(i int) float64 {
 // its quota will still take (half a grant each, on average); a slot moves
 // while one share is projected to be owed at least half of one of its
 // grants and another to owe as much. Inside each tier; a donor keeps its
-// minimum (one slot, or its owned slots) and a recipient gets at most one
-// slot more than its part of the split, and never more than its demand.
+// minimum (one slot, or its owned slots) and a recipient gets at most its
+// part of the split twice over and one slot more, and never more than its
+// demand.
 // It returns how many slots each share gave up (nil if none moved).
 func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold func(int) float64) (gave []int) {
 	if deficit == nil {
@@ -194,9 +201,18 @@ func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold f
 		projected[i] = deficit[i] - max(float64(s.Running)-exact[i], 0)*hold(i)/2
 	}
 	lo := func(i int) int { return max(1, min(shares[i].Min, shares[i].Demand)) }
-	// A recipient gets one slot, and a share that gave one gets none (and
-	// the other way round), so that slots never go back and forth (each
-	// share's hold differs).
+	// A recipient holds at most its part twice over and one slot more: a
+	// bound on what a share owed much gets at once. One slot more than its
+	// part would be too few: slots that free up go to the shares in name
+	// order, and a share late in it that is owed needs the slots of several
+	// over-served ones (twelve shares on 200 slots realised the last one's
+	// part to 0.65 point with that bound, to 0.02 with this one).
+	most := make([]int, len(shares))
+	for i := range shares {
+		most[i] = 2*alloc[i] + 1
+	}
+	// A share that received a slot gives none and the other way round, so
+	// that slots never go back and forth (each share's hold differs).
 	const gaveOne, gotOne = 1, 2
 	role := make([]int8, len(shares))
 	var done []int // the tiers done: few
@@ -209,10 +225,10 @@ func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold f
 		for {
 			owed := -1
 			for i, s := range shares {
-				if s.Demand == 0 || s.Tier != tier || hold(i) <= 0 || role[i] != 0 {
+				if s.Demand == 0 || s.Tier != tier || hold(i) <= 0 || role[i] == gaveOne {
 					continue
 				}
-				if alloc[i] < s.Demand && projected[i] >= hold(i)/2 && (owed < 0 || projected[i] > projected[owed]) {
+				if alloc[i] < min(s.Demand, most[i]) && projected[i] >= hold(i)/2 && (owed < 0 || projected[i] > projected[owed]) {
 					owed = i
 				}
 			}

@@ -226,8 +226,8 @@ func TestWhySaysAShareHoldsFewerSlotsWhileItPaysBack(t *testing.T) {
 // slots with one transfer at a time per endpoint, a's first 100 DTRs all
 // on one endpoint: while they hold a below its part, b takes a's unused
 // slot, and a banks nothing for it. When a's DTRs on other endpoints can
-// start, a gets its part of the split, not the slots b used: at most one
-// slot more, and about its 20% of the slot-time.
+// start, a gets its part of the split, not the slots b used: no more than
+// one slot more at any moment, and about its 20% of the slot-time.
 func TestAShareHeldByAFullEndpointIsNotPaidBackWhenItFrees(t *testing.T) {
 	cfg := core.DefaultConfig()
 	cfg.SharePolicy = core.PolicyDN

@@ -36,8 +36,8 @@ func TestPaybackMovesWholeSlotsFromAnOverServedShareToAnOwedOne(t *testing.T) {
 			twoShares(ShareDemand{Demand: 100, Running: 2, Min: 2}, ShareDemand{Demand: 100, Running: 8}), []float64{-4, 4}, 1, []int{2, 8}},
 		{"slots move only inside a tier",
 			twoShares(ShareDemand{Demand: 2, Running: 2, Tier: 1}, ShareDemand{Demand: 100, Running: 8}), []float64{-4, 4}, 1, []int{2, 8}},
-		{"the one owed gets at most one slot more than its part",
-			twoShares(ShareDemand{Demand: 100}, ShareDemand{Demand: 100, Running: 10}), []float64{10, -10}, 1, []int{3, 7}},
+		{"the one owed gets at most its part twice over and one slot more",
+			twoShares(ShareDemand{Demand: 100}, ShareDemand{Demand: 100, Running: 10}), []float64{10, -10}, 1, []int{5, 5}},
 		{"one grant's worth per slot: a long grant pays more",
 			twoShares(ShareDemand{Demand: 100, Running: 10}, ShareDemand{Demand: 100}), []float64{-40, 40}, 20, []int{1, 9}},
 	}
@@ -61,11 +61,10 @@ func TestPaybackSpreadsOverTheOwedSharesAndEndsWithHalfAGrantLeft(t *testing.T) 
 	deficit := []float64{-3, 2.2, 0.8}
 	alloc, exact := apportion(10, shares, deficit)
 	payback(alloc, shares, deficit, exact, func(int) float64 { return 1 })
-	// a is projected to owe 3 + (10-5)/2 = 5.5 slot-seconds: b and c are
-	// owed half a grant and more, and each takes one slot more than its
-	// part (3/2 by the deficits), no more.
-	if fmt.Sprint(alloc) != "[3 4 3]" {
-		t.Fatalf("slots %v, want [3 4 3] (exact %v)", alloc, exact)
+	// a is projected to owe 3 + (10-5)/2 = 5.5 slot-seconds: b takes two
+	// slots (2.2 → 0.2), c one (0.8 → -0.2).
+	if fmt.Sprint(alloc) != "[2 5 3]" {
+		t.Fatalf("slots %v, want [2 5 3] (exact %v)", alloc, exact)
 	}
 }
 
