@@ -29,7 +29,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	for i, ss := range st.order {
 		ss.quota = exact[i]
 	}
-	c.markHeld(s, st, slots)
+	defer c.markHeld(s, st, slots) // once its grants are made
 	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}

@@ -106,7 +106,7 @@ func (ss *shareState) accrue(now time.Time) {
 	ss.since = now
 }
 
-// markHeld notes, at a tick of state s before its grants, the shares below
+// markHeld notes, at a tick of state s once its grants are made, the shares below
 // their part of the split (slots) none of whose first DTRs could start for
 // a full endpoint, and passes the part of their quotas they cannot use on
 // to the other shares with work, in proportion to their quotas and up to

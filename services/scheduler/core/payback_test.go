@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -192,5 +193,48 @@ func TestPaybackSaysWhichSharesItTookSlotsFrom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAShareWhoseEndpointIsFullIsMarkedHeldAndItsQuotaPassesToTheOthers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.SharePriority = map[string]int{"a": 20, "b": 80}
+	cfg.MaxDelivery, cfg.MaxProcessor, cfg.MaxEmergency, cfg.Lease = 10, 100, 0, time.Hour
+	cfg.MaxPerHost = 1
+	h := newHarness(t, cfg)
+	for i := range 20 {
+		d := newDTR(i, "a", "")
+		d.Source = fmt.Sprintf("http://slow.example/a/%d", i) // one endpoint
+		h.submit(d)
+		d = newDTR(i, "b", "")
+		d.Source = fmt.Sprintf("http://b%d.example/b/%d", i, i)
+		h.submit(d)
+	}
+	// Processing answers at once; transfers keep their slots.
+	for range 20 {
+		for _, g := range h.tick(time.Second) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	st := h.c.states[dtr.Transfer]
+	a, b := st.shares["a"], st.shares["b"]
+	if a == nil || b == nil {
+		t.Fatal("a or b has no work in TRANSFER")
+	}
+	if a.running != 1 || b.running != 9 {
+		t.Fatalf("a runs %d and b %d, want 1 (its endpoint's limit) and 9 (a's unused slot too)", a.running, b.running)
+	}
+	if !a.held || b.held {
+		t.Fatalf("held: a %v, b %v; want a only", a.held, b.held)
+	}
+	// a's quota is 2 of 10: the one slot it cannot use is b's to use.
+	if math.Abs(b.passedOn-(a.quota-1)) > 1e-9 || a.passedOn != 0 {
+		t.Fatalf("passed on: to b %v, to a %v; want a's unused quota %v to b", b.passedOn, a.passedOn, a.quota-1)
+	}
+	if math.Abs(a.deficit) > 1e-9 || math.Abs(b.deficit) > 1e-9 {
+		t.Fatalf("deficits a %v, b %v after %s with a held: want 0 and 0", a.deficit, b.deficit, 20*time.Second)
 	}
 }
