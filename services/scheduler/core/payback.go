@@ -203,10 +203,10 @@ func payback(alloc []int, shares []ShareDemand, deficit, exact []float64, hold f
 	lo := func(i int) int { return max(1, min(shares[i].Min, shares[i].Demand)) }
 	// A recipient holds at most its part twice over and one slot more: a
 	// bound on what a share owed much gets at once. One slot more than its
-	// part would be too few: slots that free up go to the shares in name
-	// order, and a share late in it that is owed needs the slots of several
-	// over-served ones (twelve shares on 200 slots realised the last one's
-	// part to 0.65 point with that bound, to 0.02 with this one).
+	// part pays back too slowly where many shares churn the leftovers:
+	// twelve shares on 200 slots (sluice simulate --scale-example) left the
+	// smallest 0.65 point short of its part with that bound (also with the
+	// shares owed most served first), 0.02 point with this one.
 	most := make([]int, len(shares))
 	for i := range shares {
 		most[i] = 2*alloc[i] + 1
