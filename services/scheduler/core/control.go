@@ -170,9 +170,13 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	names := st.order
 	alloc, exact := c.shareSlots(st)
 	var part float64
+	var gave int // the slots payback took from its share
 	for i, ss := range st.order {
 		if ss == e.share {
 			w.Slots, part = alloc[i], exact[i]
+			if st.gave != nil {
+				gave = st.gave[i]
+			}
 		}
 	}
 	w.Queued, w.Running = e.share.q.Len()+e.share.parkedN, e.share.running
@@ -208,7 +212,7 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 			d.Share, w.Slots, d.State, w.Limit)
 	case free <= 0:
 		w.Reason = fmt.Sprintf("share %s uses all its %d of %d slots in %s; %d of its DTRs are ahead of this one",
-			d.Share, w.Slots, w.Limit, d.State, w.Position) + paybackNote(w.Slots, part, e.share.deficit)
+			d.Share, w.Slots, w.Limit, d.State, w.Position) + paybackNote(gave, part, e.share.deficit)
 	default:
 		w.Reason = fmt.Sprintf("share %s has a free slot in %s; it starts at the next tick", d.Share, d.State)
 	}

@@ -307,6 +307,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
+	c.observeHold(now, e)
 	c.chargePolicy(now, e, r.Bytes)
 	c.release(e)
 	if e.granted != 0 {

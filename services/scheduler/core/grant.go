@@ -32,6 +32,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	for i, ss := range st.order {
 		ss.quota = exact[i]
 	}
+	defer c.markHeld(s, st, slots) // once its grants are made
 	if st.total >= n+c.cfg.MaxEmergency {
 		return
 	}
@@ -143,7 +144,7 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	} else {
 		slots, exact = apportion(c.Limit(st.state), st.demand, st.deficit)
 	}
-	payback(slots, st.demand, st.deficit, exact, st.holdOf)
+	st.gave = payback(slots, st.demand, st.deficit, exact, st.holdOf)
 	return slots, exact
 }
 
@@ -261,8 +262,6 @@ func (c *Core) chargePolicy(now time.Time, e *entry, bytes int64) {
 		bytes = 0
 	}
 	held := now.Sub(c.when(e.granted))
-	c.states[e.queued].observe(held)
-	e.share.observe(held)
 	e.share.accrue(now) // up to the moment its slot is freed
 	c.policy.Charge(now, e.queued, e.d, held, bytes)
 }

@@ -160,6 +160,7 @@ type stateQueues struct {
 	// Buffers for the split, indexed like order.
 	demand  []ShareDemand
 	deficit []float64
+	gave    []int // the slots each share gave up to payback (nil: none)
 	// How long its grants hold a slot, for paying back the first wave.
 	slotHold
 }
@@ -182,6 +183,8 @@ type shareState struct {
 	// them (parking.go).
 	parked  map[holdKey]*parked
 	parkedN int
+	// What its deficit accrues against besides its quota (accrue).
+	heldBack
 }
 
 // shareIn returns the state of a share in st, adding it if it has none.
