@@ -45,7 +45,13 @@ func (c Config) optimizerConfig() (core.OptimizerConfig, error) {
 }
 
 func (s *Service) handleLinks(r micro.Request) {
-	if _, ok := s.requester(r, api.SubjectLinks, auth.ScopeRead); !ok {
+	c, ok := s.requester(r, api.SubjectLinks, auth.ScopeRead)
+	if !ok {
+		return
+	}
+	if !c.Admin {
+		// The links name the storage endpoints of every user's transfers.
+		_ = r.Error("403", fmt.Sprintf("%s: only operators and administrators may list the links (%s is not one; see SLUICE_ADMINS)", auth.ErrForbidden, c), nil)
 		return
 	}
 	var req api.LinksRequest

@@ -103,3 +103,19 @@ func TestLinksAreAnsweredOverNATSAndOnTheWebPage(t *testing.T) {
 		})
 	}
 }
+
+func TestOnlyOperatorsAndAdministratorsListTheLinks(t *testing.T) {
+	nc, _ := linksScheduler(t, Config{Optimizer: "on"})
+	var m *nats.Msg
+	eventually(t, func() string {
+		var err error
+		m, err = nc.Request(api.UserSubject(api.SubjectLinks, "alice"), nil, time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "403" {
+		t.Fatalf("a user asked for the links, which name every user's storage endpoints: %q %q", code, m.Header.Get(micro.ErrorHeader))
+	}
+}
