@@ -57,7 +57,8 @@ func (h Hold) Waits() bool {
 
 // Standing is where an unfinished DTR stands: its state, what holds it
 // there, until when (a retry's or cache wait's end), and since when it is
-// in its state (its record's Updated), given only when Hold does not wait
+// in its state (DTR.EnteredState: a change of priority, a reconfiguration
+// or a cancel asked does not move it), given only when Hold does not wait
 // (finding it may unpack a queued DTR's record).
 type Standing struct {
 	DTR   uuid.UUID
@@ -139,7 +140,7 @@ func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
 	}
 	if !s.Hold.Waits() {
 		d := c.peekEntry(e)
-		s.Since, s.Cacheable = d.Updated, c.cacheable(d)
+		s.Since, s.Cacheable = d.EnteredState(), c.cacheable(d)
 	}
 	return s
 }
