@@ -370,10 +370,17 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 // ticket batches of events (the history of the steps whose inputs are
 // about to be acknowledged, so that a leader's crash loses none: at least
 // once), asking it to store what it holds now; at most historyAwait, so
-// that a slow or full store never holds scheduling.
+// that a slow or full store never holds scheduling. Once a wait ends
+// unfulfilled, commits do not wait at all (each is counted in
+// historyStats.unawaited) until a store succeeds within historyAwait
+// again: a store that does not answer costs one wait, not one a step.
 func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
 	w := s.historyWriter.Load()
 	if w == nil || ticket == 0 {
+		return
+	}
+	if w.lagging.Load() {
+		w.stats.unawaited.Add(1)
 		return
 	}
 	deadline := time.NewTimer(historyAwait)
@@ -390,6 +397,8 @@ func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
 		select {
 		case <-stored:
 		case <-deadline.C:
+			w.lag()
+			w.stats.unawaited.Add(1)
 			return
 		case <-ctx.Done():
 			return

@@ -160,6 +160,11 @@ func (s *Service) registerHistoryMetrics(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	unawaited, err := meter.Int64ObservableCounter("sluice.scheduler.history.unawaited",
+		metric.WithDescription("commits that acknowledged their inputs without waiting for their history: the history store had not answered within the wait"))
+	if err != nil {
+		return err
+	}
 	full, err := meter.Int64ObservableGauge("sluice.scheduler.history.full",
 		metric.WithDescription("1 while the stream SLUICE_HISTORY is full and drops its oldest events"))
 	if err != nil {
@@ -177,10 +182,11 @@ func (s *Service) registerHistoryMetrics(meter metric.Meter) error {
 		for cause, n := range map[string]uint64{"queue": h.droppedQueue.Load(), "store": h.droppedStore.Load(), "full": h.droppedFull.Load()} {
 			o.ObserveInt64(dropped, int64(n), metric.WithAttributes(attribute.String("cause", cause)))
 		}
+		o.ObserveInt64(unawaited, int64(h.unawaited.Load()))
 		o.ObserveInt64(full, h.full.Load())
 		o.ObserveInt64(size, h.bytes.Load())
 		return nil
-	}, stuck, written, dropped, full, size)
+	}, stuck, written, dropped, unawaited, full, size)
 	if err != nil {
 		return fmt.Errorf("scheduler history metrics: %w", err)
 	}

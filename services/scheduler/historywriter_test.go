@@ -1,0 +1,143 @@
+package scheduler
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// startHistory runs a term's writer for a bare Service, as writeHistory
+// does, on js; stop stops it at once.
+func startHistory(t *testing.T, js jetstream.JetStream) (s *Service, w *historyWriter, stop func()) {
+	t.Helper()
+	var dropped atomic.Uint64
+	s = &Service{js: js, log: quiet(), historyStats: &historyStats{}, history: &historyRecorder{dropped: &dropped}}
+	in := make(chan []historyItem, historyQueue)
+	s.history.out = in
+	w = &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.historyWriter.Store(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx) }()
+	return s, w, func() { cancel(); <-done }
+}
+
+func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx := context.Background()
+	// The stream is gone and something silent listens on its subjects:
+	// no publish of history is ever acknowledged (as with a stream whose
+	// leader is lost).
+	if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := nc.SubscribeSync(bus.SubjectHistoryPrefix + "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, w, stop := startHistory(t, js)
+	defer stop()
+	const commits = 8
+	began := time.Now()
+	for range commits {
+		s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+		s.awaitHistory(ctx, s.history.sent) // as each commit does
+	}
+	took := time.Since(began)
+	if got := s.historyStats.unawaited.Load(); got != commits {
+		t.Fatalf("%d commits went on without their history, want all %d", got, commits)
+	}
+	if !w.lagging.Load() {
+		t.Fatal("the writer is not marked lagging")
+	}
+	// Waiting each time would take commits × historyAwait; one wait is
+	// the cost.
+	if took >= commits*historyAwait/2 {
+		t.Fatalf("%d commits took %s: they waited for a store that never answers", commits, took)
+	}
+
+	// The store answers again: once a store succeeds, commits wait for
+	// their history again.
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); w.lagging.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("still lagging a minute after the store came back")
+		}
+		s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+		time.Sleep(200 * time.Millisecond)
+	}
+	id := uuid.New()
+	s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, s.history.sent)
+	if events, _, err := readHistory(ctx, js, id); err != nil || len(events) != 1 {
+		t.Fatalf("after the store came back: %+v, %v; want the event stored before the commit goes on", events, err)
+	}
+}
+
+func TestAFailedLookupOfTheLastNumberHoldsTheEventsBackInsteadOfNumberingFromOne(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	id := uuid.New()
+	ev := func(i int) api.HistoryEvent {
+		return api.HistoryEvent{Time: time.Now(), State: dtr.Transferring, Grant: "g" + string(rune('a'+i))}
+	}
+	stats := &historyStats{}
+	writeEvents(t, &historyWriter{js: js, log: quiet(), stats: stats}, []historyItem{
+		{id: id, ev: ev(0), first: true}, {id: id, ev: ev(1)}, {id: id, ev: ev(2)}})
+
+	// The next leader's writer holds a handle whose connection is gone:
+	// it cannot read the last number.
+	ns, err := nats.Connect(js.Conn().ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bjs, err := jetstream.New(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, err := bjs.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]uint64{}, stream: broken}
+	groups := [][]historyItem{{{id: id, ev: ev(3)}, {id: id, ev: ev(4)}}}
+	ok, later := w.publish(ctx, groups)
+	if ok || len(later) != 1 || len(later[0]) != 2 {
+		t.Fatalf("with the lookup failing: ok %v, held back %v; want both events held back", ok, later)
+	}
+	if got := stats.written.Load(); got != 3 {
+		t.Fatalf("%d events written, want the first 3 only", got)
+	}
+	// Tried again, with the stream looked up anew: numbered on.
+	if ok, later = w.publish(ctx, later); !ok || len(later) != 0 {
+		t.Fatalf("tried again: ok %v, held back %v", ok, later)
+	}
+	events, dropped, err := readHistory(ctx, js, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 5 || dropped != 0 {
+		t.Fatalf("%d events, %d dropped; want 5 and none", len(events), dropped)
+	}
+	for i, e := range events {
+		if e.Seq != uint64(i+1) || e.Grant != ev(i).Grant {
+			t.Fatalf("event %d: number %d grant %s, want %d %s", i, e.Seq, e.Grant, i+1, ev(i).Grant)
+		}
+	}
+}
