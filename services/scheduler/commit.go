@@ -215,17 +215,17 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	// Acknowledgements write nothing fenced: a leader whose term may have
-	// passed (it was frozen between the step and now) leaves its inputs
-	// to the next one.
-	if s.election != nil && s.election.lapsed(time.Now()) {
-		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
-	}
 	var history uint64
 	for _, c := range cs {
 		history = max(history, c.history)
 	}
 	s.awaitHistory(ctx, history)
+	// Acknowledgements write nothing fenced: a leader whose term may have
+	// passed (it was frozen between the step and now, or waiting for its
+	// history just above) leaves its inputs to the next one.
+	if s.election != nil && s.election.lapsed(time.Now()) {
+		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
+	}
 	for _, c := range cs {
 		for _, m := range c.notices {
 			_ = s.nc.PublishMsg(m)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,5 +140,60 @@ func TestAFailedLookupOfTheLastNumberHoldsTheEventsBackInsteadOfNumberingFromOne
 		if e.Seq != uint64(i+1) || e.Grant != ev(i).Grant {
 			t.Fatalf("event %d: number %d grant %s, want %d %s", i, e.Seq, e.Grant, i+1, ev(i).Grant)
 		}
+	}
+}
+
+func TestATermThatLapsesWhileTheCommitWaitsForHistoryLeavesTheInputsUnacknowledged(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx := context.Background()
+	// An input to acknowledge, from a stream of the test's own.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INPUTS", Subjects: []string{"inputs"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "INPUTS", jetstream.ConsumerConfig{Durable: "in", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "inputs", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := <-batch.Messages()
+	if input == nil {
+		t.Fatal("no input")
+	}
+	// A history store that never answers: the commit waits historyAwait.
+	if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.SubscribeSync(bus.SubjectHistoryPrefix + "*"); err != nil {
+		t.Fatal(err)
+	}
+	s, _, stop := startHistory(t, js)
+	defer stop()
+	s.nc, s.journal = nc, &journal{}
+	// The term holds for a second more: it lapses during the wait.
+	s.election = &election{ttl: 4 * time.Second}
+	s.election.renewed.Store(time.Now().Add(-2 * time.Second).UnixNano())
+	if s.election.lapsed(time.Now()) {
+		t.Fatal("lapsed already")
+	}
+	s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	err = s.carryOut(ctx, []*commit{{acks: []jetstream.Msg{input}, history: s.history.sent}})
+	if !errors.Is(err, errDeposed) {
+		t.Fatalf("carried out with %v, want the term found lapsed", err)
+	}
+	if err := nc.Flush(); err != nil { // any acknowledgement sent reaches the server
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 {
+		t.Fatalf("%d inputs pending acknowledgement, want the 1 left to the next leader", info.NumAckPending)
 	}
 }
