@@ -242,6 +242,7 @@ func TestAStuckDTRIsReportedOncePerEpisodeAndAWaitingOneNever(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(&logs, nil)), core.DeadlineFor), history: r.rec}
+	s.role.Store(roleLeader)
 	stuckIDs := func() []uuid.UUID {
 		var ids []uuid.UUID
 		for _, d := range s.stuck.list(nil) {
@@ -274,6 +275,41 @@ func TestAStuckDTRIsReportedOncePerEpisodeAndAWaitingOneNever(t *testing.T) {
 	s.sweep(r.now)
 	if n := s.stuck.count.Load(); n != 0 {
 		t.Fatalf("%d stuck after it moved on", n)
+	}
+}
+
+func TestAStandbyReportsNoStuckDTR(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.Lease = 100 * time.Hour
+	r := newCoreRun(t, cfg)
+	d := testDTR(0)
+	if err := r.c.Submit(r.now, d); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ { // to a transfer that runs and moves nothing
+		for _, g := range r.step(time.Second) {
+			if g.State != dtr.Transferring {
+				r.answer(g, nil)
+			}
+		}
+	}
+	r.now = r.now.Add(3 * time.Hour)
+	var logs bytes.Buffer
+	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(&logs, nil)), core.DeadlineFor), history: r.rec}
+	s.role.Store(roleLeader)
+	s.sweep(r.now)
+	if n := s.stuck.count.Load(); n != 1 {
+		t.Fatalf("the leader finds %d stuck, want 1", n)
+	}
+	// Stepped down: the standby sweeps nothing and reports nothing.
+	s.role.Store(roleStandby)
+	logs.Reset()
+	s.sweep(r.now.Add(time.Minute))
+	if n, l := s.stuck.count.Load(), s.stuck.list(nil); n != 0 || len(l) != 0 {
+		t.Fatalf("a standby reports %d stuck: %v", n, l)
+	}
+	if strings.Contains(logs.String(), "DTR stuck") {
+		t.Fatalf("a standby warned:\n%s", logs.String())
 	}
 }
 

@@ -125,8 +125,15 @@ const maxHoldEvents = 1000
 
 // sweep looks at where every DTR stands: a DTR still in its state but
 // held by something else is recorded in its history, and stuck DTRs are
-// reported.
+// reported. Only the leader sweeps: a standby's copy lags, and its
+// history is not recorded; it reports no stuck DTR.
 func (s *Service) sweep(now time.Time) {
+	if s.role.Load() != roleLeader {
+		if s.stuck.count.Load() != 0 {
+			s.stuck.reset()
+		}
+		return
+	}
 	var items []historyItem
 	term := s.term.Load()
 	s.stuck.begin()
