@@ -42,7 +42,7 @@ func (r *coreRun) step(d time.Duration) []core.Grant {
 	r.now = r.now.Add(d)
 	r.c.Tick(r.now)
 	dec := r.c.Take()
-	r.rec.step(r.now, r.c, dec.Changed, 7)
+	r.rec.send(r.rec.step(r.now, r.c, dec.Changed, 7))
 	for _, g := range dec.Grants {
 		r.running[g.ID] = g
 	}
@@ -441,8 +441,8 @@ func TestAStepsHistoryIsStoredBeforeItsInputsAreAcknowledged(t *testing.T) {
 	defer func() { close(in); <-done }()
 
 	id := uuid.New()
-	s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	s.awaitHistory(ctx, s.history.sent) // as the committer does before acknowledging
+	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, ticket) // as the committer does before acknowledging
 	events, _, err := readHistory(ctx, js, id)
 	if err != nil || len(events) != 1 || events[0].Seq != 1 {
 		t.Fatalf("right after: %+v, %v; want the event stored", events, err)

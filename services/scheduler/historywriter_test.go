@@ -51,8 +51,8 @@ func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
 	const commits = 8
 	began := time.Now()
 	for range commits {
-		s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-		s.awaitHistory(ctx, s.history.sent) // as each commit does
+		ticket := s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+		s.awaitHistory(ctx, ticket) // as each commit does
 	}
 	took := time.Since(began)
 	if got := s.historyStats.unawaited.Load(); got != commits {
@@ -83,8 +83,8 @@ func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	id := uuid.New()
-	s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	s.awaitHistory(ctx, s.history.sent)
+	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, ticket)
 	if events, _, err := readHistory(ctx, js, id); err != nil || len(events) != 1 {
 		t.Fatalf("after the store came back: %+v, %v; want the event stored before the commit goes on", events, err)
 	}
@@ -181,8 +181,7 @@ func TestATermThatLapsesWhileTheCommitWaitsForHistoryLeavesTheInputsUnacknowledg
 	if s.election.lapsed(time.Now()) {
 		t.Fatal("lapsed already")
 	}
-	s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	err = s.carryOut(ctx, []*commit{{acks: []jetstream.Msg{input}, history: s.history.sent}})
+	err = s.carryOut(ctx, []*commit{{acks: []jetstream.Msg{input}, events: []historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}})
 	if !errors.Is(err, errDeposed) {
 		t.Fatalf("carried out with %v, want the term found lapsed", err)
 	}
@@ -195,5 +194,58 @@ func TestATermThatLapsesWhileTheCommitWaitsForHistoryLeavesTheInputsUnacknowledg
 	}
 	if info.NumAckPending != 1 {
 		t.Fatalf("%d inputs pending acknowledgement, want the 1 left to the next leader", info.NumAckPending)
+	}
+}
+
+func TestAStepsHistoryIsStoredOnlyIfItsRecordsWereJournaled(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		deposed bool // another leader appended since: the append is refused
+	}{
+		{"journaled", false},
+		{"refused", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js := bustest.Server(t)
+			ctx := context.Background()
+			s, _, stop := startHistory(t, js)
+			defer stop()
+			s.nc = nc
+			s.journal = newJournal(js, nil, quiet(), 1<<20, time.Hour, 0)
+			if tt.deposed {
+				s.journal.fenced, s.journal.last = true, 1000
+			}
+			id := uuid.New()
+			c := &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}},
+				events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New, Term: 3}}}}
+			err := s.carryOut(ctx, []*commit{c})
+			if (err != nil) != tt.deposed {
+				t.Fatalf("carried out with %v", err)
+			}
+			want := map[bool]int{false: 1, true: 0}[tt.deposed]
+			if handed := s.history.send(nil); handed != uint64(want) {
+				t.Fatalf("%d batches handed to the writer, want %d", handed, want)
+			}
+			s.awaitHistory(ctx, 1) // what was handed over is stored
+			events, _, err := readHistory(ctx, js, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(events) != want {
+				t.Fatalf("%d events stored, want %d", len(events), want)
+			}
+		})
+	}
+}
+
+func TestEventsOfTheSameNumberAreOrderedByTerm(t *testing.T) {
+	t0 := time.Now()
+	events, _ := tidyHistory([]api.HistoryEvent{
+		{Seq: 2, Term: 5, Time: t0, State: dtr.Transfer}, // the next leader's, its clock behind
+		{Seq: 1, Term: 4, Time: t0, State: dtr.New},
+		{Seq: 2, Term: 4, Time: t0.Add(time.Second), State: dtr.Resolving},
+	})
+	if len(events) != 3 || events[1].Term != 4 || events[2].Term != 5 {
+		t.Fatalf("ordered %+v; want term 4's number 2 before term 5's", events)
 	}
 }
