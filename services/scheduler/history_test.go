@@ -448,3 +448,30 @@ func TestAStepsHistoryIsStoredBeforeItsInputsAreAcknowledged(t *testing.T) {
 		t.Fatalf("right after: %+v, %v; want the event stored", events, err)
 	}
 }
+
+func TestADTRWaitingForATimeLongPastCountsAsStuck(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name  string
+		hold  core.Hold
+		until time.Time
+		stuck bool
+	}{
+		{"retry due later", core.HoldRetry, now.Add(time.Hour), false},
+		{"retry just due", core.HoldRetry, now.Add(-30 * time.Second), false},
+		{"retry due hours ago", core.HoldRetry, now.Add(-3 * time.Hour), true},
+		{"cache wait hours past its end", core.HoldCache, now.Add(-3 * time.Hour), true},
+		{"waiting for a slot", core.HoldShareFull, time.Time{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newStuckDetector(quiet(), core.DeadlineFor)
+			d.begin()
+			d.observe(now, core.Standing{DTR: uuid.New(), State: dtr.Transfer, Hold: tt.hold, Until: tt.until, Since: now.Add(-5 * time.Hour)},
+				func(uuid.UUID) (dtr.DTR, bool) { return dtr.DTR{}, false })
+			d.end()
+			if got := d.count.Load() == 1; got != tt.stuck {
+				t.Fatalf("stuck %v, want %v", got, tt.stuck)
+			}
+		})
+	}
+}

@@ -58,7 +58,7 @@ func (d *stuckDetector) begin() { d.sweep++ }
 
 // observe judges one DTR; get reads its record (only for one stuck).
 func (d *stuckDetector) observe(now time.Time, st core.Standing, get func(uuid.UUID) (dtr.DTR, bool)) {
-	if st.Hold.Waits() || st.Since.IsZero() {
+	if waits(now, st) || st.Since.IsZero() {
 		return
 	}
 	deadline := d.deadline(st.State, st.Cacheable)
@@ -79,6 +79,20 @@ func (d *stuckDetector) observe(now time.Time, st core.Standing, get func(uuid.U
 	d.log.Warn("DTR stuck: in its state past its deadline, waiting for nothing that will come",
 		"dtr", st.DTR, "job", rec.JobID, "state", st.State, "hold", st.Hold, "since", st.Since, "deadline", deadline)
 }
+
+// waits says whether a DTR legitimately waits (core.Hold.Waits); one
+// waiting until a time (a retry's delay, a cache download) waits only
+// until stuckGrace past it: the next step should have moved it on.
+func waits(now time.Time, st core.Standing) bool {
+	if !st.Hold.Waits() {
+		return false
+	}
+	return st.Until.IsZero() || now.Before(st.Until.Add(stuckGrace))
+}
+
+// stuckGrace is how long past the end of its wait a DTR still counts as
+// waiting.
+const stuckGrace = time.Minute
 
 // end ends a sweep: those not found stuck in it are no longer.
 func (d *stuckDetector) end() {

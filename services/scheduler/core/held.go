@@ -59,6 +59,7 @@ func (h Hold) Waits() bool {
 // there, until when (a retry's or cache wait's end), and since when it is
 // in its state (DTR.EnteredState: a change of priority, a reconfiguration
 // or a cancel asked does not move it), given only when Hold does not wait
+// or waits until a time (Until)
 // (finding it may unpack a queued DTR's record).
 type Standing struct {
 	DTR   uuid.UUID
@@ -138,7 +139,7 @@ func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
 	default:
 		s.Hold = c.queuedHold(e, sf.slotsOf(c.states[s.State], e.share))
 	}
-	if !s.Hold.Waits() {
+	if !s.Hold.Waits() || !s.Until.IsZero() {
 		d := c.peekEntry(e)
 		s.Since, s.Cacheable = d.EnteredState(), c.cacheable(d)
 	}

@@ -64,8 +64,8 @@ func TestStandingsAgreeWithExplain(t *testing.T) {
 		if s.State != w.State {
 			t.Errorf("DTR %s: state %s, Explain %s", id, s.State, w.State)
 		}
-		if s.Hold == HoldRetry && s.Until.IsZero() {
-			t.Errorf("a retry with no end")
+		if s.Hold == HoldRetry && (s.Until.IsZero() || s.Since.IsZero()) {
+			t.Errorf("a retry with no end or no since: %+v", s)
 		}
 		if !s.Hold.Waits() && s.Since.IsZero() {
 			t.Errorf("DTR %s held %s has no since", id, s.Hold)
