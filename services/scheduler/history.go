@@ -62,8 +62,10 @@ type historyRecorder struct {
 	// The loop (the sweep) and the committer send: mu guards it.
 	mu   sync.Mutex
 	sent uint64
-	// dropped counts the events the writer had no room for.
+	// dropped counts the events the writer had no room for; queued, if
+	// set, the events handed over and not yet taken by the writer.
 	dropped *atomic.Uint64
+	queued  *atomic.Int64
 	// ranBy holds the worker that sent each result of the step (grant →
 	// worker id), arrivals the DTRs submitted in it; step clears both.
 	ranBy    map[string]string
@@ -248,9 +250,16 @@ func (r *historyRecorder) send(items []historyItem) (ticket uint64) {
 	if len(items) == 0 || r.out == nil {
 		return r.sent
 	}
+	if r.queued != nil && r.queued.Load()+int64(len(items)) > historyQueueEvents {
+		r.dropped.Add(uint64(len(items)))
+		return r.sent
+	}
 	select {
 	case r.out <- items:
 		r.sent++
+		if r.queued != nil {
+			r.queued.Add(int64(len(items)))
+		}
 	default:
 		r.dropped.Add(uint64(len(items)))
 	}
@@ -363,6 +372,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	}
 	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName,
 		flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -371,7 +381,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		w.run(wctx)
 	}()
 	return func() {
-		s.history.out = nil
+		s.history.out, s.history.queued = nil, nil
 		s.historyWriter.Store(nil)
 		close(in)
 		select {

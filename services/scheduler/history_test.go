@@ -338,7 +338,7 @@ func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats := &historyStats{}
-	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]uint64{}}
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}}
 	w.look(ctx)
 	// 2 KiB events, 6,000 of them in 3,000 DTRs: half again the stream's
 	// 8 MiB.

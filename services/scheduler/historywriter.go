@@ -49,8 +49,12 @@ type historyWriter struct {
 	retention time.Duration
 	in        <-chan []historyItem
 	stats     *historyStats
-	// next is the number of each unfinished DTR's last event.
-	next map[uuid.UUID]uint64
+	// next is the number of each unfinished DTR's last event, and when
+	// it was given (pruneNext forgets those not used for a while).
+	next map[uuid.UUID]numbered
+	// queued counts the events handed over and not yet taken (the
+	// recorder drops new ones beyond historyQueueEvents).
+	queued atomic.Int64
 	// flushNow asks the writer to store what it holds at once; done
 	// counts the batches received and stored, and stored is closed (and
 	// made anew) each time it grows.
@@ -70,6 +74,26 @@ type historyWriter struct {
 	lagging atomic.Bool
 	// stream is SLUICE_HISTORY's handle, looked up once (lastNumbers).
 	stream jetstream.Stream
+}
+
+// numbered is the number of a DTR's last event, and when it was given.
+type numbered struct {
+	n  uint64
+	at time.Time
+}
+
+// historyNextIdle is how long the writer remembers the number of a DTR
+// whose events stopped coming (its final event dropped, say); one that
+// comes back after has its number read from the store.
+const historyNextIdle = time.Hour
+
+// pruneNext forgets the numbers not given for historyNextIdle.
+func (w *historyWriter) pruneNext(now time.Time) {
+	for id, n := range w.next {
+		if now.Sub(n.at) > historyNextIdle {
+			delete(w.next, id)
+		}
+	}
 }
 
 // lag notes that a commit waited for the store in vain: the commits
@@ -97,8 +121,12 @@ const (
 	historyFlushEvery = time.Second
 )
 
-// historyQueue is how many steps' events may wait for the writer.
-const historyQueue = 1024
+// historyQueue is how many steps' events may wait for the writer, and
+// historyQueueEvents how many events.
+const (
+	historyQueue       = 1024
+	historyQueueEvents = 4 * historyBatchMax
+)
 
 // heldEvents are the events waiting to be published, by DTR in the order
 // they first came.
@@ -136,7 +164,7 @@ func (h *heldEvents) take() [][]historyItem {
 // published then) or ctx ends, and looks at the stream's size every 10 s.
 func (w *historyWriter) run(ctx context.Context) {
 	if w.next == nil {
-		w.next = map[uuid.UUID]uint64{}
+		w.next = map[uuid.UUID]numbered{}
 	}
 	w.mu.Lock()
 	if w.stored == nil {
@@ -150,16 +178,16 @@ func (w *historyWriter) run(ctx context.Context) {
 	w.look(ctx)
 	var held heldEvents
 	store := func() {
-		// What has come in is stored with what is held.
-		for more := true; more; {
+		// What has come in is stored with what is held, up to
+		// historyBatchMax events (the rest by the next stores).
+		for more := held.n < historyBatchMax; more; more = more && held.n < historyBatchMax {
 			select {
 			case items, ok := <-w.in:
 				if !ok {
 					more = false
 					break
 				}
-				held.add(items)
-				w.received++
+				w.take(&held, items)
 			default:
 				more = false
 			}
@@ -182,8 +210,9 @@ func (w *historyWriter) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-look.C:
+		case now := <-look.C:
 			w.look(ctx)
+			w.pruneNext(now)
 		case <-flush.C:
 			store()
 		case <-w.flushNow:
@@ -193,13 +222,19 @@ func (w *historyWriter) run(ctx context.Context) {
 				store()
 				return
 			}
-			held.add(items)
-			w.received++
+			w.take(&held, items)
 			if held.n >= historyBatchMax {
 				store()
 			}
 		}
 	}
+}
+
+// take holds a batch that came in.
+func (w *historyWriter) take(held *heldEvents, items []historyItem) {
+	held.add(items)
+	w.received++
+	w.queued.Add(-int64(len(items)))
 }
 
 // storedUpTo returns how many batches are stored, and a channel closed
@@ -274,8 +309,9 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 			later = append(later, group)
 			continue
 		}
-		n, numbered := w.next[id]
-		if !numbered {
+		nb, known := w.next[id]
+		n := nb.n
+		if !known {
 			n = last[id]
 		}
 		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
@@ -295,7 +331,7 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		if group[len(group)-1].final {
 			delete(w.next, id)
 		} else {
-			w.next[id] = n
+			w.next[id] = numbered{n, time.Now()}
 		}
 		m := nats.NewMsg(bus.HistorySubject(id.String()))
 		var err error

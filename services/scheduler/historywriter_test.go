@@ -26,6 +26,7 @@ func startHistory(t *testing.T, js jetstream.JetStream) (s *Service, w *historyW
 	in := make(chan []historyItem, historyQueue)
 	s.history.out = in
 	w = &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -116,7 +117,7 @@ func TestAFailedLookupOfTheLastNumberHoldsTheEventsBackInsteadOfNumberingFromOne
 		t.Fatal(err)
 	}
 	ns.Close()
-	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]uint64{}, stream: broken}
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}, stream: broken}
 	groups := [][]historyItem{{{id: id, ev: ev(3)}, {id: id, ev: ev(4)}}}
 	ok, later := w.publish(ctx, groups)
 	if ok || len(later) != 1 || len(later[0]) != 2 {
@@ -247,5 +248,33 @@ func TestEventsOfTheSameNumberAreOrderedByTerm(t *testing.T) {
 	})
 	if len(events) != 3 || events[1].Term != 4 || events[2].Term != 5 {
 		t.Fatalf("ordered %+v; want term 4's number 2 before term 5's", events)
+	}
+}
+
+func TestTheWritersQueueIsBoundedInEvents(t *testing.T) {
+	var dropped atomic.Uint64
+	var queued atomic.Int64
+	r := &historyRecorder{out: make(chan []historyItem, historyQueue), dropped: &dropped, queued: &queued}
+	big := make([]historyItem, historyQueueEvents/2+1)
+	r.send(big) // one step's many events: taken
+	if got := r.send(big); got != 1 || dropped.Load() != uint64(len(big)) {
+		t.Fatalf("%d batches handed over, %d events dropped; want the second batch dropped: the queue holds %d events at most",
+			got, dropped.Load(), historyQueueEvents)
+	}
+	if queued.Load() != int64(len(big)) {
+		t.Fatalf("%d events counted queued, want %d", queued.Load(), len(big))
+	}
+}
+
+func TestTheWriterForgetsTheNumbersOfDTRsIdleForAnHour(t *testing.T) {
+	now := time.Now()
+	idle, busy := uuid.New(), uuid.New()
+	w := &historyWriter{next: map[uuid.UUID]numbered{idle: {5, now.Add(-2 * time.Hour)}, busy: {7, now.Add(-time.Minute)}}}
+	w.pruneNext(now)
+	if _, ok := w.next[idle]; ok {
+		t.Fatal("an idle DTR's number is still remembered")
+	}
+	if n, ok := w.next[busy]; !ok || n.n != 7 {
+		t.Fatal("a busy DTR's number was forgotten")
 	}
 }
