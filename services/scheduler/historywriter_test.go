@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // startHistory runs a term's writer for a bare Service, as writeHistory
@@ -276,5 +277,64 @@ func TestTheWriterForgetsTheNumbersOfDTRsIdleForAnHour(t *testing.T) {
 	}
 	if n, ok := w.next[busy]; !ok || n.n != 7 {
 		t.Fatal("a busy DTR's number was forgotten")
+	}
+}
+
+// The figures of docs/operations.md's "How much it keeps": what the
+// histories of DTRs that go straight through take in the stream, each
+// step's events stored as one message a DTR (as a busy leader does).
+func TestAStraightThroughDTRsHistoryTakesUnderFourKilobytes(t *testing.T) {
+	_, js := bustest.Server(t)
+	r := newCoreRun(t, core.DefaultConfig())
+	const n = 200
+	for i := range n {
+		d := testDTR(i % 20)
+		d.Share = "atlas"
+		if err := r.c.Submit(r.now, d); err != nil {
+			t.Fatal(err)
+		}
+		r.rec.arrived(d.ID)
+	}
+	for range 200 {
+		for _, g := range r.step(100 * time.Millisecond) {
+			r.answer(g, nil)
+		}
+	}
+	var items []historyItem
+	w := &historyWriter{js: js, log: quiet(), stats: &historyStats{}, next: map[uuid.UUID]numbered{}}
+	for {
+		select {
+		case b := <-r.out:
+			items = append(items, b...)
+			var h heldEvents
+			h.add(b)
+			w.publish(context.Background(), h.take())
+			continue
+		default:
+		}
+		break
+	}
+	done := 0
+	for _, it := range items {
+		if it.ev.State == dtr.Done {
+			done++
+		}
+	}
+	st, err := js.Stream(context.Background(), bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done != n {
+		t.Fatalf("%d of %d DTRs done", done, n)
+	}
+	perDTR := info.State.Bytes / n
+	t.Logf("%d DTRs: %d events in %d messages, %d bytes: %d bytes an event, %d a DTR",
+		n, len(items), info.State.Msgs, info.State.Bytes, info.State.Bytes/uint64(len(items)), perDTR)
+	if perDTR >= 4096 {
+		t.Fatalf("%d bytes a DTR's history, want under 4 KiB (docs/operations.md)", perDTR)
 	}
 }
