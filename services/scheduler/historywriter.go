@@ -177,10 +177,12 @@ func (w *historyWriter) run(ctx context.Context) {
 	defer flush.Stop()
 	w.look(ctx)
 	var held heldEvents
-	store := func() {
+	// store stores what is held and what has come in, up to
+	// historyBatchMax events; more says events may be left in w.in.
+	store := func() (more bool) {
 		// What has come in is stored with what is held, up to
 		// historyBatchMax events (the rest by the next stores).
-		for more := held.n < historyBatchMax; more; more = more && held.n < historyBatchMax {
+		for more = true; more && held.n < historyBatchMax; {
 			select {
 			case items, ok := <-w.in:
 				if !ok {
@@ -205,6 +207,7 @@ func (w *historyWriter) run(ctx context.Context) {
 		close(w.stored)
 		w.stored = make(chan struct{})
 		w.mu.Unlock()
+		return more
 	}
 	for {
 		select {
@@ -219,7 +222,8 @@ func (w *historyWriter) run(ctx context.Context) {
 			store()
 		case items, ok := <-w.in:
 			if !ok {
-				store()
+				for store() && ctx.Err() == nil {
+				}
 				return
 			}
 			w.take(&held, items)
