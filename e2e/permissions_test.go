@@ -427,6 +427,18 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 		// The generator asks for an FTS3 caller's priorities on its own
 		// subject, never as the operator.
 		{"a generator changes a priority as the operator", generator, msg(api.SubjectPriority, `{"dtr":"`+waiting.DTRs[0].String()+`","priority":99}`), ""},
+		// Only the scheduler writes and reads the DTRs' histories; the
+		// others ask sluice.api.history, which checks the owner.
+		{"a processor writes a DTR's history", processor, msg(bus.HistorySubject(waiting.DTRs[0].String()), `{"events":[]}`), ""},
+		{"a deliverer writes a DTR's history", delivery, msg(bus.HistorySubject(waiting.DTRs[0].String()), `{"events":[]}`), ""},
+		{"a submitter writes a DTR's history", submitter, msg(bus.HistorySubject(waiting.DTRs[0].String()), `{"events":[]}`), ""},
+		{"a submitter reads the history stream", submitter,
+			msg("$JS.API.STREAM.MSG.GET."+bus.StreamHistory, `{"last_by_subj":"`+bus.HistorySubject(waiting.DTRs[0].String())+`"}`), ""},
+		{"a client reads the history stream directly", client,
+			msg("$JS.API.DIRECT.GET."+bus.StreamHistory, `{"last_by_subj":"`+bus.HistorySubject(waiting.DTRs[0].String())+`"}`), ""},
+		{"a deliverer reads the history stream", delivery,
+			msg("$JS.API.STREAM.MSG.GET."+bus.StreamHistory, `{"last_by_subj":"`+bus.HistorySubject(waiting.DTRs[0].String())+`"}`), ""},
+		{"a client hears the history events", client, nil, bus.SubjectHistoryPrefix + "*"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,6 +60,9 @@ func printHistory(w io.Writer, r api.HistoryReply) {
 		fmt.Fprintf(w, " (%d earlier ones dropped: the last 64 are kept)", r.Dropped)
 	}
 	fmt.Fprintln(w)
+	if r.Missing != "" {
+		fmt.Fprintln(w, r.Missing)
+	}
 	var prev time.Time
 	for _, ev := range r.Events {
 		elapsed := ""

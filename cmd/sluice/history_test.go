@@ -45,6 +45,15 @@ func TestHistoryPrintsOneLinePerEventWithWhatHeldIt(t *testing.T) {
 	}
 }
 
+func TestHistorySaysWhyADTRHasNoEvents(t *testing.T) {
+	var b bytes.Buffer
+	printHistory(&b, api.HistoryReply{DTR: uuid.New(), State: dtr.Done, Events: []api.HistoryEvent{},
+		Missing: "history no longer kept: the history store holds the newest 256 MiB of events"})
+	if !strings.Contains(b.String(), "0 events\nhistory no longer kept: the history store holds the newest 256 MiB") {
+		t.Fatalf("no reason given:\n%s", b.String())
+	}
+}
+
 func TestSharesListsTheStuckDTRs(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	var b bytes.Buffer

@@ -64,6 +64,10 @@ type HistoryReply struct {
 	Events []HistoryEvent `json:"events"`
 	// Dropped counts the DTR's earlier events no longer kept.
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Missing, set when no event is shown, says why: the history is not
+	// recorded, not stored yet, or no longer kept (the store keeps only
+	// its newest SLUICE_HISTORY_MAX_BYTES).
+	Missing string `json:"missing,omitempty"`
 }
 
 // HoldWords says in words what each hold of a history event or a stuck

@@ -58,15 +58,16 @@ type commit struct {
 	rejections, publish []*nats.Msg
 	notices             []*nats.Msg
 	acks, terms         []jetstream.Msg
-	// history is the batches of history events handed over up to this
-	// step: stored before the inputs are acknowledged (awaitHistory).
-	history uint64
+	// events are the step's history events: handed to the history's
+	// writer once the step's records are journaled, and stored before
+	// the inputs are acknowledged (awaitHistory).
+	events []historyItem
 	// done, if set, hears the outcome.
 	done func(error)
 }
 
 func (c *commit) empty() bool {
-	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms) == 0
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms)+len(c.events) == 0
 }
 
 // commitTimeout bounds how long the committer goes on storing the outputs
@@ -204,6 +205,11 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
 		return fmt.Errorf("persist: %w", err)
 	}
+	// Journaled: the steps happened, and their history is recorded.
+	var history uint64
+	for _, c := range cs {
+		history = s.history.send(c.events)
+	}
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("publish rejections: %w", err)
 	}
@@ -215,17 +221,13 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
+	s.awaitHistory(ctx, history)
 	// Acknowledgements write nothing fenced: a leader whose term may have
-	// passed (it was frozen between the step and now) leaves its inputs
-	// to the next one.
+	// passed (it was frozen between the step and now, or waiting for its
+	// history just above) leaves its inputs to the next one.
 	if s.election != nil && s.election.lapsed(time.Now()) {
 		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
 	}
-	var history uint64
-	for _, c := range cs {
-		history = max(history, c.history)
-	}
-	s.awaitHistory(ctx, history)
 	for _, c := range cs {
 		for _, m := range c.notices {
 			_ = s.nc.PublishMsg(m)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,16 +49,23 @@ type recorded struct {
 }
 
 // historyRecorder turns the core's decisions into history events. It runs
-// on the scheduling loop and does no I/O: each step's events go to the
-// writer in one hand-over, dropped and counted if the writer is behind.
+// on the scheduling loop and does no I/O: each step's events go with the
+// step's commit, and the committer hands them to the writer in one
+// hand-over once the step's records are journaled (a step refused, by a
+// deposed leader say, records no history), dropped and counted if the
+// writer is behind.
 type historyRecorder struct {
 	last map[uuid.UUID]recorded
 	out  chan<- []historyItem
 	// sent counts the batches handed to this term's writer: a step's
 	// inputs are acknowledged once its batch is stored (awaitHistory).
+	// The loop (the sweep) and the committer send: mu guards it.
+	mu   sync.Mutex
 	sent uint64
-	// dropped counts the events the writer had no room for.
+	// dropped counts the events the writer had no room for; queued, if
+	// set, the events handed over and not yet taken by the writer.
 	dropped *atomic.Uint64
+	queued  *atomic.Int64
 	// ranBy holds the worker that sent each result of the step (grant →
 	// worker id), arrivals the DTRs submitted in it; step clears both.
 	ranBy    map[string]string
@@ -124,16 +132,16 @@ func errText(f *dtr.Failure) string {
 	return string(f.Kind) + ": " + f.Text
 }
 
-// step records the DTRs a step changed: a new state, a new error, a new
-// grant. changed are the core's (read before it is called again), term
+// step returns the events of the DTRs a step changed: a new state, a new
+// error, a new grant, to be sent once the step is committed. changed are the core's (read before it is called again), term
 // the leader's. Of a DTR not seen before in this term and not submitted
 // in this step (the last leader's), the state before is not known here:
 // the reader takes it from the event before.
-func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) {
+func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) []historyItem {
 	defer clear(r.ranBy)
 	defer clear(r.arrivals)
 	if len(changed) == 0 || r.out == nil {
-		return
+		return nil
 	}
 	if r.last == nil {
 		r.last = map[uuid.UUID]recorded{}
@@ -195,7 +203,7 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 			r.last[d.ID] = cur
 		}
 	}
-	r.send(items)
+	return items
 }
 
 // held records, from the periodic sweep, a change of what holds a DTR
@@ -234,17 +242,28 @@ func holdKind(h core.Hold) core.Hold {
 }
 
 // send hands items to the writer, or drops and counts them if it is
-// behind.
-func (r *historyRecorder) send(items []historyItem) {
+// behind. It returns the batches handed over so far (the ticket
+// awaitHistory waits for).
+func (r *historyRecorder) send(items []historyItem) (ticket uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(items) == 0 || r.out == nil {
-		return
+		return r.sent
+	}
+	if r.queued != nil && r.queued.Load()+int64(len(items)) > historyQueueEvents {
+		r.dropped.Add(uint64(len(items)))
+		return r.sent
 	}
 	select {
 	case r.out <- items:
 		r.sent++
+		if r.queued != nil {
+			r.queued.Add(int64(len(items)))
+		}
 	default:
 		r.dropped.Add(uint64(len(items)))
 	}
+	return r.sent
 }
 
 // readHistory reads a DTR's events, the oldest first, without the
@@ -285,6 +304,14 @@ func tidyHistory(events []api.HistoryEvent) ([]api.HistoryEvent, uint64) {
 	slices.SortStableFunc(events, func(a, b api.HistoryEvent) int {
 		if a.Seq != b.Seq {
 			if a.Seq < b.Seq {
+				return -1
+			}
+			return 1
+		}
+		// The same number twice: given by two leaders (the later term's
+		// comes after).
+		if a.Term != b.Term {
+			if a.Term < b.Term {
 				return -1
 			}
 			return 1
@@ -345,6 +372,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	}
 	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName,
 		flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -353,7 +381,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		w.run(wctx)
 	}()
 	return func() {
-		s.history.out = nil
+		s.history.out, s.history.queued = nil, nil
 		s.historyWriter.Store(nil)
 		close(in)
 		select {
@@ -370,10 +398,17 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 // ticket batches of events (the history of the steps whose inputs are
 // about to be acknowledged, so that a leader's crash loses none: at least
 // once), asking it to store what it holds now; at most historyAwait, so
-// that a slow or full store never holds scheduling.
+// that a slow or full store never holds scheduling. Once a wait ends
+// unfulfilled, commits do not wait at all (each is counted in
+// historyStats.unawaited) until a store succeeds within historyAwait
+// again: a store that does not answer costs one wait, not one a step.
 func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
 	w := s.historyWriter.Load()
 	if w == nil || ticket == 0 {
+		return
+	}
+	if w.lagging.Load() {
+		w.stats.unawaited.Add(1)
 		return
 	}
 	deadline := time.NewTimer(historyAwait)
@@ -390,6 +425,8 @@ func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
 		select {
 		case <-stored:
 		case <-deadline.C:
+			w.lag()
+			w.stats.unawaited.Add(1)
 			return
 		case <-ctx.Done():
 			return

@@ -42,7 +42,7 @@ func (r *coreRun) step(d time.Duration) []core.Grant {
 	r.now = r.now.Add(d)
 	r.c.Tick(r.now)
 	dec := r.c.Take()
-	r.rec.step(r.now, r.c, dec.Changed, 7)
+	r.rec.send(r.rec.step(r.now, r.c, dec.Changed, 7))
 	for _, g := range dec.Grants {
 		r.running[g.ID] = g
 	}
@@ -242,6 +242,7 @@ func TestAStuckDTRIsReportedOncePerEpisodeAndAWaitingOneNever(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(&logs, nil)), core.DeadlineFor), history: r.rec}
+	s.role.Store(roleLeader)
 	stuckIDs := func() []uuid.UUID {
 		var ids []uuid.UUID
 		for _, d := range s.stuck.list(nil) {
@@ -277,6 +278,41 @@ func TestAStuckDTRIsReportedOncePerEpisodeAndAWaitingOneNever(t *testing.T) {
 	}
 }
 
+func TestAStandbyReportsNoStuckDTR(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.Lease = 100 * time.Hour
+	r := newCoreRun(t, cfg)
+	d := testDTR(0)
+	if err := r.c.Submit(r.now, d); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ { // to a transfer that runs and moves nothing
+		for _, g := range r.step(time.Second) {
+			if g.State != dtr.Transferring {
+				r.answer(g, nil)
+			}
+		}
+	}
+	r.now = r.now.Add(3 * time.Hour)
+	var logs bytes.Buffer
+	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(&logs, nil)), core.DeadlineFor), history: r.rec}
+	s.role.Store(roleLeader)
+	s.sweep(r.now)
+	if n := s.stuck.count.Load(); n != 1 {
+		t.Fatalf("the leader finds %d stuck, want 1", n)
+	}
+	// Stepped down: the standby sweeps nothing and reports nothing.
+	s.role.Store(roleStandby)
+	logs.Reset()
+	s.sweep(r.now.Add(time.Minute))
+	if n, l := s.stuck.count.Load(), s.stuck.list(nil); n != 0 || len(l) != 0 {
+		t.Fatalf("a standby reports %d stuck: %v", n, l)
+	}
+	if strings.Contains(logs.String(), "DTR stuck") {
+		t.Fatalf("a standby warned:\n%s", logs.String())
+	}
+}
+
 func TestTheStuckDeadlinesAreARCsAgeingDeadlines(t *testing.T) {
 	for _, tt := range []struct {
 		state     dtr.State
@@ -302,7 +338,7 @@ func TestAFullHistoryDropsItsOldestEventsAndCountsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats := &historyStats{}
-	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]uint64{}}
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}}
 	w.look(ctx)
 	// 2 KiB events, 6,000 of them in 3,000 DTRs: half again the stream's
 	// 8 MiB.
@@ -405,10 +441,37 @@ func TestAStepsHistoryIsStoredBeforeItsInputsAreAcknowledged(t *testing.T) {
 	defer func() { close(in); <-done }()
 
 	id := uuid.New()
-	s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	s.awaitHistory(ctx, s.history.sent) // as the committer does before acknowledging
+	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, ticket) // as the committer does before acknowledging
 	events, _, err := readHistory(ctx, js, id)
 	if err != nil || len(events) != 1 || events[0].Seq != 1 {
 		t.Fatalf("right after: %+v, %v; want the event stored", events, err)
+	}
+}
+
+func TestADTRWaitingForATimeLongPastCountsAsStuck(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name  string
+		hold  core.Hold
+		until time.Time
+		stuck bool
+	}{
+		{"retry due later", core.HoldRetry, now.Add(time.Hour), false},
+		{"retry just due", core.HoldRetry, now.Add(-30 * time.Second), false},
+		{"retry due hours ago", core.HoldRetry, now.Add(-3 * time.Hour), true},
+		{"cache wait hours past its end", core.HoldCache, now.Add(-3 * time.Hour), true},
+		{"waiting for a slot", core.HoldShareFull, time.Time{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newStuckDetector(quiet(), core.DeadlineFor)
+			d.begin()
+			d.observe(now, core.Standing{DTR: uuid.New(), State: dtr.Transfer, Hold: tt.hold, Until: tt.until, Since: now.Add(-5 * time.Hour)},
+				func(uuid.UUID) (dtr.DTR, bool) { return dtr.DTR{}, false })
+			d.end()
+			if got := d.count.Load() == 1; got != tt.stuck {
+				t.Fatalf("stuck %v, want %v", got, tt.stuck)
+			}
+		})
 	}
 }

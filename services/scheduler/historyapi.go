@@ -59,11 +59,31 @@ func (s *Service) historyOf(ctx context.Context, id uuid.UUID, owns func(dtr.Ide
 	if err != nil {
 		return api.HistoryReply{}, 503, err
 	}
-	if events == nil {
-		events = []api.HistoryEvent{}
+	reply := api.HistoryReply{DTR: id, State: d.State, Events: events, Dropped: dropped}
+	if len(events) == 0 {
+		reply.Events = []api.HistoryEvent{}
+		reply.Missing = s.historyMissing(time.Now(), d)
 	}
-	return api.HistoryReply{DTR: id, State: d.State, Events: events, Dropped: dropped}, 200, nil
+	return reply, 200, nil
 }
+
+// historyMissing says why a DTR whose record is kept has no history.
+func (s *Service) historyMissing(now time.Time, d dtr.DTR) string {
+	switch {
+	case s.cfg.HistoryOff:
+		return "history not recorded: SLUICE_HISTORY_OFF is true"
+	case now.Sub(d.Created) < historyNotYet:
+		return "no events stored yet: the scheduler stores a DTR's events within a few seconds"
+	case s.cfg.HistoryMaxBytes > 0:
+		return fmt.Sprintf("history no longer kept: the history store holds the newest %d MiB of events (SLUICE_HISTORY_MAX_BYTES), and this DTR's were dropped to make room (or never stored: sluice_scheduler_history_dropped_total counts both)",
+			s.cfg.HistoryMaxBytes>>20)
+	}
+	return "history no longer kept: dropped, or never stored (sluice_scheduler_history_dropped_total counts both)"
+}
+
+// historyNotYet is how long after its submission a DTR's history may not
+// be stored yet.
+const historyNotYet = time.Minute
 
 // serveHistory answers GET /api/history/{id}: the DTR's history for the
 // web page, its error texts redacted; 404 for an unknown DTR.

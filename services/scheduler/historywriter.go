@@ -6,6 +6,8 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -32,6 +34,9 @@ type historyStats struct {
 	// bytes and limit are the stream's size and its most bytes, as last
 	// seen; full is 1 while it is dropping its oldest events.
 	bytes, limit, full atomic.Int64
+	// unawaited counts the commits that acknowledged their inputs
+	// without waiting for their history, the store being slow (lagging).
+	unawaited atomic.Uint64
 }
 
 // historyWriter numbers a leader's events per DTR and publishes them in
@@ -44,8 +49,12 @@ type historyWriter struct {
 	retention time.Duration
 	in        <-chan []historyItem
 	stats     *historyStats
-	// next is the number of each unfinished DTR's last event.
-	next map[uuid.UUID]uint64
+	// next is the number of each unfinished DTR's last event, and when
+	// it was given (pruneNext forgets those not used for a while).
+	next map[uuid.UUID]numbered
+	// queued counts the events handed over and not yet taken (the
+	// recorder drops new ones beyond historyQueueEvents).
+	queued atomic.Int64
 	// flushNow asks the writer to store what it holds at once; done
 	// counts the batches received and stored, and stored is closed (and
 	// made anew) each time it grows.
@@ -59,6 +68,49 @@ type historyWriter struct {
 	looked        bool
 	// logged is when a store failure was last logged (Unix ns).
 	logged int64
+	// lagging is set when a commit waited historyAwait for a store in
+	// vain, and cleared when a store succeeds within historyAwait: while
+	// it is set, commits do not wait for history (awaitHistory).
+	lagging atomic.Bool
+	// stream is SLUICE_HISTORY's handle, looked up once (lastNumbers).
+	stream jetstream.Stream
+}
+
+// numbered is the number of a DTR's last event, and when it was given.
+type numbered struct {
+	n  uint64
+	at time.Time
+}
+
+// historyNextIdle is how long the writer remembers the number of a DTR
+// whose events stopped coming (its final event dropped, say); one that
+// comes back after has its number read from the store.
+const historyNextIdle = time.Hour
+
+// pruneNext forgets the numbers not given for historyNextIdle.
+func (w *historyWriter) pruneNext(now time.Time) {
+	for id, n := range w.next {
+		if now.Sub(n.at) > historyNextIdle {
+			delete(w.next, id)
+		}
+	}
+}
+
+// lag notes that a commit waited for the store in vain: the commits
+// stop waiting for history until a store succeeds promptly again.
+func (w *historyWriter) lag() {
+	if w.lagging.CompareAndSwap(false, true) {
+		w.log.Warn("history store too slow: a step's events were not stored within the wait; steps no longer wait for history until a store succeeds (sluice_scheduler_history_unawaited_total counts them)",
+			"wait", historyAwait)
+	}
+}
+
+// caughtUp notes a store that succeeded within historyAwait: the
+// commits wait for history again.
+func (w *historyWriter) caughtUp() {
+	if w.lagging.CompareAndSwap(true, false) {
+		w.log.Info("history store answers again; steps wait for their history again")
+	}
 }
 
 // historyBatchMax is the most events the writer holds before it
@@ -69,8 +121,12 @@ const (
 	historyFlushEvery = time.Second
 )
 
-// historyQueue is how many steps' events may wait for the writer.
-const historyQueue = 1024
+// historyQueue is how many steps' events may wait for the writer, and
+// historyQueueEvents how many events.
+const (
+	historyQueue       = 1024
+	historyQueueEvents = 4 * historyBatchMax
+)
 
 // heldEvents are the events waiting to be published, by DTR in the order
 // they first came.
@@ -108,7 +164,7 @@ func (h *heldEvents) take() [][]historyItem {
 // published then) or ctx ends, and looks at the stream's size every 10 s.
 func (w *historyWriter) run(ctx context.Context) {
 	if w.next == nil {
-		w.next = map[uuid.UUID]uint64{}
+		w.next = map[uuid.UUID]numbered{}
 	}
 	w.mu.Lock()
 	if w.stored == nil {
@@ -121,50 +177,68 @@ func (w *historyWriter) run(ctx context.Context) {
 	defer flush.Stop()
 	w.look(ctx)
 	var held heldEvents
-	store := func() {
-		// What has come in is stored with what is held.
-		for more := true; more; {
+	// store stores what is held and what has come in, up to
+	// historyBatchMax events; more says events may be left in w.in.
+	store := func() (more bool) {
+		// What has come in is stored with what is held, up to
+		// historyBatchMax events (the rest by the next stores).
+		for more = true; more && held.n < historyBatchMax; {
 			select {
 			case items, ok := <-w.in:
 				if !ok {
 					more = false
 					break
 				}
-				held.add(items)
-				w.received++
+				w.take(&held, items)
 			default:
 				more = false
 			}
 		}
-		w.publish(ctx, held.take())
+		if held.n > 0 {
+			began := time.Now()
+			ok, later := w.publish(ctx, held.take())
+			if ok && time.Since(began) < historyAwait {
+				w.caughtUp()
+			}
+			w.holdBack(&held, later)
+		}
 		w.mu.Lock()
 		w.done = w.received
 		close(w.stored)
 		w.stored = make(chan struct{})
 		w.mu.Unlock()
+		return more
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-look.C:
+		case now := <-look.C:
 			w.look(ctx)
+			w.pruneNext(now)
 		case <-flush.C:
 			store()
 		case <-w.flushNow:
 			store()
 		case items, ok := <-w.in:
 			if !ok {
-				store()
+				for store() && ctx.Err() == nil {
+				}
 				return
 			}
-			held.add(items)
-			w.received++
+			w.take(&held, items)
 			if held.n >= historyBatchMax {
 				store()
 			}
 		}
 	}
+}
+
+// take holds a batch that came in.
+func (w *historyWriter) take(held *heldEvents, items []historyItem) {
+	held.add(items)
+	w.received++
+	w.queued.Add(-int64(len(items)))
 }
 
 // storedUpTo returns how many batches are stored, and a channel closed
@@ -177,12 +251,42 @@ func (w *historyWriter) storedUpTo() (grown <-chan struct{}, done uint64) {
 
 // publish numbers and stores groups of events, one message per group (one
 // DTR's), historyAcksMax messages at a time. What the store refuses is
-// counted and dropped: history never holds scheduling.
-func (w *historyWriter) publish(ctx context.Context, groups [][]historyItem) {
+// counted and dropped: history never holds scheduling. It reports whether
+// every group was stored, and returns the groups held back (later): those
+// of DTRs whose last number could not be read from the store.
+func (w *historyWriter) publish(ctx context.Context, groups [][]historyItem) (ok bool, later [][]historyItem) {
+	ok = true
 	for len(groups) > 0 && ctx.Err() == nil {
 		n := min(len(groups), historyAcksMax)
-		w.publishSome(ctx, groups[:n])
+		stored, back := w.publishSome(ctx, groups[:n])
+		ok = stored && ok
+		later = append(later, back...)
 		groups = groups[n:]
+	}
+	return ok && len(later) == 0 && ctx.Err() == nil, later
+}
+
+// historyHeldMax is the most events held back for a later store; beyond
+// it, those held back are dropped and counted (cause store).
+const historyHeldMax = 4 * historyBatchMax
+
+// holdBack keeps the groups held back for the next store, in front of
+// what comes in after them, or drops and counts them if too many are
+// held.
+func (w *historyWriter) holdBack(held *heldEvents, later [][]historyItem) {
+	n := 0
+	for _, g := range later {
+		n += len(g)
+	}
+	if n == 0 {
+		return
+	}
+	if held.n+n > historyHeldMax {
+		w.stats.droppedStore.Add(uint64(n))
+		return
+	}
+	for _, g := range later {
+		held.add(g)
 	}
 }
 
@@ -191,7 +295,8 @@ func (w *historyWriter) publish(ctx context.Context, groups [][]historyItem) {
 // asynchronous publishes).
 const historyAcksMax = 1000
 
-func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem) {
+func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem) (ok bool, later [][]historyItem) {
+	ok = true
 	var ttl string
 	if w.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
@@ -201,11 +306,16 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		events int
 	}
 	futures := make([]sent, 0, len(groups))
-	last := w.lastNumbers(ctx, groups)
+	last, unknown := w.lastNumbers(ctx, groups)
 	for _, group := range groups {
 		id := group[0].id
-		n, ok := w.next[id]
-		if !ok {
+		if unknown[id] {
+			later = append(later, group)
+			continue
+		}
+		nb, known := w.next[id]
+		n := nb.n
+		if !known {
 			n = last[id]
 		}
 		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
@@ -225,12 +335,13 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		if group[len(group)-1].final {
 			delete(w.next, id)
 		} else {
-			w.next[id] = n
+			w.next[id] = numbered{n, time.Now()}
 		}
 		m := nats.NewMsg(bus.HistorySubject(id.String()))
 		var err error
 		if m.Data, err = codec.EncodeJSON(rec); err != nil {
 			w.stats.droppedStore.Add(uint64(len(group)))
+			ok = false
 			continue
 		}
 		if ttl != "" {
@@ -240,6 +351,7 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		if err != nil {
 			w.stats.droppedStore.Add(uint64(len(group)))
 			w.logFailure(err)
+			ok = false
 			continue
 		}
 		futures = append(futures, sent{f, len(group)})
@@ -254,12 +366,15 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		case err := <-f.f.Err():
 			w.stats.droppedStore.Add(uint64(f.events))
 			w.logFailure(err)
+			ok = false
 		case <-wait.C:
 			w.stats.droppedStore.Add(uint64(f.events))
+			ok = false
 		case <-ctx.Done():
-			return
+			return false, later
 		}
 	}
+	return ok, later
 }
 
 // logFailure logs a failure to store history, once a minute at most.
@@ -273,8 +388,12 @@ func (w *historyWriter) logFailure(err error) {
 
 // lastNumbers looks up, 32 at a time, the numbers of the last events
 // stored of the DTRs of groups that this writer has not numbered and that
-// were not submitted in this term (recorded by an earlier leader).
-func (w *historyWriter) lastNumbers(ctx context.Context, groups [][]historyItem) map[uuid.UUID]uint64 {
+// were not submitted in this term (recorded by an earlier leader). The
+// DTRs whose number could not be read (unknown: the store did not
+// answer) are to be held back and tried again; after the first such
+// failure the others are not asked, so that a store that does not answer
+// costs one lookup's timeout a store, not one a DTR.
+func (w *historyWriter) lastNumbers(ctx context.Context, groups [][]historyItem) (last map[uuid.UUID]uint64, unknown map[uuid.UUID]bool) {
 	var ids []uuid.UUID
 	for _, g := range groups {
 		if _, ok := w.next[g[0].id]; !ok && !g[0].first {
@@ -282,43 +401,82 @@ func (w *historyWriter) lastNumbers(ctx context.Context, groups [][]historyItem)
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
-	out := make(map[uuid.UUID]uint64, len(ids))
+	unknown = map[uuid.UUID]bool{}
+	st, err := w.historyStream(ctx)
+	if err != nil {
+		w.logFailure(err)
+		for _, id := range ids {
+			unknown[id] = true
+		}
+		return nil, unknown
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	last = make(map[uuid.UUID]uint64, len(ids))
 	var mu sync.Mutex
+	var failure error
 	var g errgroup.Group
 	g.SetLimit(32)
 	for _, id := range ids {
 		g.Go(func() error {
-			n := w.lastNumber(ctx, id)
+			n, err := lastNumber(ctx, st, id)
 			mu.Lock()
-			out[id] = n
-			mu.Unlock()
+			defer mu.Unlock()
+			if err != nil {
+				unknown[id] = true
+				if failure == nil && ctx.Err() == nil {
+					failure = err
+				}
+				cancel()
+				return nil
+			}
+			last[id] = n
 			return nil
 		})
 	}
 	_ = g.Wait()
-	return out
+	if failure != nil {
+		w.logFailure(failure)
+		w.stream = nil // looked up again by the next store
+	}
+	return last, unknown
 }
 
-// lastNumber is the number of the last event stored of a DTR (recorded by
-// an earlier leader), 0 if none.
-func (w *historyWriter) lastNumber(ctx context.Context, id uuid.UUID) uint64 {
+// historyStream returns SLUICE_HISTORY's handle, looked up the first time.
+func (w *historyWriter) historyStream(ctx context.Context) (jetstream.Stream, error) {
+	if w.stream != nil {
+		return w.stream, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := w.js.Stream(ctx, bus.StreamHistory)
 	if err != nil {
-		return 0
+		return nil, fmt.Errorf("history: look up stream %s: %w", bus.StreamHistory, err)
 	}
+	w.stream = st
+	return st, nil
+}
+
+// lastNumber is the number of the last event stored of a DTR (recorded by
+// an earlier leader): 0 if the store holds none (or none readable), an
+// error if the store could not say.
+func lastNumber(ctx context.Context, st jetstream.Stream, id uuid.UUID) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	m, err := st.GetLastMsgForSubject(ctx, bus.HistorySubject(id.String()))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("history: last event of %s: %w", id, err)
 	}
 	var rec api.HistoryRecord
 	if json.Unmarshal(m.Data, &rec) != nil || len(rec.Events) == 0 {
-		return 0
+		return 0, nil
 	}
-	return rec.Events[len(rec.Events)-1].Seq
+	return rec.Events[len(rec.Events)-1].Seq, nil
 }
 
 // look reads the stream's size and, while it is full, counts the oldest

@@ -696,8 +696,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
-	s.history.step(now, s.core, dec.Changed, s.term.Load())
-	c.history = s.history.sent
+	c.events = s.history.step(now, s.core, dec.Changed, s.term.Load())
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.

@@ -58,7 +58,7 @@ func (d *stuckDetector) begin() { d.sweep++ }
 
 // observe judges one DTR; get reads its record (only for one stuck).
 func (d *stuckDetector) observe(now time.Time, st core.Standing, get func(uuid.UUID) (dtr.DTR, bool)) {
-	if st.Hold.Waits() || st.Since.IsZero() {
+	if waits(now, st) || st.Since.IsZero() {
 		return
 	}
 	deadline := d.deadline(st.State, st.Cacheable)
@@ -79,6 +79,20 @@ func (d *stuckDetector) observe(now time.Time, st core.Standing, get func(uuid.U
 	d.log.Warn("DTR stuck: in its state past its deadline, waiting for nothing that will come",
 		"dtr", st.DTR, "job", rec.JobID, "state", st.State, "hold", st.Hold, "since", st.Since, "deadline", deadline)
 }
+
+// waits says whether a DTR legitimately waits (core.Hold.Waits); one
+// waiting until a time (a retry's delay, a cache download) waits only
+// until stuckGrace past it: the next step should have moved it on.
+func waits(now time.Time, st core.Standing) bool {
+	if !st.Hold.Waits() {
+		return false
+	}
+	return st.Until.IsZero() || now.Before(st.Until.Add(stuckGrace))
+}
+
+// stuckGrace is how long past the end of its wait a DTR still counts as
+// waiting.
+const stuckGrace = time.Minute
 
 // end ends a sweep: those not found stuck in it are no longer.
 func (d *stuckDetector) end() {
@@ -125,8 +139,15 @@ const maxHoldEvents = 1000
 
 // sweep looks at where every DTR stands: a DTR still in its state but
 // held by something else is recorded in its history, and stuck DTRs are
-// reported.
+// reported. Only the leader sweeps: a standby's copy lags, and its
+// history is not recorded; it reports no stuck DTR.
 func (s *Service) sweep(now time.Time) {
+	if s.role.Load() != roleLeader {
+		if s.stuck.count.Load() != 0 {
+			s.stuck.reset()
+		}
+		return
+	}
 	var items []historyItem
 	term := s.term.Load()
 	s.stuck.begin()
@@ -160,6 +181,11 @@ func (s *Service) registerHistoryMetrics(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	unawaited, err := meter.Int64ObservableCounter("sluice.scheduler.history.unawaited",
+		metric.WithDescription("commits that acknowledged their inputs without waiting for their history: the history store had not answered within the wait"))
+	if err != nil {
+		return err
+	}
 	full, err := meter.Int64ObservableGauge("sluice.scheduler.history.full",
 		metric.WithDescription("1 while the stream SLUICE_HISTORY is full and drops its oldest events"))
 	if err != nil {
@@ -177,10 +203,11 @@ func (s *Service) registerHistoryMetrics(meter metric.Meter) error {
 		for cause, n := range map[string]uint64{"queue": h.droppedQueue.Load(), "store": h.droppedStore.Load(), "full": h.droppedFull.Load()} {
 			o.ObserveInt64(dropped, int64(n), metric.WithAttributes(attribute.String("cause", cause)))
 		}
+		o.ObserveInt64(unawaited, int64(h.unawaited.Load()))
 		o.ObserveInt64(full, h.full.Load())
 		o.ObserveInt64(size, h.bytes.Load())
 		return nil
-	}, stuck, written, dropped, full, size)
+	}, stuck, written, dropped, unawaited, full, size)
 	if err != nil {
 		return fmt.Errorf("scheduler history metrics: %w", err)
 	}

@@ -294,4 +294,14 @@ func TestTheHistoryEndpointShowsATimelineWithoutCredentials(t *testing.T) {
 			t.Errorf("the answer shows %q: %s", secret, body)
 		}
 	}
+	// A DTR whose record is kept and whose history is not: it says so.
+	old := dtr.DTR{ID: uuid.New(), Source: "https://h.example.org/p", Destination: "file:///out", State: dtr.Done, Created: time.Now().Add(-time.Hour)}
+	if _, err := kv.Put(context.Background(), old.ID.String(), mustJSON(t, old)); err != nil {
+		t.Fatal(err)
+	}
+	h = api.HistoryReply{}
+	code, body = get(t, base+"/api/history/"+old.ID.String(), &h)
+	if code != http.StatusOK || len(h.Events) != 0 || !strings.Contains(h.Missing, "history no longer kept") {
+		t.Fatalf("a DTR whose history was dropped: %d %s", code, body)
+	}
 }

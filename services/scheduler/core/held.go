@@ -57,7 +57,9 @@ func (h Hold) Waits() bool {
 
 // Standing is where an unfinished DTR stands: its state, what holds it
 // there, until when (a retry's or cache wait's end), and since when it is
-// in its state (its record's Updated), given only when Hold does not wait
+// in its state (DTR.EnteredState: a change of priority, a reconfiguration
+// or a cancel asked does not move it), given only when Hold does not wait
+// or waits until a time (Until)
 // (finding it may unpack a queued DTR's record).
 type Standing struct {
 	DTR   uuid.UUID
@@ -137,9 +139,9 @@ func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
 	default:
 		s.Hold = c.queuedHold(e, sf.slotsOf(c.states[s.State], e.share))
 	}
-	if !s.Hold.Waits() {
+	if !s.Hold.Waits() || !s.Until.IsZero() {
 		d := c.peekEntry(e)
-		s.Since, s.Cacheable = d.Updated, c.cacheable(d)
+		s.Since, s.Cacheable = d.EnteredState(), c.cacheable(d)
 	}
 	return s
 }

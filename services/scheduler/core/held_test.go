@@ -64,8 +64,8 @@ func TestStandingsAgreeWithExplain(t *testing.T) {
 		if s.State != w.State {
 			t.Errorf("DTR %s: state %s, Explain %s", id, s.State, w.State)
 		}
-		if s.Hold == HoldRetry && s.Until.IsZero() {
-			t.Errorf("a retry with no end")
+		if s.Hold == HoldRetry && (s.Until.IsZero() || s.Since.IsZero()) {
+			t.Errorf("a retry with no end or no since: %+v", s)
 		}
 		if !s.Hold.Waits() && s.Since.IsZero() {
 			t.Errorf("DTR %s held %s has no since", id, s.Hold)
@@ -104,6 +104,40 @@ func BenchmarkStandings(b *testing.B) {
 		c.Standings(func(Standing) { n++ })
 		if n != 100_000 {
 			b.Fatalf("%d standings", n)
+		}
+	}
+}
+
+func TestAStandingsSinceIsWhenTheDTREnteredItsStateNotItsLastUpdate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery = 1
+	cfg.MaxEmergency = 0
+	cfg.Lease = 100 * time.Hour
+	h := newHarness(t, cfg)
+	h.submit(newDTR(0, "a", ""))
+	toTransfer(h)
+	var id uuid.UUID
+	for _, g := range h.running {
+		if g.State == dtr.Transferring {
+			id = g.DTR.ID
+		}
+	}
+	if id == uuid.Nil {
+		t.Fatal("no transfer running")
+	}
+	entered := h.standings()[id].Since
+	if entered.IsZero() {
+		t.Fatal("a running DTR with no since")
+	}
+	// A change of priority every 90 minutes moves the record's Updated,
+	// not when it entered TRANSFERRING.
+	for i := range 6 {
+		h.tick(90 * time.Minute)
+		if err := h.c.SetPriority(h.now, id, 10+i); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.standings()[id]; got.State != dtr.Transferring || !got.Since.Equal(entered) {
+			t.Fatalf("after %d priority changes: %s since %s, want %s since %s", i+1, got.State, got.Since, dtr.Transferring, entered)
 		}
 	}
 }

@@ -1,0 +1,345 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/bustest"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+// startHistory runs a term's writer for a bare Service, as writeHistory
+// does, on js; stop stops it at once.
+func startHistory(t *testing.T, js jetstream.JetStream) (s *Service, w *historyWriter, stop func()) {
+	t.Helper()
+	var dropped atomic.Uint64
+	s = &Service{js: js, log: quiet(), historyStats: &historyStats{}, history: &historyRecorder{dropped: &dropped}}
+	in := make(chan []historyItem, historyQueue)
+	s.history.out = in
+	w = &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	s.history.queued = &w.queued
+	s.historyWriter.Store(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx) }()
+	return s, w, func() { cancel(); <-done }
+}
+
+func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx := context.Background()
+	// The stream is gone and something silent listens on its subjects:
+	// no publish of history is ever acknowledged (as with a stream whose
+	// leader is lost).
+	if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := nc.SubscribeSync(bus.SubjectHistoryPrefix + "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, w, stop := startHistory(t, js)
+	defer stop()
+	s.nc, s.journal = nc, newJournal(js, nil, quiet(), 1<<20, time.Hour, 0)
+	const commits = 8
+	began := time.Now()
+	for range commits { // each step's commit: a record journaled, its history handed over
+		id := uuid.New()
+		c := &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}},
+			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
+		if err := s.carryOut(ctx, []*commit{c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(began)
+	if got := s.historyStats.unawaited.Load(); got != commits {
+		t.Fatalf("%d commits went on without their history, want all %d", got, commits)
+	}
+	if !w.lagging.Load() {
+		t.Fatal("the writer is not marked lagging")
+	}
+	// Waiting each time would take commits × historyAwait; one wait is
+	// the cost.
+	if took >= commits*historyAwait/2 {
+		t.Fatalf("%d commits took %s: they waited for a store that never answers", commits, took)
+	}
+
+	// The store answers again: once a store succeeds, commits wait for
+	// their history again.
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); w.lagging.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("still lagging a minute after the store came back")
+		}
+		s.history.send([]historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+		time.Sleep(200 * time.Millisecond)
+	}
+	id := uuid.New()
+	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
+	s.awaitHistory(ctx, ticket)
+	if events, _, err := readHistory(ctx, js, id); err != nil || len(events) != 1 {
+		t.Fatalf("after the store came back: %+v, %v; want the event stored before the commit goes on", events, err)
+	}
+}
+
+func TestAFailedLookupOfTheLastNumberHoldsTheEventsBackInsteadOfNumberingFromOne(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	id := uuid.New()
+	ev := func(i int) api.HistoryEvent {
+		return api.HistoryEvent{Time: time.Now(), State: dtr.Transferring, Grant: "g" + string(rune('a'+i))}
+	}
+	stats := &historyStats{}
+	writeEvents(t, &historyWriter{js: js, log: quiet(), stats: stats}, []historyItem{
+		{id: id, ev: ev(0), first: true}, {id: id, ev: ev(1)}, {id: id, ev: ev(2)}})
+
+	// The next leader's writer holds a handle whose connection is gone:
+	// it cannot read the last number.
+	ns, err := nats.Connect(js.Conn().ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bjs, err := jetstream.New(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, err := bjs.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}, stream: broken}
+	groups := [][]historyItem{{{id: id, ev: ev(3)}, {id: id, ev: ev(4)}}}
+	ok, later := w.publish(ctx, groups)
+	if ok || len(later) != 1 || len(later[0]) != 2 {
+		t.Fatalf("with the lookup failing: ok %v, held back %v; want both events held back", ok, later)
+	}
+	if got := stats.written.Load(); got != 3 {
+		t.Fatalf("%d events written, want the first 3 only", got)
+	}
+	// Tried again, with the stream looked up anew: numbered on.
+	if ok, later = w.publish(ctx, later); !ok || len(later) != 0 {
+		t.Fatalf("tried again: ok %v, held back %v", ok, later)
+	}
+	events, dropped, err := readHistory(ctx, js, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 5 || dropped != 0 {
+		t.Fatalf("%d events, %d dropped; want 5 and none", len(events), dropped)
+	}
+	for i, e := range events {
+		if e.Seq != uint64(i+1) || e.Grant != ev(i).Grant {
+			t.Fatalf("event %d: number %d grant %s, want %d %s", i, e.Seq, e.Grant, i+1, ev(i).Grant)
+		}
+	}
+}
+
+func TestATermThatLapsesWhileTheCommitWaitsForHistoryLeavesTheInputsUnacknowledged(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx := context.Background()
+	// An input to acknowledge, from a stream of the test's own.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INPUTS", Subjects: []string{"inputs"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "INPUTS", jetstream.ConsumerConfig{Durable: "in", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "inputs", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := <-batch.Messages()
+	if input == nil {
+		t.Fatal("no input")
+	}
+	// A history store that never answers: the commit waits historyAwait.
+	if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.SubscribeSync(bus.SubjectHistoryPrefix + "*"); err != nil {
+		t.Fatal(err)
+	}
+	s, _, stop := startHistory(t, js)
+	defer stop()
+	s.nc, s.journal = nc, &journal{}
+	// The term holds for a second more: it lapses during the wait.
+	s.election = &election{ttl: 4 * time.Second}
+	s.election.renewed.Store(time.Now().Add(-2 * time.Second).UnixNano())
+	if s.election.lapsed(time.Now()) {
+		t.Fatal("lapsed already")
+	}
+	err = s.carryOut(ctx, []*commit{{acks: []jetstream.Msg{input}, events: []historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}})
+	if !errors.Is(err, errDeposed) {
+		t.Fatalf("carried out with %v, want the term found lapsed", err)
+	}
+	if err := nc.Flush(); err != nil { // any acknowledgement sent reaches the server
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 {
+		t.Fatalf("%d inputs pending acknowledgement, want the 1 left to the next leader", info.NumAckPending)
+	}
+}
+
+func TestAStepsHistoryIsStoredOnlyIfItsRecordsWereJournaled(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		deposed bool // another leader appended since: the append is refused
+	}{
+		{"journaled", false},
+		{"refused", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js := bustest.Server(t)
+			ctx := context.Background()
+			s, _, stop := startHistory(t, js)
+			defer stop()
+			s.nc = nc
+			s.journal = newJournal(js, nil, quiet(), 1<<20, time.Hour, 0)
+			if tt.deposed {
+				s.journal.fenced, s.journal.last = true, 1000
+			}
+			id := uuid.New()
+			c := &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}},
+				events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New, Term: 3}}}}
+			err := s.carryOut(ctx, []*commit{c})
+			if (err != nil) != tt.deposed {
+				t.Fatalf("carried out with %v", err)
+			}
+			want := map[bool]int{false: 1, true: 0}[tt.deposed]
+			if handed := s.history.send(nil); handed != uint64(want) {
+				t.Fatalf("%d batches handed to the writer, want %d", handed, want)
+			}
+			s.awaitHistory(ctx, 1) // what was handed over is stored
+			events, _, err := readHistory(ctx, js, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(events) != want {
+				t.Fatalf("%d events stored, want %d", len(events), want)
+			}
+		})
+	}
+}
+
+func TestEventsOfTheSameNumberAreOrderedByTerm(t *testing.T) {
+	t0 := time.Now()
+	events, _ := tidyHistory([]api.HistoryEvent{
+		{Seq: 2, Term: 5, Time: t0, State: dtr.Transfer}, // the next leader's, its clock behind
+		{Seq: 1, Term: 4, Time: t0, State: dtr.New},
+		{Seq: 2, Term: 4, Time: t0.Add(time.Second), State: dtr.Resolving},
+	})
+	if len(events) != 3 || events[1].Term != 4 || events[2].Term != 5 {
+		t.Fatalf("ordered %+v; want term 4's number 2 before term 5's", events)
+	}
+}
+
+func TestTheWritersQueueIsBoundedInEvents(t *testing.T) {
+	var dropped atomic.Uint64
+	var queued atomic.Int64
+	r := &historyRecorder{out: make(chan []historyItem, historyQueue), dropped: &dropped, queued: &queued}
+	big := make([]historyItem, historyQueueEvents/2+1)
+	r.send(big) // one step's many events: taken
+	if got := r.send(big); got != 1 || dropped.Load() != uint64(len(big)) {
+		t.Fatalf("%d batches handed over, %d events dropped; want the second batch dropped: the queue holds %d events at most",
+			got, dropped.Load(), historyQueueEvents)
+	}
+	if queued.Load() != int64(len(big)) {
+		t.Fatalf("%d events counted queued, want %d", queued.Load(), len(big))
+	}
+}
+
+func TestTheWriterForgetsTheNumbersOfDTRsIdleForAnHour(t *testing.T) {
+	now := time.Now()
+	idle, busy := uuid.New(), uuid.New()
+	w := &historyWriter{next: map[uuid.UUID]numbered{idle: {5, now.Add(-2 * time.Hour)}, busy: {7, now.Add(-time.Minute)}}}
+	w.pruneNext(now)
+	if _, ok := w.next[idle]; ok {
+		t.Fatal("an idle DTR's number is still remembered")
+	}
+	if n, ok := w.next[busy]; !ok || n.n != 7 {
+		t.Fatal("a busy DTR's number was forgotten")
+	}
+}
+
+// The figures of docs/operations.md's "How much it keeps": what the
+// histories of DTRs that go straight through take in the stream, each
+// step's events stored as one message a DTR (as a busy leader does).
+func TestAStraightThroughDTRsHistoryTakesUnderFourKilobytes(t *testing.T) {
+	_, js := bustest.Server(t)
+	r := newCoreRun(t, core.DefaultConfig())
+	const n = 200
+	for i := range n {
+		d := testDTR(i % 20)
+		d.Share = "atlas"
+		if err := r.c.Submit(r.now, d); err != nil {
+			t.Fatal(err)
+		}
+		r.rec.arrived(d.ID)
+	}
+	for range 200 {
+		for _, g := range r.step(100 * time.Millisecond) {
+			r.answer(g, nil)
+		}
+	}
+	var items []historyItem
+	w := &historyWriter{js: js, log: quiet(), stats: &historyStats{}, next: map[uuid.UUID]numbered{}}
+	for {
+		select {
+		case b := <-r.out:
+			items = append(items, b...)
+			var h heldEvents
+			h.add(b)
+			w.publish(context.Background(), h.take())
+			continue
+		default:
+		}
+		break
+	}
+	done := 0
+	for _, it := range items {
+		if it.ev.State == dtr.Done {
+			done++
+		}
+	}
+	st, err := js.Stream(context.Background(), bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done != n {
+		t.Fatalf("%d of %d DTRs done", done, n)
+	}
+	perDTR := info.State.Bytes / n
+	t.Logf("%d DTRs: %d events in %d messages, %d bytes: %d bytes an event, %d a DTR",
+		n, len(items), info.State.Msgs, info.State.Bytes, info.State.Bytes/uint64(len(items)), perDTR)
+	if perDTR >= 4096 {
+		t.Fatalf("%d bytes a DTR's history, want under 4 KiB (docs/operations.md)", perDTR)
+	}
+}
