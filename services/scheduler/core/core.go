@@ -166,6 +166,9 @@ type Core struct {
 	// holds maps each hold with parked DTRs to the shares that have some
 	// under it (parking.go).
 	holds map[holdKey]map[*shareState]struct{}
+	// parkClock counts parks made and DTRs put back, for the turns at a
+	// hold (parking.go).
+	parkClock uint64
 	// links holds the per-link optimizer's state (links.go); nil when it
 	// is off.
 	links *linkSet

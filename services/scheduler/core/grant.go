@@ -50,14 +50,23 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n && limited {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
-		for _, i := range owedFirst(st, slots, true) {
-			ss := st.order[i]
-			for ss.q.Len() > 0 && st.total < n {
-				e := c.dequeue(s, ss)
-				if e == nil {
-					break
+		// A DTR parked on the way can put back others (settle) into the
+		// queue of a share already passed: go round again while that
+		// happens.
+		for again := true; again && st.total < n; {
+			again = false
+			for _, i := range owedFirst(st, slots, true) {
+				ss := st.order[i]
+				for ss.q.Len() > 0 && st.total < n {
+					e := c.dequeue(s, ss)
+					if e == nil {
+						break
+					}
+					c.issueGrant(now, s, e, false)
 				}
-				c.issueGrant(now, s, e, false)
+			}
+			for _, ss := range st.order {
+				again = again || ss.q.Len() > 0
 			}
 		}
 	}
