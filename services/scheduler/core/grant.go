@@ -128,6 +128,7 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 
 // unqueue takes a queued entry out of its queue, parked or not.
 func (c *Core) unqueue(e *entry) {
+	c.unmarkBack(e)
 	e.home().remove(e)
 	if e.park != nil {
 		c.unparkedFrom(e)
@@ -180,6 +181,7 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 // issueGrant gives e, taken from its queue in state s, a slot: it moves
 // to the active state, under a new grant that the next Take hands out.
 func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) {
+	c.unmarkBack(e)
 	d := c.unpackEntry(e)
 	st := c.states[s]
 	e.share.running++

@@ -107,6 +107,7 @@ func (c *Core) park(k holdKey, e *entry) {
 		}
 		c.holds[k][ss] = struct{}{}
 	}
+	c.unmarkBack(e)
 	p.readd(e)
 	p.due = min(p.due, e.deadline)
 	e.park = p
@@ -144,7 +145,7 @@ func (c *Core) roomAt(k holdKey) {
 	// putBack counts the DTRs put back here as running, for the choice of
 	// the next place, so that the places spread over the shares.
 	var putBack map[*shareState]int
-	for room := c.room(k); room > 0 && len(sharers) > 0; room-- {
+	for room := c.room(k) - c.backAt[k]; room > 0 && len(sharers) > 0; room-- {
 		var best *shareState
 		for ss := range sharers {
 			if best == nil || putBackBefore(ss, best, putBack, k) {
@@ -158,10 +159,37 @@ func (c *Core) roomAt(k holdKey) {
 		c.unparkedFrom(e)
 		best.q.readd(e)
 		best.q.due = min(best.q.due, e.deadline)
+		c.markBack(k, e)
 		if putBack == nil {
 			putBack = map[*shareState]int{}
 		}
 		putBack[best]++
+	}
+}
+
+// markBack notes that e was put back from hold k: until it is granted,
+// parked again or leaves its queue, it holds one of k's places, so that
+// k puts back no more DTRs than it has room for.
+func (c *Core) markBack(k holdKey, e *entry) {
+	if c.back == nil {
+		c.back, c.backAt = map[*entry]holdKey{}, map[holdKey]int{}
+	}
+	c.back[e] = k
+	c.backAt[k]++
+}
+
+// unmarkBack notes that e, if put back, is granted, parked again or gone.
+func (c *Core) unmarkBack(e *entry) {
+	if len(c.back) == 0 {
+		return
+	}
+	k, ok := c.back[e]
+	if !ok {
+		return
+	}
+	delete(c.back, e)
+	if c.backAt[k]--; c.backAt[k] <= 0 {
+		delete(c.backAt, k)
 	}
 }
 

@@ -311,3 +311,76 @@ func parkedItems(ss *shareState) []*entry {
 	}
 	return es
 }
+
+// serveTransfers ticks the core n times; each tick it answers every
+// pre- and post-processing grant and every transfer from an endpoint
+// ends says ends, and counts the transfers granted from host by owner.
+func (h *harness) serveTransfers(n int, host string, ends func(Grant) bool) map[string]int {
+	got := map[string]int{}
+	for range n {
+		for _, g := range h.tick(time.Second) {
+			if g.State == dtr.Transferring && strings.Contains(g.DTR.Source, "//"+host+"/") {
+				got[g.DTR.Owner.DN]++
+			}
+		}
+		for _, g := range h.running {
+			if g.State != dtr.Transferring || ends(g) {
+				h.answer(g, nil)
+			}
+		}
+	}
+	return got
+}
+
+// TestEveryShareAtAContestedEndpointGetsItsTurn: two shares of equal
+// weight wait for the one place at a slow endpoint, a third runs
+// elsewhere; each place freed goes to them in turn, not always to the
+// first by name.
+func TestEveryShareAtAContestedEndpointGetsItsTurn(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxEmergency, cfg.MaxPerHost, cfg.MaxProcessor = 10, 0, 1, 1000
+	h := newHarness(t, cfg)
+	for i := range 300 {
+		h.submit(hostDTR(i, "a", "slow.example"), hostDTR(i, "b", "fast.example"), hostDTR(i, "c", "slow.example"))
+	}
+	got := h.serveTransfers(200, "slow.example", func(Grant) bool { return true })
+	total := got["a"] + got["c"]
+	if total < 150 {
+		t.Fatalf("%d transfers from slow.example in 200 ticks, want about one a tick", total)
+	}
+	for _, share := range []string{"a", "c"} {
+		if got[share] < total*2/5 {
+			t.Errorf("share %s got %d of the %d places at slow.example (a %d, c %d), want about half",
+				share, got[share], total, got["a"], got["c"])
+		}
+	}
+}
+
+// TestPlacesAtAnEndpointGoRoundManyShares: many more shares than places
+// at one endpoint; the places go round all of them, none gets a second
+// before every other has had a first.
+func TestPlacesAtAnEndpointGoRoundManyShares(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxEmergency, cfg.MaxPerHost, cfg.MaxProcessor = 10, 0, 5, 10000
+	h := newHarness(t, cfg)
+	const shares = 200
+	for i := range 3 {
+		for u := range shares {
+			h.submit(hostDTR(i, fmt.Sprintf("u%04d", u), "one.example"))
+		}
+	}
+	// 30 ticks of 5 places: 150 grants, fewer than the shares.
+	got := h.serveTransfers(30, "one.example", func(Grant) bool { return true })
+	total := 0
+	for share, n := range got {
+		total += n
+		if n > 1 {
+			t.Errorf("share %s got %d places while others had none", share, n)
+		}
+	}
+	if total < 100 {
+		t.Fatalf("%d transfers in 30 ticks at 5 places", total)
+	}
+}
