@@ -384,3 +384,87 @@ func TestPlacesAtAnEndpointGoRoundManyShares(t *testing.T) {
 		t.Fatalf("%d transfers in 30 ticks at 5 places", total)
 	}
 }
+
+// queuedNotParked counts the DTRs waiting in TRANSFER share queues, not
+// parked.
+func (h *harness) queuedNotParked() []uuid.UUID {
+	var ids []uuid.UUID
+	for _, ss := range h.c.states[dtr.Transfer].order {
+		for _, e := range ss.q.items {
+			ids = append(ids, h.c.peekEntry(e).ID)
+		}
+	}
+	return ids
+}
+
+// TestPlacesLeftByCancelledDTRsAreFilledAtTheNextTick: five transfers at
+// a full endpoint end, and the five DTRs put back for their places are
+// cancelled before they are granted; at the next tick all five places go
+// to the DTRs parked behind them, not one a tick.
+func TestPlacesLeftByCancelledDTRsAreFilledAtTheNextTick(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxEmergency, cfg.MaxPerHost = 10, 0, 5
+	h := newHarness(t, cfg)
+	for i := range 30 {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	h.runToTransfer()
+	if n := h.transfersBy("one.example"); n != 5 {
+		t.Fatalf("%d transfers at one.example, want MaxPerHost 5", n)
+	}
+	for _, g := range h.transfersByShareList() {
+		h.answer(g, nil)
+	}
+	back := h.queuedNotParked()
+	if len(back) != 5 {
+		t.Fatalf("%d DTRs put back for the 5 places freed, want 5", len(back))
+	}
+	for _, id := range back {
+		if err := h.c.Cancel(h.now, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.tick(time.Second)
+	if n := h.transfersBy("one.example"); n != 5 {
+		t.Fatalf("%d transfers at one.example after the tick, want the 5 places filled", n)
+	}
+}
+
+// raisableLimit is a link controller whose limit the test sets.
+type raisableLimit struct{ limit *int }
+
+func (r raisableLimit) Decide(LinkSample) LinkDecision {
+	return LinkDecision{Limit: *r.limit, Reason: "set by the test"}
+}
+
+// TestARaisedLinkLimitPutsBackOnlyWhatFits: when the optimizer raises a
+// link's limit from 2 to 5, the three new places are filled, and no more
+// DTRs leave the link's park than it has room for (with every slot of the
+// state busy, the rest stay parked rather than queued for a place).
+func TestARaisedLinkLimitPutsBackOnlyWhatFits(t *testing.T) {
+	limit := 2
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency = 5, 0
+	cfg.Optimizer = DefaultOptimizerConfig()
+	cfg.Optimizer.Start, cfg.Optimizer.Min = 2, 1
+	cfg.Optimizer.Controller = func(OptimizerConfig) LinkController { return raisableLimit{&limit} }
+	h := newHarness(t, cfg)
+	for i := range 20 {
+		h.submit(hostDTR(i, "alice", "one.example"))
+	}
+	h.runToTransfer()
+	if n := h.transfersBy("one.example"); n != 2 {
+		t.Fatalf("%d transfers on a link at 2, want 2", n)
+	}
+	limit = 5
+	for range 11 {
+		h.tick(time.Second)
+	}
+	if n := h.transfersBy("one.example"); n != 5 {
+		t.Fatalf("%d transfers on the link raised to 5, want 5", n)
+	}
+	if q := h.queuedNotParked(); len(q) != 0 {
+		t.Fatalf("%d DTRs taken out of the park with no place for them", len(q))
+	}
+}
