@@ -253,8 +253,31 @@ func checkNoSlotIdles(t *testing.T, seed uint64, optimizer bool) {
 			}
 		}
 		for _, g := range h.transfersByShareList() {
-			if next(4) == 0 {
+			switch next(8) {
+			case 0, 1:
 				h.answer(g, nil)
+			case 2: // tried again later
+				h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, State: dtr.Transferring, Text: "503"})
+			}
+		}
+		if back := h.queuedNotParked(); len(back) > 1 && next(6) == 0 {
+			// Several DTRs put back for places leave at once.
+			for _, id := range back {
+				_ = h.c.Cancel(h.now, id)
+			}
+		}
+		if queued := h.waitingIn(dtr.Transfer); len(queued) > 0 && next(5) == 0 {
+			// Forgotten and restored, as a record moved between cores.
+			id := queued[next(len(queued))]
+			for _, d := range h.c.DTRs() {
+				if d.ID == id {
+					if !h.c.Forget(id) {
+						t.Fatalf("round %d: %s not forgotten", round, id)
+					}
+					if err := h.c.Restore(h.now, &d); err != nil {
+						t.Fatalf("round %d: restore %s: %v", round, id, err)
+					}
+				}
 			}
 		}
 		if queued := h.waitingIn(dtr.Transfer); len(queued) > 0 && next(5) == 0 {
@@ -288,6 +311,12 @@ func checkNoSlotIdles(t *testing.T, seed uint64, optimizer bool) {
 		}
 		if parked > 0 {
 			checked++
+		}
+		for k := range h.c.holds {
+			if !h.c.full(k) {
+				t.Fatalf("round %d: %d of %d slots busy, yet hold %+v has room and DTRs parked under it",
+					round, st.total, h.c.Limit(dtr.Transfer), k)
+			}
 		}
 		for _, ss := range st.order {
 			for _, e := range append(slices.Clone(ss.q.items), parkedItems(ss)...) {
