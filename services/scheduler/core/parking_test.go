@@ -497,3 +497,48 @@ func TestARaisedLinkLimitPutsBackOnlyWhatFits(t *testing.T) {
 		t.Fatalf("%d DTRs taken out of the park with no place for them", len(q))
 	}
 }
+
+// TestAShareWhoseDTRsAllParkBanksNothing: DTRs of a share arrive in
+// TRANSFER while their endpoint is full and are all parked at the tick
+// that sees them; the share, left with only parked DTRs, is held (it
+// cannot use its part of the split), so it banks no slot-time to be paid
+// back later.
+func TestAShareWhoseDTRsAllParkBanksNothing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SharePolicy = PolicyDN
+	cfg.MaxDelivery, cfg.MaxEmergency, cfg.MaxPerHost = 10, 0, 1
+	h := newHarness(t, cfg)
+	h.submit(hostDTR(0, "a", "slow.example"))
+	for i := range 40 {
+		h.submit(hostDTR(i, "b", "fast.example"))
+	}
+	h.runToTransfer()
+	var a *shareState
+	for _, ss := range h.c.states[dtr.Transfer].order {
+		if strings.HasPrefix(ss.name, "a") {
+			a = ss
+		}
+	}
+	if a == nil || a.running != 1 {
+		t.Fatalf("share a: want its one transfer running, got %+v", a)
+	}
+	for i := 1; i < 6; i++ {
+		h.submit(hostDTR(i, "a", "slow.example"))
+	}
+	sawParked := false
+	for range 20 {
+		before := a.deficit
+		for _, g := range h.tick(time.Second) {
+			if g.Stage == dtr.StagePre {
+				h.answer(g, nil)
+			}
+		}
+		if a.deficit > before+1e-9 {
+			t.Fatalf("share a banked slot-time while all its waiting DTRs were parked: deficit %g → %g", before, a.deficit)
+		}
+		sawParked = sawParked || a.parkedN == 5
+	}
+	if !sawParked {
+		t.Fatal("share a's five new DTRs never all parked")
+	}
+}
