@@ -60,9 +60,12 @@ type parked struct {
 }
 
 // home returns the queue an entry waits in: its share's, or the one it is
-// parked in.
+// parked in. A park's clock keeps up with its share queue's, so that a
+// parked DTR re-keyed (reprioritised, aged) under a policy that draws
+// lots does not jump ahead of the share's DTRs when it is put back.
 func (e *entry) home() *queue {
 	if e.park != nil {
+		e.park.clock = max(e.park.clock, e.share.q.clock)
 		return &e.park.queue
 	}
 	return &e.share.q
@@ -97,7 +100,7 @@ func (c *Core) park(k holdKey, e *entry) {
 	p := ss.parked[k]
 	if p == nil {
 		c.parkClock++
-		p = &parked{queue: queue{draw: ss.q.draw, due: math.MaxInt64}, hold: k, since: c.parkClock}
+		p = &parked{queue: queue{draw: ss.q.draw, clock: ss.q.clock, due: math.MaxInt64}, hold: k, since: c.parkClock}
 		ss.parked[k] = p
 		if c.holds == nil {
 			c.holds = map[holdKey]map[*shareState]struct{}{}

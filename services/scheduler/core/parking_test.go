@@ -542,3 +542,47 @@ func TestAShareWhoseDTRsAllParkBanksNothing(t *testing.T) {
 		t.Fatal("share a's five new DTRs never all parked")
 	}
 }
+
+// lotteryARC is ARC's policy picking inside a share at random, each DTR
+// with a chance in proportion to its priority.
+type lotteryARC struct{ ARC }
+
+func (lotteryARC) PickWeight(prio int) float64 { return float64(prio) }
+
+// TestAReprioritisedParkedDTRKeepsItsPlaceInTheLottery: under a policy
+// that draws lots, a parked DTR given a new priority is keyed from its
+// share queue's clock, as a queued one is, so it does not jump ahead of
+// the DTRs that waited in the queue while it was parked.
+func TestAReprioritisedParkedDTRKeepsItsPlaceInTheLottery(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxDelivery, cfg.MaxEmergency, cfg.MaxPerHost, cfg.MaxProcessor = 10, 0, 5, 1000
+	cfg.Policy = func(env PolicyEnv) Policy { return lotteryARC{ARC{env}} }
+	h := newHarness(t, cfg)
+	var slow []*dtr.DTR
+	for i := range 20 {
+		d := hostDTR(i, "a", "slow.example")
+		slow = append(slow, d)
+		h.submit(d)
+	}
+	for i := range 300 {
+		h.submit(hostDTR(i, "a", "fast.example"))
+	}
+	h.serveTransfers(70, "fast.example", func(g Grant) bool { return strings.Contains(g.DTR.Source, "fast.example") })
+	changed := 0
+	for _, d := range slow {
+		e := h.c.dtrs[d.ID]
+		if e.park == nil {
+			continue
+		}
+		if err := h.c.SetPriority(h.now, d.ID, 50); err != nil {
+			t.Fatal(err)
+		}
+		changed++
+		if e.key < e.share.q.clock {
+			t.Fatalf("a parked DTR re-keyed at %g, before its share queue's clock %g", e.key, e.share.q.clock)
+		}
+	}
+	if changed < 10 {
+		t.Fatalf("only %d parked DTRs to reprioritise", changed)
+	}
+}
