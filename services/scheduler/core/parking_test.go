@@ -375,6 +375,7 @@ func TestEveryShareAtAContestedEndpointGetsItsTurn(t *testing.T) {
 	}
 	got := h.serveTransfers(200, "slow.example", func(Grant) bool { return true })
 	total := got["a"] + got["c"]
+	t.Logf("places at slow.example in 200 ticks: a %d, c %d", got["a"], got["c"])
 	if total < 150 {
 		t.Fatalf("%d transfers from slow.example in 200 ticks, want about one a tick", total)
 	}
