@@ -78,6 +78,8 @@ var HoldWords = map[string]string{
 	"cache_wait":    "waiting for another DTR's download of the same file into the cache",
 	"routing":       "being routed by the scheduler",
 	"endpoint_full": "queued: a storage endpoint has its most transfers running (max per host)",
+	"link_full":     "queued: its link has as many transfers running as the optimizer's limit for it",
+	"activity_full": "queued: an activity limit at one of its endpoints is full",
 	"maxprepared":   "queued: its share holds its most staged copies (maxprepared)",
 	"share_no_slot": "queued: its share has no slot in this state",
 	"state_full":    "queued: its share is due a slot but every slot of the state is busy",

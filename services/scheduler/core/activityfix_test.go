@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,5 +183,36 @@ func TestLimitsHoldEndpointsHoweverTheURLsWriteThem(t *testing.T) {
 				t.Fatalf("%d transfers from se.example.org, written two ways; want the limit, 2", n)
 			}
 		})
+	}
+}
+
+// TestRestoredDTRsRebuildTheBoundOnAnIdentitysActivities: restored
+// records count the activities their shares name for their identity,
+// whatever their order, so that the DTRs submitted after a restart get
+// the shares the ones before it got.
+func TestRestoredDTRsRebuildTheBoundOnAnIdentitysActivities(t *testing.T) {
+	cfg := activitySplitConfig("", nil)
+	cfg.MaxActivitiesPerIdentity = 1
+	h := newHarness(t, cfg)
+	h.submit(activityDTR(0, "atlas", "A", "se.example"), activityDTR(1, "atlas", "B", "se.example"))
+	records := h.c.DTRs()
+	slices.SortFunc(records, func(x, y dtr.DTR) int { return strings.Compare(y.Share, x.Share) }) // atlas#default first
+	if records[0].Share != "atlas#default-download" || records[1].Share != "atlas#A-download" {
+		t.Fatalf("shares before the restart %s, %s", records[0].Share, records[1].Share)
+	}
+	restarted := newHarness(t, cfg)
+	for i := range records {
+		if err := restarted.c.Restore(restarted.now, &records[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarted.submit(activityDTR(2, "atlas", "A", "se.example"), activityDTR(3, "atlas", "B", "se.example"))
+	got := map[string]string{}
+	for _, d := range restarted.c.DTRs() {
+		got[d.Options.Activity] += d.Share + " "
+	}
+	want := map[string]string{"A": "atlas#A-download atlas#A-download ", "B": "atlas#default-download atlas#default-download "}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("shares by activity after the restart %v, want %v", got, want)
 	}
 }

@@ -216,6 +216,18 @@ func (c *Core) effectiveActivity(d *dtr.DTR) string {
 	if !p.HasActivity() {
 		return activityFor(d.Options.Activity)
 	}
+	if d.Share != "" {
+		// A DTR with its share (submitted, or restored from its record)
+		// goes by the activity its share names; a restored one also counts
+		// it as its identity's, so that the bound on an identity's
+		// activities is rebuilt as the records left it.
+		if sid, act, ok := p.SplitShare(d.Share); ok {
+			if act != DefaultActivity && c.cfg.ActivityWeights.table(p, sid) == nil {
+				c.activitySeen.admit(sid, act)
+			}
+			return act
+		}
+	}
 	var id string
 	if p != PolicyActivity {
 		id = p.ShareName(d.Owner)

@@ -166,6 +166,13 @@ type Core struct {
 	// holds maps each hold with parked DTRs to the shares that have some
 	// under it (parking.go).
 	holds map[holdKey]map[*shareState]struct{}
+	// parkClock counts parks made and DTRs put back, for the turns at a
+	// hold (parking.go).
+	parkClock uint64
+	// back holds the DTRs put back from a hold and not yet granted or
+	// parked again, and backAt counts them per hold (parking.go).
+	back   map[*entry]holdKey
+	backAt map[holdKey]int
 	// links holds the per-link optimizer's state (links.go); nil when it
 	// is off.
 	links *linkSet

@@ -50,14 +50,23 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	if st.total < n && limited {
 		// Slots left because some shares' DTRs wait for a full endpoint go
 		// to any share that can use them: a slow storage holds no slot.
-		for _, i := range owedFirst(st, slots, true) {
-			ss := st.order[i]
-			for ss.q.Len() > 0 && st.total < n {
-				e := c.dequeue(s, ss)
-				if e == nil {
-					break
+		// A DTR parked on the way can put back others (settle) into the
+		// queue of a share already passed: go round again while that
+		// happens.
+		for again := true; again && st.total < n; {
+			again = false
+			for _, i := range owedFirst(st, slots, true) {
+				ss := st.order[i]
+				for ss.q.Len() > 0 && st.total < n {
+					e := c.dequeue(s, ss)
+					if e == nil {
+						break
+					}
+					c.issueGrant(now, s, e, false)
 				}
-				c.issueGrant(now, s, e, false)
+			}
+			for _, ss := range st.order {
+				again = again || ss.q.Len() > 0
 			}
 		}
 	}
@@ -119,6 +128,7 @@ func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
 
 // unqueue takes a queued entry out of its queue, parked or not.
 func (c *Core) unqueue(e *entry) {
+	c.unmarkBack(e)
 	e.home().remove(e)
 	if e.park != nil {
 		c.unparkedFrom(e)
@@ -171,6 +181,7 @@ func (c *Core) account(now time.Time, st *stateQueues) {
 // issueGrant gives e, taken from its queue in state s, a slot: it moves
 // to the active state, under a new grant that the next Take hands out.
 func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) {
+	c.unmarkBack(e)
 	d := c.unpackEntry(e)
 	st := c.states[s]
 	e.share.running++

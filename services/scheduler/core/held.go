@@ -29,6 +29,11 @@ const (
 	// HoldEndpoint: a storage endpoint of it has MaxPerHost transfers
 	// running.
 	HoldEndpoint Hold = "endpoint_full"
+	// HoldLink: its link (source to destination endpoint) has as many
+	// transfers running as the optimizer's limit for it.
+	HoldLink Hold = "link_full"
+	// HoldActivity: an activity limit that covers it is full.
+	HoldActivity Hold = "activity_full"
 	// HoldMaxPrepared: its share holds MaxPrepared staged copies.
 	HoldMaxPrepared Hold = "maxprepared"
 	// HoldNoSlot: its share has no slot in the state under the split.
@@ -49,7 +54,7 @@ const (
 // soon.
 func (h Hold) Waits() bool {
 	switch h {
-	case HoldRetry, HoldCache, HoldEndpoint, HoldMaxPrepared, HoldNoSlot, HoldStateFull, HoldShareFull:
+	case HoldRetry, HoldCache, HoldEndpoint, HoldLink, HoldActivity, HoldMaxPrepared, HoldNoSlot, HoldStateFull, HoldShareFull:
 		return true
 	}
 	return false
@@ -146,10 +151,16 @@ func (sf *standingFinder) of(id uuid.UUID, e *entry) Standing {
 	return s
 }
 
+// parkedHolds says what holds a parked DTR, by the kind of its hold.
+var parkedHolds = map[holdKind]Hold{holdHost: HoldEndpoint, holdLink: HoldLink, holdActivity: HoldActivity}
+
 // queuedHold is what holds a DTR waiting in a queue whose share has slots
 // of the state under the split: Explain's reasons, in its order.
 func (c *Core) queuedHold(e *entry, slots int) Hold {
 	st := c.states[e.queued]
+	if e.park != nil { // parked: the hold it waits under
+		return parkedHolds[e.park.hold.kind]
+	}
 	if classOf(e.queued).PerHost && c.hosts.limited() && c.hosts.full(e) != 0 {
 		return HoldEndpoint
 	}

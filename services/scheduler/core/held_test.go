@@ -141,3 +141,39 @@ func TestAStandingsSinceIsWhenTheDTREnteredItsStateNotItsLastUpdate(t *testing.T
 		}
 	}
 }
+
+// TestAParkedDTRStandsHeldByItsHold: a DTR parked under a full endpoint,
+// link or activity limit is reported held by that, not as having a slot.
+func TestAParkedDTRStandsHeldByItsHold(t *testing.T) {
+	cfgs := heldConfigs()
+	byLink := DefaultConfig()
+	byLink.MaxDelivery, byLink.MaxEmergency = 10, 0
+	byLink.Optimizer = DefaultOptimizerConfig()
+	byLink.Optimizer.Start, byLink.Optimizer.Min = 1, 1
+	cfgs["link"] = byLink
+	want := map[string]Hold{"activity limit": HoldActivity, "max per host": HoldEndpoint, "link": HoldLink}
+	for name, cfg := range cfgs {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, cfg)
+			held := h.submitHeldThenRunnable()
+			h.runToTransfer()
+			standings := h.standings()
+			parked := 0
+			for _, d := range held {
+				if e := h.c.dtrs[d.ID]; e.park == nil {
+					continue
+				}
+				parked++
+				if got := standings[d.ID].Hold; got != want[name] {
+					t.Fatalf("a parked DTR stands %q, want %q", got, want[name])
+				}
+				if !want[name].Waits() {
+					t.Fatalf("%q does not wait", want[name])
+				}
+			}
+			if parked < 50 {
+				t.Fatalf("%d of 100 DTRs for a full endpoint parked", parked)
+			}
+		})
+	}
+}

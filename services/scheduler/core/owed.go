@@ -6,7 +6,8 @@ import "sort"
 // served. Where limits hold places back (byNeed: per endpoint, per link,
 // per activity), the share furthest below its part of the split comes
 // first, then the one running the fewest for its weight, then the one
-// owed the most slot-time, then by name: when a link
+// owed the most slot-time, then the one whose first DTR came first, then
+// by name: when a link
 // or endpoint at its limit frees one place as a transfer ends, the place
 // goes to the share that is owed it, never always to the same one.
 // Otherwise every share can take its part and they are served by name.
@@ -30,7 +31,15 @@ func owedFirst(st *stateQueues, slots []int, byNeed bool) []int {
 		if ri, rj := si.running*max(sj.prio, 1), sj.running*max(si.prio, 1); ri != rj {
 			return ri < rj
 		}
-		return si.deficit > sj.deficit
+		if si.deficit != sj.deficit {
+			return si.deficit > sj.deficit
+		}
+		// Owed the same (held shares bank nothing): the one whose first
+		// DTR came first, so that a tie does not always go by name.
+		if si.q.Len() > 0 && sj.q.Len() > 0 {
+			return si.q.head().seq < sj.q.head().seq
+		}
+		return false
 	})
 	return idx
 }

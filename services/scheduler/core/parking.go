@@ -5,10 +5,12 @@ package core
 // taken out of its share's queue and parked under that hold, so that a
 // grant never looks past held DTRs to find one that may start: however
 // many are held, the DTRs behind them start as soon as there are slots.
-// When a grant under a hold ends (or a link's limit rises), the first
-// parked DTR of each share under it goes back into its share's queue, in
-// its old place (its priority and arrival order are kept); if the hold
-// is full again by the time it is taken, it parks again.
+// When a grant under a hold ends (or a link's limit rises), as many
+// parked DTRs as the hold has room for go back into their shares' queues,
+// each in its old place (its priority and arrival order are kept): each
+// place to the share under the hold running the fewest for its weight,
+// then in turn (the share whose park waited longest since its last turn);
+// if the hold is full again by the time one is taken, it parks again.
 //
 // A parked DTR is still its share's and its state's: it is counted as
 // queued (sluice shares, why), cancelled, forgotten, re-prioritised and
@@ -52,12 +54,18 @@ func compareHolds(x, y holdKey) int {
 type parked struct {
 	queue
 	hold holdKey
+	// since is the park clock when the park was made or last had a DTR
+	// put back: the longest waiting gets the next place (roomAt).
+	since uint64
 }
 
 // home returns the queue an entry waits in: its share's, or the one it is
-// parked in.
+// parked in. A park's clock keeps up with its share queue's, so that a
+// parked DTR re-keyed (reprioritised, aged) under a policy that draws
+// lots does not jump ahead of the share's DTRs when it is put back.
 func (e *entry) home() *queue {
 	if e.park != nil {
+		e.park.clock = max(e.park.clock, e.share.q.clock)
 		return &e.park.queue
 	}
 	return &e.share.q
@@ -91,7 +99,8 @@ func (c *Core) park(k holdKey, e *entry) {
 	}
 	p := ss.parked[k]
 	if p == nil {
-		p = &parked{queue: queue{draw: ss.q.draw, due: math.MaxInt64}, hold: k}
+		c.parkClock++
+		p = &parked{queue: queue{draw: ss.q.draw, clock: ss.q.clock, due: math.MaxInt64}, hold: k, since: c.parkClock}
 		ss.parked[k] = p
 		if c.holds == nil {
 			c.holds = map[holdKey]map[*shareState]struct{}{}
@@ -101,6 +110,7 @@ func (c *Core) park(k holdKey, e *entry) {
 		}
 		c.holds[k][ss] = struct{}{}
 	}
+	c.unmarkBack(e)
 	p.readd(e)
 	p.due = min(p.due, e.deadline)
 	e.park = p
@@ -126,29 +136,101 @@ func (c *Core) unparkedFrom(e *entry) {
 	}
 }
 
-// roomAt puts the first parked DTR of each share under hold k back in its
-// share's queue: a grant under k ended.
+// roomAt puts parked DTRs under hold k back in their shares' queues, as
+// many as k has room for: a grant under k ended, a DTR put back earlier
+// left without using the place, or k's limit rose. Each place goes to the
+// share under k running the fewest for its weight, then to the one whose
+// park has waited longest since it last had a DTR put back (a rotation,
+// so that every share at a contested hold gets its turn, however many
+// there are and whatever their names), then to the oldest head DTR.
 func (c *Core) roomAt(k holdKey) {
-	for ss := range c.holds[k] {
-		p := ss.parked[k]
+	sharers := c.holds[k]
+	// putBack counts the DTRs put back here as running, for the choice of
+	// the next place, so that the places spread over the shares.
+	var putBack map[*shareState]int
+	for room := c.room(k) - c.backAt[k]; room > 0 && len(sharers) > 0; room-- {
+		var best *shareState
+		for ss := range sharers {
+			if best == nil || putBackBefore(ss, best, putBack, k) {
+				best = ss
+			}
+		}
+		p := best.parked[k]
 		e := p.popHead()
+		c.parkClock++
+		p.since = c.parkClock
 		c.unparkedFrom(e)
-		ss.q.readd(e)
-		ss.q.due = min(ss.q.due, e.deadline)
+		best.q.readd(e)
+		best.q.due = min(best.q.due, e.deadline)
+		c.markBack(k, e)
+		if putBack == nil {
+			putBack = map[*shareState]int{}
+		}
+		putBack[best]++
 	}
 }
 
-// unparkAll puts every DTR parked under k back: k's limit rose.
-func (c *Core) unparkAll(k holdKey) {
-	for ss := range c.holds[k] {
-		p := ss.parked[k]
-		for p.Len() > 0 {
-			e := p.popHead()
-			c.unparkedFrom(e)
-			ss.q.readd(e)
-			ss.q.due = min(ss.q.due, e.deadline)
-		}
+// markBack notes that e was put back from hold k: until it is granted,
+// parked again or leaves its queue, it holds one of k's places, so that
+// k puts back no more DTRs than it has room for.
+func (c *Core) markBack(k holdKey, e *entry) {
+	if c.back == nil {
+		c.back, c.backAt = map[*entry]holdKey{}, map[holdKey]int{}
 	}
+	c.back[e] = k
+	c.backAt[k]++
+}
+
+// unmarkBack notes that e, if put back, is granted, parked again or gone.
+func (c *Core) unmarkBack(e *entry) {
+	if len(c.back) == 0 {
+		return
+	}
+	k, ok := c.back[e]
+	if !ok {
+		return
+	}
+	delete(c.back, e)
+	if c.backAt[k]--; c.backAt[k] <= 0 {
+		delete(c.backAt, k)
+	}
+}
+
+// putBackBefore tells whether a place at hold k goes to share x before
+// share y (roomAt).
+func putBackBefore(x, y *shareState, putBack map[*shareState]int, k holdKey) bool {
+	rx, ry := (x.running+putBack[x])*max(y.prio, 1), (y.running+putBack[y])*max(x.prio, 1)
+	if rx != ry {
+		return rx < ry
+	}
+	px, py := x.parked[k], y.parked[k]
+	if px.since != py.since {
+		return px.since < py.since
+	}
+	if hx, hy := px.head().seq, py.head().seq; hx != hy {
+		return hx < hy
+	}
+	return x.name < y.name
+}
+
+// room returns how many more grants hold k takes.
+func (c *Core) room(k holdKey) int {
+	switch k.kind {
+	case holdHost:
+		if c.hosts.max <= 0 {
+			return math.MaxInt
+		}
+		return c.hosts.max - c.hosts.running[k.a]
+	case holdLink:
+		l := c.links.links[linkKey{k.a, k.b}]
+		if l == nil {
+			return math.MaxInt
+		}
+		return l.limit - l.running
+	case holdActivity:
+		return c.activityLoad.limits[k.limit].Max - c.activityLoad.running[activityKey{limit: k.limit, endpoint: k.a}]
+	}
+	return math.MaxInt
 }
 
 // keysOf returns the holds a TRANSFER DTR counts under: its endpoints,
@@ -172,21 +254,10 @@ func (c *Core) keysOf(e *entry) []holdKey {
 }
 
 // full reports whether hold k is at its limit.
-func (c *Core) full(k holdKey) bool {
-	switch k.kind {
-	case holdHost:
-		return c.hosts.max > 0 && c.hosts.running[k.a] >= c.hosts.max
-	case holdLink:
-		l := c.links.links[linkKey{k.a, k.b}]
-		return l != nil && l.running >= l.limit
-	case holdActivity:
-		return c.activityLoad.running[activityKey{limit: k.limit, endpoint: k.a}] >= c.activityLoad.limits[k.limit].Max
-	}
-	return false
-}
+func (c *Core) full(k holdKey) bool { return c.room(k) <= 0 }
 
 // settle gives room at e's holds that have it: for each hold of e that is
-// not full and has DTRs parked under it, the first of each share goes
+// not full and has DTRs parked under it, as many as it has room for go
 // back. It runs when a grant under e's holds ends, and when e is parked
 // under one of them: a DTR taken back from a hold with room that then
 // parks under another must not leave the room unused while DTRs behind it
@@ -234,7 +305,7 @@ func (c *Core) tickLinks(now time.Time) {
 	c.links.tick(now)
 	for k, limit := range before {
 		if l := c.links.links[linkKey{k.a, k.b}]; l == nil || l.limit > limit {
-			c.unparkAll(k)
+			c.roomAt(k)
 		}
 	}
 }

@@ -118,7 +118,7 @@ func (c *Core) markHeld(s dtr.State, st *stateQueues, slots []int) {
 	spare, rest := 0.0, 0.0
 	for i, ss := range st.order {
 		ss.held, ss.passedOn = false, 0
-		if limited && ss.running < slots[i] && ss.q.Len() > 0 && !c.canStart(s, ss) {
+		if limited && ss.running < slots[i] && ss.q.Len()+ss.parkedN > 0 && !c.canStart(s, ss) {
 			ss.held = true
 			spare += ss.quota - min(ss.quota, float64(ss.running))
 		} else if i < len(st.demand) && st.demand[i].Demand > 0 {

@@ -240,7 +240,9 @@ func (c *Core) age(now time.Time) {
 				// in one.
 				keys := slices.SortedFunc(maps.Keys(ss.parked), compareHolds)
 				for _, k := range keys {
-					c.ageQueue(&ss.parked[k].queue, top, at, now)
+					p := ss.parked[k]
+					p.clock = max(p.clock, ss.q.clock) // as home does
+					c.ageQueue(&p.queue, top, at, now)
 				}
 			}
 		}
