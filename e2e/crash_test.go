@@ -145,8 +145,9 @@ func (c *cluster) kill(role string) {
 }
 
 // restartExited starts again every role that exited by itself, as a
-// supervisor would, and returns them.
-func (c *cluster) restartExited() (roles []string) {
+// supervisor would, and returns them with the last lines of their logs
+// (what they said as they exited).
+func (c *cluster) restartExited() (roles, tails []string) {
 	c.mu.Lock()
 	for r, p := range c.procs {
 		select {
@@ -157,10 +158,11 @@ func (c *cluster) restartExited() (roles []string) {
 	}
 	c.mu.Unlock()
 	for _, r := range roles {
+		tails = append(tails, c.logTail(r, 5))
 		c.kill(r)
 		c.start(r)
 	}
-	return roles
+	return roles, tails
 }
 
 func (c *cluster) stopAll() {
@@ -538,8 +540,9 @@ func (r *chaosRun) keepRolesUpUntilTheJobEnds() {
 // restartExitedRoles starts again every role that exited by itself, as a
 // supervisor would, and says so.
 func (r *chaosRun) restartExitedRoles() {
-	for _, role := range r.c.restartExited() {
-		r.t.Logf("%s exited by itself; started again", role)
+	roles, tails := r.c.restartExited()
+	for i, role := range roles {
+		r.t.Logf("%s exited by itself; started again. Its log ended:\n%s", role, tails[i])
 	}
 }
 

@@ -296,22 +296,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.setUp(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	var err error
-	if s.kv, err = s.js.KeyValue(ctx, bus.BucketDTRs); err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	}
-	lkv, err := s.js.KeyValue(ctx, bus.BucketLeader)
-	if err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	}
-	s.election = newElection(lkv, s.cfg.LeaderTTL, s.name)
-	if s.cfg.StorageTokens.Keep {
-		tkv, err := s.js.KeyValue(ctx, bus.BucketSubjectTokens)
-		if err != nil {
-			return fmt.Errorf("scheduler: %w", err)
-		}
-		s.keeper = newTokenKeeper(tkv, s.cfg.StorageTokens.TTL)
-	}
 	s.maxDTR = bus.MaxDTRBytes(s.nc.MaxPayload())
 	every, atMost := s.cfg.CheckpointEvery, s.cfg.CheckpointRecords
 	if every <= 0 {
@@ -627,9 +611,33 @@ func (s *Service) setup() bus.Setup {
 		Limits: s.cfg.Limits(), LeaderTTL: s.cfg.LeaderTTL, SubjectTokenTTL: s.cfg.StorageTokens.TTL}
 }
 
-// setUp creates or checks every stream, consumer and bucket (bus.Ensure).
+// openBuckets opens the buckets the scheduler keeps its records, its
+// leader and the submitters' tokens in.
+func (s *Service) openBuckets(ctx context.Context) error {
+	kv, err := s.js.KeyValue(ctx, bus.BucketDTRs)
+	if err != nil {
+		return err
+	}
+	lkv, err := s.js.KeyValue(ctx, bus.BucketLeader)
+	if err != nil {
+		return err
+	}
+	if s.cfg.StorageTokens.Keep {
+		tkv, err := s.js.KeyValue(ctx, bus.BucketSubjectTokens)
+		if err != nil {
+			return err
+		}
+		s.keeper = newTokenKeeper(tkv, s.cfg.StorageTokens.TTL)
+	}
+	s.kv, s.election = kv, newElection(lkv, s.cfg.LeaderTTL, s.name)
+	return nil
+}
+
+// setUp creates or checks every stream, consumer and bucket (bus.Ensure)
+// and opens the buckets (openBuckets).
 // While NATS cannot be reached or its JetStream is not ready (a scheduler
-// started before its server, or while it restarts) it tries again after
+// started before its server, or while it restarts, when a bucket just
+// checked may not be found or answer in time) it tries again after
 // 50 ms, backing off to 2 s, as the other roles wait in bus.Await; it
 // logs the first failure and then one every 30 s. A refusal by the server
 // (a stream with other settings that it will not change, say) is returned
@@ -639,6 +647,9 @@ func (s *Service) setUp(ctx context.Context) error {
 	var logged time.Time
 	for {
 		err := bus.Ensure(ctx, s.js, s.setup())
+		if err == nil {
+			err = s.openBuckets(ctx)
+		}
 		if err == nil {
 			return nil
 		}
