@@ -12,15 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dtr/sluice/services/scheduler/core"
 	"github.com/sluice-dtr/sluice/services/scheduler/simulate"
 )
-
-// linkControllers are the controllers --controllers may name.
-var linkControllers = map[string]func(core.OptimizerConfig) core.LinkController{
-	"sluice": nil, // the core's own
-	"fts3":   simulate.NewFTS3Optimizer,
-}
 
 type linkSimOptions struct {
 	links, controllers, csv string
@@ -67,7 +60,7 @@ func simulateLinks(cfg *Config, o linkSimOptions, svg string, jsonOut bool, stdo
 	var results []simulate.LinkResult
 	for _, name := range strings.Split(o.controllers, ",") {
 		name = strings.TrimSpace(name)
-		ctl, ok := linkControllers[name]
+		ctl, ok := simulate.LinkControllers[name]
 		if !ok {
 			return usageErrorf("--controllers: %q is neither sluice nor fts3", name)
 		}

@@ -57,6 +57,13 @@ type FTS3Optimizer struct {
 	Aggressive bool
 }
 
+// LinkControllers are the link controllers sluice simulate --links may
+// compare, by name: nil is the core's own optimizer.
+var LinkControllers = map[string]func(core.OptimizerConfig) core.LinkController{
+	"sluice": nil,
+	"fts3":   NewFTS3Optimizer,
+}
+
 // NewFTS3Optimizer returns FTS3's rule for a new link.
 func NewFTS3Optimizer(cfg core.OptimizerConfig) core.LinkController {
 	return &FTS3Optimizer{cfg: cfg}
