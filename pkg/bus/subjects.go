@@ -214,9 +214,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Setup) error {
 			}
 			continue
 		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		// Created, not updated: a scheduler starting at the same time may
+		// have created it and allowed entries with their own TTL, which an
+		// update without them would be refused for (10052).
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b.name, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, MaxBytes: maxBytes,
-		}); err != nil {
+		}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("bucket %s: %w", b.name, reserveHint(err))
 		}
 	}
@@ -337,12 +340,14 @@ func ensureSubjectTokenBucket(ctx context.Context, js jetstream.JetStream, s Set
 		maxBytes = -1 // no limit, as the server says it
 	}
 	if _, err := js.Stream(ctx, "KV_"+BucketSubjectTokens); err != nil {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		// Created, not updated (as above): another scheduler may have
+		// made it and allowed entries with their own TTL meanwhile.
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: BucketSubjectTokens, Storage: jetstream.FileStorage, Replicas: s.Replicas, History: 1, TTL: ttl,
 			MaxBytes:     maxBytes,
 			MaxValueSize: 64 << 10, // a bearer token; the verifier takes none larger
 			Description:  "submitters' bearer tokens under random references, for the exchange of storage tokens",
-		}); err != nil {
+		}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("bucket %s: %w", BucketSubjectTokens, reserveHint(err))
 		}
 	}

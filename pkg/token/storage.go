@@ -272,6 +272,14 @@ func (s *StorageSource) get(ctx context.Context, key string, fetch func(context.
 	// one's ctx does not end the others' wait. A new token is the longest
 	// lived the issuer gives, whoever asked.
 	ch := s.flight.DoChan(key, func() (any, error) {
+		// A request that ended between the look above and this flight
+		// has cached its token: it is not asked for again.
+		s.mu.Lock()
+		c, ok := s.cache[key]
+		s.mu.Unlock()
+		if ok && (c.expiry.After(need) || c.fresh(s.now())) {
+			return c.token, nil
+		}
 		fctx := context.WithoutCancel(ctx)
 		start := s.now()
 		tok, err := fetch(fctx)
