@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +69,10 @@ func TestSeparateProcessesMoveEveryItem(t *testing.T) {
 	if err != nil || rate <= 0 {
 		t.Fatalf("bare pipeline as separate processes: %v items/s, %v", rate, err)
 	}
+	rate, err = BatchedPipelineSeparate(ctx, t.TempDir(), 300, exe)
+	if err != nil || rate <= 0 {
+		t.Fatalf("batched pipeline as separate processes: %v items/s, %v", rate, err)
+	}
 	rate, roles, err := throughput(ctx, t.TempDir(), 300, 50, exe)
 	if err != nil || rate <= 0 {
 		t.Fatalf("Sluice as separate processes: %v DTR/s, %v", rate, err)
@@ -78,6 +83,55 @@ func TestSeparateProcessesMoveEveryItem(t *testing.T) {
 	if err := RunPipelineStage(ctx, "nats://127.0.0.1:1", 4); err == nil || !strings.Contains(err.Error(), "no stage 4") {
 		t.Errorf("stage 4 of 4: %v, want no such stage", err)
 	}
+}
+
+// TestPipelinesMoveEveryItem runs each baseline pipeline in this process
+// over loopback TCP and nats.go's in-process connection: each returns only
+// once every item has come out of its last stage.
+func TestPipelinesMoveEveryItem(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		run  func(context.Context, string, int, bool) (float64, error)
+	}{
+		{"bare", BarePipeline},
+		{"batched", BatchedPipeline},
+	} {
+		for _, inProcess := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/in-process=%v", tt.name, inProcess), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				// More than a batch, and not a multiple of one.
+				rate, err := tt.run(ctx, t.TempDir(), 3*batchedPull+17, inProcess)
+				if err != nil || rate <= 0 {
+					t.Fatalf("%v items/s, %v", rate, err)
+				}
+			})
+		}
+	}
+}
+
+func TestArrivalsCountEachItemOnceAndOnlyKnownOnes(t *testing.T) {
+	item := func(i uint64) []byte {
+		b := make([]byte, 16)
+		binary.BigEndian.PutUint64(b, i)
+		return b
+	}
+	a := newArrivals(3)
+	for _, data := range [][]byte{item(0), item(0), item(7), {1, 2}, item(2)} {
+		a.add(data)
+	}
+	select {
+	case <-a.all:
+		t.Fatal("all arrived after items 0 and 2 of 3 (0 twice, 7 and a short one besides)")
+	default:
+	}
+	a.add(item(1))
+	select {
+	case <-a.all:
+	default:
+		t.Fatal("not all arrived after items 0, 1 and 2 of 3")
+	}
+	a.add(item(1)) // after the end: counted nowhere, closes nothing twice
 }
 
 func TestMemoryPerQueuedIsAPlausibleSize(t *testing.T) {
@@ -228,4 +282,32 @@ func TestFailoverGrantsAgainWithNothingLostOrGrantedTwice(t *testing.T) {
 			t.Errorf("cut off %v: %d DTR states granted twice", cutOff, r.Twice)
 		}
 	}
+}
+
+// BenchmarkBatchedPipeline is the batched baseline of BenchmarkThroughput,
+// measured the same way:
+// go test -run XXX -bench 'Throughput$|BatchedPipeline$' ./bench/
+func BenchmarkBatchedPipeline(b *testing.B) {
+	n := max(b.N, 100)
+	before := cpuTime()
+	rate, err := BatchedPipeline(context.Background(), b.TempDir(), n, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "items/s")
+	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(n), "cpu-µs/item")
+}
+
+// BenchmarkBatchedPipelineSeparate is the batched baseline of
+// BenchmarkThroughputSeparate: each stage its own process.
+func BenchmarkBatchedPipelineSeparate(b *testing.B) {
+	exe := buildSluice(b)
+	n := max(b.N, 100)
+	before := cpuTime() + childrenCPUTime()
+	rate, err := BatchedPipelineSeparate(context.Background(), b.TempDir(), n, exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "items/s")
+	b.ReportMetric(float64((cpuTime()+childrenCPUTime()-before).Microseconds())/float64(n), "cpu-µs/item")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +24,7 @@ import (
 // TCP or nats.go's in-process connection. It returns items per second
 // through all four stages.
 func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float64, error) {
-	return barePipeline(ctx, dir, n, inProcess, "")
+	return barePipeline(ctx, dir, n, inProcess, "", false)
 }
 
 // BarePipelineSeparate is BarePipeline with each of its four stages a child
@@ -31,14 +32,25 @@ func BarePipeline(ctx context.Context, dir string, n int, inProcess bool) (float
 // Sluice's roles run when each is its own process: the baseline of that
 // shape. The items are published and counted in this process.
 func BarePipelineSeparate(ctx context.Context, dir string, n int, exe string) (float64, error) {
-	return barePipeline(ctx, dir, n, false, exe)
+	return barePipeline(ctx, dir, n, false, exe, false)
 }
 
 // pipelineStages is the number of consume→publish stages; a last stream
 // takes what the last stage publishes.
 const pipelineStages = 4
 
-func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe string) (float64, error) {
+// barePipeline runs n items through the pipeline: its stages in this
+// process, or each a child process of exe; each stage one message at a
+// time, or batched (BatchedPipeline).
+func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe string, batched bool) (float64, error) {
+	what := "bare pipeline"
+	stage := pipelineStage
+	consumer := jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy}
+	if batched {
+		what, stage = "batched pipeline", batchedStage
+		// As many unacknowledged as Sluice's consumers allow.
+		consumer.MaxAckPending = batchedMaxAckPending
+	}
 	ns, err := bus.Embedded(dir, 0)
 	if err != nil {
 		return 0, err
@@ -52,7 +64,7 @@ func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe st
 	}
 	nc, err := connect()
 	if err != nil {
-		return 0, fmt.Errorf("bare pipeline: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
@@ -60,10 +72,10 @@ func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe st
 		name := "S" + strconv.Itoa(i)
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"stage." + strconv.Itoa(i)},
 			Retention: jetstream.WorkQueuePolicy}); err != nil {
-			return 0, fmt.Errorf("bare pipeline: %w", err)
+			return 0, fmt.Errorf("%s: %w", what, err)
 		}
-		if _, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-			return 0, fmt.Errorf("bare pipeline: %w", err)
+		if _, err := js.CreateConsumer(ctx, name, consumer); err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	errs := make(chan error, 1)
@@ -75,57 +87,61 @@ func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe st
 	}
 	for i := 0; i < pipelineStages; i++ {
 		if exe != "" {
-			cmd := exec.CommandContext(ctx, exe, "bench", "--pipeline-stage", strconv.Itoa(i))
+			args := []string{"bench", "--pipeline-stage", strconv.Itoa(i)}
+			if batched {
+				args = append(args, "--pipeline-batched")
+			}
+			cmd := exec.CommandContext(ctx, exe, args...)
 			cmd.Env = append(os.Environ(), "NATS_URL="+ns.ClientURL())
 			cmd.Stderr = os.Stderr
 			if err := cmd.Start(); err != nil {
-				return 0, fmt.Errorf("bare pipeline: %w", err)
+				return 0, fmt.Errorf("%s: %w", what, err)
 			}
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 			continue
 		}
 		snc, err := connect()
 		if err != nil {
-			return 0, fmt.Errorf("bare pipeline: %w", err)
+			return 0, fmt.Errorf("%s: %w", what, err)
 		}
 		defer snc.Close()
-		stop, err := pipelineStage(ctx, snc, i, report)
+		stop, err := stage(ctx, snc, i, report)
 		if err != nil {
 			return 0, err
 		}
 		defer stop()
 	}
-	// The last stream is read here, counting what comes out.
-	var done sync.WaitGroup
-	done.Add(n)
+	// The last stream is read here, counting the items that come out
+	// (each once: one delivered again is not counted again).
+	arrived := newArrivals(n)
 	snc, err := connect()
 	if err != nil {
-		return 0, fmt.Errorf("bare pipeline: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	defer snc.Close()
 	sjs, _ := jetstream.New(snc)
 	cons, err := sjs.Consumer(ctx, "S"+strconv.Itoa(pipelineStages), "c")
 	if err != nil {
-		return 0, fmt.Errorf("bare pipeline: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		_ = m.Ack()
-		done.Done()
+		arrived.add(m.Data())
 	}, jetstream.PullMaxMessages(500))
 	if err != nil {
-		return 0, fmt.Errorf("bare pipeline: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	defer cc.Stop()
-	if err := pipelineReady(ctx, js); err != nil {
+	if err := pipelineReady(ctx, js, what); err != nil {
 		return 0, err
 	}
 
-	payload := make([]byte, 600) // about the size of a grant
 	start := time.Now()
 	out := bus.NewBatch(ctx, js)
 	for i := 0; i < n; i++ {
 		m := nats.NewMsg("stage.0")
-		m.Data = payload
+		m.Data = make([]byte, 600) // about the size of a grant
+		binary.BigEndian.PutUint64(m.Data, uint64(i))
 		out.Add(m)
 		if out.Len() == 1000 {
 			if err := out.Wait(ctx); err != nil {
@@ -136,16 +152,44 @@ func barePipeline(ctx context.Context, dir string, n int, inProcess bool, exe st
 	if err := out.Wait(ctx); err != nil {
 		return 0, err
 	}
-	finished := make(chan struct{})
-	go func() { done.Wait(); close(finished) }()
 	select {
-	case <-finished:
+	case <-arrived.all:
 	case err := <-errs:
-		return 0, fmt.Errorf("bare pipeline: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// arrivals counts the items that have come out of the pipeline, each
+// once, and closes all when every one of the n has.
+type arrivals struct {
+	mu   sync.Mutex
+	seen []bool
+	left int
+	all  chan struct{}
+}
+
+func newArrivals(n int) *arrivals {
+	return &arrivals{seen: make([]bool, n), left: n, all: make(chan struct{})}
+}
+
+// add counts the item whose number begins data.
+func (a *arrivals) add(data []byte) {
+	if len(data) < 8 {
+		return
+	}
+	i := binary.BigEndian.Uint64(data)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= uint64(len(a.seen)) || a.seen[i] {
+		return
+	}
+	a.seen[i] = true
+	if a.left--; a.left == 0 {
+		close(a.all)
+	}
 }
 
 // pipelineStage consumes stage i's stream and publishes each message to
@@ -174,16 +218,24 @@ func pipelineStage(ctx context.Context, nc *nats.Conn, i int, report func(error)
 // server at url until ctx ends or a publish fails: what `sluice bench
 // --pipeline-stage i` does in the child processes of BarePipelineSeparate.
 func RunPipelineStage(ctx context.Context, url string, i int) error {
+	return runPipelineStage(ctx, url, i, false)
+}
+
+func runPipelineStage(ctx context.Context, url string, i int, batched bool) error {
+	what, stage := "bare pipeline", pipelineStage
+	if batched {
+		what, stage = "batched pipeline", batchedStage
+	}
 	if i < 0 || i >= pipelineStages {
-		return fmt.Errorf("bare pipeline: no stage %d (0 to %d)", i, pipelineStages-1)
+		return fmt.Errorf("%s: no stage %d (0 to %d)", what, i, pipelineStages-1)
 	}
 	nc, err := nats.Connect(url)
 	if err != nil {
-		return fmt.Errorf("bare pipeline stage %d: %w", i, err)
+		return fmt.Errorf("%s stage %d: %w", what, i, err)
 	}
 	defer nc.Close()
 	errs := make(chan error, 1)
-	stop, err := pipelineStage(ctx, nc, i, func(err error) {
+	stop, err := stage(ctx, nc, i, func(err error) {
 		select {
 		case errs <- err:
 		default:
@@ -195,7 +247,7 @@ func RunPipelineStage(ctx context.Context, url string, i int) error {
 	defer stop()
 	select {
 	case err := <-errs:
-		return fmt.Errorf("bare pipeline stage %d: %w", i, err)
+		return fmt.Errorf("%s stage %d: %w", what, i, err)
 	case <-ctx.Done():
 		return nil
 	}
@@ -203,7 +255,7 @@ func RunPipelineStage(ctx context.Context, url string, i int) error {
 
 // pipelineReady waits until every stage's consumer has a pull waiting, so
 // that no process's start is measured.
-func pipelineReady(ctx context.Context, js jetstream.JetStream) error {
+func pipelineReady(ctx context.Context, js jetstream.JetStream, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for i := 0; i <= pipelineStages; i++ {
@@ -217,7 +269,7 @@ func pipelineReady(ctx context.Context, js jetstream.JetStream) error {
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("bare pipeline: stage %d did not start: %w", i, ctx.Err())
+				return fmt.Errorf("%s: stage %d did not start: %w", what, i, ctx.Err())
 			case <-time.After(20 * time.Millisecond):
 			}
 		}

@@ -45,11 +45,13 @@ func benchCommand(cfg *Config) *cobra.Command {
 	fs.StringVar(&o.cli, "nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
 	fs.StringVar(&o.dir, "dir", "", "where the files and JetStream stores go: a new directory under this one (default: $TMPDIR or /tmp); on a tmpfs such as /dev/shm the figures leave the disk out")
 	fs.IntVar(&o.stage, "pipeline-stage", -1, "run only stage `N` (0-3) of the bare JetStream pipeline against --nats, until stopped: how the bench runs that baseline as separate processes")
+	fs.BoolVar(&o.batched, "pipeline-batched", false, "with --pipeline-stage, run that stage of the batched pipeline (batches consumed, published asynchronously, acknowledged once stored)")
 	return c
 }
 
 type benchOptions struct {
 	quick, separate bool
+	batched         bool
 	out, cli, dir   string
 	stage           int
 }
@@ -57,6 +59,9 @@ type benchOptions struct {
 func benchRun(ctx context.Context, cfg *Config, opts benchOptions, args []string, stdout io.Writer) error {
 	quick, out, separate, cli, dir, stage := &opts.quick, &opts.out, &opts.separate, &opts.cli, &opts.dir, &opts.stage
 	if *stage >= 0 {
+		if opts.batched {
+			return bench.RunBatchedPipelineStage(ctx, cfg.NATSURL, *stage)
+		}
 		return bench.RunPipelineStage(ctx, cfg.NATSURL, *stage)
 	}
 	// Measured as `sluice all` runs: the roles in this process collect
