@@ -27,8 +27,8 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 11 {
-		t.Fatalf("%d figures, want 11 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 12 {
+		t.Fatalf("%d figures, want 12 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)
@@ -48,7 +48,8 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err := r.Markdown(&md, "sluice bench -test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Benchmarks", "cores", "| What | Figure | Target | Met |", "bare pipeline", "p50", "restart"} {
+	for _, want := range []string{"# Benchmarks", "cores", "| What | Figure | Target | Met | Command |", "bare pipeline", "batched pipeline",
+		"p50", "restart", "`sluice bench -test` |", "-bench 'BatchedPipeline$' -benchtime 200x ./bench/` |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
