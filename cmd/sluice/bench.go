@@ -22,8 +22,9 @@ func benchCommand(cfg *Config) *cobra.Command {
 		Use:   "bench [flags]",
 		Short: "Measure throughput, latency, slot use, memory, restart, failover and scale-out; write BENCHMARKS.md",
 		Long: "Measure throughput, latency, slot use, memory, restart, failover to a standby scheduler and\n" +
-			"scale-out against a bare JetStream pipeline on the same machine, and write the figures to\n" +
-			"BENCHMARKS.md (or --out).",
+			"scale-out on the same machine, Sluice's throughput against a 4-stage JetStream pipeline batched as\n" +
+			"Sluice is (and against the same pipeline one message at a time), and write the figures, each with\n" +
+			"its command, to BENCHMARKS.md (or --out).",
 		Args: exactArgs(0, "bench takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var given []string
