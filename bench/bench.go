@@ -309,17 +309,18 @@ func (r *Report) Markdown(w io.Writer, command string) error {
 	fmt.Fprintln(b, "The machine is shared and noisy: speeds are set against a baseline measured in the same run.")
 	fmt.Fprintf(b, "Every Sluice here runs on an embedded NATS server; its JetStream store and the files are in %s.\n", r.Storage)
 	fmt.Fprintln(b)
-	fmt.Fprintf(b, "Each figure is from this run. Its command is `%s`, or the one in the last column, which measures that figure alone "+
-		"(a Go benchmark in bench/ runs with Go's default garbage collection, where `sluice bench` collects as `sluice all` does).\n", command)
+	fmt.Fprintf(b, "Every figure is from this run of `%s`. The last column names the command that measures a figure alone, "+
+		"where there is one (a Go benchmark in bench/, run from the repository's root; it collects garbage at Go's defaults, "+
+		"where `sluice bench` collects as `sluice all` does).\n", command)
 	fmt.Fprintln(b)
 	fmt.Fprintln(b, "| What | Figure | Target | Met | Command |")
 	fmt.Fprintln(b, "|---|---|---|---|---|")
 	for _, f := range r.Figures {
-		cmd := f.Command
-		if cmd == "" {
-			cmd = command
+		cmd := "`sluice bench` (this run)"
+		if f.Command != "" {
+			cmd = "`" + f.Command + "`"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | `%s` |\n", f.What, f.Value, f.Target, f.Met, cmd)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", f.What, f.Value, f.Target, f.Met, cmd)
 	}
 	for _, wn := range r.Warnings {
 		fmt.Fprintf(b, "\n%s\n", wn)

@@ -49,7 +49,7 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"# Benchmarks", "cores", "| What | Figure | Target | Met | Command |", "bare pipeline", "batched pipeline",
-		"p50", "restart", "`sluice bench -test` |", "-bench 'BatchedPipeline$' -benchtime 200x ./bench/` |"} {
+		"p50", "restart", "this run of `sluice bench -test`", "| `sluice bench` (this run) |", "-bench 'BatchedPipeline$' -benchtime 200x ./bench/` |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
@@ -258,6 +258,31 @@ func BenchmarkBarePipelineSeparate(b *testing.B) {
 	}
 	b.ReportMetric(rate, "items/s")
 	b.ReportMetric(float64((cpuTime()+childrenCPUTime()-before).Microseconds())/float64(n), "cpu-µs/item")
+}
+
+func TestTheReportNamesTheMachineAndEachFiguresCommand(t *testing.T) {
+	r := &Report{Machine: "a CPU, 2 cores", Storage: "/dev/shm (tmpfs, in memory)", Started: time.Date(2026, 11, 26, 14, 0, 0, 0, time.UTC),
+		Took: 90 * time.Second, Figures: []Figure{
+			{What: "alone", Value: "1 DTR/s", Target: "≥ 1", Met: "yes", Command: "go test -bench X ./bench/"},
+			{What: "only in the run", Value: "2 s"},
+		}}
+	var md bytes.Buffer
+	if err := r.Markdown(&md, "sluice bench --quick"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Written by `sluice bench --quick` on 2026-11-26 14:00 UTC in 1m30s.",
+		"Machine: a CPU, 2 cores.",
+		"/dev/shm (tmpfs, in memory)",
+		"Every figure is from this run of `sluice bench --quick`.",
+		"| What | Figure | Target | Met | Command |\n|---|---|---|---|---|\n",
+		"| alone | 1 DTR/s | ≥ 1 | yes | `go test -bench X ./bench/` |\n",
+		"| only in the run | 2 s |  |  | `sluice bench` (this run) |\n",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
 }
 
 func TestTimesRoundsDownSoThatARatioBelowOneNeverReadsOne(t *testing.T) {
