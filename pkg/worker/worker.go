@@ -482,13 +482,13 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	p.mu.Unlock()
 	// renewLeases keeps the lease alive, as it did while the grant waited.
 	start := time.Now()
-	ended := p.metrics.started(ctx)
+	p.metrics.started()
 	res := p.Handler(p.withStorageTokens(wctx, g, start), g, func(b, s int64) {
 		p.metrics.moved(ctx, b-h.moved.Swap(b))
 		h.size.Store(s)
 	})
 	p.metrics.moved(ctx, res.Bytes-h.moved.Load())
-	ended(res, time.Since(start))
+	p.metrics.ended(ctx, res, time.Since(start))
 	res.DTR, res.Grant, res.State = g.DTR.ID, g.ID, g.State
 	if ctx.Err() != nil && res.Error != nil {
 		// Stopped half way: the grant goes back to the scheduler, to be

@@ -143,11 +143,12 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		meter.Record(time.Now(), b)
 		report(b, d.Size)
 	}
-	res, streamed, done := s.thirdParty(ctx, &d, src, typ, progress)
+	dst := transfer.TempURLOf(&d) // the temporary name the copy is made under
+	res, streamed, done := s.thirdParty(ctx, &d, src, dst, typ, progress)
 	if done {
 		return res
 	}
-	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
+	cr, err := s.client.Copy(ctx, src, dst, transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
 		// d.Size is what QUERY_REPLICA found (0: unknown), and the staged
 		// copy has it too.
