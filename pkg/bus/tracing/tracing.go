@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -223,10 +222,10 @@ type cachedTracer struct {
 var (
 	lastTracer atomic.Pointer[cachedTracer]
 	// delegates says the default provider has been given a provider to
-	// pass its spans to (OpenTelemetry does so once, for good), and
-	// checkedDelegate when that was last looked at (Unix ns).
-	delegates       atomic.Bool
-	checkedDelegate atomic.Int64
+	// pass its spans to (OpenTelemetry does so once, for good); unchecked
+	// counts the spans started since that was last looked at.
+	delegates atomic.Bool
+	unchecked atomic.Uint32
 )
 
 // installedTracer returns Sluice's tracer of the tracer provider
@@ -250,15 +249,14 @@ func installedTracer() trace.Tracer {
 
 // defaultDelegates says whether the default provider passes its spans on
 // to a provider installed (and since replaced by the default again, as
-// tests do): a span it starts then has real ids. It looks at most every
-// 100ms; once it does, it does for good.
+// tests do): a span it starts then has real ids. It looks at the first
+// span and then once every checkDelegateEvery; once it does, it does for
+// good.
 func defaultDelegates() bool {
 	if delegates.Load() {
 		return true
 	}
-	now := time.Now().UnixNano()
-	last := checkedDelegate.Load()
-	if now-last < int64(100*time.Millisecond) || !checkedDelegate.CompareAndSwap(last, now) {
+	if unchecked.Add(1)%checkDelegateEvery != 1 {
 		return false
 	}
 	_, span := defaultProvider.Tracer(tracerName).Start(context.Background(), "probe")
@@ -268,6 +266,10 @@ func defaultDelegates() bool {
 	}
 	return false
 }
+
+// checkDelegateEvery is how many spans defaultDelegates lets pass between
+// two looks.
+const checkDelegateEvery = 1024
 
 // sameProvider compares two providers without panicking on a provider
 // type that cannot be compared.

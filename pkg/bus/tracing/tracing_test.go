@@ -87,7 +87,7 @@ func TestSpansWithoutATracerProviderCostNothingAndThoseOfOneInstalledAreRecorded
 		if otel.GetTracerProvider() != defaultProvider {
 			t.Skip("the default provider is not back")
 		}
-		checkedDelegate.Store(0)
+		unchecked.Store(0)
 		_, span := StartProducer(context.Background(), "sluice.result.delivery", "g2.result")
 		span.End()
 		if !span.SpanContext().IsValid() {
