@@ -651,7 +651,7 @@ func (h *held) fence(now time.Time) error {
 // pool's that are ready at the same time, in one Results event. Its span
 // is the result's sender in the DTR's trace.
 func (p *Pool) sendResult(ctx context.Context, d *dtr.DTR, res api.Result) error {
-	ctx, span := tracing.StartProducer(ctx, p.resultSubject, res.Grant+".result")
+	ctx, span := tracing.StartProducer(ctx, p.resultSubject, tracing.ItemID(res.Grant, ".result"))
 	defer span.End()
 	tracing.SetDTR(span, d, p.Stage)
 	tracing.SetResult(span, res.Bytes, res.Error)

@@ -93,6 +93,21 @@ func StartConsumerOf(ctx context.Context, traceparent, subject, msgID, operation
 	return startSpan(Context(ctx, traceparent), operation, trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, subject, msgID)
 }
 
+// ItemID is the message id of one item of a message (a grant's result, a
+// final DTR) as its span names it: id and suffix, made only when a tracer
+// provider is installed (otherwise no span records it, and it is "").
+func ItemID(id, suffix string) string {
+	if !Installed() {
+		return ""
+	}
+	return id + suffix
+}
+
+// Installed says whether a tracer provider is installed, whose spans may
+// be recorded: without one, a span's start and end cost next to nothing,
+// and what only a recorded span would hold need not be made.
+func Installed() bool { return installedTracer() != nil }
+
 // skipUnsampled is set by SkipUnsampledSpans.
 var skipUnsampled atomic.Bool
 

@@ -95,3 +95,17 @@ func TestSpansWithoutATracerProviderCostNothingAndThoseOfOneInstalledAreRecorded
 		}
 	})
 }
+
+func TestAnItemsMessageIDIsMadeOnlyForATracerProviderInstalled(t *testing.T) {
+	if otel.GetTracerProvider() == defaultProvider && !delegates.Load() {
+		if got := ItemID("g1", ".result"); got != "" {
+			t.Errorf("with no provider: %q, want none", got)
+		}
+	}
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+	if got := ItemID("g1", ".result"); got != "g1.result" {
+		t.Errorf("with a provider: %q, want g1.result", got)
+	}
+}
