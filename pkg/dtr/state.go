@@ -90,11 +90,27 @@ func (s State) MarshalText() ([]byte, error) {
 	if s >= numStates {
 		return nil, fmt.Errorf("DTR state %d is not a state", uint8(s))
 	}
-	return []byte(stateNames[s]), nil
+	return stateTexts[s], nil
 }
+
+// stateTexts are the states' names as MarshalText returns them, made once:
+// a DTR's state is written many times on its way. Their capacity is their
+// length, so that appending to one copies it.
+var stateTexts = func() (t [numStates][]byte) {
+	for i, n := range stateNames {
+		t[i] = []byte(n)[:len(n):len(n)]
+	}
+	return t
+}()
 
 // UnmarshalText reads a state from its ARC name, in any case.
 func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if n == string(b) { // as written: no copy made
+			*s = State(i)
+			return nil
+		}
+	}
 	v, err := ParseState(strings.ToUpper(string(b)))
 	if err != nil {
 		return err

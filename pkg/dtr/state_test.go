@@ -113,3 +113,27 @@ func TestValidateURLRefusesPasswordsWithoutQuotingThem(t *testing.T) {
 		t.Errorf("a user name alone is no secret: %v", err)
 	}
 }
+
+func TestAStateWrittenAndReadAsTextIsItsARCNameInAnyCase(t *testing.T) {
+	b, err := Transferring.MarshalText()
+	if err != nil || string(b) != "TRANSFERRING" {
+		t.Fatalf("MarshalText: %q, %v", b, err)
+	}
+	_ = append(b, "-changed"...) // a caller's append leaves the name alone
+	if again, _ := Transferring.MarshalText(); string(again) != "TRANSFERRING" {
+		t.Fatalf("after an append to the text: %q", again)
+	}
+	for _, in := range []string{"TRANSFERRING", "transferring", "Transferring"} {
+		var s State
+		if err := s.UnmarshalText([]byte(in)); err != nil || s != Transferring {
+			t.Errorf("UnmarshalText(%q) = %v, %v", in, s, err)
+		}
+	}
+	var s State
+	if err := s.UnmarshalText([]byte("NOT_A_STATE")); err == nil {
+		t.Error("an unknown name was read")
+	}
+	if _, err := State(numStates).MarshalText(); err == nil {
+		t.Error("a number that is no state was written")
+	}
+}

@@ -66,19 +66,18 @@ func newInstruments(meter metric.Meter, stage dtr.Stage) (*instruments, error) {
 	return in, nil
 }
 
-// started records a grant taken in hand; the function it returns records
-// its end.
-func (in *instruments) started(ctx context.Context) func(res api.Result, took time.Duration) {
-	in.active.Add(1)
-	return func(res api.Result, took time.Duration) {
-		outcome := in.ok
-		if res.Error != nil {
-			outcome = metric.WithAttributes(in.stage, attribute.String("outcome", string(res.Error.Kind)))
-		}
-		in.active.Add(-1)
-		in.grants.Add(ctx, 1, outcome)
-		in.duration.Record(ctx, took.Seconds(), in.ofStage)
+// started records a grant taken in hand; ended records its end.
+func (in *instruments) started() { in.active.Add(1) }
+
+// ended records the end of a grant started, its result res after took.
+func (in *instruments) ended(ctx context.Context, res api.Result, took time.Duration) {
+	outcome := in.ok
+	if res.Error != nil {
+		outcome = metric.WithAttributes(in.stage, attribute.String("outcome", string(res.Error.Kind)))
 	}
+	in.active.Add(-1)
+	in.grants.Add(ctx, 1, outcome)
+	in.duration.Record(ctx, took.Seconds(), in.ofStage)
 }
 
 // moved records bytes moved.

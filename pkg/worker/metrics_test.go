@@ -46,7 +46,8 @@ func TestEveryPoolOfAProcessReportsItsOwnActiveGrantsOnOneMeter(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range want[string(stage)] {
-			ends = append(ends, in.started(context.Background()))
+			in.started()
+			ends = append(ends, func(res api.Result, took time.Duration) { in.ended(context.Background(), res, took) })
 		}
 	}
 	got := activeByStage(t, reader)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,17 +51,28 @@ func newResultSender(nc *nats.Conn, js jetstream.JetStream, subject, source stri
 		stopping: make(chan struct{}), space: bus.SpaceOf(nc)}
 }
 
+// pendingResults are the pending results (and their channels) of results
+// answered, for the next ones: every grant's result has one.
+var pendingResults = sync.Pool{New: func() any { return &pendingResult{done: make(chan error, 1)} }}
+
 // send hands r to the sender and returns once it is stored, or why not.
 func (s *resultSender) send(ctx context.Context, r api.Result) error {
-	p := &pendingResult{r: r, done: make(chan error, 1)}
+	p := pendingResults.Get().(*pendingResult)
+	p.r = r
 	select {
 	case s.in <- p:
 	case <-ctx.Done():
+		p.r = api.Result{}
+		pendingResults.Put(p)
 		return ctx.Err()
 	}
 	// The sender answers every result it took, within its publish
-	// timeout, even while the pool shuts down.
-	return <-p.done
+	// timeout, even while the pool shuts down: once answered, the
+	// sender is done with p.
+	err := <-p.done
+	p.r = api.Result{}
+	pendingResults.Put(p)
+	return err
 }
 
 // run publishes until ctx ends; a result handed over before then is

@@ -91,19 +91,31 @@ func (p *Pool) subjectToken(ref string) token.Subject {
 // whatever host a storage redirects them to.
 func audiencesOf(d *dtr.DTR) []string {
 	var auds []string
-	for _, raw := range append([]string{d.Source, d.Destination, d.Target(), d.TURL}, d.Replicas...) {
+	add := func(raw string) {
 		for from, to := range webDAVSchemes {
 			if rest, ok := strings.CutPrefix(raw, from); ok {
 				raw = to + rest
 			}
 		}
+		// Only an https URL with a host names an audience: the others
+		// (file:// above all) are not parsed.
+		if len(raw) < len("https://") || !strings.EqualFold(raw[:len("https://")], "https://") {
+			return
+		}
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" || u.Scheme != "https" {
-			continue
+			return
 		}
 		if a := transfer.Audience(u); !slices.Contains(auds, a) {
 			auds = append(auds, a)
 		}
+	}
+	add(d.Source)
+	add(d.Destination)
+	add(d.Target())
+	add(d.TURL)
+	for _, r := range d.Replicas {
+		add(r)
 	}
 	return auds
 }

@@ -53,10 +53,10 @@ func TestADTRSubmittedWithATokenThatWasNotKeptGetsNoStorageTokenNotSluicesOwn(t 
 
 func TestAGrantsStorageTokensAreForTheStoragesOfItsDTRsOwnURLsOnly(t *testing.T) {
 	d := &dtr.DTR{ID: uuid.New(), Source: "davs://a.example.org/data/f", Destination: "https://b.example.org:8443/out/f",
-		Replicas: []string{"davs://a.example.org/data/f", "https://c.example.org/data/f", "root://x.example.org//data/f"},
+		Replicas: []string{"davs://a.example.org/data/f", "https://c.example.org/data/f", "root://x.example.org//data/f", "HTTPS://d.example.org/f", "https:///no-host"},
 		TURL:     "file:///stage/f"}
 	got := audiencesOf(d)
-	want := []string{"https://a.example.org:443", "https://b.example.org:8443", "https://c.example.org:443"}
+	want := []string{"https://a.example.org:443", "https://b.example.org:8443", "https://c.example.org:443", "https://d.example.org:443"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("audiences %q, want %q", got, want)
 	}

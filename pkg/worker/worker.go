@@ -65,6 +65,9 @@ type Pool struct {
 	id, host string
 	started  time.Time
 	shown    bool
+	// grantSubject and resultSubject are the stage's, made once (they
+	// name the spans of every grant).
+	grantSubject, resultSubject string
 	// term is the highest scheduler term seen in a grant or a stop
 	// (api.Grant.Term): a deposed scheduler's are dropped (admitTerm).
 	term atomic.Uint64
@@ -123,7 +126,8 @@ func NewPool(nc *nats.Conn, stage dtr.Stage, workers int, h Handler, log *slog.L
 		workers = 1
 	}
 	return &Pool{Stage: stage, Workers: workers, Handler: h, Renew: 10 * time.Second, Log: log.With("stage", stage),
-		metrics: in, nc: nc, js: js, held: map[string]*held{}}, nil
+		metrics: in, nc: nc, js: js, held: map[string]*held{},
+		grantSubject: api.GrantSubject(stage), resultSubject: api.ResultSubject(stage)}, nil
 }
 
 // Run takes grants until ctx ends, then gives back the grants in hand.
@@ -155,7 +159,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	// grants given back as the pool stops are sent through them.
 	// The source names the worker process, whose results they are (the
 	// scheduler's history of each DTR says who ran each grant).
-	p.results = newResultSender(p.nc, p.js, api.ResultSubject(p.Stage), "sluice/"+string(p.Stage)+"/"+p.ID())
+	p.results = newResultSender(p.nc, p.js, p.resultSubject, "sluice/"+string(p.Stage)+"/"+p.ID())
 	sctx, stopSender := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { p.results.run(sctx) })
@@ -452,7 +456,7 @@ func (p *Pool) run(ctx context.Context, h *held) {
 		p.Log.Warn("expired grant dropped", "dtr", g.DTR.ID, "grant", g.ID, "waited", time.Since(h.issued), "why", fenced)
 		return
 	}
-	sctx, span := tracing.StartConsumerOf(ctx, h.parent, api.GrantSubject(p.Stage), g.ID, "process")
+	sctx, span := tracing.StartConsumerOf(ctx, h.parent, p.grantSubject, g.ID, "process")
 	defer span.End()
 	tracing.SetDTR(span, g.DTR, p.Stage)
 	// The grant's logger, made only when something is logged (With costs
@@ -478,13 +482,13 @@ func (p *Pool) run(ctx context.Context, h *held) {
 	p.mu.Unlock()
 	// renewLeases keeps the lease alive, as it did while the grant waited.
 	start := time.Now()
-	ended := p.metrics.started(ctx)
+	p.metrics.started()
 	res := p.Handler(p.withStorageTokens(wctx, g, start), g, func(b, s int64) {
 		p.metrics.moved(ctx, b-h.moved.Swap(b))
 		h.size.Store(s)
 	})
 	p.metrics.moved(ctx, res.Bytes-h.moved.Load())
-	ended(res, time.Since(start))
+	p.metrics.ended(ctx, res, time.Since(start))
 	res.DTR, res.Grant, res.State = g.DTR.ID, g.ID, g.State
 	if ctx.Err() != nil && res.Error != nil {
 		// Stopped half way: the grant goes back to the scheduler, to be
@@ -534,7 +538,7 @@ func (p *Pool) returnUnrun(g api.Grant, parent string) {
 func (p *Pool) sendBack(g api.Grant, parent string, moved int64, why string) {
 	h := &held{g: g, parent: parent}
 	res := api.Result{DTR: h.g.DTR.ID, Grant: h.g.ID, State: h.g.State, Returned: true, Bytes: moved}
-	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, api.GrantSubject(p.Stage), h.g.ID, "process")
+	ctx, span := tracing.StartConsumerOf(context.Background(), h.parent, p.grantSubject, h.g.ID, "process")
 	defer span.End()
 	tracing.SetDTR(span, h.g.DTR, p.Stage)
 	tracing.SetResult(span, res.Bytes, nil)
@@ -647,7 +651,7 @@ func (h *held) fence(now time.Time) error {
 // pool's that are ready at the same time, in one Results event. Its span
 // is the result's sender in the DTR's trace.
 func (p *Pool) sendResult(ctx context.Context, d *dtr.DTR, res api.Result) error {
-	ctx, span := tracing.StartProducer(ctx, api.ResultSubject(p.Stage), res.Grant+".result")
+	ctx, span := tracing.StartProducer(ctx, p.resultSubject, tracing.ItemID(res.Grant, ".result"))
 	defer span.End()
 	tracing.SetDTR(span, d, p.Stage)
 	tracing.SetResult(span, res.Bytes, res.Error)

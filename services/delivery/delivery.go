@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -97,25 +98,34 @@ func (s *Service) watchSpeed(ctx context.Context, cancel context.CancelCauseFunc
 			every = min(every, d)
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				if err := m.Check(now); err != nil {
-					cancel(fmt.Errorf("%w: %v", errTooSlow, err))
-					return
-				}
-			}
+	// A timer, not a goroutine of its own: most transfers end before
+	// their first check.
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	check := func() {
+		if ctx.Err() != nil {
+			return
 		}
-	}()
-	return func() { close(done) }
+		if err := m.Check(time.Now()); err != nil {
+			cancel(fmt.Errorf("%w: %v", errTooSlow, err))
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, check)
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // Handle moves one file. The checksum type is the expected checksum's, else
@@ -143,11 +153,12 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		meter.Record(time.Now(), b)
 		report(b, d.Size)
 	}
-	res, streamed, done := s.thirdParty(ctx, &d, src, typ, progress)
+	dst := transfer.TempURLOf(&d) // the temporary name the copy is made under
+	res, streamed, done := s.thirdParty(ctx, &d, src, dst, typ, progress)
 	if done {
 		return res
 	}
-	cr, err := s.client.Copy(ctx, src, transfer.TempURLOf(&d), transfer.CopyOptions{
+	cr, err := s.client.Copy(ctx, src, dst, transfer.CopyOptions{
 		ChecksumTypes: []string{typ},
 		// d.Size is what QUERY_REPLICA found (0: unknown), and the staged
 		// copy has it too.

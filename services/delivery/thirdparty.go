@@ -40,12 +40,11 @@ var thirdPartyPlan = []struct {
 // maxWhy is the most a DTR keeps of why its storages refused.
 const maxWhy = 1024
 
-// thirdParty makes the transfer of d as a third-party copy when its TPC
-// option and its URLs allow it. done says the result is the transfer's
+// thirdParty makes the transfer of d, from src to dst (its temporary
+// name), as a third-party copy when its TPC option and its URLs allow it. done says the result is the transfer's
 // (made, failed, or refused for good); otherwise the bytes are to be
 // streamed, and streamed is the result's TransferMethod.
-func (s *Service) thirdParty(ctx context.Context, d *dtr.DTR, src, typ string, progress func(int64)) (res api.Result, streamed string, done bool) {
-	dst := transfer.TempURLOf(d)
+func (s *Service) thirdParty(ctx context.Context, d *dtr.DTR, src, dst, typ string, progress func(int64)) (res api.Result, streamed string, done bool) {
 	mode := d.Options.TPC
 	if mode == dtr.TPCNever {
 		return res, dtr.TransferStreamed, false

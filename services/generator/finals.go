@@ -80,11 +80,13 @@ func (s *Service) onFinals(ctx context.Context, ms []jetstream.Msg) error {
 		var order []string
 		for i := range finals {
 			d := &finals[i].DTR
-			// The last span of the DTR's trace.
-			_, span := tracing.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
-			tracing.SetDTR(span, d, "")
-			tracing.SetResult(span, d.Bytes, finalFailure(d))
-			span.End()
+			if tracing.Installed() {
+				// The last span of the DTR's trace.
+				_, span := tracing.StartConsumerOf(ctx, finals[i].TraceParent, msg.Subject, d.ID.String()+".final", "process")
+				tracing.SetDTR(span, d, "")
+				tracing.SetResult(span, d.Bytes, finalFailure(d))
+				span.End()
+			}
 			if d.JobID == "" {
 				continue // a DTR published directly, not part of a job
 			}

@@ -5,6 +5,7 @@ package tracing
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync/atomic"
 
@@ -71,7 +72,7 @@ const tracerName = "github.com/sluice-dtr/sluice"
 // conventions. Encode the message with the returned context, so that its
 // traceparent names this span.
 func StartProducer(ctx context.Context, subject, msgID string) (context.Context, trace.Span) {
-	return startSpan(ctx, "send ", trace.SpanKindProducer, semconv.MessagingOperationTypeSend, subject, msgID)
+	return startSpan(ctx, "send", trace.SpanKindProducer, semconv.MessagingOperationTypeSend, subject, msgID)
 }
 
 // StartConsumer starts a consumer span for a received message, as a child
@@ -82,15 +83,30 @@ func StartConsumer(ctx context.Context, m *nats.Msg, operation string) (context.
 		ctx = Extract(ctx, m.Header)
 		msgID = headerCarrier(m.Header).Get(nats.MsgIdHdr)
 	}
-	return startSpan(ctx, operation+" ", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, m.Subject, msgID)
+	return startSpan(ctx, operation, trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, m.Subject, msgID)
 }
 
 // StartConsumerOf starts a consumer span for one item of a message that
 // carries several (a Results event), as a child of the span named by the
 // item's own traceparent.
 func StartConsumerOf(ctx context.Context, traceparent, subject, msgID, operation string) (context.Context, trace.Span) {
-	return startSpan(Context(ctx, traceparent), operation+" ", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, subject, msgID)
+	return startSpan(Context(ctx, traceparent), operation, trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, subject, msgID)
 }
+
+// ItemID is the message id of one item of a message (a grant's result, a
+// final DTR) as its span names it: id and suffix, made only when a tracer
+// provider is installed (otherwise no span records it, and it is "").
+func ItemID(id, suffix string) string {
+	if !Installed() {
+		return ""
+	}
+	return id + suffix
+}
+
+// Installed says whether a tracer provider is installed, whose spans may
+// be recorded: without one, a span's start and end cost next to nothing,
+// and what only a recorded span would hold need not be made.
+func Installed() bool { return installedTracer() != nil }
 
 // skipUnsampled is set by SkipUnsampledSpans.
 var skipUnsampled atomic.Bool
@@ -110,18 +126,35 @@ type unsampled struct {
 
 func (u unsampled) SpanContext() trace.SpanContext { return u.sc }
 
-// startSpan starts the span "<prefix><subject>". Its messaging attributes
+// notStarted is the span that stands for one not started in ctx: the
+// span ctx holds when it records nothing (the remote parent of a
+// traceparent, or none), which costs no allocation; else one that
+// carries its context.
+func notStarted(ctx context.Context) trace.Span {
+	if span := trace.SpanFromContext(ctx); !span.IsRecording() {
+		return span
+	}
+	return unsampled{sc: trace.SpanContextFromContext(ctx)}
+}
+
+// startSpan starts the span "<operation> <subject>". Its messaging attributes
 // are set only on a span that is recorded (they are not there for a
 // sampler to see): with tracing off, spans cost next to nothing.
-func startSpan(ctx context.Context, prefix string, kind trace.SpanKind, op attribute.KeyValue, subject, msgID string) (context.Context, trace.Span) {
+func startSpan(ctx context.Context, operation string, kind trace.SpanKind, op attribute.KeyValue, subject, msgID string) (context.Context, trace.Span) {
 	if skipUnsampled.Load() {
 		if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsSampled() {
 			// Its sampler would drop it: the parent's context goes on
 			// unchanged, and so does the trace id the logs name.
-			return ctx, unsampled{sc: parent}
+			return ctx, notStarted(ctx)
 		}
 	}
-	ctx, span := otel.Tracer(tracerName).Start(ctx, prefix+subject, trace.WithSpanKind(kind))
+	tr := installedTracer()
+	if tr == nil {
+		// No tracer provider: the span would record nothing and carry
+		// its parent's context, as this one does without allocating.
+		return ctx, notStarted(ctx)
+	}
+	ctx, span := tr.Start(ctx, operation+" "+subject, spanKinds[kind])
 	if span.IsRecording() {
 		span.SetAttributes(messaging(op, subject, msgID)...)
 	}
@@ -181,3 +214,81 @@ func (c *traceParentCarrier) Set(key, value string) {
 }
 
 func (c *traceParentCarrier) Keys() []string { return []string{"traceparent"} }
+
+// spanKinds are the span start options of each kind, made once.
+var spanKinds = map[trace.SpanKind]trace.SpanStartOption{
+	trace.SpanKindProducer: trace.WithSpanKind(trace.SpanKindProducer),
+	trace.SpanKindConsumer: trace.WithSpanKind(trace.SpanKindConsumer),
+}
+
+// defaultProvider is OpenTelemetry's global tracer provider before one is
+// installed: until then (and while it does not delegate to one installed
+// since) its spans record nothing.
+var defaultProvider = otel.GetTracerProvider()
+
+// cachedTracer is the tracer of the provider installed last, found once:
+// asking the global provider for it at every span costs a lock and a map
+// lookup.
+type cachedTracer struct {
+	provider trace.TracerProvider
+	tracer   trace.Tracer
+}
+
+var (
+	lastTracer atomic.Pointer[cachedTracer]
+	// delegates says the default provider has been given a provider to
+	// pass its spans to (OpenTelemetry does so once, for good); unchecked
+	// counts the spans started since that was last looked at.
+	delegates atomic.Bool
+	unchecked atomic.Uint32
+)
+
+// installedTracer returns Sluice's tracer of the tracer provider
+// installed, or nil when there is none (or a no-op one): then a span
+// would record nothing.
+func installedTracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
+	}
+	if tp == defaultProvider && !defaultDelegates() {
+		return nil
+	}
+	if c := lastTracer.Load(); c != nil && sameProvider(c.provider, tp) {
+		return c.tracer
+	}
+	tr := tp.Tracer(tracerName)
+	lastTracer.Store(&cachedTracer{provider: tp, tracer: tr})
+	return tr
+}
+
+// defaultDelegates says whether the default provider passes its spans on
+// to a provider installed (and since replaced by the default again, as
+// tests do): a span it starts then has real ids. It looks at the first
+// span and then once every checkDelegateEvery; once it does, it does for
+// good.
+func defaultDelegates() bool {
+	if delegates.Load() {
+		return true
+	}
+	if unchecked.Add(1)%checkDelegateEvery != 1 {
+		return false
+	}
+	_, span := defaultProvider.Tracer(tracerName).Start(context.Background(), "probe")
+	if span.SpanContext().IsValid() {
+		delegates.Store(true)
+		return true
+	}
+	return false
+}
+
+// checkDelegateEvery is how many spans defaultDelegates lets pass between
+// two looks.
+const checkDelegateEvery = 1024
+
+// sameProvider compares two providers without panicking on a provider
+// type that cannot be compared.
+func sameProvider(a, b trace.TracerProvider) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -43,5 +46,66 @@ func TestTheTraceIDOfATraceParentIsItsSecondField(t *testing.T) {
 		if got := TraceID(in); got != want {
 			t.Errorf("TraceID(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestSpansWithoutATracerProviderCostNothingAndThoseOfOneInstalledAreRecorded
+// runs in order: first with no provider installed, then with one.
+func TestSpansWithoutATracerProviderCostNothingAndThoseOfOneInstalledAreRecorded(t *testing.T) {
+	parent := Context(context.Background(), tp)
+	t.Run("no provider: the parent's context goes on, nothing is allocated", func(t *testing.T) {
+		if otel.GetTracerProvider() != defaultProvider {
+			t.Skip("a tracer provider is installed")
+		}
+		ctx, span := StartConsumerOf(context.Background(), tp, "sluice.grant.delivery", "g1", "process")
+		if span.IsRecording() || TraceParent(ctx) != tp {
+			t.Fatalf("recording %v, traceparent %q, want not recording and %q", span.IsRecording(), TraceParent(ctx), tp)
+		}
+		if n := testing.AllocsPerRun(100, func() {
+			_, span := StartProducer(parent, "sluice.result.delivery", "g1.result")
+			span.End()
+		}); n != 0 {
+			t.Errorf("%v allocations per span, want 0", n)
+		}
+	})
+	t.Run("a provider installed: its spans are recorded, as children", func(t *testing.T) {
+		rec := tracetest.NewSpanRecorder()
+		old := otel.GetTracerProvider()
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+		t.Cleanup(func() { otel.SetTracerProvider(old) })
+		sampled := Context(context.Background(), tp)
+		_, span := StartProducer(sampled, "sluice.result.delivery", "g1.result")
+		span.End()
+		ended := rec.Ended()
+		if len(ended) != 1 || ended[0].Name() != "send sluice.result.delivery" || ended[0].Parent().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+			t.Fatalf("spans recorded: %v, want one child of the traceparent's", ended)
+		}
+	})
+	t.Run("the default provider again, passing spans to the one installed before: still recorded", func(t *testing.T) {
+		// OpenTelemetry's default provider passes its spans to the first
+		// provider installed, also once the default is put back.
+		if otel.GetTracerProvider() != defaultProvider {
+			t.Skip("the default provider is not back")
+		}
+		unchecked.Store(0)
+		_, span := StartProducer(context.Background(), "sluice.result.delivery", "g2.result")
+		span.End()
+		if !span.SpanContext().IsValid() {
+			t.Fatal("a span of the default provider that delegates has no ids")
+		}
+	})
+}
+
+func TestAnItemsMessageIDIsMadeOnlyForATracerProviderInstalled(t *testing.T) {
+	if otel.GetTracerProvider() == defaultProvider && !delegates.Load() {
+		if got := ItemID("g1", ".result"); got != "" {
+			t.Errorf("with no provider: %q, want none", got)
+		}
+	}
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+	if got := ItemID("g1", ".result"); got != "g1.result" {
+		t.Errorf("with a provider: %q, want g1.result", got)
 	}
 }
