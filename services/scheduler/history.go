@@ -165,7 +165,7 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 	}
 	holds := make(map[uuid.UUID]core.Standing, len(ids))
 	c.StandingsOf(ids, func(st core.Standing) { holds[st.DTR] = st })
-	var items []historyItem
+	items := make([]historyItem, 0, len(changed)+len(r.arrivals))
 	for _, d := range changed {
 		prev, known := r.last[d.ID]
 		st := holds[d.ID]
