@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	say("Sluice end to end, %d files of 1 KiB, all roles in one process, %d slots per state…", o.Files, ThroughputSlots)
-	one, err := Throughput(ctx, dir("one"), o.Files, ThroughputSlots, "")
+	one, oneCPU, err := throughput(ctx, dir("one"), o.Files, ThroughputSlots, "")
 	if err != nil {
 		return nil, err
 	}
@@ -188,18 +188,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Value:  fmt.Sprintf("%.0f DTR/s = %s the batched pipeline, %s the bare one%s", one, times(one/batched), times(one/bare), ofCp(one)),
 		Target: "≥ 2,000 DTR/s and ≥ 1.0× the batched pipeline", Met: met(one >= 2000 && one >= batched),
 		Command: fmt.Sprintf("go test -run XXX -bench 'Throughput$/slots=%d$' -benchtime %dx ./bench/", ThroughputSlots, o.Files)})
+	var sepCPU map[string]time.Duration
 	if o.Exe != "" {
 		say("Sluice end to end, %d files, roles as separate processes, %d slots per state…", o.Files, ThroughputSlots)
-		sep, err := Throughput(ctx, dir("separate"), o.Files, ThroughputSlots, o.Exe)
+		sep, cpu, err := throughput(ctx, dir("separate"), o.Files, ThroughputSlots, o.Exe)
 		if err != nil {
 			return nil, err
 		}
+		sepCPU = cpu
 		r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Sluice end to end, 1 KiB file:// files, each role its own process, %d slots per state", ThroughputSlots),
 			Value: fmt.Sprintf("%.0f DTR/s = %s the batched pipeline with its stages as separate processes, %s the bare one of that shape, %s the batched one in one process%s",
 				sep, times(sep/batchedSep), times(sep/bareSep), times(sep/batched), ofCp(sep)),
 			Target: "≥ 2,000 DTR/s and ≥ 1.0× the batched pipeline of the same shape", Met: met(sep >= 2000 && sep >= batchedSep),
 			Command: fmt.Sprintf("go test -run XXX -bench 'ThroughputSeparate$' -benchtime %dx ./bench/", o.Files)})
 	}
+	r.Figures = append(r.Figures, cpuFigure(o.Files, oneCPU[ThisProcess], sepCPU))
 	// The same with fewer slots: fewer DTRs in flight, smaller batches.
 	for _, slots := range []int{50} {
 		say("Sluice end to end, %d files, all roles in one process, %d slots per state…", o.Files, slots)
@@ -299,6 +302,28 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Took = time.Since(r.Started)
 	return r, nil
+}
+
+// cpuFigure is the CPU time per DTR of the 500-slot runs of n DTRs: end to
+// end with the roles in one process (one: that process's CPU), and by role
+// with each role its own process (separate, if measured: throughput's).
+func cpuFigure(n int, one time.Duration, separate map[string]time.Duration) Figure {
+	perDTR := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
+	f := Figure{What: fmt.Sprintf("CPU per DTR, %d slots: end to end with the roles in one process; by role with each its own process", ThroughputSlots),
+		Value: fmt.Sprintf("one process %.0f µs", perDTR(one)), Target: "≤ 150 µs in one process", Met: met(perDTR(one) <= 150)}
+	if separate == nil {
+		return f
+	}
+	var all time.Duration
+	for _, t := range separate {
+		all += t
+	}
+	f.Value = fmt.Sprintf("scheduler %.0f µs, processor %.0f µs, delivery %.0f µs, generator %.0f µs, NATS server + harness %.0f µs; end to end %.0f µs (separate processes), %s",
+		perDTR(separate["scheduler"]), perDTR(separate["processor"]), perDTR(separate["delivery"]), perDTR(separate["generator"]),
+		perDTR(separate[ThisProcess]), perDTR(all), f.Value)
+	f.Target = "scheduler ≤ 25 µs; " + f.Target
+	f.Met = met(perDTR(separate["scheduler"]) <= 25 && perDTR(one) <= 150)
+	return f
 }
 
 // Markdown writes the report as BENCHMARKS.md.

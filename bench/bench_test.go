@@ -27,8 +27,8 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 12 {
-		t.Fatalf("%d figures, want 12 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 13 {
+		t.Fatalf("%d figures, want 13 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)
@@ -78,8 +78,8 @@ func TestSeparateProcessesMoveEveryItem(t *testing.T) {
 	if err != nil || rate <= 0 {
 		t.Fatalf("Sluice as separate processes: %v DTR/s, %v", rate, err)
 	}
-	if len(roles) != 4 || roles["scheduler"] <= 0 && roles["processor"] <= 0 {
-		t.Errorf("CPU by role: %v, want the four roles, some CPU used", roles)
+	if len(roles) != 5 || roles["scheduler"] <= 0 && roles["processor"] <= 0 || roles[ThisProcess] <= 0 {
+		t.Errorf("CPU by role: %v, want the four roles and this process, some CPU used", roles)
 	}
 	if err := RunPipelineStage(ctx, "nats://127.0.0.1:1", 4); err == nil || !strings.Contains(err.Error(), "no stage 4") {
 		t.Errorf("stage 4 of 4: %v, want no such stage", err)
@@ -218,19 +218,11 @@ func buildSluice(t testing.TB) string {
 }
 
 // cpuTime is the user and system CPU time this process has used.
-func cpuTime() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+func cpuTime() time.Duration { return processCPU() }
 
 // childrenCPUTime is the CPU time of this process's children that ended
 // and were waited for.
 func childrenCPUTime() time.Duration { return rusage(syscall.RUSAGE_CHILDREN) }
-
-func rusage(who int) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(who, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkBarePipeline is the baseline of BenchmarkThroughput, measured
 // the same way: go test -run XXX -bench 'Throughput$|BarePipeline' ./bench/
@@ -336,4 +328,32 @@ func BenchmarkBatchedPipelineSeparate(b *testing.B) {
 	}
 	b.ReportMetric(rate, "items/s")
 	b.ReportMetric(float64((cpuTime()+childrenCPUTime()-before).Microseconds())/float64(n), "cpu-µs/item")
+}
+
+func TestCPUFigureGivesEachRolePerDTRAndJudgesBothTargets(t *testing.T) {
+	ms := time.Millisecond
+	roles := func(sched time.Duration) map[string]time.Duration {
+		return map[string]time.Duration{"scheduler": sched, "processor": 40 * ms, "delivery": 30 * ms, "generator": 10 * ms, ThisProcess: 20 * ms}
+	}
+	for _, tt := range []struct {
+		name     string
+		one      time.Duration
+		separate map[string]time.Duration
+		value    string
+		met      string
+	}{
+		{"one process only, met", 100 * ms, nil, "one process 100 µs", "yes"},
+		{"one process only, missed", 151 * ms, nil, "one process 151 µs", "no"},
+		{"both met", 150 * ms, roles(25 * ms),
+			"scheduler 25 µs, processor 40 µs, delivery 30 µs, generator 10 µs, NATS server + harness 20 µs; end to end 125 µs (separate processes), one process 150 µs", "yes"},
+		{"scheduler missed", 150 * ms, roles(26 * ms), "scheduler 26 µs,", "no"},
+	} {
+		f := cpuFigure(1000, tt.one, tt.separate)
+		if !strings.Contains(f.Value, tt.value) || f.Met != tt.met {
+			t.Errorf("%s: %q met %q, want %q met %q", tt.name, f.Value, f.Met, tt.value, tt.met)
+		}
+		if tt.separate != nil && !strings.Contains(f.Target, "scheduler ≤ 25 µs") {
+			t.Errorf("%s: target %q", tt.name, f.Target)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,8 +69,14 @@ func Throughput(ctx context.Context, dir string, n, slots int, exe string) (floa
 	return rate, err
 }
 
-// throughput is Throughput that also returns, for separate processes, the
-// CPU time each role used during the job.
+// ThisProcess is the key, among the CPU times throughput returns, of this
+// process's: the NATS server and the harness, and the roles too when they
+// run in this process.
+const ThisProcess = "this-process"
+
+// throughput is Throughput that also returns the CPU time used during the
+// job: by each role's process (for separate processes) and by this one
+// (ThisProcess).
 func throughput(ctx context.Context, dir string, n, slots int, exe string) (float64, map[string]time.Duration, error) {
 	s, err := start(ctx, dir, config(slots), exe, configEnv(slots), process{roles: app.Roles})
 	if err != nil {
@@ -80,7 +87,7 @@ func throughput(ctx context.Context, dir string, n, slots int, exe string) (floa
 	if err != nil {
 		return 0, nil, err
 	}
-	before := s.childCPU()
+	before, selfBefore := s.childCPU(), processCPU()
 	begin := time.Now()
 	ev, err := s.run(ctx, j)
 	if err != nil {
@@ -89,13 +96,28 @@ func throughput(ctx context.Context, dir string, n, slots int, exe string) (floa
 	if ev.Done != n {
 		return 0, nil, fmt.Errorf("throughput: %d of %d files done", ev.Done, n)
 	}
-	cpu := s.childCPU()
+	cpu, self := s.childCPU(), processCPU()
 	for role, t := range before {
 		cpu[role] -= t
 	}
+	if cpu == nil {
+		cpu = map[string]time.Duration{}
+	}
+	cpu[ThisProcess] = self - selfBefore
 	// Up to the job's end event (reading its per-file statistics is the
 	// observer's work).
 	return float64(n) / s.ended.Sub(begin).Seconds(), cpu, nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+
+func rusage(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Latency submits n DTRs one at a time to an idle Sluice (plain JSON on

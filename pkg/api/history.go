@@ -48,7 +48,7 @@ type HistoryEvent struct {
 
 // HistoryRecord is a message of the stream SLUICE_HISTORY, on the subject
 // sluice.history.<dtr>: events of one DTR that the scheduler recorded
-// since the last message (in the steps of one commit, at most a second),
+// since the last message (in the steps of about a second),
 // numbered on from the message before.
 type HistoryRecord struct {
 	Events []HistoryEvent `json:"events"`

@@ -221,6 +221,11 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err := out.Wait(ctx); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
+	// The inputs are acknowledged once the history is stored, without
+	// the committer waiting for it (historyacks.go).
+	if s.ackWhenStored(history, cs) {
+		return nil
+	}
 	s.awaitHistory(ctx, history)
 	// Acknowledgements write nothing fenced: a leader whose term may have
 	// passed (it was frozen between the step and now, or waiting for its

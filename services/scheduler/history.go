@@ -87,34 +87,45 @@ func (r *historyRecorder) resultsFrom(source string, rs []api.Result) {
 	}
 }
 
-// workerName names the worker that held a grant (role@host (pid N)): the
-// one whose heartbeats or renewals named it, else the one that sent its
-// result (ranBy), known from its heartbeats or by its id alone; "" if
-// none is known. The history's writer asks it, off the loop.
-func (s *Service) workerName(grant, ranBy string) string {
-	now := time.Now()
-	if h, ok := s.workers.holderOf(grant, now); ok {
-		return h.String()
+// workerNames returns what names the worker that held a grant (role@host
+// (pid N)): the one whose heartbeats or renewals named it, else the one
+// that sent its result (ranBy), known from its heartbeats or by its id
+// alone; "" if none is known. It looks at the workers heard from once, for
+// a batch of events: the history's writer asks it, off the loop.
+func (s *Service) workerNames() func(grant, ranBy string) string {
+	byGrant, byID := s.workers.names(time.Now())
+	return func(grant, ranBy string) string {
+		if name, ok := byGrant[grant]; ok {
+			return name
+		}
+		if ranBy == "" {
+			return ""
+		}
+		if name, ok := byID[ranBy]; ok {
+			return name
+		}
+		return "worker " + ranBy
 	}
-	if ranBy == "" {
-		return ""
-	}
-	if h, ok := s.workers.byID(ranBy, now); ok {
-		return h.String()
-	}
-	return "worker " + ranBy
 }
 
-// byID returns a worker heard from by its id.
-func (t *workerTracker) byID(id string, now time.Time) (api.Holder, bool) {
+// names returns the name of the worker holding each grant (the one heard
+// from last where two claim it, as holderOf) and of each worker by its id.
+func (t *workerTracker) names(now time.Time) (byGrant, byID map[string]string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forget(now)
+	byGrant, byID = map[string]string{}, make(map[string]string, len(t.seen))
+	heard := map[string]time.Time{}
 	for k, w := range t.seen {
-		if k.worker == id {
-			return t.holder(w, now), true
+		name := t.holder(w, now).String()
+		byID[k.worker] = name
+		for grant := range w.holds {
+			if last, ok := heard[grant]; !ok || last.Before(w.last) {
+				heard[grant], byGrant[grant] = w.last, name
+			}
 		}
 	}
-	return api.Holder{}, false
+	return byGrant, byID
 }
 
 // arrived notes a DTR submitted in this step: its history begins.
@@ -154,7 +165,7 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 	}
 	holds := make(map[uuid.UUID]core.Standing, len(ids))
 	c.StandingsOf(ids, func(st core.Standing) { holds[st.DTR] = st })
-	var items []historyItem
+	items := make([]historyItem, 0, len(changed)+len(r.arrivals))
 	for _, d := range changed {
 		prev, known := r.last[d.ID]
 		st := holds[d.ID]
@@ -370,7 +381,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	} else {
 		js, closeConn = hjs, nc.Close
 	}
-	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, name: s.workerName,
+	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, names: s.workerNames,
 		flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
 	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
@@ -380,6 +391,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		defer close(done)
 		w.run(wctx)
 	}()
+	stopAcker := s.startAcker(w, done)
 	return func() {
 		s.history.out, s.history.queued = nil, nil
 		s.historyWriter.Store(nil)
@@ -390,6 +402,9 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		}
 		cancel()
 		<-done
+		// The acknowledgements of what was stored go out; the rest are
+		// delivered again to the next leader.
+		stopAcker()
 		closeConn()
 	}
 }

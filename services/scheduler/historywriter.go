@@ -21,7 +21,6 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 )
 
 // historyStats are the history's counters, read by the metrics.
@@ -43,8 +42,9 @@ type historyStats struct {
 // batches.
 type historyWriter struct {
 	js jetstream.JetStream
-	// name names the worker of a grant that ended (Service.workerName).
-	name      func(grant, ranBy string) string
+	// names returns what names the worker of a grant that ended
+	// (Service.workerNames), asked once a store.
+	names     func() func(grant, ranBy string) string
 	log       *slog.Logger
 	retention time.Duration
 	in        <-chan []historyItem
@@ -74,6 +74,12 @@ type historyWriter struct {
 	lagging atomic.Bool
 	// stream is SLUICE_HISTORY's handle, looked up once (lastNumbers).
 	stream jetstream.Stream
+	// acks are the commits' acknowledgements waiting for their history
+	// (historyacks.go); acksClosed is set, under acksMu, once the acker
+	// stops taking them.
+	acks       chan heldAcks
+	acksMu     sync.Mutex
+	acksClosed bool
 }
 
 // numbered is the number of a DTR's last event, and when it was given.
@@ -307,6 +313,17 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 	}
 	futures := make([]sent, 0, len(groups))
 	last, unknown := w.lastNumbers(ctx, groups)
+	var name func(grant, ranBy string) string
+	if w.names != nil {
+		name = w.names()
+	}
+	// Every message carries the same header, read only.
+	var header nats.Header
+	if ttl != "" {
+		header = nats.Header{jetstream.MsgTTLHeader: []string{ttl}}
+	}
+	now := time.Now()
+	var events []api.HistoryEvent
 	for _, group := range groups {
 		id := group[0].id
 		if unknown[id] {
@@ -318,35 +335,32 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 		if !known {
 			n = last[id]
 		}
-		rec := api.HistoryRecord{Events: make([]api.HistoryEvent, len(group))}
+		events = events[:0]
 		for i, it := range group {
 			n++
 			it.ev.Seq = n
-			if it.ev.Ended != "" && it.ev.Worker == "" && w.name != nil {
-				it.ev.Worker = w.name(it.ev.Ended, it.ranBy)
+			if it.ev.Ended != "" && it.ev.Worker == "" && name != nil {
+				it.ev.Worker = name(it.ev.Ended, it.ranBy)
 			}
 			if i > 0 && it.ev.Share == group[i-1].ev.Share && it.ev.Priority == group[i-1].ev.Priority {
 				// Stored once a message while they stay (the reader
 				// fills them in).
 				it.ev.Share, it.ev.Priority = "", 0
 			}
-			rec.Events[i] = it.ev
+			events = append(events, it.ev)
 		}
 		if group[len(group)-1].final {
 			delete(w.next, id)
 		} else {
-			w.next[id] = numbered{n, time.Now()}
+			w.next[id] = numbered{n, now}
 		}
-		m := nats.NewMsg(bus.HistorySubject(id.String()))
-		var err error
-		if m.Data, err = codec.EncodeJSON(rec); err != nil {
+		data, err := appendHistoryRecord(make([]byte, 0, 64+256*len(events)), events)
+		if err != nil {
 			w.stats.droppedStore.Add(uint64(len(group)))
 			ok = false
 			continue
 		}
-		if ttl != "" {
-			m.Header.Set(jetstream.MsgTTLHeader, ttl)
-		}
+		m := &nats.Msg{Subject: bus.HistorySubject(id.String()), Header: header, Data: data}
 		f, err := w.js.PublishMsgAsync(m)
 		if err != nil {
 			w.stats.droppedStore.Add(uint64(len(group)))
