@@ -81,15 +81,25 @@ const commitTimeout = 5 * time.Second
 // for it; the role reports the full store (bus.Space) meanwhile. Commits that wait
 // while one is carried out are carried out together, each phase of all of
 // them before the next phase, so that a busy scheduler stores and publishes
-// in large batches. After a failure nothing more is published and the
-// failure is reported on failed; the inputs of the failed and later
-// commits stay unacknowledged and are redelivered. Between commits it
-// begins the journal's checkpoints when they are due.
+// in large batches.
+//
+// A commit is carried out in two phases, pipelined: store (journal the
+// records, then publish the rejections, grants and final DTRs) here, and
+// settle (wait for the history, then send the notices and acknowledge the
+// inputs) in a settler of its own, in the same order. While one batch of
+// commits settles, the next is journaled and its grants go out: a freed
+// slot's next grant waits for no history store and no acknowledgement of
+// an earlier step. Every guarantee holds as before: a commit's grants are
+// published only once its records are journaled, after those of every
+// commit before it; its inputs are acknowledged only once its outputs and
+// history are stored; and after a failure in either phase nothing more is
+// published and the failure is reported on failed; the inputs of the
+// failed and later commits stay unacknowledged and are redelivered.
+// Between commits it begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
 	space := bus.SpaceOf(s.nc)
 	s.journal.full = space
-	var broken error
 	tick := time.NewTicker(min(time.Second, s.journal.every))
 	defer tick.Stop()
 	// While a commit waits for room, checkpoints still begin: they purge
@@ -98,11 +108,15 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 	var whileFull sync.WaitGroup
 	whileFull.Go(func() { s.checkpointWhileFull(ctx, stopWhileFull, space) })
 	defer func() { close(stopWhileFull); whileFull.Wait() }()
+	st := &settler{s: s, failed: failed, in: make(chan storedBatch, settleQueue)}
+	var settling sync.WaitGroup
+	settling.Go(func() { st.run(ctx) })
+	defer func() { close(st.in); settling.Wait() }()
 	for {
 		var c *commit
 		select {
 		case <-tick.C:
-			if broken == nil && s.journal.Due(time.Now()) {
+			if st.broken() == nil && s.journal.Due(time.Now()) {
 				s.journal.Checkpoint(ctx)
 			}
 			continue
@@ -125,29 +139,96 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				break more
 			}
 		}
-		err := broken
+		err := st.broken()
+		var history uint64
 		if err == nil {
-			err = s.carryOut(ctx, cs)
+			history, err = s.store(ctx, cs)
 			if err == nil {
 				if d := space.Stored(); d > 0 {
 					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
 				}
+			} else {
+				st.fail(err)
 			}
 		}
-		for _, c := range cs {
+		select {
+		case st.in <- storedBatch{cs: cs, history: history, err: err}:
+		case <-ctx.Done():
+			for _, c := range cs {
+				if c.done != nil {
+					c.done(errStopped)
+				}
+			}
+		}
+		if st.broken() == nil && s.journal.Due(time.Now()) {
+			s.journal.Checkpoint(ctx)
+		}
+	}
+}
+
+// settleQueue is how many stored batches of commits may wait to settle
+// before the committer stores no more: a history store that is slow holds
+// the grants back only once this many steps wait for it.
+const settleQueue = 64
+
+// storedBatch is a batch of commits whose records are journaled and whose
+// grants and final DTRs are published (or err, why not), to settle.
+type storedBatch struct {
+	cs      []*commit
+	history uint64 // the history's ticket of the last of them
+	err     error
+}
+
+// settler settles stored commits in order (commitLoop) and holds the first
+// failure of either phase.
+type settler struct {
+	s      *Service
+	failed chan<- error
+	in     chan storedBatch
+	mu     sync.Mutex
+	err    error
+}
+
+// broken returns the first failure, nil while there is none.
+func (st *settler) broken() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// fail records a failure, the first one for good, and reports it.
+func (st *settler) fail(err error) {
+	st.mu.Lock()
+	first := st.err == nil
+	if first {
+		st.err = err
+	}
+	st.mu.Unlock()
+	if first {
+		select {
+		case st.failed <- err:
+		default:
+		}
+	}
+}
+
+// run settles what comes in until in is closed; a batch that comes after
+// a failure is not settled, and its callers hear the failure.
+func (st *settler) run(ctx context.Context) {
+	for b := range st.in {
+		err := b.err
+		if err == nil {
+			err = st.broken()
+		}
+		if err == nil {
+			if err = st.s.settle(ctx, b.cs, b.history); err != nil {
+				st.fail(err)
+			}
+		}
+		for _, c := range b.cs {
 			if c.done != nil {
 				c.done(err)
 			}
-		}
-		if err != nil && broken == nil {
-			broken = err
-			select {
-			case failed <- err:
-			default:
-			}
-		}
-		if broken == nil && s.journal.Due(time.Now()) {
-			s.journal.Checkpoint(ctx)
 		}
 	}
 }
@@ -172,7 +253,20 @@ func (s *Service) checkpointWhileFull(ctx context.Context, stop <-chan struct{},
 	}
 }
 
+// carryOut stores and then settles commits (commitLoop does the two in
+// a pipeline).
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
+	history, err := s.store(ctx, cs)
+	if err != nil {
+		return err
+	}
+	return s.settle(ctx, cs, history)
+}
+
+// store journals the records of commits and then publishes their
+// rejections, grants and final DTRs, and hands their history to the
+// writer; it returns the history's ticket of the last of them.
+func (s *Service) store(ctx context.Context, cs []*commit) (history uint64, err error) {
 	out := bus.NewBatch(ctx, s.js)
 	out.Full = s.journal.full
 	// records are the latest record of each DTR in the commits.
@@ -203,15 +297,14 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 		}
 	}
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
-		return fmt.Errorf("persist: %w", err)
+		return 0, fmt.Errorf("persist: %w", err)
 	}
 	// Journaled: the steps happened, and their history is recorded.
-	var history uint64
 	for _, c := range cs {
 		history = s.history.send(c.events)
 	}
 	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("publish rejections: %w", err)
+		return 0, fmt.Errorf("publish rejections: %w", err)
 	}
 	for _, c := range cs {
 		for _, m := range c.publish {
@@ -219,8 +312,15 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 		}
 	}
 	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("publish: %w", err)
+		return 0, fmt.Errorf("publish: %w", err)
 	}
+	return history, nil
+}
+
+// settle waits for the history of stored commits (up to its ticket
+// history), then sends their notices and acknowledges (or terminates)
+// their inputs.
+func (s *Service) settle(ctx context.Context, cs []*commit, history uint64) error {
 	s.awaitHistory(ctx, history)
 	// Acknowledgements write nothing fenced: a leader whose term may have
 	// passed (it was frozen between the step and now, or waiting for its
