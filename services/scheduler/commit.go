@@ -93,8 +93,9 @@ const commitTimeout = 5 * time.Second
 // published only once its records are journaled, after those of every
 // commit before it; its inputs are acknowledged only once its outputs and
 // history are stored; and after a failure in either phase nothing more is
-// published and the failure is reported on failed; the inputs of the
-// failed and later commits stay unacknowledged and are redelivered.
+// published or acknowledged and the failure is reported on failed; the
+// inputs of the failed and later commits (and of those stored before it
+// that had not settled yet) stay unacknowledged and are redelivered.
 // Between commits it begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
@@ -213,21 +214,52 @@ func (st *settler) fail(err error) {
 }
 
 // run settles what comes in until in is closed; a batch that comes after
-// a failure is not settled, and its callers hear the failure.
+// a failure is not settled, and its callers hear the failure. The batches
+// waiting when one is taken are settled with it, together (one wait for
+// their history), as the committer stores those that wait together: the
+// settler keeps up with the committer however small its batches.
 func (st *settler) run(ctx context.Context) {
+	var bs []storedBatch
 	for b := range st.in {
-		err := b.err
-		if err == nil {
-			err = st.broken()
+		bs = append(bs[:0], b)
+	more:
+		for b.err == nil {
+			select {
+			case next, ok := <-st.in:
+				if !ok {
+					break more
+				}
+				b = next
+				bs = append(bs, b)
+			default:
+				break more
+			}
 		}
-		if err == nil {
-			if err = st.s.settle(ctx, b.cs, b.history); err != nil {
+		// Every batch before one that failed to store is settled; that
+		// one and any after it hear the failure.
+		var cs []*commit
+		var history uint64
+		for _, b := range bs {
+			if b.err != nil {
+				break
+			}
+			cs = append(cs, b.cs...)
+			history = b.history
+		}
+		err := st.broken()
+		if err == nil && len(cs) > 0 {
+			if err = st.s.settle(ctx, cs, history); err != nil {
 				st.fail(err)
 			}
 		}
-		for _, c := range b.cs {
-			if c.done != nil {
-				c.done(err)
+		for _, b := range bs {
+			if err == nil && b.err != nil {
+				err = b.err
+			}
+			for _, c := range b.cs {
+				if c.done != nil {
+					c.done(err)
+				}
 			}
 		}
 	}
