@@ -85,11 +85,14 @@ const commitTimeout = 5 * time.Second
 //
 // A commit is carried out in two phases, pipelined: store (journal the
 // records, then publish the rejections, grants and final DTRs) here, and
-// settle (wait for the history, then send the notices and acknowledge the
-// inputs) in a settler of its own, in the same order. While one batch of
-// commits settles, the next is journaled and its grants go out: a freed
-// slot's next grant waits for no history store and no acknowledgement of
-// an earlier step. Every guarantee holds as before: a commit's grants are
+// settle (wait for the grants and final DTRs to be stored and for the
+// history, then send the notices and acknowledge the inputs) in a settler
+// of its own, in the same order. While one batch of commits settles, the
+// next is journaled and its grants go out: a freed slot's next grant waits
+// for no publication, history store or acknowledgement of an earlier
+// step. At most settleQueue batches wait to settle: a message refused for
+// want of space holds the settler, and through it the committer, back.
+// Every guarantee holds as before: a commit's grants are
 // published only once its records are journaled, after those of every
 // commit before it; its inputs are acknowledged only once its outputs and
 // history are stored; and after a failure in either phase nothing more is
@@ -141,9 +144,9 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			}
 		}
 		err := st.broken()
-		var history uint64
+		var p published
 		if err == nil {
-			history, err = s.store(ctx, cs)
+			p, err = s.store(ctx, cs)
 			if err == nil {
 				if d := space.Stored(); d > 0 {
 					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
@@ -153,7 +156,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			}
 		}
 		select {
-		case st.in <- storedBatch{cs: cs, history: history, err: err}:
+		case st.in <- storedBatch{cs: cs, published: p, err: err}:
 		case <-ctx.Done():
 			for _, c := range cs {
 				if c.done != nil {
@@ -175,9 +178,17 @@ const settleQueue = 64
 // storedBatch is a batch of commits whose records are journaled and whose
 // grants and final DTRs are published (or err, why not), to settle.
 type storedBatch struct {
-	cs      []*commit
-	history uint64 // the history's ticket of the last of them
-	err     error
+	cs []*commit
+	published
+	err error
+}
+
+// published is what the settling of stored commits waits for: their
+// grants' and final DTRs' publication (out, whose acknowledgements come
+// in meanwhile), and their history (up to its ticket history).
+type published struct {
+	out     *bus.Batch
+	history uint64
 }
 
 // settler settles stored commits in order (commitLoop) and holds the first
@@ -238,17 +249,17 @@ func (st *settler) run(ctx context.Context) {
 		// Every batch before one that failed to store is settled; that
 		// one and any after it hear the failure.
 		var cs []*commit
-		var history uint64
+		var ps []published
 		for _, b := range bs {
 			if b.err != nil {
 				break
 			}
 			cs = append(cs, b.cs...)
-			history = b.history
+			ps = append(ps, b.published)
 		}
 		err := st.broken()
 		if err == nil && len(cs) > 0 {
-			if err = st.s.settle(ctx, cs, history); err != nil {
+			if err = st.s.settle(ctx, cs, ps); err != nil {
 				st.fail(err)
 			}
 		}
@@ -288,17 +299,19 @@ func (s *Service) checkpointWhileFull(ctx context.Context, stop <-chan struct{},
 // carryOut stores and then settles commits (commitLoop does the two in
 // a pipeline).
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
-	history, err := s.store(ctx, cs)
+	p, err := s.store(ctx, cs)
 	if err != nil {
 		return err
 	}
-	return s.settle(ctx, cs, history)
+	return s.settle(ctx, cs, []published{p})
 }
 
-// store journals the records of commits and then publishes their
-// rejections, grants and final DTRs, and hands their history to the
-// writer; it returns the history's ticket of the last of them.
-func (s *Service) store(ctx context.Context, cs []*commit) (history uint64, err error) {
+// store journals the records of commits, then publishes their
+// rejections (and waits for them to be stored) and their grants and final
+// DTRs (without waiting: settle does), and hands their history to the
+// writer.
+func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
+	var history uint64
 	out := bus.NewBatch(ctx, s.js)
 	out.Full = s.journal.full
 	// records are the latest record of each DTR in the commits.
@@ -329,30 +342,34 @@ func (s *Service) store(ctx context.Context, cs []*commit) (history uint64, err 
 		}
 	}
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
-		return 0, fmt.Errorf("persist: %w", err)
+		return published{}, fmt.Errorf("persist: %w", err)
 	}
 	// Journaled: the steps happened, and their history is recorded.
 	for _, c := range cs {
 		history = s.history.send(c.events)
 	}
 	if err := out.Wait(ctx); err != nil {
-		return 0, fmt.Errorf("publish rejections: %w", err)
+		return published{}, fmt.Errorf("publish rejections: %w", err)
 	}
 	for _, c := range cs {
 		for _, m := range c.publish {
 			out.Add(m)
 		}
 	}
-	if err := out.Wait(ctx); err != nil {
-		return 0, fmt.Errorf("publish: %w", err)
-	}
-	return history, nil
+	return published{out: out, history: history}, nil
 }
 
-// settle waits for the history of stored commits (up to its ticket
-// history), then sends their notices and acknowledges (or terminates)
-// their inputs.
-func (s *Service) settle(ctx context.Context, cs []*commit, history uint64) error {
+// settle waits for the publication of stored commits' grants and final
+// DTRs and for their history (ps, in the order stored), then sends their
+// notices and acknowledges (or terminates) their inputs.
+func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) error {
+	var history uint64
+	for _, p := range ps {
+		if err := p.out.Wait(ctx); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		history = p.history
+	}
 	s.awaitHistory(ctx, history)
 	// Acknowledgements write nothing fenced: a leader whose term may have
 	// passed (it was frozen between the step and now, or waiting for its
