@@ -17,5 +17,6 @@ func BenchmarkSaturate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(100*sat.Transferring, "%slot-time-moving")
+	b.ReportMetric(100*sat.TransferringAll, "%slot-time-moving-whole-run")
 	b.ReportMetric(100*sat.Utilisation, "%slots-granted")
 }
