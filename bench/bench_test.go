@@ -21,7 +21,7 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
+	o := Options{Dir: t.TempDir(), Files: 200, ARCFiles: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
 		Load: 3000, LoadBad: 10}
 	r, err := Run(ctx, o)
 	if err != nil {

@@ -190,8 +190,10 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 type Saturation struct {
 	// Utilisation is the part of the transfer slots granted while DTRs
 	// waited for one; Transferring the part of slot-time in which bytes
-	// moved (from each transfer's start and end).
-	Utilisation, Transferring float64
+	// moved (from each transfer's start and end) while the slots were
+	// saturated, TransferringAll over the whole run, with the slots
+	// filling at its start and emptying at its end (slotTimeMoving).
+	Utilisation, Transferring, TransferringAll float64
 	// Split is each share's part of the running transfers over the same
 	// seconds, and Configured the part its priority gives it.
 	Split, Configured map[string]float64
@@ -287,21 +289,10 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 		sat.Split[share] = r / busy
 	}
 	sat.Configured = map[string]float64{"atlas-download": 0.6, "cms-download": 0.4}
-	// Slot-time with bytes moving, over the run's span.
-	var first, last time.Time
-	var moving time.Duration
+	// Slot-time with bytes moving.
 	mu.Lock()
 	defer mu.Unlock()
-	for _, sp := range spans {
-		if first.IsZero() || sp[0].Before(first) {
-			first = sp[0]
-		}
-		if sp[1].After(last) {
-			last = sp[1]
-		}
-		moving += sp[1].Sub(sp[0])
-	}
-	sat.Transferring = moving.Seconds() / (last.Sub(first).Seconds() * float64(cfg.MaxDelivery))
+	sat.Transferring, sat.TransferringAll = slotTimeMoving(spans, cfg.MaxDelivery)
 	return sat, nil
 }
 

@@ -169,16 +169,22 @@ func (p *Pool) Run(ctx context.Context) error {
 
 	queue := make(chan *held, maxMessagesPerPull*maxGrantsPerMessage)
 	var idle atomic.Int64
+	// taking counts the grants of the messages being acknowledged: they
+	// are spoken for, as those in queue are.
+	var taking atomic.Int64
 	ready := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	for range p.Workers {
 		wg.Go(func() {
 			for {
 				idle.Add(1)
-				select {
-				case ready <- struct{}{}:
-				default:
-				}
+				signal()
 				var h *held
 				select {
 				case h = <-queue:
@@ -198,10 +204,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	// Take messages only for the workers that are free with nothing
 	// waiting for them: what is not taken stays in the stream for the
-	// other replicas.
+	// other replicas. A message's acknowledgement is awaited beside the
+	// loop, which meanwhile asks for the next messages: a grant that
+	// comes while another is being acknowledged is not held up by it.
+	var takes sync.WaitGroup
 	perMessage := float64(maxGrantsPerBurst)
 	for ctx.Err() == nil {
-		free := int(idle.Load()) - len(queue)
+		free := int(idle.Load()) - len(queue) - int(taking.Load())
 		if free <= 0 {
 			select {
 			case <-ready:
@@ -225,22 +234,29 @@ func (p *Pool) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		// The messages are acknowledged at once, together.
-		taken := make([][]*held, len(msgs))
-		var acks sync.WaitGroup
-		for i, m := range msgs {
-			acks.Go(func() { taken[i] = p.take(ctx, m) })
-		}
-		acks.Wait()
+		// The messages are acknowledged at once, together, and their
+		// grants queued for the workers as each acknowledgement is
+		// confirmed.
 		grants := 0
-		for _, hs := range taken {
-			grants += len(hs)
-			for _, h := range hs {
-				queue <- h
+		for _, m := range msgs {
+			d, ok := p.decode(ctx, m)
+			if !ok {
+				continue
 			}
+			k := int64(len(d.grants))
+			grants += len(d.grants)
+			taking.Add(k)
+			takes.Go(func() {
+				for _, h := range p.take(ctx, m, d) {
+					queue <- h
+				}
+				taking.Add(-k)
+				signal() // grants dropped free their workers
+			})
 		}
 		perMessage = max(1, (perMessage+float64(grants)/float64(len(msgs)))/2)
 	}
+	takes.Wait()
 	wg.Wait()
 	// Grants taken as the workers stopped go back too.
 	for {
@@ -288,21 +304,34 @@ func (p *Pool) fetch(ctx context.Context, cons jetstream.Consumer, n int) ([]jet
 	return []jetstream.Msg{m}, nil
 }
 
-// take reads a grant message, acknowledges it and returns the grants in it
-// that are still valid. A message that is not a grant or a Grants event is
-// dropped (terminated) with the reason. Nothing in a message runs before
-// its acknowledgement is confirmed, so a message redelivered (its taker died
-// or could not acknowledge it) was run by nobody before.
-func (p *Pool) take(ctx context.Context, jm jetstream.Msg) []*held {
+// decoded is a grant message's grants, the traceparents of the spans
+// that sent them, and when they were issued.
+type decoded struct {
+	grants  []api.Grant
+	parents []string
+	issued  time.Time
+}
+
+// decode reads a grant message. One that is not a grant or a Grants event
+// is dropped (terminated) with the reason: only the scheduler may publish
+// grants, and such a message is not retried.
+func (p *Pool) decode(ctx context.Context, jm jetstream.Msg) (decoded, bool) {
 	m := bus.Msg(jm)
 	grants, parents, issued, err := decodeGrants(ctx, m)
 	if err != nil {
-		// Only the scheduler may publish grants; a message that is not one
-		// is dropped with the reason, not retried.
 		p.Log.Error("malformed grant dropped", "subject", m.Subject, "err", err)
 		_ = jm.Term()
-		return nil
+		return decoded{}, false
 	}
+	return decoded{grants, parents, issued}, true
+}
+
+// take acknowledges a decoded grant message and returns the grants in it
+// that are still valid. Nothing in a message runs before its
+// acknowledgement is confirmed, so a message redelivered (its taker died
+// or could not acknowledge it) was run by nobody before.
+func (p *Pool) take(ctx context.Context, jm jetstream.Msg, d decoded) []*held {
+	grants, parents, issued := d.grants, d.parents, d.issued
 	if err := ackConfirmed(ctx, jm); err != nil {
 		p.Log.Warn("grant message not acknowledged; it is left to be redelivered", "err", err)
 		return nil

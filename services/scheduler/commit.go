@@ -81,15 +81,29 @@ const commitTimeout = 5 * time.Second
 // for it; the role reports the full store (bus.Space) meanwhile. Commits that wait
 // while one is carried out are carried out together, each phase of all of
 // them before the next phase, so that a busy scheduler stores and publishes
-// in large batches. After a failure nothing more is published and the
-// failure is reported on failed; the inputs of the failed and later
-// commits stay unacknowledged and are redelivered. Between commits it
-// begins the journal's checkpoints when they are due.
+// in large batches.
+//
+// A commit is carried out in two phases, pipelined: store (journal the
+// records, then publish the rejections, grants and final DTRs) here, and
+// settle (wait for the grants and final DTRs to be stored and for the
+// history, then send the notices and acknowledge the inputs) in a settler
+// of its own, in the same order. While one batch of commits settles, the
+// next is journaled and its grants go out: a freed slot's next grant waits
+// for no publication, history store or acknowledgement of an earlier
+// step. At most settleQueue batches wait to settle: a message refused for
+// want of space holds the settler, and through it the committer, back.
+// Every guarantee holds as before: a commit's grants are
+// published only once its records are journaled, after those of every
+// commit before it; its inputs are acknowledged only once its outputs and
+// history are stored; and after a failure in either phase nothing more is
+// published or acknowledged and the failure is reported on failed; the
+// inputs of the failed and later commits (and of those stored before it
+// that had not settled yet) stay unacknowledged and are redelivered.
+// Between commits it begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
 	space := bus.SpaceOf(s.nc)
 	s.journal.full = space
-	var broken error
 	tick := time.NewTicker(min(time.Second, s.journal.every))
 	defer tick.Stop()
 	// While a commit waits for room, checkpoints still begin: they purge
@@ -98,11 +112,15 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 	var whileFull sync.WaitGroup
 	whileFull.Go(func() { s.checkpointWhileFull(ctx, stopWhileFull, space) })
 	defer func() { close(stopWhileFull); whileFull.Wait() }()
+	st := &settler{s: s, failed: failed, in: make(chan storedBatch, settleQueue)}
+	var settling sync.WaitGroup
+	settling.Go(func() { st.run(ctx) })
+	defer func() { close(st.in); settling.Wait() }()
 	for {
 		var c *commit
 		select {
 		case <-tick.C:
-			if broken == nil && s.journal.Due(time.Now()) {
+			if st.broken() == nil && s.journal.Due(time.Now()) {
 				s.journal.Checkpoint(ctx)
 			}
 			continue
@@ -125,29 +143,135 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				break more
 			}
 		}
-		err := broken
+		err := st.broken()
+		var p published
 		if err == nil {
-			err = s.carryOut(ctx, cs)
+			p, err = s.store(ctx, cs)
 			if err == nil {
 				if d := space.Stored(); d > 0 {
 					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
 				}
+			} else {
+				st.fail(err)
 			}
 		}
-		for _, c := range cs {
-			if c.done != nil {
-				c.done(err)
+		select {
+		case st.in <- storedBatch{cs: cs, published: p, err: err}:
+		case <-ctx.Done():
+			for _, c := range cs {
+				if c.done != nil {
+					c.done(errStopped)
+				}
 			}
 		}
-		if err != nil && broken == nil {
-			broken = err
-			select {
-			case failed <- err:
-			default:
-			}
-		}
-		if broken == nil && s.journal.Due(time.Now()) {
+		if st.broken() == nil && s.journal.Due(time.Now()) {
 			s.journal.Checkpoint(ctx)
+		}
+	}
+}
+
+// settleQueue is how many stored batches of commits may wait to settle
+// before the committer stores no more: a history store that is slow holds
+// the grants back only once this many steps wait for it.
+const settleQueue = 64
+
+// storedBatch is a batch of commits whose records are journaled and whose
+// grants and final DTRs are published (or err, why not), to settle.
+type storedBatch struct {
+	cs []*commit
+	published
+	err error
+}
+
+// published is what the settling of stored commits waits for: their
+// grants' and final DTRs' publication (out, whose acknowledgements come
+// in meanwhile), and their history (up to its ticket history).
+type published struct {
+	out     *bus.Batch
+	history uint64
+}
+
+// settler settles stored commits in order (commitLoop) and holds the first
+// failure of either phase.
+type settler struct {
+	s      *Service
+	failed chan<- error
+	in     chan storedBatch
+	mu     sync.Mutex
+	err    error
+}
+
+// broken returns the first failure, nil while there is none.
+func (st *settler) broken() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// fail records a failure, the first one for good, and reports it.
+func (st *settler) fail(err error) {
+	st.mu.Lock()
+	first := st.err == nil
+	if first {
+		st.err = err
+	}
+	st.mu.Unlock()
+	if first {
+		select {
+		case st.failed <- err:
+		default:
+		}
+	}
+}
+
+// run settles what comes in until in is closed; a batch that comes after
+// a failure is not settled, and its callers hear the failure. The batches
+// waiting when one is taken are settled with it, together (one wait for
+// their history), as the committer stores those that wait together: the
+// settler keeps up with the committer however small its batches.
+func (st *settler) run(ctx context.Context) {
+	var bs []storedBatch
+	for b := range st.in {
+		bs = append(bs[:0], b)
+	more:
+		for b.err == nil {
+			select {
+			case next, ok := <-st.in:
+				if !ok {
+					break more
+				}
+				b = next
+				bs = append(bs, b)
+			default:
+				break more
+			}
+		}
+		// Every batch before one that failed to store is settled; that
+		// one and any after it hear the failure.
+		var cs []*commit
+		var ps []published
+		for _, b := range bs {
+			if b.err != nil {
+				break
+			}
+			cs = append(cs, b.cs...)
+			ps = append(ps, b.published)
+		}
+		err := st.broken()
+		if err == nil && len(cs) > 0 {
+			if err = st.s.settle(ctx, cs, ps); err != nil {
+				st.fail(err)
+			}
+		}
+		for _, b := range bs {
+			if err == nil && b.err != nil {
+				err = b.err
+			}
+			for _, c := range b.cs {
+				if c.done != nil {
+					c.done(err)
+				}
+			}
 		}
 	}
 }
@@ -172,7 +296,22 @@ func (s *Service) checkpointWhileFull(ctx context.Context, stop <-chan struct{},
 	}
 }
 
+// carryOut stores and then settles commits (commitLoop does the two in
+// a pipeline).
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
+	p, err := s.store(ctx, cs)
+	if err != nil {
+		return err
+	}
+	return s.settle(ctx, cs, []published{p})
+}
+
+// store journals the records of commits, then publishes their
+// rejections (and waits for them to be stored) and their grants and final
+// DTRs (without waiting: settle does), and hands their history to the
+// writer.
+func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
+	var history uint64
 	out := bus.NewBatch(ctx, s.js)
 	out.Full = s.journal.full
 	// records are the latest record of each DTR in the commits.
@@ -203,23 +342,33 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 		}
 	}
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
-		return fmt.Errorf("persist: %w", err)
+		return published{}, fmt.Errorf("persist: %w", err)
 	}
 	// Journaled: the steps happened, and their history is recorded.
-	var history uint64
 	for _, c := range cs {
 		history = s.history.send(c.events)
 	}
 	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("publish rejections: %w", err)
+		return published{}, fmt.Errorf("publish rejections: %w", err)
 	}
 	for _, c := range cs {
 		for _, m := range c.publish {
 			out.Add(m)
 		}
 	}
-	if err := out.Wait(ctx); err != nil {
-		return fmt.Errorf("publish: %w", err)
+	return published{out: out, history: history}, nil
+}
+
+// settle waits for the publication of stored commits' grants and final
+// DTRs and for their history (ps, in the order stored), then sends their
+// notices and acknowledges (or terminates) their inputs.
+func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) error {
+	var history uint64
+	for _, p := range ps {
+		if err := p.out.Wait(ctx); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		history = p.history
 	}
 	// The inputs are acknowledged once the history is stored, without
 	// the committer waiting for it (historyacks.go).

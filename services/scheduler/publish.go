@@ -119,11 +119,14 @@ func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, en
 const maxGrantsPerMessage = 32
 
 // grants encodes a step's grants as Grants events, one stage's per event.
-// A stage's grants are spread over at least four events, or one per grant
-// if fewer (so that they go to several worker processes, each taking
+// A stage's grants are spread over as many events as it has worker
+// processes heard from (so that they go to several of them, each taking
 // messages for its free workers: a message's grants all run where it is
-// taken), and over more when maxGrantsPerMessage requires. No event is larger than half of the server's
-// max_payload. Each grant carries the span that sent it.
+// taken), or over four while none has been heard from, or one per grant
+// if fewer, and over more when maxGrantsPerMessage requires: with one
+// worker process a stage's grants of a step go out in one event, taken
+// with one pull and one acknowledgement. No event is larger than half of
+// the server's max_payload. Each grant carries the span that sent it.
 func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
 	byStage := map[dtr.Stage][]encodedGrant{}
 	for _, g := range gs {
@@ -155,9 +158,17 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 	}
 	maxBytes := int(s.nc.MaxPayload()) / 2
 	var msgs []*nats.Msg
+	now := time.Now()
 	for _, stage := range dtr.Stages {
 		enc := byStage[stage]
-		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), 4))
+		if len(enc) == 0 {
+			continue
+		}
+		spread := s.workers.pools(stage, now)
+		if spread == 0 {
+			spread = 4
+		}
+		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), spread))
 		size := (len(enc) + per - 1) / max(per, 1)
 		for len(enc) > 0 {
 			n, bytes := 0, 0

@@ -147,6 +147,20 @@ func (t *workerTracker) renewed(stage dtr.Stage, p api.Progress) {
 	w.hb.Grants = append(w.hb.Grants, api.HeldGrant{DTR: p.DTR, Grant: p.Grant})
 }
 
+// pools counts the pools of a stage heard from and not silent at now: the
+// worker processes that take its grants.
+func (t *workerTracker) pools(stage dtr.Stage, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k, w := range t.seen {
+		if k.stage == stage && !t.silent(w, now) {
+			n++
+		}
+	}
+	return n
+}
+
 // interval is the heartbeat interval of a worker.
 func (t *workerTracker) interval(w *seenWorker) time.Duration {
 	if i := w.hb.Interval(); i > 0 {

@@ -343,3 +343,28 @@ func TestOnlyOperatorsAndAdministratorsListTheWorkers(t *testing.T) {
 		t.Fatalf("the operator asked for the workers: %+v", workers)
 	}
 }
+
+// TestAStagesPoolsAreItsWorkerProcessesHeardAndNotSilent: a stage's
+// grants of a step are spread over as many messages as this counts.
+func TestAStagesPoolsAreItsWorkerProcessesHeardAndNotSilent(t *testing.T) {
+	now := time.Now()
+	w := newWorkerTracker(time.Second, time.Minute)
+	hb := func(worker string, stage dtr.Stage, at time.Time) {
+		w.heard(api.Heartbeat{Worker: worker, Role: "processor", Stage: stage, Host: "h", PID: 7}, at)
+	}
+	if n := w.pools(dtr.StagePre, now); n != 0 {
+		t.Fatalf("%d pre pools before any heartbeat", n)
+	}
+	hb("p1", dtr.StagePre, now)
+	hb("p1", dtr.StagePost, now)
+	hb("p2", dtr.StagePre, now)
+	hb("p3", dtr.StagePre, now.Add(-time.Minute)) // silent
+	for _, tt := range []struct {
+		stage dtr.Stage
+		want  int
+	}{{dtr.StagePre, 2}, {dtr.StagePost, 1}, {dtr.StageDelivery, 0}} {
+		if n := w.pools(tt.stage, now); n != tt.want {
+			t.Errorf("%s: %d pools, want %d", tt.stage, n, tt.want)
+		}
+	}
+}
