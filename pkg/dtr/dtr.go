@@ -256,7 +256,7 @@ type DTR struct {
 	// ChecksumFromStorage when a checksum the storage itself stated (the
 	// source's Digest, or the destination's once written) agreed with
 	// the bytes streamed, ChecksumFromStream when only the checksum
-	// computed on the stream (for a local file, on disk) was, as with a
+	// computed on the stream was, as with a
 	// storage that keeps no checksums. Empty until a transfer checks one.
 	ChecksumSource string `json:"checksum_source,omitempty"`
 	// StateEntered is when the DTR entered its State (Transition sets
