@@ -34,7 +34,8 @@ const (
 type Options struct {
 	// Checksum is the expected checksum "type:value" (adler32, md5, sha256,
 	// crc32c);
-	// empty means none is known and adler32 is computed for the record.
+	// empty means none is known and the deliverer's SLUICE_DELIVERY_CHECKSUM
+	// (adler32 unless the site says otherwise) is computed for the record.
 	Checksum string `json:"checksum,omitempty"`
 	// Overwrite lets pre-cleaning delete an existing destination.
 	Overwrite bool `json:"overwrite,omitempty"`

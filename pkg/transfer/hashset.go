@@ -46,6 +46,9 @@ func (s *hashSet) add(typ string) error {
 	return nil
 }
 
+// empty reports whether no checksum is computed.
+func (s *hashSet) empty() bool { return len(s.hashes) == 0 }
+
 // start launches one goroutine per hash; stop ends them.
 func (s *hashSet) start() {
 	s.done = make(chan struct{}, len(s.hashes))

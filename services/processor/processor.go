@@ -400,6 +400,9 @@ func (s *Service) stage(ctx context.Context, g api.Grant, report func(int64, int
 		Progress: func(b int64) { report(b, d.Size) },
 		// As delivery's: the size QUERY_REPLICA found, and the site's limit.
 		ExpectedSize: d.Size, MaxSize: s.cfg.MaxFileSize,
+		// Delivery computes the checksum when it reads the staged copy;
+		// one the source states is still checked.
+		NoChecksum: true,
 	})
 	if err != nil {
 		return api.Result{}, err // Copy removed what it wrote, unless fenced
