@@ -127,7 +127,9 @@ func BigFiles(ctx context.Context, dir string, size int64, many int) ([]Figure, 
 	one := []job.File{{Source: "file://" + src}}
 	if err := row(fmt.Sprintf("One %.0f MiB file, file:// → file://, no checksum (SLUICE_DELIVERY_CHECKSUM=none: copy_file_range), end to end", mib),
 		"`cp`", 0.9, float64(size), func() (time.Duration, error) { return sluice(s, one) },
-		orNil(cp, func() (time.Duration, error) { return command(filepath.Join(out, "cp"), cp, src, filepath.Join(out, "cp")) })); err != nil {
+		orNil(cp, func() (time.Duration, error) {
+			return command(filepath.Join(out, "cp"), cp, src, filepath.Join(out, "cp"))
+		})); err != nil {
 		return nil, err
 	}
 	web := []job.File{{Source: base + "/big"}}
