@@ -158,6 +158,7 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		_ = sums.add(stated) // a Digest gives only types Sluice has
 	}
 
+	sums.inline = in.size >= 0 && in.size <= inlineHashMax
 	sums.start()
 	defer sums.stop()
 	p := &pump{buf: buf, sums: sums, progress: opt.Progress, every: opt.ProgressEvery}
