@@ -240,8 +240,8 @@ func TestBigFilesGivesEveryRowWithItsBaseline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(figs) != 5 {
-		t.Fatalf("%d rows, want 5: %+v", len(figs), figs)
+	if len(figs) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(figs), figs)
 	}
 	for _, f := range figs {
 		if !strings.Contains(f.Value, "Sluice ") || !strings.Contains(f.Value, "MiB/s") {

@@ -35,8 +35,8 @@ const smallBigFile = 10 << 20
 // file→file without a checksum against `cp`, http→file (a loopback HTTP
 // server) against `curl -o`, file→file checking an expected adler32 and
 // sha256 against `cp` plus the same hash computed by a bare Go loop reading
-// the file, and many 10 MiB files file→file (Sluice at its defaults)
-// against `cp -r`. A baseline whose program is missing is reported so.
+// the file, and many 10 MiB files file→file (Sluice at its defaults, and
+// with no checksum) against `cp -r`. A baseline whose program is missing is reported so.
 func BigFiles(ctx context.Context, dir string, size int64, many int) ([]Figure, error) {
 	src := filepath.Join(dir, "in", "big")
 	if err := randomFile(src, size); err != nil {
@@ -161,7 +161,8 @@ func BigFiles(ctx context.Context, dir string, size int64, many int) ([]Figure, 
 		}
 	}
 	if many > 0 {
-		// Sluice at its defaults: adler32 computed on the stream.
+		// Sluice at its defaults (adler32 computed on the stream), and
+		// with no checksum.
 		d, err := start(ctx, filepath.Join(dir, "defaults"), config(10), "", nil, process{roles: app.Roles})
 		if err != nil {
 			return nil, err
@@ -171,15 +172,17 @@ func BigFiles(ctx context.Context, dir string, size int64, many int) ([]Figure, 
 		if err != nil {
 			return nil, err
 		}
-		for i := range j.Inputs {
-			j.Inputs[i].Destination = ""
-		}
-		if err := row(fmt.Sprintf("%d files of 10 MiB, file:// → file://, 10 slots per state, Sluice's defaults (adler32 on the stream)", many),
-			"`cp -r`", 0, float64(many*smallBigFile), func() (time.Duration, error) { return sluice(d, j.Inputs) },
-			orNil(cp, func() (time.Duration, error) {
-				return command(filepath.Join(out, "cpr"), cp, "-r", filepath.Join(dir, "many", "in"), filepath.Join(out, "cpr"))
-			})); err != nil {
-			return nil, err
+		cpr := orNil(cp, func() (time.Duration, error) {
+			return command(filepath.Join(out, "cpr"), cp, "-r", filepath.Join(dir, "many", "in"), filepath.Join(out, "cpr"))
+		})
+		for _, c := range []struct {
+			how string
+			s   *system
+		}{{"Sluice's defaults (adler32 on the stream)", d}, {"no checksum", s}} {
+			if err := row(fmt.Sprintf("%d files of 10 MiB, file:// → file://, 10 slots per state, %s", many, c.how),
+				"`cp -r`", 0, float64(many*smallBigFile), func() (time.Duration, error) { return sluice(c.s, j.Inputs) }, cpr); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return figs, nil
