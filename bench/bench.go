@@ -46,6 +46,11 @@ type Options struct {
 	// publishes LoadCLI more.
 	Load, LoadBad, LoadCLI int
 	NATSCLI                string
+	// BigFile is the size of the one big file of the line-rate rows, and
+	// BigFiles the number of 10 MiB files of the many-files row (0: not
+	// measured).
+	BigFile  int64
+	BigFiles int
 	// Progress, if set, hears what is being measured.
 	Progress io.Writer
 }
@@ -53,13 +58,13 @@ type Options struct {
 // Quick are options for a run of a minute or two.
 func Quick() Options {
 	return Options{Files: 1000, ARCFiles: 1000, Queued: 100_000, Restart: 10_000, Latency: 50, Saturate: 150, ScalePerReplica: 100,
-		Load: 50_000, LoadBad: 100, LoadCLI: 1000, Failover: 100_000}
+		Load: 50_000, LoadBad: 100, LoadCLI: 1000, Failover: 100_000, BigFile: 256 << 20, BigFiles: 20}
 }
 
 // Full are the options of the figures in BENCHMARKS.md.
 func Full() Options {
 	return Options{Files: 5000, ARCFiles: 5000, Queued: 1_000_000, Restart: 100_000, Latency: 200, Saturate: 300, ScalePerReplica: 200,
-		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000, Failover: 1_000_000}
+		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000, Failover: 1_000_000, BigFile: 2 << 30, BigFiles: 200}
 }
 
 // Figure is one measured line of the report.
@@ -216,6 +221,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			Value:  fmt.Sprintf("%.0f DTR/s = %s the %d-slot figure above", rate, times(rate/one), ThroughputSlots),
 			Target: fmt.Sprintf("≥ 5,000 DTR/s or ≥ 0.7× the %d-slot figure", ThroughputSlots), Met: met(rate >= 5000 || rate >= 0.7*one),
 			Command: fmt.Sprintf("go test -run XXX -bench 'ThroughputARCDefaults$' -benchtime %dx ./bench/", o.ARCFiles)})
+	}
+
+	if o.BigFile > 0 {
+		say("big files: one of %d MiB, file→file, http→file, with checksums; %d of 10 MiB…", o.BigFile>>20, o.BigFiles)
+		big, err := BigFiles(ctx, dir("big"), o.BigFile, o.BigFiles)
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, big...)
 	}
 
 	say("submit→transfer-start latency, %d DTRs one at a time…", o.Latency)

@@ -357,3 +357,38 @@ func TestCPUFigureGivesEachRolePerDTRAndJudgesBothTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestBigFilesGivesEveryRowWithItsBaseline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 100 MiB a few times")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	figs, err := BigFiles(ctx, t.TempDir(), 8<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(figs) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(figs), figs)
+	}
+	for _, f := range figs {
+		if !strings.Contains(f.Value, "Sluice ") || !strings.Contains(f.Value, "MiB/s") {
+			t.Errorf("row %q: %q", f.What, f.Value)
+		}
+	}
+}
+
+// BenchmarkBigFiles prints the big-file rows of Quick (256 MiB, 20 files
+// of 10 MiB): go test -run XXX -bench BigFiles -benchtime 1x ./bench/
+func BenchmarkBigFiles(b *testing.B) {
+	o := Quick()
+	for range b.N {
+		figs, err := BigFiles(context.Background(), b.TempDir(), o.BigFile, o.BigFiles)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range figs {
+			b.Logf("%s | %s | %s | %s", f.What, f.Value, f.Target, f.Met)
+		}
+	}
+}

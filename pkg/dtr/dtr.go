@@ -34,7 +34,8 @@ const (
 type Options struct {
 	// Checksum is the expected checksum "type:value" (adler32, md5, sha256,
 	// crc32c);
-	// empty means none is known and adler32 is computed for the record.
+	// empty means none is known and the deliverer's SLUICE_DELIVERY_CHECKSUM
+	// (adler32 unless the site says otherwise) is computed for the record.
 	Checksum string `json:"checksum,omitempty"`
 	// Overwrite lets pre-cleaning delete an existing destination.
 	Overwrite bool `json:"overwrite,omitempty"`
@@ -256,7 +257,7 @@ type DTR struct {
 	// ChecksumFromStorage when a checksum the storage itself stated (the
 	// source's Digest, or the destination's once written) agreed with
 	// the bytes streamed, ChecksumFromStream when only the checksum
-	// computed on the stream (for a local file, on disk) was, as with a
+	// computed on the stream was, as with a
 	// storage that keeps no checksums. Empty until a transfer checks one.
 	ChecksumSource string `json:"checksum_source,omitempty"`
 	// StateEntered is when the DTR entered its State (Transition sets

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/sluice-dtr/sluice/pkg/transfer/xrootdtest"
@@ -31,9 +32,7 @@ func benchFile(b *testing.B) string {
 func benchURL(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
 
 // BenchmarkCopyFileToFile measures Copy between local files with various
-// checksums; "none" skips hashing (not reachable through Copy, which
-// always computes at least adler32) to show the cost of the copy loop
-// alone.
+// checksums; "none" (CopyOptions.NoChecksum) is the kernel's copy.
 func BenchmarkCopyFileToFile(b *testing.B) {
 	src := benchFile(b)
 	dst := filepath.Join(filepath.Dir(src), "dst")
@@ -62,6 +61,36 @@ func BenchmarkCopyFileToFile(b *testing.B) {
 				err = c.copy(context.Background(), endpoint{su.String(), su}, endpoint{du.String(), du}, CopyOptions{}, sums, buf, &res)
 				if err != nil || res.Bytes != benchSize {
 					b.Fatal(res.Bytes, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCopySmallFile measures Copy of a 1 KiB file, as the
+// small-file throughput runs move, to a new temporary name each time.
+func BenchmarkCopySmallFile(b *testing.B) {
+	dir := b.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, make([]byte, 1024), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	c := New(nil).WithGuard(loopback)
+	for _, tc := range []struct {
+		name string
+		opt  CopyOptions
+	}{
+		{"adler32", CopyOptions{ExpectedSize: 1024}},
+		{"none", CopyOptions{ExpectedSize: 1024, NoChecksum: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				dst := benchURL(filepath.Join(dir, "out", strconv.Itoa(i%1000)))
+				if _, err := c.Copy(context.Background(), benchURL(src), dst, tc.opt); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -146,6 +147,18 @@ type boundedReader struct {
 	read int64
 }
 
+// limit is the most bytes the source may give: want, else max; -1 for
+// no limit.
+func (b *boundedReader) limit() int64 {
+	switch {
+	case b.want >= 0:
+		return b.want
+	case b.max > 0:
+		return b.max
+	}
+	return -1
+}
+
 func (b *boundedReader) Read(p []byte) (int, error) {
 	limit := b.want
 	if limit < 0 {
@@ -199,3 +212,18 @@ func (b *boundedReader) tooMuch() error {
 }
 
 func (b *boundedReader) Close() error { return b.r.Close() }
+
+// localFile returns the file a local source reads and the bounds it is
+// read within (none, if bound set none), or nil for a source that is not
+// a local file.
+func localFile(in *source) (*os.File, *boundedReader) {
+	switch body := in.body.(type) {
+	case *os.File:
+		return body, &boundedReader{r: body, want: -1}
+	case *boundedReader:
+		if f, ok := body.r.(*os.File); ok {
+			return f, body
+		}
+	}
+	return nil, nil
+}

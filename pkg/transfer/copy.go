@@ -18,8 +18,14 @@ import (
 // buffer and reports progress every second if Progress is set.
 type CopyOptions struct {
 	// ChecksumTypes are computed while streaming, e.g. {"adler32"} or
-	// {"adler32", "md5"}; empty means adler32.
+	// {"adler32", "md5"}; empty means adler32, unless NoChecksum.
 	ChecksumTypes []string
+	// NoChecksum, with no ChecksumTypes, computes none, except the type
+	// of a checksum the source states (its Digest), which is checked. A
+	// local file copied to a local file is then copied by the kernel
+	// (a reflink where the file system shares blocks, else
+	// copy_file_range), its bytes never read into Sluice.
+	NoChecksum bool
 	// Progress, if set, is called with the bytes moved so far at most every
 	// ProgressEvery, and once at the end, from the goroutine calling Copy.
 	Progress func(bytes int64)
@@ -101,7 +107,7 @@ func (c *Client) Copy(ctx context.Context, src, dst string, opt CopyOptions) (re
 		return res, err
 	}
 	types := opt.ChecksumTypes
-	if len(types) == 0 {
+	if len(types) == 0 && !opt.NoChecksum {
 		types = []string{"adler32"}
 	}
 	sums, err := newHashSet(types)
@@ -152,6 +158,7 @@ func (c *Client) copy(ctx context.Context, src, dst endpoint, opt CopyOptions, s
 		_ = sums.add(stated) // a Digest gives only types Sluice has
 	}
 
+	sums.inline = in.size >= 0 && in.size <= inlineHashMax
 	sums.start()
 	defer sums.stop()
 	p := &pump{buf: buf, sums: sums, progress: opt.Progress, every: opt.ProgressEvery}

@@ -290,14 +290,17 @@ func TestACopyWhoseBytesDisagreeWithTheSourcesDigestFailsAndLeavesNothing(t *tes
 		name   string
 		digest string // the source's Digest header
 		types  []string
+		none   bool // NoChecksum
 		ok     bool
 	}{
-		{"adler32 right", "adler32=1a0b045d", nil, true},
-		{"adler32 wrong", "adler32=1a0b045e", nil, false},
-		{"md5 right while adler32 is computed", "md5=" + md5Of(data), nil, true},
-		{"md5 wrong while adler32 is computed", "md5=" + md5Of([]byte("hello wOrld")), nil, false},
-		{"md5 wrong while md5 is computed", "md5=" + md5Of([]byte("hello wOrld")), []string{"md5"}, false},
-		{"no usable digest", "unixsum=1", nil, true},
+		{"adler32 right", "adler32=1a0b045d", nil, false, true},
+		{"adler32 wrong", "adler32=1a0b045e", nil, false, false},
+		{"md5 right while adler32 is computed", "md5=" + md5Of(data), nil, false, true},
+		{"md5 wrong while adler32 is computed", "md5=" + md5Of([]byte("hello wOrld")), nil, false, false},
+		{"md5 wrong while md5 is computed", "md5=" + md5Of([]byte("hello wOrld")), []string{"md5"}, false, false},
+		{"no usable digest", "unixsum=1", nil, false, true},
+		{"md5 wrong while no checksum is wanted", "md5=" + md5Of([]byte("hello wOrld")), nil, true, false},
+		{"adler32 right while no checksum is wanted", "adler32=1a0b045d", nil, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -307,7 +310,7 @@ func TestACopyWhoseBytesDisagreeWithTheSourcesDigestFailsAndLeavesNothing(t *tes
 			}))
 			defer srv.Close()
 			dst := filepath.Join(t.TempDir(), "f")
-			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{ChecksumTypes: tt.types})
+			res, err := transfer.New(nil).WithGuard(loopback).Copy(context.Background(), srv.URL+"/f", fileURL(dst), transfer.CopyOptions{ChecksumTypes: tt.types, NoChecksum: tt.none})
 			_, statErr := os.Stat(dst)
 			if tt.ok {
 				if err != nil || statErr != nil {

@@ -108,17 +108,24 @@ func (f *Files) Open(p string) (*os.File, error) {
 // for ever (a blocking open(2) does not heed any context); the descriptor
 // of a regular file is made blocking again before it is returned.
 func (f *Files) OpenFile(p string, flag int, perm fs.FileMode) (*os.File, error) {
+	file, _, err := f.openSized(p, flag, perm)
+	return file, err
+}
+
+// openSized is OpenFile that also returns the size the file had when
+// opened, from the stat that found it regular.
+func (f *Files) openSized(p string, flag int, perm fs.FileMode) (*os.File, int64, error) {
 	r, rel, err := f.locate(p)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if r == nil {
-		file, err := openPath(p, flag, perm) // refuses what is not regular
-		return file, f.notRegular(p, err)
+		file, size, err := openPath(p, flag, perm) // refuses what is not regular
+		return file, size, f.notRegular(p, err)
 	}
 	file, err := r.OpenFile(rel, flag|oNonblock, perm)
 	if err != nil {
-		return nil, f.notRegular(p, escape(err))
+		return nil, 0, f.notRegular(p, escape(err))
 	}
 	fi, err := file.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
@@ -129,9 +136,9 @@ func (f *Files) OpenFile(p string, flag int, perm fs.FileMode) (*os.File, error)
 	}
 	if err != nil {
 		file.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return file, nil
+	return file, fi.Size(), nil
 }
 
 // notRegular turns open(2)'s refusal to open a named pipe with no reader

@@ -11,11 +11,12 @@ import (
 const oNonblock = 0
 
 // openPath is os.OpenFile where os.NewFile offers no shortcut, refusing
-// anything that is not a regular file with a *NotRegularError.
-func openPath(p string, flag int, perm fs.FileMode) (*os.File, error) {
+// anything that is not a regular file with a *NotRegularError. It returns
+// the file's size when opened too.
+func openPath(p string, flag int, perm fs.FileMode) (*os.File, int64, error) {
 	f, err := os.OpenFile(p, flag, perm)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
@@ -23,9 +24,9 @@ func openPath(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return f, nil
+	return f, fi.Size(), nil
 }
 
 // setBlocking has nothing to do without oNonblock.

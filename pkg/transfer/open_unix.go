@@ -22,32 +22,32 @@ const oNonblock = syscall.O_NONBLOCK
 // The open is non-blocking (a named pipe with nobody at its other end
 // would otherwise hold it for ever); anything that is not a regular file
 // is refused with a *NotRegularError, and a regular file's descriptor is
-// made blocking again.
-func openPath(p string, flag int, perm fs.FileMode) (*os.File, error) {
+// made blocking again. It returns the file's size when opened too.
+func openPath(p string, flag int, perm fs.FileMode) (*os.File, int64, error) {
 	for {
 		fd, err := syscall.Open(p, flag|syscall.O_NONBLOCK|syscall.O_CLOEXEC, uint32(perm.Perm()))
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+			return nil, 0, &fs.PathError{Op: "open", Path: p, Err: err}
 		}
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
 			syscall.Close(fd)
-			return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
+			return nil, 0, &fs.PathError{Op: "stat", Path: p, Err: err}
 		}
 		if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 			syscall.Close(fd)
-			return nil, &NotRegularError{Path: p, Mode: modeOf(uint32(st.Mode))}
+			return nil, 0, &NotRegularError{Path: p, Mode: modeOf(uint32(st.Mode))}
 		}
 		// F_SETFL takes only the status flags (O_APPEND, O_NONBLOCK...)
 		// of flag: the caller's, without O_NONBLOCK.
 		if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFL, uintptr(flag&^syscall.O_NONBLOCK)); e != 0 {
 			syscall.Close(fd)
-			return nil, &fs.PathError{Op: "fcntl", Path: p, Err: e}
+			return nil, 0, &fs.PathError{Op: "fcntl", Path: p, Err: e}
 		}
-		return os.NewFile(uintptr(fd), p), nil
+		return os.NewFile(uintptr(fd), p), st.Size, nil
 	}
 }
 

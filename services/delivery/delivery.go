@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/checksum"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/scitag"
 	"github.com/sluice-dtr/sluice/pkg/transfer"
@@ -51,6 +52,9 @@ type Config struct {
 	// Heartbeat is how often the pool sends a heartbeat (SLUICE_HEARTBEAT,
 	// shared; 0: worker.DefaultHeartbeat).
 	Heartbeat time.Duration `ignored:"true"`
+	// Checksum is the checksum type computed on the stream of a transfer
+	// whose job expects none, or "none".
+	Checksum string `envconfig:"CHECKSUM" default:"adler32" desc:"checksum computed while streaming a file whose job gives no expected checksum, for its record: adler32, md5, sha256 or crc32c; none computes none (a checksum the source states is still checked), and a local file copied to a local file is then copied by the kernel (copy_file_range, or a reflink where the file system shares blocks)"`
 	// SciTags marks each transfer's requests for the network
 	// (SLUICE_SCITAG_*); nil marks nothing.
 	SciTags *scitag.Table `ignored:"true"`
@@ -74,6 +78,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	if typ := s.cfg.Checksum; typ != "" && typ != NoChecksum {
+		if _, err := checksum.New(typ); err != nil {
+			return fmt.Errorf("SLUICE_DELIVERY_CHECKSUM: %w", err)
+		}
+	}
 	p, err := worker.NewPool(s.nc, dtr.StageDelivery, s.cfg.Workers, s.Handle, s.log, s.cfg.Meter)
 	if err != nil {
 		return err
@@ -128,15 +137,22 @@ func (s *Service) watchSpeed(ctx context.Context, cancel context.CancelCauseFunc
 	}
 }
 
+// NoChecksum is the Checksum setting that computes none.
+const NoChecksum = "none"
+
 // Handle moves one file. The checksum type is the expected checksum's, else
-// adler32.
+// the configured one (Config.Checksum; empty: adler32), else none.
 func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, int64)) api.Result {
 	d := *g.DTR
-	typ := "adler32"
+	typ := cmp.Or(s.cfg.Checksum, "adler32")
 	if d.Options.Checksum != "" {
 		if t, _, err := dtr.ParseChecksum(d.Options.Checksum); err == nil {
 			typ = t
 		}
+	}
+	var types []string
+	if typ != NoChecksum {
+		types = []string{typ}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -153,13 +169,18 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		meter.Record(time.Now(), b)
 		report(b, d.Size)
 	}
+	tpcType := typ
+	if types == nil {
+		tpcType = "" // the copy's default: it only asks the storages
+	}
 	dst := transfer.TempURLOf(&d) // the temporary name the copy is made under
-	res, streamed, done := s.thirdParty(ctx, &d, src, dst, typ, progress)
+	res, streamed, done := s.thirdParty(ctx, &d, src, dst, tpcType, progress)
 	if done {
 		return res
 	}
 	cr, err := s.client.Copy(ctx, src, dst, transfer.CopyOptions{
-		ChecksumTypes: []string{typ},
+		ChecksumTypes: types,
+		NoChecksum:    types == nil,
 		// d.Size is what QUERY_REPLICA found (0: unknown), and the staged
 		// copy has it too.
 		ExpectedSize: d.Size,
@@ -175,13 +196,18 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		return res
 	}
 	res.Size, res.Checksum = cr.Bytes, cr.Checksums[typ]
+	if types == nil && cr.SourceChecksum != "" {
+		res.Checksum = cr.SourceChecksum // the one computed: the source's type
+	}
 	// Copy compares the checksum the source states (its Digest) with the
 	// bytes streamed, and fails on a difference: one stated is one the
 	// storage confirmed. A storage that keeps none (or refuses to say)
-	// leaves the stream's own.
-	res.ChecksumSource = dtr.ChecksumFromStream
-	if cr.SourceChecksum != "" {
+	// leaves the stream's own; a copy that computed none checked none.
+	switch {
+	case cr.SourceChecksum != "":
 		res.ChecksumSource = dtr.ChecksumFromStorage
+	case res.Checksum != "":
+		res.ChecksumSource = dtr.ChecksumFromStream
 	}
 	return res
 }

@@ -189,7 +189,9 @@ func (s *Service) processCache(ctx context.Context, g api.Grant) (api.Result, er
 	}
 	if err := s.client.Files().Link(entry, tmp); err != nil {
 		// Another file system, or roots apart: copy instead.
-		if _, err := s.client.Copy(ctx, fileURL(entry), tmpURL, transfer.CopyOptions{}); err != nil {
+		// Its checksum was checked above if the job gave one: the
+		// kernel copies it.
+		if _, err := s.client.Copy(ctx, fileURL(entry), tmpURL, transfer.CopyOptions{NoChecksum: true}); err != nil {
 			return res, err
 		}
 	}

@@ -64,6 +64,9 @@ type Config struct {
 	// shared with delivery): a larger one fails QUERY_REPLICA, and a
 	// staging copy stops past it. 0: no limit.
 	MaxFileSize int64 `ignored:"true"`
+	// VerifyOnDisk has post-processing read a delivered local file back
+	// and hash it again, against what delivery computed on the stream.
+	VerifyOnDisk bool `envconfig:"VERIFY_ON_DISK" default:"false" desc:"read every delivered file:// destination back and hash it again before it is put in place, to catch damage after delivery hashed the bytes it wrote (a second pass over the bytes); off: the checksum computed while streaming is the one checked"`
 }
 
 // defaultCacheLockTimeout is CacheLockTimeout's default, for a Config
@@ -215,28 +218,27 @@ func (s *Service) preClean(ctx context.Context, d dtr.DTR) error {
 	return s.client.MakeParents(ctx, d.Destination)
 }
 
-// finalise verifies the delivered file and puts it in place. For a file://
-// destination the checksum is computed again from the bytes on disk and must
-// match both the expected value (if the job gave one) and what delivery
-// computed while streaming; a remote destination is checked against what
-// delivery sent, and, where its protocol can state the checksum it keeps
-// (HTTP's Digest), that checksum against delivery's (storageChecksum; the
-// result then says the storage confirmed it). A mismatch deletes the file
-// and is a TRANSFER_SPEED error, as in ARC; the scheduler copies the file
-// afresh once, and a second mismatch of the expected checksum fails the
-// DTR for good.
+// finalise verifies the delivered file and puts it in place. The
+// checksum delivery computed while streaming is what is checked: it must
+// match the expected value, if the job gave one. A file:// destination is
+// read back and hashed again on disk only with VerifyOnDisk (or when the
+// stream's checksum is not of the expected type, so that there is nothing
+// else to compare); the copy's bytes are otherwise read once, by delivery.
+// A remote destination whose protocol can state the checksum it keeps
+// (HTTP's Digest) is asked for it, and that is compared with delivery's
+// (storageChecksum; the result then says the storage confirmed it). A
+// mismatch deletes the file and is a TRANSFER_SPEED error, as in ARC; the
+// scheduler copies the file afresh once, and a second mismatch of the
+// expected checksum fails the DTR for good.
 func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 	tmp := transfer.TempURLOf(&d)
 	got := d.Checksum
+	want := d.Options.Checksum
 	local := strings.HasPrefix(tmp, "file:")
-	if local {
-		typ := "adler32"
-		if d.Options.Checksum != "" {
-			typ, _, _ = dtr.ParseChecksum(d.Options.Checksum)
-		} else if t, _, err := dtr.ParseChecksum(d.Checksum); err == nil {
-			typ = t
-		}
-		sum, err := s.client.Checksum(ctx, tmp, typ)
+	source := ""
+	switch {
+	case local && (s.cfg.VerifyOnDisk || want != "" && !checksum.SameType(want, d.Checksum)):
+		sum, err := s.checksumOnDisk(ctx, d, tmp)
 		if errors.Is(err, fs.ErrNotExist) {
 			// No temporary file (looked for only now: a stat of each
 			// file cost a tenth of post-processing).
@@ -247,22 +249,15 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 		if err != nil {
 			return api.Result{}, err
 		}
-		if d.Checksum != "" && checksum.SameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
-			_ = s.client.Delete(ctx, tmp)
-			return api.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
-				Err: fmt.Errorf("checksum mismatch: delivery computed %s, the file on disk has %s", d.Checksum, sum)}
-		}
 		got = sum
-	}
-	source := ""
-	if !local && d.Checksum != "" {
+	case !local && d.Checksum != "":
 		var err error
 		if source, err = s.storageChecksum(ctx, d, tmp); err != nil {
 			_ = s.client.Delete(ctx, tmp)
 			return api.Result{}, err
 		}
 	}
-	if want := d.Options.Checksum; want != "" && !checksum.Equal(want, got) {
+	if want != "" && !checksum.Equal(want, got) {
 		_ = s.client.Delete(ctx, tmp)
 		return api.Result{}, &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
 			Err: fmt.Errorf("checksum mismatch: expected %s, got %s", want, got)}
@@ -271,8 +266,8 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 		// Into place, replacing what is there: the destination, or the
 		// cache entry that PROCESS_CACHE then links to it.
 		if err := s.client.Rename(ctx, tmp, d.Target()); err != nil {
-			if !local {
-				// A remote temporary file is looked for only now.
+			// The temporary file is looked for only now.
+			if !local || errors.Is(err, fs.ErrNotExist) {
 				if done, ierr := s.alreadyInPlace(ctx, d, tmp); ierr == nil && done {
 					return api.Result{Checksum: d.Checksum}, nil
 				}
@@ -281,6 +276,29 @@ func (s *Service) finalise(ctx context.Context, d dtr.DTR) (api.Result, error) {
 		}
 	}
 	return api.Result{Checksum: got, ChecksumSource: source}, nil
+}
+
+// checksumOnDisk hashes the delivered file at tmp again, of the expected
+// checksum's type, else of delivery's, else adler32, and compares it with
+// what delivery computed while streaming: a difference deletes the file
+// and is a TRANSFER_SPEED error.
+func (s *Service) checksumOnDisk(ctx context.Context, d dtr.DTR, tmp string) (string, error) {
+	typ := "adler32"
+	if d.Options.Checksum != "" {
+		typ, _, _ = dtr.ParseChecksum(d.Options.Checksum)
+	} else if t, _, err := dtr.ParseChecksum(d.Checksum); err == nil {
+		typ = t
+	}
+	sum, err := s.client.Checksum(ctx, tmp, typ)
+	if err != nil {
+		return "", err
+	}
+	if d.Checksum != "" && checksum.SameType(d.Checksum, sum) && !checksum.Equal(d.Checksum, sum) {
+		_ = s.client.Delete(ctx, tmp)
+		return "", &transfer.Error{Kind: dtr.ErrTransferSpeed, Op: "verify", URL: d.Destination,
+			Err: fmt.Errorf("checksum mismatch: delivery computed %s, the file on disk has %s", d.Checksum, sum)}
+	}
+	return sum, nil
 }
 
 // storageChecksum asks the storage a remote file was written to for the
@@ -382,6 +400,9 @@ func (s *Service) stage(ctx context.Context, g api.Grant, report func(int64, int
 		Progress: func(b int64) { report(b, d.Size) },
 		// As delivery's: the size QUERY_REPLICA found, and the site's limit.
 		ExpectedSize: d.Size, MaxSize: s.cfg.MaxFileSize,
+		// Delivery computes the checksum when it reads the staged copy;
+		// one the source states is still checked.
+		NoChecksum: true,
 	})
 	if err != nil {
 		return api.Result{}, err // Copy removed what it wrote, unless fenced

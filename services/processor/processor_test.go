@@ -71,20 +71,33 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 		name              string
 		tmp, dst          string // contents; "" is no file
 		delivered         string // what delivery computed
+		expected          string // the job's checksum
+		verifyOnDisk      bool   // SLUICE_PROCESSOR_VERIFY_ON_DISK
 		wantErr           bool
 		wantDst, wantTemp string
 	}{
-		{"the temporary file is verified and renamed into place", "data", "", sum("data"), false, "data", ""},
-		{"a file that changed on disk is refused and removed", "datA", "", sum("data"), true, "", ""},
-		{"a file an earlier try put in place is done", "", "data", sum("data"), false, "data", ""},
-		{"another file in place is not taken for it", "", "other", sum("data"), true, "other", ""},
-		{"no file anywhere is an error", "", "", sum("data"), true, "", ""},
+		{name: "the temporary file is renamed into place", tmp: "data", delivered: sum("data"), wantDst: "data"},
+		{name: "the temporary file is checked against the expected checksum and renamed into place",
+			tmp: "data", delivered: sum("data"), expected: sum("data"), wantDst: "data"},
+		{name: "a stream whose checksum is not the expected one is refused and removed, without reading the file",
+			tmp: "data", delivered: sum("datA"), expected: sum("data"), wantErr: true},
+		{name: "a file that changed on disk after delivery hashed it is not read again by default",
+			tmp: "datA", delivered: sum("data"), expected: sum("data"), wantDst: "datA"},
+		{name: "a file that changed on disk is refused and removed when asked to verify on disk",
+			tmp: "datA", delivered: sum("data"), verifyOnDisk: true, wantErr: true},
+		{name: "an expected checksum of another type than the stream's is checked on disk",
+			tmp: "datA", delivered: sum("datA"), expected: mustSum(t, "data", "md5"), wantErr: true},
+		{name: "a file an earlier try put in place is done", dst: "data", delivered: sum("data"), wantDst: "data"},
+		{name: "a file an earlier try put in place is done, verifying on disk", dst: "data", delivered: sum("data"),
+			verifyOnDisk: true, wantDst: "data"},
+		{name: "another file in place is not taken for it", dst: "other", delivered: sum("data"), wantErr: true, wantDst: "other"},
+		{name: "no file anywhere is an error", delivered: sum("data"), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			d := dtr.DTR{ID: uuid.New(), Source: "file:///nowhere", Destination: "file://" + filepath.Join(dir, "f"),
-				Checksum: tt.delivered, TransferGrant: "g.3"}
+				Checksum: tt.delivered, TransferGrant: "g.3", Options: dtr.Options{Checksum: tt.expected}}
 			tmpPath := filepath.Join(dir, filepath.Base(transfer.TempURLOf(&d)))
 			if tt.tmp != "" {
 				write(t, tmpPath, tt.tmp)
@@ -92,10 +105,16 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 			if tt.dst != "" {
 				write(t, filepath.Join(dir, "f"), tt.dst)
 			}
-			s := New(Config{}, nil, slog.New(slog.DiscardHandler))
-			_, err := s.finalise(context.Background(), d)
+			s := New(Config{VerifyOnDisk: tt.verifyOnDisk}, nil, slog.New(slog.DiscardHandler))
+			res, err := s.finalise(context.Background(), d)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("finalise: %v, want an error: %v", err, tt.wantErr)
+			}
+			if err != nil && transfer.KindOf(err) == dtr.ErrTransferSpeed && tt.wantTemp == "" && read(tmpPath) != "" {
+				t.Error("a copy with the wrong checksum was left")
+			}
+			if err == nil && res.Checksum != tt.delivered {
+				t.Errorf("the result's checksum is %q, want delivery's %q", res.Checksum, tt.delivered)
 			}
 			if got := read(filepath.Join(dir, "f")); got != tt.wantDst {
 				t.Errorf("destination holds %q, want %q", got, tt.wantDst)
@@ -105,6 +124,17 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustSum is the checksum of typ of data.
+func mustSum(t *testing.T, data, typ string) string {
+	t.Helper()
+	h, err := checksum.New(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Write([]byte(data))
+	return checksum.Format(typ, h)
 }
 
 func read(path string) string {
