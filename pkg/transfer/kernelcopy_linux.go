@@ -89,6 +89,11 @@ func (p *pump) kernelCopy(ctx context.Context, in *source, dst *os.File) (n int6
 			}
 			return n, sideDestination, cerr, true
 		}
+		if moved == 0 && n == 0 && bounds.read < bounds.want {
+			// Nothing copied yet where bytes are due: some file systems
+			// answer 0 rather than an error; the pump copies instead.
+			return 0, sideNone, nil, false
+		}
 		n += int64(moved)
 		bounds.read += int64(moved)
 		if moved == 0 {

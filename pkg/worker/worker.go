@@ -248,7 +248,11 @@ func (p *Pool) Run(ctx context.Context) error {
 			taking.Add(k)
 			takes.Go(func() {
 				for _, h := range p.take(ctx, m, d) {
-					queue <- h
+					select {
+					case queue <- h:
+					case <-ctx.Done(): // the workers have left
+						p.giveBack(h)
+					}
 				}
 				taking.Add(-k)
 				signal() // grants dropped free their workers

@@ -68,6 +68,7 @@ func TestADeliveryComputesTheExpectedChecksumElseTheSitesElseNone(t *testing.T) 
 	}{
 		{"the default, adler32", "", "", adler, dtr.ChecksumFromStream},
 		{"the site's sha256", "sha256", "", sha, dtr.ChecksumFromStream},
+		{"the site's sha256 in upper case", "SHA256", "", sha, dtr.ChecksumFromStream},
 		{"none", NoChecksum, "", "", ""},
 		{"none, but the job expects md5", NoChecksum, md5sum, md5sum, dtr.ChecksumFromStream},
 	} {

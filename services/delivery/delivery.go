@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +79,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) *Service {
 
 // Run serves transfer grants until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	if typ := s.cfg.Checksum; typ != "" && typ != NoChecksum {
+	if typ := strings.ToLower(s.cfg.Checksum); typ != "" && typ != NoChecksum {
 		if _, err := checksum.New(typ); err != nil {
 			return fmt.Errorf("SLUICE_DELIVERY_CHECKSUM: %w", err)
 		}
@@ -144,7 +145,7 @@ const NoChecksum = "none"
 // the configured one (Config.Checksum; empty: adler32), else none.
 func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, int64)) api.Result {
 	d := *g.DTR
-	typ := cmp.Or(s.cfg.Checksum, "adler32")
+	typ := strings.ToLower(cmp.Or(s.cfg.Checksum, "adler32")) // the copy's checksums are keyed in lower case
 	if d.Options.Checksum != "" {
 		if t, _, err := dtr.ParseChecksum(d.Options.Checksum); err == nil {
 			typ = t

@@ -334,13 +334,15 @@ func (s *Service) storageChecksum(ctx context.Context, d dtr.DTR, tmp string) (s
 // holds what delivery computed (for a remote one: as many bytes as
 // delivery wrote, and the checksum in its Digest header if it sends one).
 func (s *Service) alreadyInPlace(ctx context.Context, d dtr.DTR, tmp string) (bool, error) {
-	if tmp == d.Target() || d.Checksum == "" {
+	if tmp == d.Target() {
 		return false, nil
 	}
 	if info, err := s.client.Stat(ctx, tmp); err != nil || info.Exists {
 		return false, err
 	}
-	if !strings.HasPrefix(tmp, "file:") {
+	// With no checksum from delivery (SLUICE_DELIVERY_CHECKSUM=none) a
+	// local file, like a remote one, is judged by its size.
+	if !strings.HasPrefix(tmp, "file:") || d.Checksum == "" {
 		info, err := s.client.Stat(ctx, d.Target())
 		if err != nil || !info.Exists || info.Size != d.Bytes {
 			return false, err

@@ -73,6 +73,7 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 		delivered         string // what delivery computed
 		expected          string // the job's checksum
 		verifyOnDisk      bool   // SLUICE_PROCESSOR_VERIFY_ON_DISK
+		bytes             int64  // what delivery wrote
 		wantErr           bool
 		wantDst, wantTemp string
 	}{
@@ -90,6 +91,10 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 		{name: "a file an earlier try put in place is done", dst: "data", delivered: sum("data"), wantDst: "data"},
 		{name: "a file an earlier try put in place is done, verifying on disk", dst: "data", delivered: sum("data"),
 			verifyOnDisk: true, wantDst: "data"},
+		{name: "a file an earlier try put in place is done when delivery computed no checksum, by its size",
+			dst: "data", bytes: 4, wantDst: "data"},
+		{name: "a file of another size in place is not taken for it when delivery computed no checksum",
+			dst: "other", bytes: 4, wantErr: true, wantDst: "other"},
 		{name: "another file in place is not taken for it", dst: "other", delivered: sum("data"), wantErr: true, wantDst: "other"},
 		{name: "no file anywhere is an error", delivered: sum("data"), wantErr: true},
 	}
@@ -97,7 +102,7 @@ func TestFinaliseVerifiesAndPlacesTheFileOrFindsItPlacedBefore(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			d := dtr.DTR{ID: uuid.New(), Source: "file:///nowhere", Destination: "file://" + filepath.Join(dir, "f"),
-				Checksum: tt.delivered, TransferGrant: "g.3", Options: dtr.Options{Checksum: tt.expected}}
+				Checksum: tt.delivered, Bytes: tt.bytes, TransferGrant: "g.3", Options: dtr.Options{Checksum: tt.expected}}
 			tmpPath := filepath.Join(dir, filepath.Base(transfer.TempURLOf(&d)))
 			if tt.tmp != "" {
 				write(t, tmpPath, tt.tmp)

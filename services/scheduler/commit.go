@@ -85,9 +85,10 @@ const commitTimeout = 5 * time.Second
 //
 // A commit is carried out in two phases, pipelined: store (journal the
 // records, then publish the rejections, grants and final DTRs) here, and
-// settle (wait for the grants and final DTRs to be stored and for the
-// history, then send the notices and acknowledge the inputs) in a settler
-// of its own, in the same order. While one batch of commits settles, the
+// settle (wait for the grants and final DTRs to be stored, send the
+// notices, and hand the inputs' acknowledgements to the history's acker,
+// which sends them once the history is stored; an API change waits for its
+// history here) in a settler of its own, in the same order. While one batch of commits settles, the
 // next is journaled and its grants go out: a freed slot's next grant waits
 // for no publication, history store or acknowledgement of an earlier
 // step. At most settleQueue batches wait to settle: a message refused for
@@ -97,8 +98,8 @@ const commitTimeout = 5 * time.Second
 // commit before it; its inputs are acknowledged only once its outputs and
 // history are stored; and after a failure in either phase nothing more is
 // published or acknowledged and the failure is reported on failed; the
-// inputs of the failed and later commits (and of those stored before it
-// that had not settled yet) stay unacknowledged and are redelivered.
+// inputs of the failed and later commits stay unacknowledged and are
+// redelivered, while those stored before a failure to store are settled.
 // Between commits it begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
@@ -116,11 +117,12 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 	var settling sync.WaitGroup
 	settling.Go(func() { st.run(ctx) })
 	defer func() { close(st.in); settling.Wait() }()
+	var storeErr error
 	for {
 		var c *commit
 		select {
 		case <-tick.C:
-			if st.broken() == nil && s.journal.Due(time.Now()) {
+			if storeErr == nil && st.broken() == nil && s.journal.Due(time.Now()) {
 				s.journal.Checkpoint(ctx)
 			}
 			continue
@@ -143,7 +145,12 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				break more
 			}
 		}
-		err := st.broken()
+		// After a failure to store, nothing more is stored; the settler
+		// reports it once it has settled the batches stored before it.
+		err := storeErr
+		if err == nil {
+			err = st.broken()
+		}
 		var p published
 		if err == nil {
 			p, err = s.store(ctx, cs)
@@ -152,7 +159,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
 				}
 			} else {
-				st.fail(err)
+				storeErr = err
 			}
 		}
 		select {
@@ -164,7 +171,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				}
 			}
 		}
-		if st.broken() == nil && s.journal.Due(time.Now()) {
+		if storeErr == nil && st.broken() == nil && s.journal.Due(time.Now()) {
 			s.journal.Checkpoint(ctx)
 		}
 	}
@@ -261,6 +268,14 @@ func (st *settler) run(ctx context.Context) {
 		if err == nil && len(cs) > 0 {
 			if err = st.s.settle(ctx, cs, ps); err != nil {
 				st.fail(err)
+			}
+		}
+		if err == nil {
+			for _, b := range bs {
+				if b.err != nil {
+					st.fail(b.err)
+					break
+				}
 			}
 		}
 		for _, b := range bs {
@@ -360,8 +375,9 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 }
 
 // settle waits for the publication of stored commits' grants and final
-// DTRs and for their history (ps, in the order stored), then sends their
-// notices and acknowledges (or terminates) their inputs.
+// DTRs (ps, in the order stored), sends their notices, and acknowledges
+// (or terminates) their inputs once their history is stored: by the
+// history's acker, or, for a change asked through the API, here.
 func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) error {
 	var history uint64
 	for _, p := range ps {
@@ -370,22 +386,30 @@ func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) erro
 		}
 		history = p.history
 	}
+	// Notices (grants' stops, state changes) go out once the grants are
+	// stored, not held for the history: a stop must not wait a second.
+	// Like acknowledgements they write nothing fenced, so a leader whose
+	// term may have passed (frozen between the step and now) sends none.
+	if s.election != nil && s.election.lapsed(time.Now()) {
+		return fmt.Errorf("%w: the term lapsed before the notices were sent", errDeposed)
+	}
+	for _, c := range cs {
+		for _, m := range c.notices {
+			_ = s.nc.PublishMsg(m)
+		}
+	}
 	// The inputs are acknowledged once the history is stored, without
 	// the committer waiting for it (historyacks.go).
 	if s.ackWhenStored(history, cs) {
 		return nil
 	}
 	s.awaitHistory(ctx, history)
-	// Acknowledgements write nothing fenced: a leader whose term may have
-	// passed (it was frozen between the step and now, or waiting for its
-	// history just above) leaves its inputs to the next one.
+	// A leader whose term passed while it waited for its history just
+	// above leaves its inputs to the next one.
 	if s.election != nil && s.election.lapsed(time.Now()) {
 		return fmt.Errorf("%w: the term lapsed before the inputs were acknowledged", errDeposed)
 	}
 	for _, c := range cs {
-		for _, m := range c.notices {
-			_ = s.nc.PublishMsg(m)
-		}
 		for _, m := range c.terms {
 			_ = m.Term()
 		}

@@ -3,7 +3,7 @@ package scheduler
 // The acknowledgements that wait for the history: a step's inputs are
 // acknowledged only once its history events are stored (so that a leader's
 // crash loses none: at least once), but the committer does not wait for
-// that. It hands each commit's acknowledgements, with its notices, to the
+// that. It hands each commit's acknowledgements to the
 // history's acker, which sends them once the writer has stored the
 // commit's events. The writer is asked to store what it holds once the
 // oldest commit waiting has waited historyAckDelay: a DTR's events of the
@@ -12,7 +12,6 @@ package scheduler
 import (
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,21 +20,16 @@ import (
 // once.
 const historyAckDelay = time.Second
 
-// heldAcks are a commit's acknowledgements, terminations and notices,
+// heldAcks are a commit's acknowledgements and terminations,
 // waiting for the batches of history up to ticket to be stored.
 type heldAcks struct {
 	ticket      uint64
 	at          time.Time
-	notices     []*nats.Msg
 	terms, acks []jetstream.Msg
 }
 
-// send publishes the notices (best effort), terminates the refused inputs
-// and acknowledges the others.
-func (h heldAcks) send(nc *nats.Conn) {
-	for _, m := range h.notices {
-		_ = nc.PublishMsg(m)
-	}
+// send terminates the refused inputs and acknowledges the others.
+func (h heldAcks) send() {
 	for _, m := range h.terms {
 		_ = m.Term()
 	}
@@ -63,7 +57,6 @@ func (s *Service) ackWhenStored(ticket uint64, cs []*commit) bool {
 	}
 	h := heldAcks{ticket: ticket, at: time.Now()}
 	for _, c := range cs {
-		h.notices = append(h.notices, c.notices...)
 		h.terms = append(h.terms, c.terms...)
 		h.acks = append(h.acks, c.acks...)
 	}
@@ -117,7 +110,7 @@ func (s *Service) ackStored(w *historyWriter, writerDone <-chan struct{}) {
 		if s.election != nil && s.election.lapsed(time.Now()) {
 			continue
 		}
-		h.send(s.nc)
+		h.send()
 	}
 }
 

@@ -208,6 +208,11 @@ func (w *historyWriter) run(ctx context.Context) {
 			}
 			w.holdBack(&held, later)
 		}
+		if ctx.Err() != nil {
+			// Stopped part-way: what was not stored is not reported
+			// stored, so its inputs stay unacknowledged (historyacks.go).
+			return false
+		}
 		w.mu.Lock()
 		w.done = w.received
 		close(w.stored)

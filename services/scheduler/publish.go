@@ -164,9 +164,12 @@ func (s *Service) grants(ctx context.Context, gs []core.Grant, encoded map[uuid.
 		if len(enc) == 0 {
 			continue
 		}
+		// One worker process takes one message; with several (or none
+		// heard from yet) at least four, so that a busy process holds
+		// back few grants that another could run.
 		spread := s.workers.pools(stage, now)
-		if spread == 0 {
-			spread = 4
+		if spread != 1 {
+			spread = max(spread, 4)
 		}
 		per := max((len(enc)+maxGrantsPerMessage-1)/maxGrantsPerMessage, min(len(enc), spread))
 		size := (len(enc) + per - 1) / max(per, 1)
