@@ -2,6 +2,8 @@ package core
 
 import (
 	"encoding/binary"
+	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -12,9 +14,11 @@ import (
 // names. A million queued DTRs then cost a million small pointer-free
 // strings instead of a million structs with a dozen pointers each, which
 // is both less memory and much less for the garbage collector to scan.
-// A DTR is unpacked when it is granted, changed, or looked at; the strings
+// A DTR is unpacked when it is granted, changed, or looked at; most strings
 // of an unpacked DTR are substrings of its packed form, so unpacking
-// copies no text.
+// copies little text. Packing saves more where it can: the scheme and
+// authority of its URLs are numbers in the table of names, its times after
+// its creation small distances from it, and a W3C traceparent 25 bytes.
 //
 // Times keep their instant but not their location or monotonic reading; a
 // time exactly at the Unix epoch reads back as the zero time.
@@ -48,8 +52,8 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b := c.scratch[:0]
 	b = append(b, d.ID[:]...)
 	b = appendString(b, d.JobID)
-	b = appendString(b, d.Source)
-	b = appendString(b, d.Destination)
+	b = c.appendURL(b, d.Source)
+	b = c.appendURL(b, d.Destination)
 	b = binary.AppendUvarint(b, c.nameID(d.Owner.DN))
 	b = binary.AppendUvarint(b, uint64(len(d.Owner.FQANs)))
 	for _, f := range d.Owner.FQANs {
@@ -79,20 +83,18 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendVarint(b, d.Size)
 	b = binary.AppendVarint(b, d.Bytes)
 	b = appendString(b, d.Checksum)
-	for _, t := range [...]time.Time{d.Created, d.Updated, d.Started, d.Ended, d.NextProcess} {
-		var ns int64
-		if !t.IsZero() {
-			ns = t.UnixNano()
-		}
-		b = binary.AppendVarint(b, ns)
+	created := unixNano(d.Created)
+	b = binary.AppendVarint(b, created)
+	for _, t := range [...]time.Time{d.Updated, d.Started, d.Ended, d.NextProcess} {
+		b = appendTimeAfter(b, t, created)
 	}
-	b = appendString(b, d.TraceParent)
+	b = appendTraceParent(b, d.TraceParent)
 	b = appendString(b, d.TransferGrant)
 	b = appendString(b, d.Grant)
 	b = appendString(b, d.TURL)
 	b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
 	for _, r := range d.Replicas {
-		b = appendString(b, r)
+		b = c.appendURL(b, r)
 	}
 	b = binary.AppendVarint(b, int64(d.Replica))
 	b = appendString(b, d.Cache)
@@ -112,11 +114,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 		withToken = 1
 	}
 	b = append(b, withToken)
-	var entered int64
-	if !d.StateEntered.IsZero() {
-		entered = d.StateEntered.UnixNano()
-	}
-	b = binary.AppendVarint(b, entered)
+	b = appendTimeAfter(b, d.StateEntered, created)
 	c.scratch = b
 	return string(b)
 }
@@ -126,14 +124,78 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// unixNano is t in nanoseconds since 1970, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// appendTimeAfter appends t as its distance from base (the DTR's creation,
+// in nanoseconds), a byte or a few rather than nine: 0 is the zero time,
+// else 1 + the distance zigzagged.
+func appendTimeAfter(b []byte, t time.Time, base int64) []byte {
+	if t.IsZero() {
+		return append(b, 0)
+	}
+	d := t.UnixNano() - base
+	return binary.AppendUvarint(b, uint64(d<<1^d>>63)+1)
+}
+
+// maxURLPrefix bounds the scheme and authority of a URL interned as one
+// name: a storage endpoint's is far shorter.
+const maxURLPrefix = 100
+
+// appendURL appends a URL as the number of its scheme and authority
+// ("https://se.example.org:443") in the core's table of names, plus one,
+// and the rest; a string that is no such URL as 0 and itself. A site has a
+// few storage endpoints, each named once, where a million queued DTRs
+// would each hold theirs.
+func (c *Core) appendURL(b []byte, u string) []byte {
+	if i := strings.Index(u, "://"); i > 0 {
+		end := len(u)
+		if j := strings.IndexByte(u[i+3:], '/'); j >= 0 {
+			end = i + 3 + j
+		}
+		if end <= maxURLPrefix {
+			b = binary.AppendUvarint(b, c.nameID(u[:end])+1)
+			return appendString(b, u[end:])
+		}
+	}
+	b = append(b, 0)
+	return appendString(b, u)
+}
+
+// traceParentLen is the length of a W3C traceparent of version 00.
+const traceParentLen = 55
+
+// appendTraceParent appends a W3C traceparent "00-<32 hex>-<16 hex>-<2 hex>"
+// in lower case as 1 and its 25 bytes, else 0 and the string itself.
+func appendTraceParent(b []byte, tp string) []byte {
+	if len(tp) == traceParentLen && strings.HasPrefix(tp, "00-") && tp[35] == '-' && tp[52] == '-' {
+		var raw [25]byte
+		_, e1 := hex.Decode(raw[:16], []byte(tp[3:35]))
+		_, e2 := hex.Decode(raw[16:24], []byte(tp[36:52]))
+		_, e3 := hex.Decode(raw[24:], []byte(tp[53:]))
+		if e1 == nil && e2 == nil && e3 == nil && hex.EncodeToString(raw[:16]) == tp[3:35] &&
+			hex.EncodeToString(raw[16:24]) == tp[36:52] && hex.EncodeToString(raw[24:]) == tp[53:] {
+			b = append(b, 1)
+			return append(b, raw[:]...)
+		}
+	}
+	b = append(b, 0)
+	return appendString(b, tp)
+}
+
 // unpackDTR decodes what pack encoded.
 func (c *Core) unpackDTR(p string) *dtr.DTR {
 	r := reader{s: p}
 	d := &dtr.DTR{}
 	copy(d.ID[:], r.next(16))
 	d.JobID = r.str()
-	d.Source = r.str()
-	d.Destination = r.str()
+	d.Source = c.readURL(&r)
+	d.Destination = c.readURL(&r)
 	d.Owner.DN = c.names[r.uvarint()]
 	if n := r.uvarint(); n > 0 {
 		d.Owner.FQANs = make([]string, n)
@@ -162,19 +224,21 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Size = r.varint()
 	d.Bytes = r.varint()
 	d.Checksum = r.str()
-	for _, t := range [...]*time.Time{&d.Created, &d.Updated, &d.Started, &d.Ended, &d.NextProcess} {
-		if ns := r.varint(); ns != 0 {
-			*t = time.Unix(0, ns)
-		}
+	created := r.varint()
+	if created != 0 {
+		d.Created = time.Unix(0, created)
 	}
-	d.TraceParent = r.str()
+	for _, t := range [...]*time.Time{&d.Updated, &d.Started, &d.Ended, &d.NextProcess} {
+		*t = r.timeAfter(created)
+	}
+	d.TraceParent = r.traceParent()
 	d.TransferGrant = r.str()
 	d.Grant = r.str()
 	d.TURL = r.str()
 	if n := r.uvarint(); n > 0 {
 		d.Replicas = make([]string, n)
 		for i := range d.Replicas {
-			d.Replicas[i] = r.str()
+			d.Replicas[i] = c.readURL(&r)
 		}
 	}
 	d.Replica = int(r.varint())
@@ -189,10 +253,20 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.ChecksumSource = c.names[r.uvarint()]
 	d.Options.SciTag = int(r.uvarint())
 	d.SubmittedWithToken = r.byte() != 0
-	if ns := r.varint(); ns != 0 {
-		d.StateEntered = time.Unix(0, ns)
-	}
+	d.StateEntered = r.timeAfter(created)
 	return d
+}
+
+// readURL reads what appendURL wrote. A URL that was split is joined
+// again, a new string: unpacked URLs are not substrings of the packed
+// form.
+func (c *Core) readURL(r *reader) string {
+	prefix := r.uvarint()
+	rest := r.str()
+	if prefix == 0 {
+		return rest
+	}
+	return c.names[prefix-1] + rest
 }
 
 // reader reads a packed DTR. The core wrote it, so it is never malformed.
@@ -214,6 +288,29 @@ func (r *reader) uvarint() uint64 {
 			return v
 		}
 	}
+}
+
+// timeAfter reads what appendTimeAfter wrote.
+func (r *reader) timeAfter(base int64) time.Time {
+	u := r.uvarint()
+	if u == 0 {
+		return time.Time{}
+	}
+	u--
+	d := int64(u >> 1)
+	if u&1 != 0 {
+		d = ^d
+	}
+	return time.Unix(0, base+d)
+}
+
+// traceParent reads what appendTraceParent wrote.
+func (r *reader) traceParent() string {
+	if r.byte() == 0 {
+		return r.str()
+	}
+	raw := r.next(25)
+	return "00-" + hex.EncodeToString([]byte(raw[:16])) + "-" + hex.EncodeToString([]byte(raw[16:24])) + "-" + hex.EncodeToString([]byte(raw[24:]))
 }
 
 func (r *reader) varint() int64 {
@@ -240,9 +337,11 @@ func (c *Core) shareOf(e *entry) string {
 		return e.d.Share
 	}
 	r := reader{s: e.packed, i: 16}
-	r.str() // job
-	r.str() // source
-	r.str() // destination
+	r.str()     // job
+	r.uvarint() // source
+	r.str()
+	r.uvarint() // destination
+	r.str()
 	r.uvarint()
 	for n := r.uvarint(); n > 0; n-- {
 		r.str()
@@ -270,6 +369,17 @@ func (c *Core) peekEntry(e *entry) *dtr.DTR {
 		return e.d
 	}
 	return c.unpackDTR(e.packed)
+}
+
+// Pack returns d in the core's packed form, for a caller that holds many
+// DTRs before restoring them (RestorePacked): a few hundred bytes each.
+// Its share, DN and checksum source are interned in the core's table of
+// names.
+func (c *Core) Pack(d *dtr.DTR) string { return c.packDTR(d) }
+
+// RestorePacked is Restore of a DTR that Pack packed.
+func (c *Core) RestorePacked(now time.Time, packed string) error {
+	return c.Restore(now, c.unpackDTR(packed))
 }
 
 // packEntry packs the DTR of an entry waiting in a queue.
