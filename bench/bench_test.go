@@ -20,14 +20,14 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
+	o := Options{Dir: t.TempDir(), Files: 200, Queued: 20_000, Restart: 2000, Depth: 3000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
 		Load: 3000, LoadBad: 10}
 	r, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 11 {
-		t.Fatalf("%d figures, want 11 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 12 {
+		t.Fatalf("%d figures, want 12 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)
@@ -227,5 +227,22 @@ func TestFailoverGrantsAgainWithNothingLostOrGrantedTwice(t *testing.T) {
 		if r.Twice != 0 {
 			t.Errorf("cut off %v: %d DTR states granted twice", cutOff, r.Twice)
 		}
+	}
+}
+
+// TestDepthHoldsEveryStoredDTR starts a scheduler over a few thousand DTRs
+// stored in 1,000 shares: it grants and holds them all.
+func TestDepthHoldsEveryStoredDTR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a scheduler over stored DTRs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Depth(ctx, t.TempDir(), 5000, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Held != 5000 || r.FirstGrant <= 0 || r.Loaded < r.FirstGrant {
+		t.Errorf("held %d of 5000, first grant after %s, all held after %s", r.Held, r.FirstGrant, r.Loaded)
 	}
 }
