@@ -73,12 +73,14 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 		ds[i].packed = "" // held by the core now, if it keeps it packed
 	}
 	s.core.Take() // what Restore routed is in the records already
-	if len(ds) > 0 {
-		s.log.Info("checkpoints loaded", "dtrs", len(ds))
+	loaded := len(ds)
+	if loaded > 0 {
+		s.log.Info("checkpoints loaded", "dtrs", loaded)
 	}
-	if len(ds) >= 100_000 {
-		// Give back what loading freed (the records read, the decoded
-		// DTRs) now rather than over minutes: collected beside the
+	ds, chunk = nil, nil
+	if loaded >= 100_000 {
+		// Give back what loading freed (the records read and held
+		// packed) now rather than over minutes: collected beside the
 		// scheduling that begins.
 		go debug.FreeOSMemory()
 	}

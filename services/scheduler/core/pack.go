@@ -34,6 +34,33 @@ const (
 	packNoCache
 )
 
+// Bits of the fields of a packed DTR that follow only if set.
+const (
+	optAttempts = iota
+	optSize
+	optBytes
+	optChecksum
+	optStarted
+	optEnded
+	optNextProcess
+	optTraceParent
+	optTransferGrant
+	optGrant
+	optTURL
+	optReplicas
+	optReplica
+	optCache
+	optCacheFile
+	optChecksumMismatch
+	optActivity
+	optTPC
+	optTransferMethod
+	optChecksumUnverified
+	optTokenRef
+	optSciTag
+	optWithToken
+)
+
 // nameID returns the number of an interned name, adding it if new.
 func (c *Core) nameID(s string) uint64 {
 	if id, ok := c.nameIDs[s]; ok {
@@ -59,7 +86,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	for _, f := range d.Owner.FQANs {
 		b = appendString(b, f)
 	}
-	b = appendString(b, string(d.Direction))
+	b = binary.AppendUvarint(b, c.nameID(string(d.Direction)))
 	b = binary.AppendVarint(b, int64(d.UserPriority))
 	b = appendString(b, d.Options.Checksum)
 	var flags byte
@@ -72,7 +99,26 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendUvarint(b, c.nameID(d.Share))
 	b = binary.AppendVarint(b, int64(d.Priority))
 	b = append(b, byte(d.State))
-	b = binary.AppendVarint(b, int64(d.Attempts))
+	// The fields most DTRs waiting in a queue leave empty follow only if
+	// set, as the bits of present say (opt).
+	var present uint64
+	for bit, on := range [...]bool{optAttempts: d.Attempts != 0, optSize: d.Size != 0, optBytes: d.Bytes != 0,
+		optChecksum: d.Checksum != "", optStarted: !d.Started.IsZero(), optEnded: !d.Ended.IsZero(),
+		optNextProcess: !d.NextProcess.IsZero(), optTraceParent: d.TraceParent != "", optTransferGrant: d.TransferGrant != "",
+		optGrant: d.Grant != "", optTURL: d.TURL != "", optReplicas: len(d.Replicas) > 0, optReplica: d.Replica != 0,
+		optCache: d.Cache != "", optCacheFile: d.CacheFile != "", optChecksumMismatch: d.ChecksumMismatch != "",
+		optActivity: d.Options.Activity != "", optTPC: d.Options.TPC != "", optTransferMethod: d.TransferMethod != "",
+		optChecksumUnverified: d.ChecksumUnverified != "", optTokenRef: d.TokenRef != "", optSciTag: d.Options.SciTag != 0,
+		optWithToken: d.SubmittedWithToken} {
+		if on {
+			present |= 1 << bit
+		}
+	}
+	b = binary.AppendUvarint(b, present)
+	has := func(bit int) bool { return present&(1<<bit) != 0 }
+	if has(optAttempts) {
+		b = binary.AppendVarint(b, int64(d.Attempts))
+	}
 	b = binary.AppendVarint(b, int64(d.MaxAttempts))
 	if d.Error != nil {
 		b = appendString(b, string(d.Error.Kind))
@@ -80,40 +126,62 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 		b = append(b, byte(d.Error.State))
 		b = appendString(b, d.Error.Location)
 	}
-	b = binary.AppendVarint(b, d.Size)
-	b = binary.AppendVarint(b, d.Bytes)
-	b = appendString(b, d.Checksum)
+	if has(optSize) {
+		b = binary.AppendVarint(b, d.Size)
+	}
+	if has(optBytes) {
+		b = binary.AppendVarint(b, d.Bytes)
+	}
+	if has(optChecksum) {
+		b = appendString(b, d.Checksum)
+	}
 	created := unixNano(d.Created)
 	b = binary.AppendVarint(b, created)
-	for _, t := range [...]time.Time{d.Updated, d.Started, d.Ended, d.NextProcess} {
-		b = appendTimeAfter(b, t, created)
+	b = appendTimeAfter(b, d.Updated, created)
+	if has(optStarted) {
+		b = appendTimeAfter(b, d.Started, created)
 	}
-	b = appendTraceParent(b, d.TraceParent)
-	b = appendString(b, d.TransferGrant)
-	b = appendString(b, d.Grant)
-	b = appendString(b, d.TURL)
-	b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
-	for _, r := range d.Replicas {
-		b = c.appendURL(b, r)
+	if has(optEnded) {
+		b = appendTimeAfter(b, d.Ended, created)
 	}
-	b = binary.AppendVarint(b, int64(d.Replica))
-	b = appendString(b, d.Cache)
-	b = appendString(b, d.CacheFile)
-	b = appendString(b, d.ChecksumMismatch)
-	// Not interned: an activity is any submitter's free text, and the
-	// table of names is never pruned.
-	b = appendString(b, d.Options.Activity)
-	b = appendString(b, string(d.Options.TPC))
-	b = appendString(b, d.TransferMethod)
-	b = appendString(b, d.ChecksumUnverified)
-	b = appendString(b, d.TokenRef)
+	if has(optNextProcess) {
+		b = appendTimeAfter(b, d.NextProcess, created)
+	}
+	if has(optTraceParent) {
+		b = appendTraceParent(b, d.TraceParent)
+	}
+	for _, f := range [...]struct {
+		bit int
+		s   string
+	}{{optTransferGrant, d.TransferGrant}, {optGrant, d.Grant}, {optTURL, d.TURL}} {
+		if has(f.bit) {
+			b = appendString(b, f.s)
+		}
+	}
+	if has(optReplicas) {
+		b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
+		for _, r := range d.Replicas {
+			b = c.appendURL(b, r)
+		}
+	}
+	if has(optReplica) {
+		b = binary.AppendVarint(b, int64(d.Replica))
+	}
+	// The activity is not interned: it is any submitter's free text, and
+	// the table of names is never pruned.
+	for _, f := range [...]struct {
+		bit int
+		s   string
+	}{{optCache, d.Cache}, {optCacheFile, d.CacheFile}, {optChecksumMismatch, d.ChecksumMismatch}, {optActivity, d.Options.Activity},
+		{optTPC, string(d.Options.TPC)}, {optTransferMethod, d.TransferMethod}, {optChecksumUnverified, d.ChecksumUnverified}, {optTokenRef, d.TokenRef}} {
+		if has(f.bit) {
+			b = appendString(b, f.s)
+		}
+	}
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
-	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
-	var withToken byte
-	if d.SubmittedWithToken {
-		withToken = 1
+	if has(optSciTag) {
+		b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
 	}
-	b = append(b, withToken)
 	b = appendTimeAfter(b, d.StateEntered, created)
 	c.scratch = b
 	return string(b)
@@ -203,7 +271,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 			d.Owner.FQANs[i] = r.str()
 		}
 	}
-	d.Direction = dtr.Direction(r.str())
+	d.Direction = dtr.Direction(c.names[r.uvarint()])
 	d.UserPriority = int(r.varint())
 	d.Options.Checksum = r.str()
 	flags := r.byte()
@@ -216,43 +284,73 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Share = c.names[r.uvarint()]
 	d.Priority = int(r.varint())
 	d.State = dtr.State(r.byte())
-	d.Attempts = int(r.varint())
+	present := r.uvarint()
+	has := func(bit int) bool { return present&(1<<bit) != 0 }
+	if has(optAttempts) {
+		d.Attempts = int(r.varint())
+	}
 	d.MaxAttempts = int(r.varint())
 	if flags&packError != 0 {
 		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(r.str()), Text: r.str(), State: dtr.State(r.byte()), Location: r.str()}
 	}
-	d.Size = r.varint()
-	d.Bytes = r.varint()
-	d.Checksum = r.str()
+	if has(optSize) {
+		d.Size = r.varint()
+	}
+	if has(optBytes) {
+		d.Bytes = r.varint()
+	}
+	if has(optChecksum) {
+		d.Checksum = r.str()
+	}
 	created := r.varint()
 	if created != 0 {
 		d.Created = time.Unix(0, created)
 	}
-	for _, t := range [...]*time.Time{&d.Updated, &d.Started, &d.Ended, &d.NextProcess} {
-		*t = r.timeAfter(created)
+	d.Updated = r.timeAfter(created)
+	for _, f := range [...]struct {
+		bit int
+		t   *time.Time
+	}{{optStarted, &d.Started}, {optEnded, &d.Ended}, {optNextProcess, &d.NextProcess}} {
+		if has(f.bit) {
+			*f.t = r.timeAfter(created)
+		}
 	}
-	d.TraceParent = r.traceParent()
-	d.TransferGrant = r.str()
-	d.Grant = r.str()
-	d.TURL = r.str()
-	if n := r.uvarint(); n > 0 {
-		d.Replicas = make([]string, n)
+	if has(optTraceParent) {
+		d.TraceParent = r.traceParent()
+	}
+	for _, f := range [...]struct {
+		bit int
+		s   *string
+	}{{optTransferGrant, &d.TransferGrant}, {optGrant, &d.Grant}, {optTURL, &d.TURL}} {
+		if has(f.bit) {
+			*f.s = r.str()
+		}
+	}
+	if has(optReplicas) {
+		d.Replicas = make([]string, r.uvarint())
 		for i := range d.Replicas {
 			d.Replicas[i] = c.readURL(&r)
 		}
 	}
-	d.Replica = int(r.varint())
-	d.Cache = r.str()
-	d.CacheFile = r.str()
-	d.ChecksumMismatch = r.str()
-	d.Options.Activity = r.str()
-	d.Options.TPC = dtr.TPCMode(r.str())
-	d.TransferMethod = r.str()
-	d.ChecksumUnverified = r.str()
-	d.TokenRef = r.str()
+	if has(optReplica) {
+		d.Replica = int(r.varint())
+	}
+	var tpc string
+	for _, f := range [...]struct {
+		bit int
+		s   *string
+	}{{optCache, &d.Cache}, {optCacheFile, &d.CacheFile}, {optChecksumMismatch, &d.ChecksumMismatch}, {optActivity, &d.Options.Activity},
+		{optTPC, &tpc}, {optTransferMethod, &d.TransferMethod}, {optChecksumUnverified, &d.ChecksumUnverified}, {optTokenRef, &d.TokenRef}} {
+		if has(f.bit) {
+			*f.s = r.str()
+		}
+	}
+	d.Options.TPC = dtr.TPCMode(tpc)
 	d.ChecksumSource = c.names[r.uvarint()]
-	d.Options.SciTag = int(r.uvarint())
-	d.SubmittedWithToken = r.byte() != 0
+	if has(optSciTag) {
+		d.Options.SciTag = int(r.uvarint())
+	}
+	d.SubmittedWithToken = has(optWithToken)
 	d.StateEntered = r.timeAfter(created)
 	return d
 }
@@ -346,10 +444,10 @@ func (c *Core) shareOf(e *entry) string {
 	for n := r.uvarint(); n > 0; n-- {
 		r.str()
 	}
-	r.str()    // direction
-	r.varint() // user priority
-	r.str()    // checksum option
-	r.byte()   // flags
+	r.uvarint() // direction
+	r.varint()  // user priority
+	r.str()     // checksum option
+	r.byte()    // flags
 	return c.names[r.uvarint()]
 }
 
