@@ -18,11 +18,12 @@ import (
 //
 // A process that runs the scheduler alone (role "scheduler") keeps far
 // more: a few hundred bytes per queued DTR, a million queued being some
-// hundred MiB that stay live. Its heap may grow past the live heap by the
-// larger of 64 MiB and an eighth of it (schedulerGCPercent), set again
-// every second: as GOGC=400 up to 16 MiB live, about GOGC=16 with 400 MiB
-// live. It collects more often with a deep queue, and each collection
-// marks little but the queued DTRs (packed, pointer-free strings).
+// hundred MiB that stay live. Its heap may grow past the live heap by 64
+// MiB up to 256 MiB live, by a tenth of it beyond (schedulerGCPercent),
+// set again every second: as GOGC=400 up to 16 MiB live, GOGC=10 with a
+// deep queue. It collects more often with a deep queue, and each
+// collection marks little but the queued DTRs (packed, pointer-free
+// strings).
 //
 // GOGC or GOMEMLIMIT in the environment win.
 func collectLess(ctx context.Context, role string) {
@@ -61,12 +62,15 @@ func collectLess(ctx context.Context, role string) {
 }
 
 // schedulerGCPercent is the GOGC of a process that runs the scheduler alone
-// with live bytes of live heap: the heap may grow by the larger of 64 MiB
-// and an eighth of the live heap, as GOGC 400 at most.
+// with live bytes of live heap: the heap may grow by 64 MiB while the live
+// heap is at most 256 MiB, as GOGC 400 at most, and by a tenth of it
+// beyond (a deep queue: GOGC=10).
 func schedulerGCPercent(live uint64) int {
 	if live == 0 {
 		return 400
 	}
-	grow := max(64<<20, live/8)
-	return int(min(400, max(12, 100*grow/live)))
+	if live > 256<<20 {
+		return 10
+	}
+	return int(min(400, 100*(64<<20)/live))
 }

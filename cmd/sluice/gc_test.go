@@ -2,7 +2,7 @@ package main
 
 import "testing"
 
-func TestSchedulerHeapGrowsBy64MiBOrAnEighthOfItsLiveHeap(t *testing.T) {
+func TestSchedulerHeapGrowsBy64MiBOrATenthOfADeepQueue(t *testing.T) {
 	const mib = 1 << 20
 	tests := []struct {
 		live uint64
@@ -13,8 +13,8 @@ func TestSchedulerHeapGrowsBy64MiBOrAnEighthOfItsLiveHeap(t *testing.T) {
 		{16 * mib, 400},  // 64 MiB more is 400%
 		{64 * mib, 100},  // 64 MiB more
 		{256 * mib, 25},  // 64 MiB more
-		{512 * mib, 12},  // an eighth more
-		{4096 * mib, 12}, // an eighth more
+		{257 * mib, 10},  // a tenth more
+		{4096 * mib, 10}, // a tenth more
 	}
 	for _, tt := range tests {
 		if got := schedulerGCPercent(tt.live); got != tt.want {
