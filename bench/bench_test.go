@@ -21,14 +21,14 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := Options{Dir: t.TempDir(), Files: 200, ARCFiles: 200, Queued: 20_000, Restart: 2000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
+	o := Options{Dir: t.TempDir(), Files: 200, ARCFiles: 200, Queued: 20_000, Restart: 2000, Depth: 3000, Latency: 10, Saturate: 40, ScalePerReplica: 20,
 		Load: 3000, LoadBad: 10}
 	r, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 13 {
-		t.Fatalf("%d figures, want 13 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 14 {
+		t.Fatalf("%d figures, want 14 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)
@@ -390,5 +390,22 @@ func BenchmarkBigFiles(b *testing.B) {
 		for _, f := range figs {
 			b.Logf("%s | %s | %s | %s", f.What, f.Value, f.Target, f.Met)
 		}
+	}
+}
+
+// TestDepthHoldsEveryStoredDTR starts a scheduler over a few thousand DTRs
+// stored in 1,000 shares: it grants and holds them all.
+func TestDepthHoldsEveryStoredDTR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a scheduler over stored DTRs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Depth(ctx, t.TempDir(), 5000, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Held != 5000 || r.FirstGrant <= 0 || r.Loaded < r.FirstGrant {
+		t.Errorf("held %d of 5000, first grant after %s, all held after %s", r.Held, r.FirstGrant, r.Loaded)
 	}
 }

@@ -67,7 +67,7 @@ func benchRun(ctx context.Context, cfg *Config, opts benchOptions, args []string
 	}
 	// Measured as `sluice all` runs: the roles in this process collect
 	// garbage as a serving process does.
-	go collectLess(ctx)
+	go collectLess(ctx, "bench")
 	o := bench.Full()
 	if *quick {
 		o = bench.Quick()

@@ -56,7 +56,7 @@ func serveCommands(cfg *Config) []*cobra.Command {
 func serve(cmd *cobra.Command, role string, cfg *Config) error {
 	ctx := cmd.Context()
 	log := newLogger(cfg, os.Stderr)
-	go collectLess(ctx)
+	go collectLess(ctx, role)
 	roles := []string{role}
 	if role == "all" {
 		roles = app.Roles

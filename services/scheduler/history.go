@@ -48,6 +48,62 @@ type recorded struct {
 	err   string
 }
 
+// lastRecorded is what the recorder keeps of each unfinished DTR, a million
+// of them with a deep queue: its state and hold in two bytes, the hold as
+// 1 + its number in holds (0: none, or one kept in more). A DTR with a
+// grant, an error or a hold not numbered has the rest in more.
+type lastRecorded struct {
+	state dtr.State
+	hold  uint8
+}
+
+// recordedHolds are the holds a lastRecorded numbers.
+var recordedHolds = []core.Hold{core.HoldRunning, core.HoldRetry, core.HoldCache, core.HoldRouting, core.HoldEndpoint,
+	core.HoldLink, core.HoldActivity, core.HoldMaxPrepared, core.HoldNoSlot, core.HoldStateFull, core.HoldShareFull, core.HoldFreeSlot}
+
+// lastOf returns what the recorder last wrote of a DTR.
+func (r *historyRecorder) lastOf(id uuid.UUID) (recorded, bool) {
+	l, ok := r.last[id]
+	if !ok {
+		return recorded{}, false
+	}
+	if l.hold == 0 {
+		if m, ok := r.more[id]; ok {
+			m.state = l.state
+			return m, true
+		}
+		return recorded{state: l.state}, true
+	}
+	rec := recorded{state: l.state, hold: recordedHolds[l.hold-1]}
+	if m, ok := r.more[id]; ok {
+		rec.grant, rec.err = m.grant, m.err
+	}
+	return rec, true
+}
+
+// setLast keeps what the recorder wrote of a DTR.
+func (r *historyRecorder) setLast(id uuid.UUID, rec recorded) {
+	if r.last == nil {
+		r.last, r.more = map[uuid.UUID]lastRecorded{}, map[uuid.UUID]recorded{}
+	}
+	l := lastRecorded{state: rec.state}
+	if i := slices.Index(recordedHolds, rec.hold); i >= 0 {
+		l.hold = uint8(i + 1)
+	}
+	r.last[id] = l
+	if rec.grant != "" || rec.err != "" || (l.hold == 0 && rec.hold != "") {
+		r.more[id] = rec
+	} else {
+		delete(r.more, id)
+	}
+}
+
+// forgetLast forgets a DTR that ended.
+func (r *historyRecorder) forgetLast(id uuid.UUID) {
+	delete(r.last, id)
+	delete(r.more, id)
+}
+
 // historyRecorder turns the core's decisions into history events. It runs
 // on the scheduling loop and does no I/O: each step's events go with the
 // step's commit, and the committer hands them to the writer in one
@@ -55,7 +111,10 @@ type recorded struct {
 // deposed leader say, records no history), dropped and counted if the
 // writer is behind.
 type historyRecorder struct {
-	last map[uuid.UUID]recorded
+	// last and more hold what it last wrote of each unfinished DTR
+	// (lastOf, setLast).
+	last map[uuid.UUID]lastRecorded
+	more map[uuid.UUID]recorded
 	out  chan<- []historyItem
 	// sent counts the batches handed to this term's writer: a step's
 	// inputs are acknowledged once its batch is stored (awaitHistory).
@@ -154,9 +213,6 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 	if len(changed) == 0 || r.out == nil {
 		return nil
 	}
-	if r.last == nil {
-		r.last = map[uuid.UUID]recorded{}
-	}
 	ids := make([]uuid.UUID, 0, len(changed))
 	for _, d := range changed {
 		if !d.State.Final() {
@@ -167,7 +223,7 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 	c.StandingsOf(ids, func(st core.Standing) { holds[st.DTR] = st })
 	items := make([]historyItem, 0, len(changed)+len(r.arrivals))
 	for _, d := range changed {
-		prev, known := r.last[d.ID]
+		prev, known := r.lastOf(d.ID)
 		st := holds[d.ID]
 		cur := recorded{state: d.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
 		if known && cur == prev {
@@ -209,9 +265,9 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 		it := historyItem{id: d.ID, ev: ev, first: first, final: d.State.Final(), ranBy: ranBy}
 		items = append(items, it)
 		if it.final {
-			delete(r.last, d.ID)
+			r.forgetLast(d.ID)
 		} else {
-			r.last[d.ID] = cur
+			r.setLast(d.ID, cur)
 		}
 	}
 	return items
@@ -225,12 +281,9 @@ func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (hi
 	if r.out == nil {
 		return historyItem{}, false // not recorded
 	}
-	if r.last == nil {
-		r.last = map[uuid.UUID]recorded{}
-	}
-	prev, known := r.last[st.DTR]
+	prev, known := r.lastOf(st.DTR)
 	if !known { // the last leader's: remembered from here on
-		r.last[st.DTR] = recorded{state: st.State, hold: st.Hold, grant: st.Grant}
+		r.setLast(st.DTR, recorded{state: st.State, hold: st.Hold, grant: st.Grant})
 		return historyItem{}, false
 	}
 	if prev.state == st.State && holdKind(prev.hold) == holdKind(st.Hold) {
@@ -238,7 +291,7 @@ func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (hi
 	}
 	from := prev.state
 	prev.state, prev.hold = st.State, st.Hold
-	r.last[st.DTR] = prev
+	r.setLast(st.DTR, prev)
 	return historyItem{id: st.DTR, ev: api.HistoryEvent{Time: now, From: from.String(), State: st.State,
 		Hold: string(st.Hold), Until: st.Until, Term: term}}, true
 }
@@ -362,14 +415,14 @@ func sameEvent(a, b api.HistoryEvent) bool {
 // stops it: the events handed over are stored first, for up to 2 s (a
 // leader that steps down does not wait longer to resign).
 func (s *Service) writeHistory(ctx context.Context) (stop func()) {
-	s.history.last = nil
+	s.history.last, s.history.more = nil, nil
 	if s.cfg.HistoryOff {
 		s.history.out = nil
 		return func() {}
 	}
 	in := make(chan []historyItem, historyQueue)
 	s.history.out, s.history.sent = in, 0
-	s.history.last = map[uuid.UUID]recorded{}
+	s.history.last, s.history.more = map[uuid.UUID]lastRecorded{}, map[uuid.UUID]recorded{}
 	s.sweptAt = time.Time{}
 	// A connection of its own, so that grants never queue behind a
 	// burst of history.

@@ -475,3 +475,34 @@ func TestADTRWaitingForATimeLongPastCountsAsStuck(t *testing.T) {
 		})
 	}
 }
+
+func TestTheRecorderKeepsWhatItLastWroteOfEachDTRExactly(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  recorded
+	}{
+		{"queued, no slot", recorded{state: dtr.Transfer, hold: core.HoldNoSlot}},
+		{"running its grant", recorded{state: dtr.Transferring, hold: core.HoldRunning, grant: "g.1"}},
+		{"waiting after an error", recorded{state: dtr.New, hold: core.HoldRetry, err: "temporary: 503"}},
+		{"a hold it does not number", recorded{state: dtr.Transfer, hold: core.Hold("something_new")}},
+		{"no hold", recorded{state: dtr.Transfer}},
+	}
+	r := &historyRecorder{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := uuid.New()
+			r.setLast(id, recorded{state: dtr.PreClean, grant: "older", err: "older"})
+			r.setLast(id, tt.rec)
+			if got, ok := r.lastOf(id); !ok || got != tt.rec {
+				t.Errorf("kept %+v (%v), want %+v", got, ok, tt.rec)
+			}
+			r.forgetLast(id)
+			if _, ok := r.lastOf(id); ok {
+				t.Error("kept after it was forgotten")
+			}
+		})
+	}
+	if len(r.more) != 0 || len(r.last) != 0 {
+		t.Errorf("%d and %d kept after every DTR was forgotten", len(r.last), len(r.more))
+	}
+}

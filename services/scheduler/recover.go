@@ -4,10 +4,12 @@ package scheduler
 // from a tail (standby.go).
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"runtime"
-	"sort"
+	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,20 +23,31 @@ import (
 // loadCheckpoints restores every unfinished DTR of the checkpoint bucket
 // into the core, in the order they last changed. The journal written since
 // is applied after it, from a tail started before (standby.go).
+//
+// Records are decoded a chunk at a time on every core and held packed
+// (the core's compact form, a few hundred bytes each) until all are read
+// and sorted, not as decoded DTRs (about a kilobyte each): a scheduler
+// restarted over millions of stored DTRs needs little more memory to load
+// them than to hold them.
 func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) error {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
-	var ds []*dtr.DTR
+	type saved struct {
+		updated int64 // when it last changed, in nanoseconds since 1970
+		packed  string
+	}
+	var ds []saved
 	var chunk [][]byte
 	flush := func() {
 		for _, d := range decodeRecords(chunk, s.log) {
 			if d != nil && !d.State.Final() { // a resubmission of a final one is found by takenBefore
-				ds = append(ds, d)
+				ds = append(ds, saved{d.Updated.UnixNano(), s.core.Pack(d)})
 			}
 		}
+		clear(chunk)
 		chunk = chunk[:0]
 	}
 	for e := range w.Updates() {
@@ -51,16 +64,25 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 		}
 	}
 	flush()
-	sort.SliceStable(ds, func(i, j int) bool { return ds[i].Updated.Before(ds[j].Updated) })
+	slices.SortStableFunc(ds, func(a, b saved) int { return cmp.Compare(a.updated, b.updated) })
 	now := time.Now()
-	for _, d := range ds {
-		if err := s.core.Restore(now, d); err != nil {
-			s.log.Error("saved DTR not restored", "dtr", d.ID, "err", err)
+	for i := range ds {
+		if err := s.core.RestorePacked(now, ds[i].packed); err != nil {
+			s.log.Error("saved DTR not restored", "err", err)
 		}
+		ds[i].packed = "" // held by the core now, if it keeps it packed
 	}
 	s.core.Take() // what Restore routed is in the records already
-	if len(ds) > 0 {
-		s.log.Info("checkpoints loaded", "dtrs", len(ds))
+	loaded := len(ds)
+	if loaded > 0 {
+		s.log.Info("checkpoints loaded", "dtrs", loaded)
+	}
+	ds, chunk = nil, nil
+	if loaded >= 100_000 {
+		// Give back what loading freed (the records read and held
+		// packed) now rather than over minutes: collected beside the
+		// scheduling that begins.
+		go debug.FreeOSMemory()
 	}
 	return nil
 }

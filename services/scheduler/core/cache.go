@@ -34,8 +34,8 @@ func (c *Core) waitForCache(now time.Time, e, h *entry) {
 }
 
 // cacheDownloads holds, per source URL, the DTR downloading it into the
-// cache. Its invariant: an entry is in it under its cacheKey, or not at
-// all (cacheKey "").
+// cache. Its invariant: an entry is in it under its key in Core.cacheKeys,
+// or not at all (no key there).
 type cacheDownloads map[string]*entry
 
 // of returns the DTR downloading a source into the cache, nil if none.
@@ -43,14 +43,18 @@ func (m cacheDownloads) of(source string) *entry { return m[source] }
 
 // cacheAs records that a DTR downloads its source into the cache.
 func (c *Core) cacheAs(e *entry) {
-	e.cacheKey = e.d.Source
-	c.caching[e.cacheKey] = e
+	c.cacheKeys[e] = e.d.Source
+	c.caching[e.d.Source] = e
 }
 
 // uncache forgets that a DTR downloads into the cache.
 func (c *Core) uncache(e *entry) {
-	if e.cacheKey != "" && c.caching[e.cacheKey] == e {
-		delete(c.caching, e.cacheKey)
+	key, ok := c.cacheKeys[e]
+	if !ok {
+		return
 	}
-	e.cacheKey = ""
+	if c.caching[key] == e {
+		delete(c.caching, key)
+	}
+	delete(c.cacheKeys, e)
 }

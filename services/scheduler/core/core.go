@@ -179,6 +179,9 @@ type Core struct {
 	// caching holds, per source URL, the DTR downloading it into the
 	// cache (cache.go).
 	caching cacheDownloads
+	// cacheKeys holds the source under which each DTR in caching
+	// downloads: it stays when the DTR moves on to another replica.
+	cacheKeys map[*entry]string
 	// policy weighs the shares; now is the time of the last tick, for
 	// weighing outside one.
 	policy  Policy
@@ -266,6 +269,7 @@ func New(cfg Config) *Core {
 		activityLoad:  activityLoad{running: map[activityKey]int{}},
 		links:         newLinkSet(cfg.Optimizer),
 		caching:       cacheDownloads{},
+		cacheKeys:     map[*entry]string{},
 		active:        map[uuid.UUID]*entry{},
 	}
 	for _, s := range dtr.QueueStates {

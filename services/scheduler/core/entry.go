@@ -15,47 +15,50 @@ import (
 )
 
 type entry struct {
+	// Fields go from the largest to the smallest, so that an entry has no
+	// padding: a million queued entries stay small (pack.go).
+
 	// d is the DTR, or nil while it waits in a queue packed (pack.go).
 	d      *dtr.DTR
 	packed string
 	seq    uint64 // arrival order, for FIFO among equal priorities
-	index  int    // position in its heap
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
 	deadline int64   // when ageing starts or next applies
 	granted  int64   // when the current grant was given
 	lease    int64   // when the current grant expires
-	prio     int32   // d.Priority while queued, kept here for fast sorting
-	activity uint32  // 1 + names number of its activity if a limit names it, else 0 (activitylimits.go)
 	key      float64 // place in the queue under a policy that draws lots
 	// share is the entry's share in the state it is queued or running in.
 	share *shareState
+	// park is the queue of held DTRs the entry is parked in, nil when it
+	// is in its share's queue (or not queued) (parking.go).
+	park *parked
+	// index is the entry's position in its heap, -1 in none.
+	index    int32
+	prio     int32  // d.Priority while queued, kept here for fast sorting
+	activity uint32 // 1 + names number of its activity if a limit names it, else 0 (activitylimits.go)
+	// footprint is about how many bytes the DTR's record takes, counted
+	// for its owner (owners.go).
+	footprint int32
+	// hosts are the storage endpoints of its remote ends, as 1 + their
+	// number in the names table (0: a local end).
+	hosts [2]uint32
 	// queued is the queue state whose slot the entry waits for or holds.
 	queued dtr.State
 	// post is what its post-processing does beyond what the DTR records
 	// (postPhase).
 	post postPhase
-	// cacheKey is the source under which the DTR downloads into the cache
-	// (caching): it stays when the DTR moves on to another replica.
-	cacheKey string
-	// footprint is about how many bytes the DTR's record takes, counted
-	// for its owner (owners.go).
-	footprint int64
 	// pinned marks a DTR that holds a staged copy, from its STAGE_PREPARE
 	// grant until REQUEST_RELEASED; pinPrio is its priority when pinned.
 	// It is the entry's membership in the core's pins, not a phase of its
 	// life: a pinned DTR moves through several states and phases.
 	pinned  bool
 	pinPrio int8
-	// hosts are the storage endpoints of its remote ends, as 1 + their
-	// number in the names table (0: a local end).
-	hosts [2]uint32
-	// park is the queue of held DTRs the entry is parked in, nil when it
-	// is in its share's queue (or not queued) (parking.go).
-	park *parked
 	// dirty is the entry's membership in Core.dirty (changed since the
 	// last Take), independent of where it is in its life.
 	dirty bool
+	// The source under which a DTR downloads into the cache is kept
+	// beside the entries, in Core.cacheKeys (cache.go): few have one.
 }
 
 // postPhase is where an entry stands in post-processing beyond what its
@@ -265,9 +268,9 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	switch {
 	case c.active[id] == e:
 		c.release(e)
-	case e.index >= 0 && e.index < len(c.delayed) && c.delayed[e.index] == e:
-		heap.Remove(&c.delayed, e.index)
-	case e.share != nil && e.index >= 0 && e.index < e.home().Len() && e.home().items[e.index] == e:
+	case e.index >= 0 && int(e.index) < len(c.delayed) && c.delayed[e.index] == e:
+		heap.Remove(&c.delayed, int(e.index))
+	case e.share != nil && e.index >= 0 && int(e.index) < e.home().Len() && e.home().items[e.index] == e:
 		c.unqueue(e)
 		c.states[e.queued].drop(e.share)
 	}
@@ -468,7 +471,7 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		}
 		c.out.CancelRunning = append(c.out.CancelRunning, c.grantOf(e))
 	case d.State == dtr.New || d.State == dtr.CacheWait:
-		heap.Remove(&c.delayed, e.index)
+		heap.Remove(&c.delayed, int(e.index))
 		d.NextProcess = time.Time{}
 		c.route(now, e)
 	case d.State == dtr.CacheProcessed && !d.NextProcess.IsZero():

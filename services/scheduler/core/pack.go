@@ -2,6 +2,8 @@ package core
 
 import (
 	"encoding/binary"
+	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -12,9 +14,11 @@ import (
 // names. A million queued DTRs then cost a million small pointer-free
 // strings instead of a million structs with a dozen pointers each, which
 // is both less memory and much less for the garbage collector to scan.
-// A DTR is unpacked when it is granted, changed, or looked at; the strings
+// A DTR is unpacked when it is granted, changed, or looked at; most strings
 // of an unpacked DTR are substrings of its packed form, so unpacking
-// copies no text.
+// copies little text. Packing saves more where it can: the scheme and
+// authority of its URLs are numbers in the table of names, its times after
+// its creation small distances from it, and a W3C traceparent 25 bytes.
 //
 // Times keep their instant but not their location or monotonic reading; a
 // time exactly at the Unix epoch reads back as the zero time.
@@ -28,6 +32,33 @@ const (
 	packError
 	packStage
 	packNoCache
+)
+
+// Bits of the fields of a packed DTR that follow only if set.
+const (
+	optAttempts = iota
+	optSize
+	optBytes
+	optChecksum
+	optStarted
+	optEnded
+	optNextProcess
+	optTraceParent
+	optTransferGrant
+	optGrant
+	optTURL
+	optReplicas
+	optReplica
+	optCache
+	optCacheFile
+	optChecksumMismatch
+	optActivity
+	optTPC
+	optTransferMethod
+	optChecksumUnverified
+	optTokenRef
+	optSciTag
+	optWithToken
 )
 
 // nameID returns the number of an interned name, adding it if new.
@@ -48,14 +79,14 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b := c.scratch[:0]
 	b = append(b, d.ID[:]...)
 	b = appendString(b, d.JobID)
-	b = appendString(b, d.Source)
-	b = appendString(b, d.Destination)
+	b = c.appendURL(b, d.Source)
+	b = c.appendURL(b, d.Destination)
 	b = binary.AppendUvarint(b, c.nameID(d.Owner.DN))
 	b = binary.AppendUvarint(b, uint64(len(d.Owner.FQANs)))
 	for _, f := range d.Owner.FQANs {
 		b = appendString(b, f)
 	}
-	b = appendString(b, string(d.Direction))
+	b = binary.AppendUvarint(b, c.nameID(string(d.Direction)))
 	b = binary.AppendVarint(b, int64(d.UserPriority))
 	b = appendString(b, d.Options.Checksum)
 	var flags byte
@@ -68,7 +99,26 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendUvarint(b, c.nameID(d.Share))
 	b = binary.AppendVarint(b, int64(d.Priority))
 	b = append(b, byte(d.State))
-	b = binary.AppendVarint(b, int64(d.Attempts))
+	// The fields most DTRs waiting in a queue leave empty follow only if
+	// set, as the bits of present say (opt).
+	var present uint64
+	for bit, on := range [...]bool{optAttempts: d.Attempts != 0, optSize: d.Size != 0, optBytes: d.Bytes != 0,
+		optChecksum: d.Checksum != "", optStarted: !d.Started.IsZero(), optEnded: !d.Ended.IsZero(),
+		optNextProcess: !d.NextProcess.IsZero(), optTraceParent: d.TraceParent != "", optTransferGrant: d.TransferGrant != "",
+		optGrant: d.Grant != "", optTURL: d.TURL != "", optReplicas: len(d.Replicas) > 0, optReplica: d.Replica != 0,
+		optCache: d.Cache != "", optCacheFile: d.CacheFile != "", optChecksumMismatch: d.ChecksumMismatch != "",
+		optActivity: d.Options.Activity != "", optTPC: d.Options.TPC != "", optTransferMethod: d.TransferMethod != "",
+		optChecksumUnverified: d.ChecksumUnverified != "", optTokenRef: d.TokenRef != "", optSciTag: d.Options.SciTag != 0,
+		optWithToken: d.SubmittedWithToken} {
+		if on {
+			present |= 1 << bit
+		}
+	}
+	b = binary.AppendUvarint(b, present)
+	has := func(bit int) bool { return present&(1<<bit) != 0 }
+	if has(optAttempts) {
+		b = binary.AppendVarint(b, int64(d.Attempts))
+	}
 	b = binary.AppendVarint(b, int64(d.MaxAttempts))
 	if d.Error != nil {
 		b = appendString(b, string(d.Error.Kind))
@@ -76,47 +126,63 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 		b = append(b, byte(d.Error.State))
 		b = appendString(b, d.Error.Location)
 	}
-	b = binary.AppendVarint(b, d.Size)
-	b = binary.AppendVarint(b, d.Bytes)
-	b = appendString(b, d.Checksum)
-	for _, t := range [...]time.Time{d.Created, d.Updated, d.Started, d.Ended, d.NextProcess} {
-		var ns int64
-		if !t.IsZero() {
-			ns = t.UnixNano()
+	if has(optSize) {
+		b = binary.AppendVarint(b, d.Size)
+	}
+	if has(optBytes) {
+		b = binary.AppendVarint(b, d.Bytes)
+	}
+	if has(optChecksum) {
+		b = appendString(b, d.Checksum)
+	}
+	created := unixNano(d.Created)
+	b = binary.AppendVarint(b, created)
+	b = appendTimeAfter(b, d.Updated, created)
+	if has(optStarted) {
+		b = appendTimeAfter(b, d.Started, created)
+	}
+	if has(optEnded) {
+		b = appendTimeAfter(b, d.Ended, created)
+	}
+	if has(optNextProcess) {
+		b = appendTimeAfter(b, d.NextProcess, created)
+	}
+	if has(optTraceParent) {
+		b = appendTraceParent(b, d.TraceParent)
+	}
+	for _, f := range [...]struct {
+		bit int
+		s   string
+	}{{optTransferGrant, d.TransferGrant}, {optGrant, d.Grant}, {optTURL, d.TURL}} {
+		if has(f.bit) {
+			b = appendString(b, f.s)
 		}
-		b = binary.AppendVarint(b, ns)
 	}
-	b = appendString(b, d.TraceParent)
-	b = appendString(b, d.TransferGrant)
-	b = appendString(b, d.Grant)
-	b = appendString(b, d.TURL)
-	b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
-	for _, r := range d.Replicas {
-		b = appendString(b, r)
+	if has(optReplicas) {
+		b = binary.AppendUvarint(b, uint64(len(d.Replicas)))
+		for _, r := range d.Replicas {
+			b = c.appendURL(b, r)
+		}
 	}
-	b = binary.AppendVarint(b, int64(d.Replica))
-	b = appendString(b, d.Cache)
-	b = appendString(b, d.CacheFile)
-	b = appendString(b, d.ChecksumMismatch)
-	// Not interned: an activity is any submitter's free text, and the
-	// table of names is never pruned.
-	b = appendString(b, d.Options.Activity)
-	b = appendString(b, string(d.Options.TPC))
-	b = appendString(b, d.TransferMethod)
-	b = appendString(b, d.ChecksumUnverified)
-	b = appendString(b, d.TokenRef)
+	if has(optReplica) {
+		b = binary.AppendVarint(b, int64(d.Replica))
+	}
+	// The activity is not interned: it is any submitter's free text, and
+	// the table of names is never pruned.
+	for _, f := range [...]struct {
+		bit int
+		s   string
+	}{{optCache, d.Cache}, {optCacheFile, d.CacheFile}, {optChecksumMismatch, d.ChecksumMismatch}, {optActivity, d.Options.Activity},
+		{optTPC, string(d.Options.TPC)}, {optTransferMethod, d.TransferMethod}, {optChecksumUnverified, d.ChecksumUnverified}, {optTokenRef, d.TokenRef}} {
+		if has(f.bit) {
+			b = appendString(b, f.s)
+		}
+	}
 	b = binary.AppendUvarint(b, c.nameID(d.ChecksumSource))
-	b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
-	var withToken byte
-	if d.SubmittedWithToken {
-		withToken = 1
+	if has(optSciTag) {
+		b = binary.AppendUvarint(b, uint64(d.Options.SciTag))
 	}
-	b = append(b, withToken)
-	var entered int64
-	if !d.StateEntered.IsZero() {
-		entered = d.StateEntered.UnixNano()
-	}
-	b = binary.AppendVarint(b, entered)
+	b = appendTimeAfter(b, d.StateEntered, created)
 	c.scratch = b
 	return string(b)
 }
@@ -126,14 +192,78 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// unixNano is t in nanoseconds since 1970, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// appendTimeAfter appends t as its distance from base (the DTR's creation,
+// in nanoseconds), a byte or a few rather than nine: 0 is the zero time,
+// else 1 + the distance zigzagged.
+func appendTimeAfter(b []byte, t time.Time, base int64) []byte {
+	if t.IsZero() {
+		return append(b, 0)
+	}
+	d := t.UnixNano() - base
+	return binary.AppendUvarint(b, uint64(d<<1^d>>63)+1)
+}
+
+// maxURLPrefix bounds the scheme and authority of a URL interned as one
+// name: a storage endpoint's is far shorter.
+const maxURLPrefix = 100
+
+// appendURL appends a URL as the number of its scheme and authority
+// ("https://se.example.org:443") in the core's table of names, plus one,
+// and the rest; a string that is no such URL as 0 and itself. A site has a
+// few storage endpoints, each named once, where a million queued DTRs
+// would each hold theirs.
+func (c *Core) appendURL(b []byte, u string) []byte {
+	if i := strings.Index(u, "://"); i > 0 {
+		end := len(u)
+		if j := strings.IndexByte(u[i+3:], '/'); j >= 0 {
+			end = i + 3 + j
+		}
+		if end <= maxURLPrefix {
+			b = binary.AppendUvarint(b, c.nameID(u[:end])+1)
+			return appendString(b, u[end:])
+		}
+	}
+	b = append(b, 0)
+	return appendString(b, u)
+}
+
+// traceParentLen is the length of a W3C traceparent of version 00.
+const traceParentLen = 55
+
+// appendTraceParent appends a W3C traceparent "00-<32 hex>-<16 hex>-<2 hex>"
+// in lower case as 1 and its 25 bytes, else 0 and the string itself.
+func appendTraceParent(b []byte, tp string) []byte {
+	if len(tp) == traceParentLen && strings.HasPrefix(tp, "00-") && tp[35] == '-' && tp[52] == '-' {
+		var raw [25]byte
+		_, e1 := hex.Decode(raw[:16], []byte(tp[3:35]))
+		_, e2 := hex.Decode(raw[16:24], []byte(tp[36:52]))
+		_, e3 := hex.Decode(raw[24:], []byte(tp[53:]))
+		if e1 == nil && e2 == nil && e3 == nil && hex.EncodeToString(raw[:16]) == tp[3:35] &&
+			hex.EncodeToString(raw[16:24]) == tp[36:52] && hex.EncodeToString(raw[24:]) == tp[53:] {
+			b = append(b, 1)
+			return append(b, raw[:]...)
+		}
+	}
+	b = append(b, 0)
+	return appendString(b, tp)
+}
+
 // unpackDTR decodes what pack encoded.
 func (c *Core) unpackDTR(p string) *dtr.DTR {
 	r := reader{s: p}
 	d := &dtr.DTR{}
 	copy(d.ID[:], r.next(16))
 	d.JobID = r.str()
-	d.Source = r.str()
-	d.Destination = r.str()
+	d.Source = c.readURL(&r)
+	d.Destination = c.readURL(&r)
 	d.Owner.DN = c.names[r.uvarint()]
 	if n := r.uvarint(); n > 0 {
 		d.Owner.FQANs = make([]string, n)
@@ -141,7 +271,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 			d.Owner.FQANs[i] = r.str()
 		}
 	}
-	d.Direction = dtr.Direction(r.str())
+	d.Direction = dtr.Direction(c.names[r.uvarint()])
 	d.UserPriority = int(r.varint())
 	d.Options.Checksum = r.str()
 	flags := r.byte()
@@ -154,45 +284,87 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Share = c.names[r.uvarint()]
 	d.Priority = int(r.varint())
 	d.State = dtr.State(r.byte())
-	d.Attempts = int(r.varint())
+	present := r.uvarint()
+	has := func(bit int) bool { return present&(1<<bit) != 0 }
+	if has(optAttempts) {
+		d.Attempts = int(r.varint())
+	}
 	d.MaxAttempts = int(r.varint())
 	if flags&packError != 0 {
 		d.Error = &dtr.Failure{Kind: dtr.ErrorKind(r.str()), Text: r.str(), State: dtr.State(r.byte()), Location: r.str()}
 	}
-	d.Size = r.varint()
-	d.Bytes = r.varint()
-	d.Checksum = r.str()
-	for _, t := range [...]*time.Time{&d.Created, &d.Updated, &d.Started, &d.Ended, &d.NextProcess} {
-		if ns := r.varint(); ns != 0 {
-			*t = time.Unix(0, ns)
+	if has(optSize) {
+		d.Size = r.varint()
+	}
+	if has(optBytes) {
+		d.Bytes = r.varint()
+	}
+	if has(optChecksum) {
+		d.Checksum = r.str()
+	}
+	created := r.varint()
+	if created != 0 {
+		d.Created = time.Unix(0, created)
+	}
+	d.Updated = r.timeAfter(created)
+	for _, f := range [...]struct {
+		bit int
+		t   *time.Time
+	}{{optStarted, &d.Started}, {optEnded, &d.Ended}, {optNextProcess, &d.NextProcess}} {
+		if has(f.bit) {
+			*f.t = r.timeAfter(created)
 		}
 	}
-	d.TraceParent = r.str()
-	d.TransferGrant = r.str()
-	d.Grant = r.str()
-	d.TURL = r.str()
-	if n := r.uvarint(); n > 0 {
-		d.Replicas = make([]string, n)
+	if has(optTraceParent) {
+		d.TraceParent = r.traceParent()
+	}
+	for _, f := range [...]struct {
+		bit int
+		s   *string
+	}{{optTransferGrant, &d.TransferGrant}, {optGrant, &d.Grant}, {optTURL, &d.TURL}} {
+		if has(f.bit) {
+			*f.s = r.str()
+		}
+	}
+	if has(optReplicas) {
+		d.Replicas = make([]string, r.uvarint())
 		for i := range d.Replicas {
-			d.Replicas[i] = r.str()
+			d.Replicas[i] = c.readURL(&r)
 		}
 	}
-	d.Replica = int(r.varint())
-	d.Cache = r.str()
-	d.CacheFile = r.str()
-	d.ChecksumMismatch = r.str()
-	d.Options.Activity = r.str()
-	d.Options.TPC = dtr.TPCMode(r.str())
-	d.TransferMethod = r.str()
-	d.ChecksumUnverified = r.str()
-	d.TokenRef = r.str()
-	d.ChecksumSource = c.names[r.uvarint()]
-	d.Options.SciTag = int(r.uvarint())
-	d.SubmittedWithToken = r.byte() != 0
-	if ns := r.varint(); ns != 0 {
-		d.StateEntered = time.Unix(0, ns)
+	if has(optReplica) {
+		d.Replica = int(r.varint())
 	}
+	var tpc string
+	for _, f := range [...]struct {
+		bit int
+		s   *string
+	}{{optCache, &d.Cache}, {optCacheFile, &d.CacheFile}, {optChecksumMismatch, &d.ChecksumMismatch}, {optActivity, &d.Options.Activity},
+		{optTPC, &tpc}, {optTransferMethod, &d.TransferMethod}, {optChecksumUnverified, &d.ChecksumUnverified}, {optTokenRef, &d.TokenRef}} {
+		if has(f.bit) {
+			*f.s = r.str()
+		}
+	}
+	d.Options.TPC = dtr.TPCMode(tpc)
+	d.ChecksumSource = c.names[r.uvarint()]
+	if has(optSciTag) {
+		d.Options.SciTag = int(r.uvarint())
+	}
+	d.SubmittedWithToken = has(optWithToken)
+	d.StateEntered = r.timeAfter(created)
 	return d
+}
+
+// readURL reads what appendURL wrote. A URL that was split is joined
+// again, a new string: unpacked URLs are not substrings of the packed
+// form.
+func (c *Core) readURL(r *reader) string {
+	prefix := r.uvarint()
+	rest := r.str()
+	if prefix == 0 {
+		return rest
+	}
+	return c.names[prefix-1] + rest
 }
 
 // reader reads a packed DTR. The core wrote it, so it is never malformed.
@@ -214,6 +386,29 @@ func (r *reader) uvarint() uint64 {
 			return v
 		}
 	}
+}
+
+// timeAfter reads what appendTimeAfter wrote.
+func (r *reader) timeAfter(base int64) time.Time {
+	u := r.uvarint()
+	if u == 0 {
+		return time.Time{}
+	}
+	u--
+	d := int64(u >> 1)
+	if u&1 != 0 {
+		d = ^d
+	}
+	return time.Unix(0, base+d)
+}
+
+// traceParent reads what appendTraceParent wrote.
+func (r *reader) traceParent() string {
+	if r.byte() == 0 {
+		return r.str()
+	}
+	raw := r.next(25)
+	return "00-" + hex.EncodeToString([]byte(raw[:16])) + "-" + hex.EncodeToString([]byte(raw[16:24])) + "-" + hex.EncodeToString([]byte(raw[24:]))
 }
 
 func (r *reader) varint() int64 {
@@ -240,17 +435,19 @@ func (c *Core) shareOf(e *entry) string {
 		return e.d.Share
 	}
 	r := reader{s: e.packed, i: 16}
-	r.str() // job
-	r.str() // source
-	r.str() // destination
+	r.str()     // job
+	r.uvarint() // source
+	r.str()
+	r.uvarint() // destination
+	r.str()
 	r.uvarint()
 	for n := r.uvarint(); n > 0; n-- {
 		r.str()
 	}
-	r.str()    // direction
-	r.varint() // user priority
-	r.str()    // checksum option
-	r.byte()   // flags
+	r.uvarint() // direction
+	r.varint()  // user priority
+	r.str()     // checksum option
+	r.byte()    // flags
 	return c.names[r.uvarint()]
 }
 
@@ -270,6 +467,17 @@ func (c *Core) peekEntry(e *entry) *dtr.DTR {
 		return e.d
 	}
 	return c.unpackDTR(e.packed)
+}
+
+// Pack returns d in the core's packed form, for a caller that holds many
+// DTRs before restoring them (RestorePacked): a few hundred bytes each.
+// Its share, DN and checksum source are interned in the core's table of
+// names.
+func (c *Core) Pack(d *dtr.DTR) string { return c.packDTR(d) }
+
+// RestorePacked is Restore of a DTR that Pack packed.
+func (c *Core) RestorePacked(now time.Time, packed string) error {
+	return c.Restore(now, c.unpackDTR(packed))
 }
 
 // packEntry packs the DTR of an entry waiting in a queue.

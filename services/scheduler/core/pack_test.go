@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,14 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		{"every field set", full},
 		{"only what a submission has", dtr.DTR{ID: uuid.New(), Source: "file:///a", Destination: "file:///b", State: dtr.Transfer}},
 		{"zero DTR", dtr.DTR{}},
+		{"what packs short kept as it is when it does not fit", dtr.DTR{ID: uuid.New(),
+			Source:      "https://" + strings.Repeat("long-host.", 20) + "example.org/f",
+			Destination: "relative/path", Replicas: []string{"gsiftp://se.example.org", "srm://"},
+			TraceParent: "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+			Updated:     when, Started: when.Add(-time.Hour)}},
+		{"a traceparent of another version", dtr.DTR{ID: uuid.New(), TraceParent: "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			Created: when, Updated: when.Add(-time.Minute), StateEntered: when}},
+		{"a traceparent that is not hex", dtr.DTR{ID: uuid.New(), TraceParent: "00-0af7651916cd43dd8448eb211c80319x-b7ad6b7169203331-01"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

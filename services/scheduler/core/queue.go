@@ -52,11 +52,11 @@ func queueBefore(draws bool, a, b *entry) bool {
 }
 func (q *queue) Swap(i, j int) {
 	q.items[i], q.items[j] = q.items[j], q.items[i]
-	q.items[i].index, q.items[j].index = i, j
+	q.items[i].index, q.items[j].index = int32(i), int32(j)
 }
 func (q *queue) Push(x any) {
 	e := x.(*entry)
-	e.index = len(q.items)
+	e.index = int32(len(q.items))
 	q.items = append(q.items, e)
 }
 func (q *queue) Pop() any {
@@ -79,7 +79,7 @@ func (q *queue) add(e *entry) {
 
 func (q *queue) remove(e *entry) {
 	q.hist[e.prio]--
-	heap.Remove(q, e.index)
+	heap.Remove(q, int(e.index))
 }
 
 // fix puts an item whose DTR's priority changed back in order.
@@ -90,7 +90,7 @@ func (q *queue) fix(e *entry) {
 	if q.draw != nil {
 		e.key = q.clock + q.draw(e.prio)
 	}
-	heap.Fix(q, e.index)
+	heap.Fix(q, int(e.index))
 }
 
 // readd puts back an item taken with popHead, in its old place.
@@ -130,11 +130,11 @@ func (q delayQueue) Len() int           { return len(q) }
 func (q delayQueue) Less(i, j int) bool { return q[i].d.NextProcess.Before(q[j].d.NextProcess) }
 func (q delayQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+	q[i].index, q[j].index = int32(i), int32(j)
 }
 func (q *delayQueue) Push(x any) {
 	e := x.(*entry)
-	e.index = len(*q)
+	e.index = int32(len(*q))
 	*q = append(*q, e)
 }
 func (q *delayQueue) Pop() any {

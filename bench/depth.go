@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler"
+)
+
+// DepthResult is what a scheduler started over many stored DTRs showed.
+type DepthResult struct {
+	// FirstGrant is the time from the scheduler's start (the child
+	// process's, or Run's) to its first grant; Loaded the time until it
+	// held every DTR stored.
+	FirstGrant, Loaded time.Duration
+	// Held is the number of DTRs it held (queued or running).
+	Held int
+	// RSS is the scheduler process's resident memory while it held them
+	// all, settled (the smallest of the samples over the seconds after
+	// it held them), and PeakRSS the largest seen from its start; both 0
+	// when the scheduler ran in this process.
+	RSS, PeakRSS int64
+}
+
+// Depth stores n DTRs queued for transfer, in 1,000 shares, directly in
+// the checkpoint bucket of a fresh embedded server (as a scheduler that
+// had taken them in would have left them), starts a scheduler over them
+// with 10 slots per state and no workers, and measures its start: the time
+// to its first grant, the time until it holds them all and, with exe set
+// (the scheduler then runs as a child process of that binary, alone, so
+// that its memory can be read), its resident memory holding them.
+func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, error) {
+	var res DepthResult
+	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
+	if err != nil {
+		return res, err
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		return res, fmt.Errorf("depth: %w", err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := bus.Ensure(ctx, js, bus.Setup{}); err != nil {
+		return res, err
+	}
+	if err := storeQueuedOnce(ctx, js, n); err != nil {
+		return res, fmt.Errorf("depth: store: %w", err)
+	}
+
+	first := make(chan time.Time, 1)
+	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
+		select {
+		case first <- time.Now():
+		default:
+		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("depth: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return res, fmt.Errorf("depth: %w", err)
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pid := 0
+	var start time.Time
+	if exe != "" {
+		cmd := exec.CommandContext(rctx, exe, "scheduler")
+		cmd.Env = append(os.Environ(), "NATS_URL="+ns.ClientURL(), "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error",
+			"SLUICE_MAXDELIVERY=10", "SLUICE_MAXPROCESSOR=10", "SLUICE_MAXEMERGENCY=1", "SLUICE_RETRY_BASE=1s", "SLUICE_LEASE=1h")
+		cmd.Stderr = os.Stderr
+		start = time.Now()
+		if err := cmd.Start(); err != nil {
+			return res, fmt.Errorf("depth: start %s scheduler: %w", exe, err)
+		}
+		defer func() { cancel(); _ = cmd.Wait() }()
+		pid = cmd.Process.Pid
+	} else {
+		s, err := scheduler.New(scheduler.Config{MaxDelivery: 10, MaxProcessor: 10, MaxEmergency: 1, MaxTransferTries: 10,
+			RetryBase: time.Second, Lease: time.Hour}, nc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return res, err
+		}
+		start = time.Now()
+		done := make(chan struct{})
+		go func() { defer close(done); _ = s.Run(rctx) }()
+		defer func() { cancel(); <-done }()
+	}
+	peak := func() {
+		if pid != 0 {
+			res.PeakRSS = max(res.PeakRSS, rssKB(pid)*1024)
+		}
+	}
+
+	wait := time.Duration(max(120, n/20_000)) * time.Second
+	limit := time.After(wait)
+	select {
+	case at := <-first:
+		res.FirstGrant = at.Sub(start)
+	case <-limit:
+		return res, fmt.Errorf("depth: no grant within %s of the scheduler's start with %d stored", wait, n)
+	}
+	// Held once the shares it reports hold every DTR stored.
+	for {
+		peak()
+		var sh api.SharesReply
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		reply, err := nc.RequestWithContext(rctx, api.SubjectShares, nil)
+		rcancel()
+		if err == nil && json.Unmarshal(reply.Data, &sh) == nil {
+			held := 0
+			for _, st := range sh.Shares {
+				held += st.Queued + st.Running
+			}
+			if held >= n {
+				res.Held, res.Loaded = held, time.Since(start)
+				break
+			}
+		} else if err != nil && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) {
+			return res, fmt.Errorf("depth: %w", err)
+		}
+		select {
+		case <-limit:
+			return res, fmt.Errorf("depth: the scheduler held %d of %d stored after %s", res.Held, n, time.Since(start))
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if pid != 0 {
+		// Settled: the smallest resident memory over the next 12 s, in
+		// which the process's collector has set its limit at least once
+		// (every 10 s) and given back what it freed loading.
+		res.RSS = rssKB(pid) * 1024
+		for range 24 {
+			time.Sleep(500 * time.Millisecond)
+			kb := rssKB(pid) * 1024
+			res.PeakRSS = max(res.PeakRSS, kb)
+			if kb > 0 {
+				res.RSS = min(res.RSS, kb)
+			}
+		}
+	}
+	return res, nil
+}
+
+// storeQueuedOnce is storeQueued, skipped when the bucket holds n records
+// or more already: a work directory used again, measuring by hand (the
+// scheduler that ran over them has added its term's record, and changed
+// the records of the DTRs it granted).
+func storeQueuedOnce(ctx context.Context, js jetstream.JetStream, n int) error {
+	if st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs); err == nil {
+		if info, err := st.Info(ctx); err == nil && info.State.Msgs >= uint64(n) {
+			return nil
+		}
+	}
+	return storeQueued(ctx, js, n)
+}
