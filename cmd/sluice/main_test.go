@@ -315,7 +315,7 @@ func TestSubmitWaitShowsARetryingDTRThenAChecksumMismatchTwiceFailsNamingBothVal
 	}
 	defer ns.Shutdown()
 	t.Setenv("SLUICE_NATS_URL", ns.ClientURL())
-	t.Setenv("SLUICE_RETRY_BASE", "3s")      // the retry waits 3 s: --wait asks every 250 ms, slower on a loaded machine
+	t.Setenv("SLUICE_RETRY_BASE", "6s")      // the retry waits 6 s: --wait asks every 250 ms, far slower on a loaded machine
 	t.Setenv("SLUICE_MAXTRANSFERTRIES", "3") // more than the 2 a mismatch may take
 	t.Setenv("SLUICE_TICK", "20ms")
 	var cfg Config
