@@ -86,9 +86,8 @@ const commitTimeout = 5 * time.Second
 // A commit is carried out in two phases, pipelined: store (journal the
 // records, then publish the rejections, grants and final DTRs) here, and
 // settle (wait for the grants and final DTRs to be stored, send the
-// notices, and hand the inputs' acknowledgements to the history's acker,
-// which sends them once the history is stored; an API change waits for its
-// history here) in a settler of its own, in the same order. While one batch of commits settles, the
+// notices, wait for the history to be stored and acknowledge the inputs)
+// in a settler of its own, in the same order. While one batch of commits settles, the
 // next is journaled and its grants go out: a freed slot's next grant waits
 // for no publication, history store or acknowledgement of an earlier
 // step. At most settleQueue batches wait to settle: a message refused for
@@ -376,8 +375,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 
 // settle waits for the publication of stored commits' grants and final
 // DTRs (ps, in the order stored), sends their notices, and acknowledges
-// (or terminates) their inputs once their history is stored: by the
-// history's acker, or, for a change asked through the API, here.
+// (or terminates) their inputs once their history is stored.
 func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) error {
 	var history uint64
 	for _, p := range ps {
@@ -398,11 +396,9 @@ func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) erro
 			_ = s.nc.PublishMsg(m)
 		}
 	}
-	// The inputs are acknowledged once the history is stored, without
-	// the committer waiting for it (historyacks.go).
-	if s.ackWhenStored(history, cs) {
-		return nil
-	}
+	// The inputs are acknowledged once the history is stored: the
+	// settler waits for it (the committer goes on meanwhile), so that a
+	// leader that dies or is frozen leaves little history unstored.
 	s.awaitHistory(ctx, history)
 	// A leader whose term passed while it waited for its history just
 	// above leaves its inputs to the next one.

@@ -444,7 +444,6 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		defer close(done)
 		w.run(wctx)
 	}()
-	stopAcker := s.startAcker(w, done)
 	return func() {
 		s.history.out, s.history.queued = nil, nil
 		s.historyWriter.Store(nil)
@@ -455,9 +454,6 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		}
 		cancel()
 		<-done
-		// The acknowledgements of what was stored go out; the rest are
-		// delivered again to the next leader.
-		stopAcker()
 		closeConn()
 	}
 }

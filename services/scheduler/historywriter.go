@@ -74,12 +74,6 @@ type historyWriter struct {
 	lagging atomic.Bool
 	// stream is SLUICE_HISTORY's handle, looked up once (lastNumbers).
 	stream jetstream.Stream
-	// acks are the commits' acknowledgements waiting for their history
-	// (historyacks.go); acksClosed is set, under acksMu, once the acker
-	// stops taking them.
-	acks       chan heldAcks
-	acksMu     sync.Mutex
-	acksClosed bool
 }
 
 // numbered is the number of a DTR's last event, and when it was given.
@@ -210,7 +204,7 @@ func (w *historyWriter) run(ctx context.Context) {
 		}
 		if ctx.Err() != nil {
 			// Stopped part-way: what was not stored is not reported
-			// stored, so its inputs stay unacknowledged (historyacks.go).
+			// stored, so its inputs stay unacknowledged (awaitHistory).
 			return false
 		}
 		w.mu.Lock()
