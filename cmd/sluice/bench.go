@@ -40,7 +40,7 @@ func benchCommand(cfg *Config) *cobra.Command {
 	}
 	fs := c.Flags()
 	natsFlag(fs, cfg)
-	fs.BoolVar(&o.quick, "quick", false, "smaller runs (half a minute) instead of the full figures (about two minutes)")
+	fs.BoolVar(&o.quick, "quick", false, "smaller runs (a few minutes) instead of the full figures (many minutes, and GiBs of memory and /dev/shm or disk)")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "file to write the report to; - for standard output")
 	fs.BoolVar(&o.separate, "separate", true, "also run the roles as separate processes of this binary")
 	fs.StringVar(&o.cli, "nats-cli", "", "the NATS CLI that publishes part of the load (default: nats on PATH, if any)")
