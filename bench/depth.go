@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
-	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler"
 )
 
@@ -63,17 +62,11 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 		return res, fmt.Errorf("depth: store: %w", err)
 	}
 
-	first := make(chan time.Time, 1)
-	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
-		select {
-		case first <- time.Now():
-		default:
-		}
-	})
+	first, stopWatch, err := watchFirstGrant(nc)
 	if err != nil {
 		return res, fmt.Errorf("depth: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopWatch()
 	if err := nc.Flush(); err != nil {
 		return res, fmt.Errorf("depth: %w", err)
 	}

@@ -103,17 +103,11 @@ func RestartToFirstGrant(ctx context.Context, dir string, n int) (time.Duration,
 	if err := out.Wait(ctx); err != nil {
 		return 0, err
 	}
-	first := make(chan time.Time, 1)
-	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
-		select {
-		case first <- time.Now():
-		default:
-		}
-	})
+	first, stopWatch, err := watchFirstGrant(nc)
 	if err != nil {
 		return 0, fmt.Errorf("restart: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopWatch()
 	s, err := scheduler.New(scheduler.Config{MaxDelivery: 10, MaxProcessor: 10, MaxEmergency: 1, MaxTransferTries: 10,
 		RetryBase: time.Second, Lease: time.Hour}, nc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -129,4 +123,19 @@ func RestartToFirstGrant(ctx context.Context, dir string, n int) (time.Duration,
 	case <-time.After(time.Minute):
 		return 0, fmt.Errorf("restart: no grant within a minute of the scheduler's start with %d queued", n)
 	}
+}
+
+// watchFirstGrant hears when the first transfer grant is published on nc.
+func watchFirstGrant(nc *nats.Conn) (first <-chan time.Time, stop func(), err error) {
+	at := make(chan time.Time, 1)
+	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
+		select {
+		case at <- time.Now():
+		default:
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return at, func() { _ = sub.Unsubscribe() }, nil
 }
