@@ -188,9 +188,12 @@ type Service struct {
 	// finished remembers recently finished DTRs (finishedSpan) so that a
 	// redelivered submit of one is not run again.
 	finished *recentIDs
-	stopped  chan struct{}
-	mon      *monitor
-	ready    atomic.Bool
+	// gatherFor, if set, replaces gatherFinalsFor (tests hold final DTRs
+	// for longer, to see them held).
+	gatherFor time.Duration
+	stopped   chan struct{}
+	mon       *monitor
+	ready     atomic.Bool
 	// looped is when the scheduling loop last came round (Unix ns).
 	looped atomic.Int64
 	// maxDTR is the largest DTR taken from dtr.submit (bus.MaxDTRBytes).
@@ -733,13 +736,13 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		return nil, err
 	}
 	c.publish = append(c.publish, grants...)
-	finals, err := s.finals(ctx, now, dec.Final, encoded)
-	if err != nil {
+	// The final DTRs go out with those of the steps around it (commitLoop).
+	if c.announce, err = s.finalEntries(ctx, now, dec.Final, encoded, true); err != nil {
 		return nil, err
 	}
-	c.publish = append(c.publish, finals...)
 	// Best-effort notices: workers to stop, observers of state changes
 	// (one event for the step).
+	c.urgent = len(dec.CancelRunning) > 0
 	for _, g := range dec.CancelRunning {
 		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID, Term: s.term.Load()}); m != nil {
 			c.notices = append(c.notices, m)
