@@ -184,7 +184,8 @@ type SubmitEntry struct {
 }
 
 // Finals is the data of a TypeDTRFinals event on sluice.event.dtr.final:
-// the DTRs that one scheduling step finished.
+// the DTRs that consecutive scheduling steps finished (the scheduler
+// gathers them for a few milliseconds), in the order they finished.
 type Finals struct {
 	DTRs []FinalEntry `json:"dtrs"`
 }
