@@ -315,7 +315,9 @@ type Stop struct {
 }
 
 // StateChanges is the data of a DTR states event: every DTR that changed
-// in one scheduling step, in its new state.
+// in consecutive scheduling steps (those settled together), in its new
+// state, in order: a DTR changed in two of them appears twice, its latest
+// state last.
 type StateChanges struct {
 	Changes []StateChange `json:"changes"`
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
@@ -59,8 +60,11 @@ type commit struct {
 	rejections, publish []*nats.Msg
 	// announce are the step's final DTRs, announced by the committer
 	// together with those of the steps around it (gatherFinalsFor).
-	announce    []finalEntry
+	announce []finalEntry
+	// notices are the step's stops; changes its DTRs' new states, sent
+	// as notices together with those of the steps settled with it.
 	notices     []*nats.Msg
+	changes     []api.StateChange
 	acks, terms []jetstream.Msg
 	// urgent says the step's notices must not wait for final DTRs to
 	// gather: they tell workers to stop.
@@ -74,7 +78,7 @@ type commit struct {
 }
 
 func (c *commit) empty() bool {
-	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.announce)+len(c.notices)+len(c.acks)+len(c.terms)+len(c.events) == 0
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.announce)+len(c.notices)+len(c.changes)+len(c.acks)+len(c.terms)+len(c.events) == 0
 }
 
 // gatherFinalsFor is how long the committer holds a step's final DTRs to
@@ -539,6 +543,9 @@ func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) erro
 		for _, m := range c.notices {
 			_ = s.nc.PublishMsg(m)
 		}
+	}
+	for _, m := range stateNotices(ctx, cs, int(s.nc.MaxPayload())/2) {
+		_ = s.nc.PublishMsg(m)
 	}
 	// The inputs are acknowledged once the history is stored: the
 	// settler waits for it (the committer goes on meanwhile), so that a

@@ -76,6 +76,7 @@ func finalStep(t *testing.T, s *Service, n int, input jetstream.Msg) (*commit, [
 		d.State, d.Ended = dtr.Done, time.Now()
 		r := rec(t, d, dtr.Done, time.Now())
 		c.finals = append(c.finals, r)
+		c.changes = append(c.changes, api.StateChange{DTR: d.ID, JobID: d.JobID, State: dtr.Done, Share: d.Share})
 		ds, encoded[d.ID], ids = append(ds, &d), r.data, append(ids, d.ID)
 	}
 	var err error
@@ -92,7 +93,9 @@ func finalStep(t *testing.T, s *Service, n int, input jetstream.Msg) (*commit, [
 // took input.
 func plainStep(t *testing.T, input jetstream.Msg) *commit {
 	t.Helper()
-	return &commit{records: []record{rec(t, newDTR("on its way"), dtr.Transferring, time.Now())}, acks: []jetstream.Msg{input}}
+	d := newDTR("on its way")
+	return &commit{records: []record{rec(t, d, dtr.Transferring, time.Now())}, acks: []jetstream.Msg{input},
+		changes: []api.StateChange{{DTR: d.ID, JobID: d.JobID, State: dtr.Transferring, Share: d.Share}}}
 }
 
 // finalsEvents hears the Finals events stored: the DTR ids of each.
@@ -121,6 +124,28 @@ func finalsEvents(t *testing.T, nc *nats.Conn) <-chan []uuid.UUID {
 	return events
 }
 
+// stateChangesHeard hears the state-change notices: the changes of each.
+func stateChangesHeard(t *testing.T, nc *nats.Conn) <-chan []api.StateChange {
+	t.Helper()
+	notices := make(chan []api.StateChange, 100)
+	sub, err := nc.Subscribe(api.SubjectDTRState, func(m *nats.Msg) {
+		var ch api.StateChanges
+		if _, err := codec.DecodeData(context.Background(), m, api.TypeDTRStates, &ch); err != nil {
+			t.Errorf("a state-change notice that does not decode: %v", err)
+			return
+		}
+		notices <- ch.Changes
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return notices
+}
+
 // finalsStored is how many Finals events the events stream holds.
 func finalsStored(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
@@ -147,9 +172,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowledgedOnceItIsStored:
 // the committer holds the steps after one that ended DTRs, publishing their
-// grants but neither their final DTRs nor their acknowledgements, until
-// what ends the gathering comes; then one Finals event carries the DTRs of
-// every step, and every step's inputs are acknowledged once it is stored.
+// grants but neither their final DTRs nor their notices nor their
+// acknowledgements, until what ends the gathering comes; then one Finals
+// event carries the DTRs of every step, one notice their changes in order,
+// and every step's inputs are acknowledged once the event is stored.
 func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowledgedOnceItIsStored(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -199,7 +225,7 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 				steps++
 			}
 			inputs, cons := testInputs(t, js, steps)
-			events := finalsEvents(t, nc)
+			events, notices := finalsEvents(t, nc), stateChangesHeard(t, nc)
 			commits, failed := make(chan *commit), make(chan error, 1)
 			stopped := make(chan struct{})
 			go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
@@ -212,6 +238,7 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 
 			var want []uuid.UUID
 			var journaled []uuid.UUID // every DTR the held steps changed
+			var changes []api.StateChange
 			for i, n := range tt.finals {
 				var c *commit
 				if n == 0 {
@@ -224,6 +251,7 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 				for _, r := range slices.Concat(c.records, c.finals) {
 					journaled = append(journaled, r.id)
 				}
+				changes = append(changes, c.changes...)
 				commits <- c
 			}
 			if tt.window == time.Hour {
@@ -243,11 +271,17 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 				if n := unacknowledged(t, nc, cons); n != steps {
 					t.Fatalf("%d inputs unacknowledged while their steps are held, want all %d", n, steps)
 				}
+				select {
+				case got := <-notices:
+					t.Fatalf("a notice of %d changes sent while the steps are held", len(got))
+				default:
+				}
 			}
 			switch {
 			case tt.end != nil:
 				c, ids := tt.end(t, s, inputs[steps-1])
 				want = append(want, ids...)
+				changes = append(changes, c.changes...)
 				commits <- c
 			case tt.close:
 				close(commits)
@@ -262,6 +296,19 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 				t.Fatal("no Finals event")
 			}
 			waitFor(t, "every input to be acknowledged", func() bool { return unacknowledged(t, nc, cons) == 0 })
+			select {
+			case got := <-notices:
+				if !slices.Equal(got, changes) {
+					t.Fatalf("the notice holds %d changes %+v, want the %d of every step in order %+v", len(got), got, len(changes), changes)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("no state-change notice")
+			}
+			select {
+			case got := <-notices:
+				t.Fatalf("a second notice, of %d changes: the steps settled together send one", len(got))
+			default:
+			}
 			if n := finalsStored(t, js); n != 1 {
 				t.Fatalf("%d Finals events stored, want 1", n)
 			}

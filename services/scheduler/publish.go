@@ -260,6 +260,41 @@ func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
 	return m
 }
 
+// stateNotices makes the state-change notices of commits settled
+// together: the changes of consecutive steps, in order, in one event up to
+// about maxBytes (a step's changes are never split; a DTR changed in two
+// of the steps appears twice, its latest state last). With few slots a
+// step changes a DTR or two, and an event for each would cost a message
+// for each.
+func stateNotices(ctx context.Context, cs []*commit, maxBytes int) []*nats.Msg {
+	var msgs []*nats.Msg
+	var batch api.StateChanges
+	size := 0
+	flush := func() {
+		if len(batch.Changes) == 0 {
+			return
+		}
+		if m := notice(ctx, api.SubjectDTRState, api.TypeDTRStates, batch); m != nil {
+			msgs = append(msgs, m)
+		}
+		batch.Changes, size = nil, 0
+	}
+	for _, c := range cs {
+		n := 0
+		for _, ch := range c.changes {
+			// The JSON of a change: its job and share and 120 bytes of the rest.
+			n += len(ch.JobID) + len(ch.Share) + 120
+		}
+		if size > 0 && size+n > maxBytes {
+			flush()
+		}
+		batch.Changes = append(batch.Changes, c.changes...)
+		size += n
+	}
+	flush()
+	return msgs
+}
+
 // keptFinals is a commit that announces again the final DTRs whose
 // records the journal keeps (not yet checkpointed): the leader before may
 // have journaled them and died before it announced them. nil if there

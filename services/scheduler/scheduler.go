@@ -714,7 +714,6 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
-	var changes api.StateChanges
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
@@ -728,7 +727,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		} else {
 			c.records = append(c.records, record{id: d.ID, data: b})
 		}
-		changes.Changes = append(changes.Changes, api.StateChange{
+		c.changes = append(c.changes, api.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
 	}
 	grants, err := s.grants(ctx, dec.Grants, encoded)
@@ -740,16 +739,11 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	if c.announce, err = s.finalEntries(ctx, now, dec.Final, encoded, true); err != nil {
 		return nil, err
 	}
-	// Best-effort notices: workers to stop, observers of state changes
-	// (one event for the step).
+	// Best-effort notices: workers to stop (at once), observers of state
+	// changes (c.changes, sent with those of the steps settled with it).
 	c.urgent = len(dec.CancelRunning) > 0
 	for _, g := range dec.CancelRunning {
 		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID, Term: s.term.Load()}); m != nil {
-			c.notices = append(c.notices, m)
-		}
-	}
-	if len(changes.Changes) > 0 {
-		if m := notice(ctx, api.SubjectDTRState, api.TypeDTRStates, changes); m != nil {
 			c.notices = append(c.notices, m)
 		}
 	}
