@@ -189,7 +189,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 		held, heldFinals, gatheredC = storedBatch{}, 0, nil
 		gathered.Stop()
 		if st.broken() == nil {
-			p, err := s.announceFinals(ctx, b.cs)
+			p, err := s.announceFinals(ctx, b.cs, b.ps)
 			if err != nil {
 				b.err, storeErr = err, err
 			} else {
@@ -286,13 +286,14 @@ type storedBatch struct {
 
 // published is what the settling of stored commits waits for: their
 // grants' and final DTRs' publication (out, whose acknowledgements come
-// in meanwhile), and their history (up to its ticket history). announced,
-// if set, is the journal sequence up to which final records are announced
-// once out is stored.
+// in meanwhile), and their history (up to its ticket history). journaled
+// is the journal's sequence once their records were appended; announced,
+// if set, the sequence up to which final records are announced once out
+// is stored.
 type published struct {
-	out       *bus.Batch
-	history   uint64
-	announced uint64
+	out                  *bus.Batch
+	history              uint64
+	journaled, announced uint64
 }
 
 // gatheredIn counts the final DTRs of commits to announce, and says
@@ -426,18 +427,19 @@ func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	if err != nil {
 		return err
 	}
-	f, err := s.announceFinals(ctx, cs)
+	f, err := s.announceFinals(ctx, cs, []published{p})
 	if err != nil {
 		return err
 	}
 	return s.settle(ctx, cs, []published{p, f})
 }
 
-// announceFinals publishes the final DTRs of stored commits, together, in
-// as few Finals events as fit (without waiting: settle does), unless the
-// term has lapsed since they were journaled: a leader frozen meanwhile
-// leaves them to the next one, which finds them in the journal.
-func (s *Service) announceFinals(ctx context.Context, cs []*commit) (published, error) {
+// announceFinals publishes the final DTRs of stored commits (stored as
+// ps say), together, in as few Finals events as fit (without waiting:
+// settle does), unless the term has lapsed since they were journaled: a
+// leader frozen meanwhile leaves them to the next one, which finds them
+// in the journal.
+func (s *Service) announceFinals(ctx context.Context, cs []*commit, ps []published) (published, error) {
 	var entries []finalEntry
 	for _, c := range cs {
 		entries = append(entries, c.announce...)
@@ -452,9 +454,12 @@ func (s *Service) announceFinals(ctx context.Context, cs []*commit) (published, 
 	if err != nil {
 		return published{}, fmt.Errorf("announce final DTRs: %w", err)
 	}
-	// Every final record journaled so far is among these or announced
-	// before.
-	upTo := s.journal.ReadUpTo()
+	// Every final record journaled up to the last of these commits is
+	// among them or was announced before.
+	var upTo uint64
+	for _, p := range ps {
+		upTo = max(upTo, p.journaled)
+	}
 	out := bus.NewBatch(ctx, s.js)
 	out.Full = s.journal.full
 	for _, m := range msgs {
@@ -501,6 +506,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
 		return published{}, fmt.Errorf("persist: %w", err)
 	}
+	journaled := s.journal.ReadUpTo()
 	// Journaled: the steps happened, and their history is recorded.
 	for _, c := range cs {
 		history = s.history.send(c.events)
@@ -513,7 +519,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 			out.Add(m)
 		}
 	}
-	return published{out: out, history: history}, nil
+	return published{out: out, history: history, journaled: journaled}, nil
 }
 
 // settle waits for the publication of stored commits' grants and final

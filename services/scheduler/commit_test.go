@@ -404,7 +404,7 @@ func TestFinalDTRsHeldByALeaderThatFailsAreAnnouncedByTheNext(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, "the step to be journaled", func() bool { return journalMsgs(t, js) == 1 })
+			waitFor(t, "the step to be journaled", func() bool { _, ok := first.journal.Lookup(ids[0]); return ok })
 			first.journal.Checkpoint(ctx)
 			first.journal.Wait()
 			if _, err := kv.Get(ctx, ids[0].String()); err != nil {
