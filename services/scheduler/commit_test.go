@@ -444,9 +444,13 @@ func TestFinalDTRsHeldByALeaderThatFailsAreAnnouncedByTheNext(t *testing.T) {
 				t.Fatal("the next leader never announced the final DTR")
 			}
 
+			waitFor(t, "the next leader's Finals event to be stored", func() bool { return finalsStored(t, js) == 1 })
 			if tt.frozen {
 				close(commits)
 				<-stopped
+				if err := nc.Flush(); err != nil { // anything it published reaches the server
+					t.Fatal(err)
+				}
 				if err := <-failed; !errors.Is(err, errDeposed) {
 					t.Fatalf("the resumed leader's committer failed with %v, want its term found lapsed", err)
 				}
