@@ -66,9 +66,11 @@ type commit struct {
 	notices     []*nats.Msg
 	changes     []api.StateChange
 	acks, terms []jetstream.Msg
-	// urgent says the step's notices must not wait for final DTRs to
-	// gather: they tell workers to stop.
-	urgent bool
+	// now says the step must not be held for final DTRs to gather: its
+	// notices tell workers to stop, or it left the scheduler with no
+	// unfinished DTR, so that no more would come to gather (the end of
+	// a small job on a quiet scheduler is announced at once).
+	now bool
 	// events are the step's history events: handed to the history's
 	// writer once the step's records are journaled, and stored before
 	// the inputs are acknowledged (awaitHistory).
@@ -131,8 +133,9 @@ const commitTimeout = 5 * time.Second
 // Final DTRs are not announced with their step's grants: once a step that
 // ended some is stored, its commit and those after it are held until
 // gatherFinalsFor has passed, gatherFinalsUpTo final DTRs are gathered, a
-// commit comes whose caller waits for it (or that tells workers to stop),
-// or the committer stops; then the final DTRs of them all go out in as
+// commit comes whose caller waits for it (or that tells workers to stop,
+// or after which the scheduler holds no unfinished DTR), or the committer
+// stops; then the final DTRs of them all go out in as
 // few Finals events as fit, and the held commits settle together, in
 // order, once those are stored. A step's inputs are still acknowledged
 // only once its final DTRs are stored, and its notices sent after those
@@ -244,7 +247,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				}
 			}
 		}
-		switch finals, urgent := gatheredIn(cs); {
+		switch finals, now := gatheredIn(cs); {
 		case err != nil:
 			// The commits stored before are settled first.
 			announce()
@@ -261,7 +264,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			}
 			held.cs, held.ps = append(held.cs, cs...), append(held.ps, p)
 			heldFinals += finals
-			if urgent || heldFinals >= gatherFinalsUpTo || len(held.ps) >= settleQueue {
+			if now || heldFinals >= gatherFinalsUpTo || len(held.ps) >= settleQueue {
 				announce()
 			}
 		}
@@ -297,14 +300,14 @@ type published struct {
 }
 
 // gatheredIn counts the final DTRs of commits to announce, and says
-// whether one of them must not be held: its caller waits, or it stops
-// workers.
-func gatheredIn(cs []*commit) (finals int, urgent bool) {
+// whether one of them must not be held: its caller waits, or it says so
+// (commit.now).
+func gatheredIn(cs []*commit) (finals int, now bool) {
 	for _, c := range cs {
 		finals += len(c.announce)
-		urgent = urgent || c.done != nil || c.urgent
+		now = now || c.done != nil || c.now
 	}
-	return finals, urgent
+	return finals, now
 }
 
 // settler settles stored commits in order (commitLoop) and holds the first

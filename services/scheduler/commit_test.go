@@ -203,10 +203,10 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 				}
 				return c, nil
 			}},
-		{name: "a step stops workers", window: time.Hour, finals: []int{1, 1},
+		{name: "a step stops workers or leaves no DTR unfinished", window: time.Hour, finals: []int{1, 1},
 			end: func(t *testing.T, s *Service, input jetstream.Msg) (*commit, []uuid.UUID) {
 				c := plainStep(t, input)
-				c.urgent = true
+				c.now = true
 				return c, nil
 			}},
 		{name: "the committer stops", window: time.Hour, finals: []int{2, 0, 1}, close: true},

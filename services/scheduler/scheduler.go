@@ -741,7 +741,8 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	}
 	// Best-effort notices: workers to stop (at once), observers of state
 	// changes (c.changes, sent with those of the steps settled with it).
-	c.urgent = len(dec.CancelRunning) > 0
+	// With no unfinished DTR left, final DTRs would gather for nothing.
+	c.now = len(dec.CancelRunning) > 0 || len(c.announce) > 0 && s.core.Len() == 0
 	for _, g := range dec.CancelRunning {
 		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID, Term: s.term.Load()}); m != nil {
 			c.notices = append(c.notices, m)
