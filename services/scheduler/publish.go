@@ -24,14 +24,9 @@ import (
 // maxFinalsPerMessage bounds the DTRs of one Finals event.
 const maxFinalsPerMessage = 100
 
-// finals encodes final DTRs as Finals events (finalEntries, then
-// finalsMessages).
-func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
-	return s.announce(ctx, now, ds, encoded, true)
-}
-
-// announce encodes final DTRs as finals does; count says they end now
-// (and count in the figures), not that they are announced again.
+// announce encodes final DTRs as Finals events (finalEntries, then
+// finalsMessages); count says they end now (and count in the figures),
+// not that they are announced again.
 func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]*nats.Msg, error) {
 	entries, err := s.finalEntries(ctx, now, ds, encoded, count)
 	if err != nil {
