@@ -184,7 +184,8 @@ type SubmitEntry struct {
 }
 
 // Finals is the data of a TypeDTRFinals event on sluice.event.dtr.final:
-// the DTRs that one scheduling step finished.
+// the DTRs that consecutive scheduling steps finished (the scheduler
+// gathers them for a few milliseconds), in the order they finished.
 type Finals struct {
 	DTRs []FinalEntry `json:"dtrs"`
 }
@@ -314,7 +315,9 @@ type Stop struct {
 }
 
 // StateChanges is the data of a DTR states event: every DTR that changed
-// in one scheduling step, in its new state.
+// in consecutive scheduling steps (those settled together), in its new
+// state, in order: a DTR changed in two of them appears twice, its latest
+// state last.
 type StateChanges struct {
 	Changes []StateChange `json:"changes"`
 }

@@ -4,6 +4,7 @@ package scheduler
 // go out in order, and only then is what the step took in acknowledged.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/bus"
 )
 
@@ -56,8 +58,19 @@ var errStoreFull = errors.New("503 store full: JetStream has no space for the sc
 type commit struct {
 	records, finals     []record
 	rejections, publish []*nats.Msg
-	notices             []*nats.Msg
-	acks, terms         []jetstream.Msg
+	// announce are the step's final DTRs, announced by the committer
+	// together with those of the steps around it (gatherFinalsFor).
+	announce []finalEntry
+	// notices are the step's stops; changes its DTRs' new states, sent
+	// as notices together with those of the steps settled with it.
+	notices     []*nats.Msg
+	changes     []api.StateChange
+	acks, terms []jetstream.Msg
+	// now says the step must not be held for final DTRs to gather: its
+	// notices tell workers to stop, or it left the scheduler with no
+	// unfinished DTR, so that no more would come to gather (the end of
+	// a small job on a quiet scheduler is announced at once).
+	now bool
 	// events are the step's history events: handed to the history's
 	// writer once the step's records are journaled, and stored before
 	// the inputs are acknowledged (awaitHistory).
@@ -67,8 +80,25 @@ type commit struct {
 }
 
 func (c *commit) empty() bool {
-	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.notices)+len(c.acks)+len(c.terms)+len(c.events) == 0
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.announce)+len(c.notices)+len(c.changes)+len(c.acks)+len(c.terms)+len(c.events) == 0
 }
+
+// gatherFinalsFor is how long the committer holds a step's final DTRs to
+// announce them with those of the steps after it (and so how long the
+// step's notices and the acknowledgement of its inputs wait). With ARC's
+// few slots a step ends one or two DTRs, and each Finals event costs its
+// publication and acknowledgement, the generator's acknowledgement, and
+// two writes of the job's records in the generator with theirs: some ten
+// messages, which a 1 KiB transfer's DTR would otherwise pay in full.
+// Gathered for this long, they cost that once for every DTR ending in
+// the window (a few dozen at a thousand DTRs a second). It is short next
+// to SLUICE_TICK and to what a job takes from submission to its end,
+// which grows at most by this much; grants are never held.
+const gatherFinalsFor = 10 * time.Millisecond
+
+// gatherFinalsUpTo is how many final DTRs, once gathered, go out at once:
+// they fill a Finals event.
+const gatherFinalsUpTo = maxFinalsPerMessage
 
 // commitTimeout bounds how long the committer goes on storing the outputs
 // of steps already made once the scheduler stops.
@@ -99,6 +129,20 @@ const commitTimeout = 5 * time.Second
 // published or acknowledged and the failure is reported on failed; the
 // inputs of the failed and later commits stay unacknowledged and are
 // redelivered, while those stored before a failure to store are settled.
+//
+// Final DTRs are not announced with their step's grants: once a step that
+// ended some is stored, its commit and those after it are held until
+// gatherFinalsFor has passed, gatherFinalsUpTo final DTRs are gathered, a
+// commit comes whose caller waits for it (or that tells workers to stop,
+// or after which the scheduler holds no unfinished DTR), or the committer
+// stops; then the final DTRs of them all go out in as
+// few Finals events as fit, and the held commits settle together, in
+// order, once those are stored. A step's inputs are still acknowledged
+// only once its final DTRs are stored, and its notices sent after those
+// of the steps before it; a held final DTR is journaled, and the journal
+// keeps it (journal.unannounced) until it is announced, so that a leader
+// that dies or is frozen meanwhile leaves it to the next one to announce.
+//
 // Between commits it begins the journal's checkpoints when they are due.
 func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed chan<- error) {
 	defer s.journal.Wait()
@@ -117,6 +161,47 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 	settling.Go(func() { st.run(ctx) })
 	defer func() { close(st.in); settling.Wait() }()
 	var storeErr error
+	// send hands stored commits to the settler.
+	send := func(b storedBatch) {
+		select {
+		case st.in <- b:
+		case <-ctx.Done():
+			for _, c := range b.cs {
+				if c.done != nil {
+					c.done(errStopped)
+				}
+			}
+		}
+	}
+	// held are the stored commits whose final DTRs are gathered, in
+	// order; heldFinals counts those.
+	var held storedBatch
+	heldFinals := 0
+	window := cmp.Or(s.gatherFor, gatherFinalsFor)
+	gathered := time.NewTimer(window)
+	gathered.Stop()
+	var gatheredC <-chan time.Time // gathered.C while commits are held
+	// announce publishes the final DTRs of the held commits and hands
+	// them to the settler. After a failure to settle nothing more is
+	// published: the settler reports it to their callers.
+	announce := func() {
+		if len(held.cs) == 0 {
+			return
+		}
+		b := held
+		held, heldFinals, gatheredC = storedBatch{}, 0, nil
+		gathered.Stop()
+		if st.broken() == nil {
+			p, err := s.announceFinals(ctx, b.cs, b.ps)
+			if err != nil {
+				b.err, storeErr = err, err
+			} else {
+				b.ps = append(b.ps, p)
+			}
+		}
+		send(b)
+	}
+	defer announce()
 	for {
 		var c *commit
 		select {
@@ -124,6 +209,9 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			if storeErr == nil && st.broken() == nil && s.journal.Due(time.Now()) {
 				s.journal.Checkpoint(ctx)
 			}
+			continue
+		case <-gatheredC:
+			announce()
 			continue
 		case next, ok := <-commits:
 			if !ok {
@@ -157,17 +245,27 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 				if d := space.Stored(); d > 0 {
 					s.log.Info("JetStream store has room again; the scheduler goes on", "held_back", d.Round(time.Millisecond))
 				}
-			} else {
-				storeErr = err
 			}
 		}
-		select {
-		case st.in <- storedBatch{cs: cs, published: p, err: err}:
-		case <-ctx.Done():
-			for _, c := range cs {
-				if c.done != nil {
-					c.done(errStopped)
-				}
+		switch finals, now := gatheredIn(cs); {
+		case err != nil:
+			// The commits stored before are settled first.
+			announce()
+			storeErr = err
+			send(storedBatch{cs: cs, ps: []published{p}, err: err})
+		case len(held.cs) == 0 && finals == 0:
+			send(storedBatch{cs: cs, ps: []published{p}})
+		default:
+			// Held, and every commit after it too: notices and
+			// acknowledgements keep the order of the steps.
+			if len(held.cs) == 0 {
+				gathered.Reset(window)
+				gatheredC = gathered.C
+			}
+			held.cs, held.ps = append(held.cs, cs...), append(held.ps, p)
+			heldFinals += finals
+			if now || heldFinals >= gatherFinalsUpTo || len(held.ps) >= settleQueue {
+				announce()
 			}
 		}
 		if storeErr == nil && st.broken() == nil && s.journal.Due(time.Now()) {
@@ -184,17 +282,32 @@ const settleQueue = 64
 // storedBatch is a batch of commits whose records are journaled and whose
 // grants and final DTRs are published (or err, why not), to settle.
 type storedBatch struct {
-	cs []*commit
-	published
+	cs  []*commit
+	ps  []published
 	err error
 }
 
 // published is what the settling of stored commits waits for: their
 // grants' and final DTRs' publication (out, whose acknowledgements come
-// in meanwhile), and their history (up to its ticket history).
+// in meanwhile), and their history (up to its ticket history). journaled
+// is the journal's sequence once their records were appended; announced,
+// if set, the sequence up to which final records are announced once out
+// is stored.
 type published struct {
-	out     *bus.Batch
-	history uint64
+	out                  *bus.Batch
+	history              uint64
+	journaled, announced uint64
+}
+
+// gatheredIn counts the final DTRs of commits to announce, and says
+// whether one of them must not be held: its caller waits, or it says so
+// (commit.now).
+func gatheredIn(cs []*commit) (finals int, now bool) {
+	for _, c := range cs {
+		finals += len(c.announce)
+		now = now || c.done != nil || c.now
+	}
+	return finals, now
 }
 
 // settler settles stored commits in order (commitLoop) and holds the first
@@ -261,7 +374,7 @@ func (st *settler) run(ctx context.Context) {
 				break
 			}
 			cs = append(cs, b.cs...)
-			ps = append(ps, b.published)
+			ps = append(ps, b.ps...)
 		}
 		err := st.broken()
 		if err == nil && len(cs) > 0 {
@@ -310,14 +423,52 @@ func (s *Service) checkpointWhileFull(ctx context.Context, stop <-chan struct{},
 	}
 }
 
-// carryOut stores and then settles commits (commitLoop does the two in
-// a pipeline).
+// carryOut stores commits, announces their final DTRs and settles them
+// (commitLoop does the three in a pipeline).
 func (s *Service) carryOut(ctx context.Context, cs []*commit) error {
 	p, err := s.store(ctx, cs)
 	if err != nil {
 		return err
 	}
-	return s.settle(ctx, cs, []published{p})
+	f, err := s.announceFinals(ctx, cs, []published{p})
+	if err != nil {
+		return err
+	}
+	return s.settle(ctx, cs, []published{p, f})
+}
+
+// announceFinals publishes the final DTRs of stored commits (stored as
+// ps say), together, in as few Finals events as fit (without waiting:
+// settle does), unless the term has lapsed since they were journaled: a
+// leader frozen meanwhile leaves them to the next one, which finds them
+// in the journal.
+func (s *Service) announceFinals(ctx context.Context, cs []*commit, ps []published) (published, error) {
+	var entries []finalEntry
+	for _, c := range cs {
+		entries = append(entries, c.announce...)
+	}
+	if len(entries) == 0 {
+		return published{}, nil
+	}
+	if s.election != nil && s.election.lapsed(time.Now()) {
+		return published{}, fmt.Errorf("%w: the term lapsed before the final DTRs were announced", errDeposed)
+	}
+	msgs, err := finalsMessages(ctx, entries, int(s.nc.MaxPayload())/2)
+	if err != nil {
+		return published{}, fmt.Errorf("announce final DTRs: %w", err)
+	}
+	// Every final record journaled up to the last of these commits is
+	// among them or was announced before.
+	var upTo uint64
+	for _, p := range ps {
+		upTo = max(upTo, p.journaled)
+	}
+	out := bus.NewBatch(ctx, s.js)
+	out.Full = s.journal.full
+	for _, m := range msgs {
+		out.Add(m)
+	}
+	return published{out: out, announced: upTo}, nil
 }
 
 // store journals the records of commits, then publishes their
@@ -358,6 +509,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
 		return published{}, fmt.Errorf("persist: %w", err)
 	}
+	journaled := s.journal.ReadUpTo()
 	// Journaled: the steps happened, and their history is recorded.
 	for _, c := range cs {
 		history = s.history.send(c.events)
@@ -370,7 +522,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 			out.Add(m)
 		}
 	}
-	return published{out: out, history: history}, nil
+	return published{out: out, history: history, journaled: journaled}, nil
 }
 
 // settle waits for the publication of stored commits' grants and final
@@ -379,10 +531,15 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) error {
 	var history uint64
 	for _, p := range ps {
-		if err := p.out.Wait(ctx); err != nil {
-			return fmt.Errorf("publish: %w", err)
+		if p.out != nil {
+			if err := p.out.Wait(ctx); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
 		}
-		history = p.history
+		if p.announced > 0 {
+			s.journal.Announced(p.announced)
+		}
+		history = max(history, p.history)
 	}
 	// Notices (grants' stops, state changes) go out once the grants are
 	// stored, not held for the history: a stop must not wait a second.
@@ -395,6 +552,9 @@ func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) erro
 		for _, m := range c.notices {
 			_ = s.nc.PublishMsg(m)
 		}
+	}
+	for _, m := range stateNotices(ctx, cs, int(s.nc.MaxPayload())/2) {
+		_ = s.nc.PublishMsg(m)
 	}
 	// The inputs are acknowledged once the history is stored: the
 	// settler waits for it (the committer goes on meanwhile), so that a

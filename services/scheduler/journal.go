@@ -86,6 +86,14 @@ type journal struct {
 	fenced       bool
 	bucketLastID string
 	deposed      chan<- error
+	// unannounced are the journal messages, by sequence and in order,
+	// that hold final records appended here whose Finals events are not
+	// yet known to be stored (the committer gathers a few steps' final
+	// DTRs before it announces them). A checkpoint purges the journal
+	// only up to the first of them: should this scheduler die before it
+	// announces them, the next leader finds them in the journal and
+	// announces them (keptFinals).
+	unannounced []uint64
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -131,8 +139,13 @@ func (j *journal) Append(ctx context.Context, recs []record) error {
 		}
 		j.mu.Lock()
 		j.last = max(j.last, seq)
+		final := false
 		for _, r := range recs[:counts[k]] {
 			j.dirty[r.id] = pendingRecord{r.data, r.final, seq}
+			final = final || r.final
+		}
+		if final {
+			j.unannounced = append(j.unannounced, seq)
 		}
 		j.mu.Unlock()
 		recs = recs[counts[k]:]
@@ -201,6 +214,13 @@ func (j *journal) Checkpoint(ctx context.Context) {
 	j.running, j.checkpointed = true, time.Now()
 	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID]pendingRecord, len(j.dirty))
 	upTo, recs := j.last, j.flushing
+	if len(j.unannounced) > 0 {
+		// Every record is put in the bucket, but the journal is kept from
+		// the first message whose final DTRs are not yet announced: a
+		// later recovery replays it (a record replayed before a newer one
+		// of the same DTR, which is kept too, changes nothing).
+		upTo = min(upTo, j.unannounced[0]-1)
+	}
 	j.wg.Go(func() {
 		err := j.store(ctx, recs, upTo)
 		j.mu.Lock()
@@ -324,6 +344,19 @@ func (j *journal) ReadUpTo() uint64 {
 	return j.last
 }
 
+// Announced says that the final records appended in journal messages up
+// to upTo are announced (their Finals events stored): a checkpoint may
+// purge those messages.
+func (j *journal) Announced(upTo uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for n < len(j.unannounced) && j.unannounced[n] <= upTo {
+		n++
+	}
+	j.unannounced = j.unannounced[n:]
+}
+
 // KeptFinals returns the final records not yet checkpointed.
 func (j *journal) KeptFinals() [][]byte {
 	j.mu.Lock()
@@ -389,7 +422,7 @@ func (j *journal) reset() {
 	defer j.mu.Unlock()
 	j.dirty, j.flushing = map[uuid.UUID]pendingRecord{}, nil
 	j.last, j.purged, j.bucketLastID, j.fenced, j.deposed = 0, 0, "", false, nil
-	j.running = false
+	j.running, j.unannounced = false, nil
 }
 
 // Lead makes every later write conditional (fenced): the journal ends at
@@ -399,6 +432,9 @@ func (j *journal) Lead(term uint64, bucketLastID string, deposed chan<- error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fenced, j.last, j.bucketLastID, j.deposed = true, term, bucketLastID, deposed
+	// What an earlier term of this scheduler left unannounced, the new
+	// term announces from the journal first (keptFinals).
+	j.unannounced = nil
 }
 
 // Deposed sets where a refused checkpoint is reported.

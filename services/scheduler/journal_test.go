@@ -263,7 +263,7 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 		encoded[d.ID], _ = json.Marshal(d)
 	}
 	ids := func(ds []*dtr.DTR) string {
-		msgs, err := s.finals(context.Background(), time.Now(), ds, encoded)
+		msgs, err := s.announce(context.Background(), time.Now(), ds, encoded, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +273,7 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	msgs, err := s.finals(context.Background(), time.Now(), ds, encoded)
+	msgs, err := s.announce(context.Background(), time.Now(), ds, encoded, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,41 +24,31 @@ import (
 // maxFinalsPerMessage bounds the DTRs of one Finals event.
 const maxFinalsPerMessage = 100
 
-// finals encodes a step's final DTRs as Finals events of up to
-// maxFinalsPerMessage DTRs and half of the server's max_payload, each DTR
-// with the span that announced it. A message's id is a digest of its DTRs'
-// ids: announced again after a crash, the same DTRs are stored once, and
-// other groupings of them are taken (the generator takes each DTR once).
-func (s *Service) finals(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte) ([]*nats.Msg, error) {
-	return s.announce(ctx, now, ds, encoded, true)
+// announce encodes final DTRs as Finals events (finalEntries, then
+// finalsMessages); count says they end now (and count in the figures),
+// not that they are announced again.
+func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]*nats.Msg, error) {
+	entries, err := s.finalEntries(ctx, now, ds, encoded, count)
+	if err != nil {
+		return nil, err
+	}
+	return finalsMessages(ctx, entries, int(s.nc.MaxPayload())/2)
 }
 
-// announce encodes final DTRs as finals does; count says they end now
-// (and count in the figures), not that they are announced again.
-func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]*nats.Msg, error) {
-	maxBytes := int(s.nc.MaxPayload()) / 2
-	var msgs []*nats.Msg
-	var data []byte // the Finals event's data, written here: each DTR's JSON is ready
-	var first context.Context
-	n := 0
-	digest := sha256.New()
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
-		if err != nil {
-			return err
-		}
-		m, err := codec.Encode(first, api.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, m)
-		data, n = nil, 0
-		digest.Reset()
-		return nil
-	}
+// finalEntry is a final DTR ready to be announced: its JSON and the span
+// that announces it.
+type finalEntry struct {
+	id          uuid.UUID
+	traceparent string
+	data        []byte
+}
+
+// finalEntries makes the entries of final DTRs (their JSON as encoded, if
+// it is there), each with a span that announces it, and remembers them
+// as finished; count says they end now (and count in the figures), not
+// that they are announced again.
+func (s *Service) finalEntries(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]finalEntry, error) {
+	entries := make([]finalEntry, 0, len(ds))
 	for _, d := range ds {
 		s.finished.Add(d.ID, now)
 		if count {
@@ -90,23 +80,57 @@ func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, en
 			s.log.Info("dtr final", "dtr", d.ID, "job", d.JobID, "state", d.State, "attempts", d.Attempts,
 				"trace_id", span.SpanContext().TraceID())
 		}
-		if n == maxFinalsPerMessage || n > 0 && len(data)+len(b)+len(tp)+40 > maxBytes {
+		entries = append(entries, finalEntry{id: d.ID, traceparent: tp, data: b})
+	}
+	return entries, nil
+}
+
+// finalsMessages groups final DTRs into Finals events of up to
+// maxFinalsPerMessage DTRs and maxBytes, in order, each message carrying
+// the trace of its first DTR. A message's id is a digest of its DTRs'
+// ids: announced again after a crash, the same DTRs are stored once, and
+// other groupings of them are taken (the generator takes each DTR once).
+func finalsMessages(ctx context.Context, entries []finalEntry, maxBytes int) ([]*nats.Msg, error) {
+	var msgs []*nats.Msg
+	var data []byte // the Finals event's data, written here: each DTR's JSON is ready
+	first := ""
+	n := 0
+	digest := sha256.New()
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		ev, err := codec.NewEvent(api.TypeDTRFinals, "sluice/scheduler", "", append(data, "]}"...))
+		if err != nil {
+			return err
+		}
+		m, err := codec.Encode(tracing.Context(ctx, first), api.SubjectDTRFinal, fmt.Sprintf("finals.%x", digest.Sum(nil)[:16]), ev)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+		data, n = nil, 0
+		digest.Reset()
+		return nil
+	}
+	for _, e := range entries {
+		if n == maxFinalsPerMessage || n > 0 && len(data)+len(e.data)+len(e.traceparent)+40 > maxBytes {
 			if err := flush(); err != nil {
 				return nil, err
 			}
 		}
 		if n == 0 {
-			first = fctx
+			first = e.traceparent
 			data = append(data, `{"dtrs":[`...)
 		} else {
 			data = append(data, ',')
 		}
 		data = append(data, `{"traceparent":`...)
-		data = strconv.AppendQuote(data, tp)
+		data = strconv.AppendQuote(data, e.traceparent)
 		data = append(data, `,"dtr":`...)
-		data = append(data, b...)
+		data = append(data, e.data...)
 		data = append(data, '}')
-		digest.Write(d.ID[:])
+		digest.Write(e.id[:])
 		n++
 	}
 	if err := flush(); err != nil {
@@ -229,6 +253,41 @@ func notice(ctx context.Context, subject, typ string, data any) *nats.Msg {
 		return nil
 	}
 	return m
+}
+
+// stateNotices makes the state-change notices of commits settled
+// together: the changes of consecutive steps, in order, in one event up to
+// about maxBytes (a step's changes are never split; a DTR changed in two
+// of the steps appears twice, its latest state last). With few slots a
+// step changes a DTR or two, and an event for each would cost a message
+// for each.
+func stateNotices(ctx context.Context, cs []*commit, maxBytes int) []*nats.Msg {
+	var msgs []*nats.Msg
+	var batch api.StateChanges
+	size := 0
+	flush := func() {
+		if len(batch.Changes) == 0 {
+			return
+		}
+		if m := notice(ctx, api.SubjectDTRState, api.TypeDTRStates, batch); m != nil {
+			msgs = append(msgs, m)
+		}
+		batch.Changes, size = nil, 0
+	}
+	for _, c := range cs {
+		n := 0
+		for _, ch := range c.changes {
+			// The JSON of a change: its job and share and 120 bytes of the rest.
+			n += len(ch.JobID) + len(ch.Share) + 120
+		}
+		if size > 0 && size+n > maxBytes {
+			flush()
+		}
+		batch.Changes = append(batch.Changes, c.changes...)
+		size += n
+	}
+	flush()
+	return msgs
 }
 
 // keptFinals is a commit that announces again the final DTRs whose

@@ -188,9 +188,12 @@ type Service struct {
 	// finished remembers recently finished DTRs (finishedSpan) so that a
 	// redelivered submit of one is not run again.
 	finished *recentIDs
-	stopped  chan struct{}
-	mon      *monitor
-	ready    atomic.Bool
+	// gatherFor, if set, replaces gatherFinalsFor (tests hold final DTRs
+	// for longer, to see them held).
+	gatherFor time.Duration
+	stopped   chan struct{}
+	mon       *monitor
+	ready     atomic.Bool
 	// looped is when the scheduling loop last came round (Unix ns).
 	looped atomic.Int64
 	// maxDTR is the largest DTR taken from dtr.submit (bus.MaxDTRBytes).
@@ -711,7 +714,6 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.
-	var changes api.StateChanges
 	encoded := make(map[uuid.UUID][]byte, len(dec.Changed)) // reused in grants
 	for i := range dec.Changed {
 		d := dec.Changed[i]
@@ -725,7 +727,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		} else {
 			c.records = append(c.records, record{id: d.ID, data: b})
 		}
-		changes.Changes = append(changes.Changes, api.StateChange{
+		c.changes = append(c.changes, api.StateChange{
 			DTR: d.ID, JobID: d.JobID, State: d.State, Share: d.Share, Priority: d.Priority})
 	}
 	grants, err := s.grants(ctx, dec.Grants, encoded)
@@ -733,20 +735,16 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 		return nil, err
 	}
 	c.publish = append(c.publish, grants...)
-	finals, err := s.finals(ctx, now, dec.Final, encoded)
-	if err != nil {
+	// The final DTRs go out with those of the steps around it (commitLoop).
+	if c.announce, err = s.finalEntries(ctx, now, dec.Final, encoded, true); err != nil {
 		return nil, err
 	}
-	c.publish = append(c.publish, finals...)
-	// Best-effort notices: workers to stop, observers of state changes
-	// (one event for the step).
+	// Best-effort notices: workers to stop (at once), observers of state
+	// changes (c.changes, sent with those of the steps settled with it).
+	// With no unfinished DTR left, final DTRs would gather for nothing.
+	c.now = len(dec.CancelRunning) > 0 || len(c.announce) > 0 && s.core.Len() == 0
 	for _, g := range dec.CancelRunning {
 		if m := notice(ctx, api.SubjectStopPrefix+g.ID, api.TypeStop, api.Stop{DTR: g.DTR.ID, Grant: g.ID, Term: s.term.Load()}); m != nil {
-			c.notices = append(c.notices, m)
-		}
-	}
-	if len(changes.Changes) > 0 {
-		if m := notice(ctx, api.SubjectDTRState, api.TypeDTRStates, changes); m != nil {
 			c.notices = append(c.notices, m)
 		}
 	}
