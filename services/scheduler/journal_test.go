@@ -431,6 +431,16 @@ func TestRecoveryHoldsARunningChainedGrantsPreCleanSlotOnce(t *testing.T) {
 	for _, d := range []*dtr.DTR{&chained, &movedOn} {
 		d.Grant, d.Chained = d.ID.String()+".1", true
 	}
+	// Records encoded as the scheduler's steps encode them.
+	rec := func(t *testing.T, d dtr.DTR, st dtr.State, updated time.Time) record {
+		t.Helper()
+		d.State, d.Updated = st, updated
+		b, err := codec.EncodeJSON(&d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return record{id: d.ID, data: b}
+	}
 	if _, err := kv.Put(ctx, chained.ID.String(), rec(t, chained, dtr.QueryingReplica, now).data); err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	}
 	d.Error = nil
 	d.ChecksumMismatch = ""
-	d.Grant = ""
+	d.Grant, d.Chained = "", false
 	if len(d.Replicas) > 0 {
 		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
 		d.Replica, d.Source = 0, d.Replicas[0]
