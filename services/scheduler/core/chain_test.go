@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,9 @@ func TestAChainedGrantRunsQueryAndPreCleanUnderOneGrantAndOneResult(t *testing.T
 		t.Fatalf("PRE_CLEAN counts %d running while the chained grant runs, want 1", st.total)
 	}
 	checkSlotCounts(t, h.c)
+	if why, err := h.c.Explain(h.now, d.ID); err != nil || !strings.Contains(why.Reason, "PRE_CLEAN slot") || !strings.Contains(why.Reason, g.Then.Grant) {
+		t.Fatalf("why: %q, %v; want it to say the grant holds a PRE_CLEAN slot for %s", why.Reason, err, g.Then.Grant)
+	}
 	grants := h.c.Counts().Grants
 
 	h.now = h.now.Add(3 * time.Second)
