@@ -35,7 +35,8 @@ func config(slots int) app.Config {
 		// The measurements' storage servers are on loopback.
 		AllowNetworks: []string{"127.0.0.0/8"},
 		Config: scheduler.Config{MaxProcessor: slots, MaxDelivery: slots, MaxEmergency: 1, MaxTransferTries: 10,
-			RetryBase: time.Second, Lease: 2 * time.Minute, Tick: 50 * time.Millisecond, AgeAfter: time.Hour, AgeEvery: 5 * time.Minute},
+			RetryBase: time.Second, Lease: 2 * time.Minute, Tick: 50 * time.Millisecond, AgeAfter: time.Hour, AgeEvery: 5 * time.Minute,
+			ChainPreClean: true}, // SLUICE_CHAIN_PRECLEAN's default
 		Generator: generator.Config{MaxFiles: 100_000},
 		Processor: processor.Config{PreWorkers: slots, PostWorkers: slots},
 		Delivery:  delivery.Config{Workers: slots + 1, MaxInactivity: 5 * time.Minute, MinSpeedTime: 5 * time.Minute},

@@ -133,6 +133,13 @@ type Grant struct {
 	Cleanup bool `json:"cleanup,omitempty"`
 	// Emergency marks a grant on one of the state's emergency slots.
 	Emergency bool `json:"emergency,omitempty"`
+	// Then, on a QUERY_REPLICA grant, says that the scheduler holds a
+	// slot of the next state for the DTR too: once the query succeeds,
+	// the worker does that step as well, under Then's grant id, and
+	// sends both outcomes in one Result (its Then). A worker that does
+	// only the grant's own state is still right: the scheduler frees the
+	// slot it held and queues the DTR for it.
+	Then *GrantThen `json:"then,omitempty"`
 	// ExpectedSeconds is how long the scheduler expects the work to take
 	// (for a transfer, its size at the link's recent throughput): the
 	// storage tokens it gets must outlive it. 0: not said, or short.
@@ -151,6 +158,14 @@ type Grant struct {
 	// it has already (AppendDTR). From the scheduler's core it points into
 	// the core: read it before calling the core again.
 	DTR *dtr.DTR `json:"dtr,omitempty"`
+}
+
+// GrantThen is the step a chained grant's worker does after the grant's
+// own: its active state (PRE_CLEANING) and the grant id its outcome is
+// sent under.
+type GrantThen struct {
+	State dtr.State `json:"state"`
+	Grant string    `json:"grant"`
 }
 
 // Expected returns the grant's expected duration.
@@ -236,6 +251,10 @@ type Result struct {
 	// Returned says the worker gave the grant back without finishing it
 	// (it was stopping): the DTR goes back to its queue, no attempt spent.
 	Returned bool `json:"returned,omitempty"`
+	// Then is the outcome of the step a chained grant (Grant.Then) asked
+	// for after its own, under that step's grant id and state: present
+	// only when the grant's own step succeeded and the next was done.
+	Then *Result `json:"then,omitempty"`
 	// TraceParent names the span that sent this result, so that the
 	// scheduler's span for it joins the DTR's trace when it comes in a
 	// Results event with others.

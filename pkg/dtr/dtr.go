@@ -213,6 +213,11 @@ type DTR struct {
 	Cleanup bool `json:"cleanup,omitempty"`
 	// Grant is the id of the grant that owns the DTR in an active state.
 	Grant string `json:"grant,omitempty"`
+	// Chained says the DTR's QUERY_REPLICA grant also holds a PRE_CLEAN
+	// slot: its worker pre-cleans under the next grant id once the query
+	// succeeds (api.Grant.Then). Kept in the record so that a restarted
+	// scheduler, or a standby, holds that slot again for the running grant.
+	Chained bool `json:"chained,omitempty"`
 	// TURL is where a staged source's copy is, the URL delivery reads from
 	// (ARC's transfer URL); empty when the source is read directly.
 	TURL string `json:"turl,omitempty"`

@@ -78,6 +78,15 @@ func (in *instruments) ended(ctx context.Context, res api.Result, took time.Dura
 	in.active.Add(-1)
 	in.grants.Add(ctx, 1, outcome)
 	in.duration.Record(ctx, took.Seconds(), in.ofStage)
+	if t := res.Then; t != nil {
+		// A chained grant's next step is a grant of its own, run in
+		// the same hands (its time is in the chained grant's).
+		outcome = in.ok
+		if t.Error != nil {
+			outcome = metric.WithAttributes(in.stage, attribute.String("outcome", string(t.Error.Kind)))
+		}
+		in.grants.Add(ctx, 1, outcome)
+	}
 }
 
 // moved records bytes moved.

@@ -65,3 +65,49 @@ func TestEveryPoolOfAProcessReportsItsOwnActiveGrantsOnOneMeter(t *testing.T) {
 		}
 	}
 }
+
+// grantsByOutcome collects sluice.worker.grants from reader, by outcome.
+func grantsByOutcome(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "sluice.worker.grants" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				outcome, _ := dp.Attributes.Value(attribute.Key("outcome"))
+				got[outcome.AsString()] += dp.Value
+			}
+		}
+	}
+	return got
+}
+
+// A chained grant's result carries two grants' outcomes: both count.
+func TestAChainedGrantsResultCountsBothGrantsHandled(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	in, err := newInstruments(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"), dtr.StagePre)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []api.Result{
+		{Then: &api.Result{}},
+		{Then: &api.Result{Error: &dtr.Failure{Kind: dtr.ErrPermanentRemote}}},
+		{Error: &dtr.Failure{Kind: dtr.ErrTemporaryRemote}},
+	} {
+		in.started()
+		in.ended(context.Background(), res, time.Millisecond)
+	}
+	got := grantsByOutcome(t, reader)
+	want := map[string]int64{"ok": 3, string(dtr.ErrPermanentRemote): 1, string(dtr.ErrTemporaryRemote): 1}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("sluice.worker.grants{outcome=%q} = %d, want %d (all: %v)", k, got[k], n, got)
+		}
+	}
+}

@@ -141,6 +141,9 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 	switch g.State {
 	case dtr.QueryingReplica:
 		res, err = s.queryReplica(ctx, *g.DTR)
+		if err == nil && g.Then != nil && g.Then.State == dtr.PreCleaning {
+			res.Then = s.chainedPreClean(ctx, g, res)
+		}
 	case dtr.PreCleaning:
 		err = s.preClean(ctx, *g.DTR)
 	case dtr.StagingPreparing:
@@ -165,6 +168,26 @@ func (s *Service) Handle(ctx context.Context, g api.Grant, report func(int64, in
 		res.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error(), Location: failingEnd[g.State]}
 	}
 	return res
+}
+
+// chainedPreClean does the pre-clean a chained QUERY_REPLICA grant asks
+// for once its query succeeded, on the DTR as the query left it (the
+// scheduler records the size found before it applies the pre-clean), and
+// returns its outcome under the grant id the grant named. A pre-clean
+// stopped half way (the pool stopping, the scheduler's stop, the lease's
+// fence) returns none: the scheduler then queues the DTR for PRE_CLEAN
+// as it would after the query alone.
+func (s *Service) chainedPreClean(ctx context.Context, g api.Grant, queried api.Result) *api.Result {
+	d := *g.DTR
+	d.Size = queried.Size
+	then := &api.Result{DTR: d.ID, Grant: g.Then.Grant, State: g.Then.State}
+	if err := s.preClean(ctx, d); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		then.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error(), Location: failingEnd[dtr.PreCleaning]}
+	}
+	return then
 }
 
 // failingEnd is the end of the transfer a failure in each state is about.

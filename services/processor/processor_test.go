@@ -152,3 +152,67 @@ func TestAConfigBuiltInCodeTakesTheTagsDefaults(t *testing.T) {
 		t.Fatalf("CacheLockTimeout's default %q", tagDefault("CacheLockTimeout"))
 	}
 }
+
+// A chained QUERY_REPLICA grant (its Then) pre-cleans the destination
+// once the source is found, and returns both outcomes in one result; a
+// failed query does not pre-clean, and a grant without Then only queries.
+func TestAChainedQueryGrantPreCleansOnlyAfterTheQuerySucceeded(t *testing.T) {
+	tests := []struct {
+		name              string
+		source, dest      bool // whether each exists
+		overwrite, chain  bool
+		wantErr, wantThen bool
+		wantThenErr       dtr.ErrorKind
+	}{
+		{name: "the source is there and the destination free", source: true, chain: true, wantThen: true},
+		{name: "the destination exists and overwrite is not set", source: true, dest: true, chain: true,
+			wantThen: true, wantThenErr: dtr.ErrPermanentRemote},
+		{name: "the destination exists and overwrite is set", source: true, dest: true, overwrite: true, chain: true, wantThen: true},
+		{name: "the source is missing", dest: true, chain: true, wantErr: true},
+		{name: "a grant that is not chained", source: true, dest: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src, dst := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+			if tt.source {
+				write(t, src, "12345")
+			}
+			if tt.dest {
+				write(t, dst, "old")
+			}
+			d := dtr.DTR{ID: uuid.New(), Source: "file://" + src, Destination: "file://" + dst, Options: dtr.Options{Overwrite: tt.overwrite}}
+			g := api.Grant{ID: d.ID.String() + ".1", Stage: dtr.StagePre, State: dtr.QueryingReplica, DTR: &d}
+			if tt.chain {
+				g.Then = &api.GrantThen{State: dtr.PreCleaning, Grant: d.ID.String() + ".2"}
+			}
+			s := New(Config{}, nil, slog.New(slog.DiscardHandler))
+			res := s.Handle(context.Background(), g, func(int64, int64) {})
+			if (res.Error != nil) != tt.wantErr {
+				t.Fatalf("query error %+v, want one: %v", res.Error, tt.wantErr)
+			}
+			if !tt.wantErr && res.Size != 5 {
+				t.Errorf("size %d, want 5", res.Size)
+			}
+			if (res.Then != nil) != tt.wantThen {
+				t.Fatalf("pre-clean outcome %+v, want one: %v", res.Then, tt.wantThen)
+			}
+			if res.Then == nil {
+				return
+			}
+			if res.Then.Grant != g.Then.Grant || res.Then.State != dtr.PreCleaning || res.Then.DTR != d.ID {
+				t.Errorf("pre-clean outcome under %s %s %s, want %s PRE_CLEANING %s", res.Then.DTR, res.Then.Grant, res.Then.State, d.ID, g.Then.Grant)
+			}
+			var kind dtr.ErrorKind
+			if res.Then.Error != nil {
+				kind = res.Then.Error.Kind
+				if res.Then.Error.Location != dtr.LocationDestination {
+					t.Errorf("pre-clean failure about %q, want the destination", res.Then.Error.Location)
+				}
+			}
+			if kind != tt.wantThenErr {
+				t.Errorf("pre-clean error %q, want %q", kind, tt.wantThenErr)
+			}
+		})
+	}
+}

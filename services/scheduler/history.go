@@ -9,6 +9,7 @@ package scheduler
 // `sluice history` and the web page read them (readHistory; historyapi.go).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,6 +144,9 @@ func (r *historyRecorder) resultsFrom(source string, rs []api.Result) {
 	}
 	for _, res := range rs {
 		r.ranBy[res.Grant] = parts[2]
+		if res.Then != nil {
+			r.ranBy[res.Then.Grant] = parts[2] // a chained grant's next step, run by the same worker
+		}
 	}
 }
 
@@ -204,10 +208,13 @@ func errText(f *dtr.Failure) string {
 
 // step returns the events of the DTRs a step changed: a new state, a new
 // error, a new grant, to be sent once the step is committed. changed are the core's (read before it is called again), term
-// the leader's. Of a DTR not seen before in this term and not submitted
+// the leader's; chained are the PRE_CLEAN grants that chained grants'
+// workers ran and whose results the step applied, each recorded as
+// granted (PRE_CLEANING, from the query's grant) and then ended by the
+// DTR's next event, as if it had been granted on its own. Of a DTR not seen before in this term and not submitted
 // in this step (the last leader's), the state before is not known here:
 // the reader takes it from the event before.
-func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, term uint64) []historyItem {
+func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, chained []core.Grant, term uint64) []historyItem {
 	defer clear(r.ranBy)
 	defer clear(r.arrivals)
 	if len(changed) == 0 || r.out == nil {
@@ -221,9 +228,33 @@ func (r *historyRecorder) step(now time.Time, c *core.Core, changed []*dtr.DTR, 
 	}
 	holds := make(map[uuid.UUID]core.Standing, len(ids))
 	c.StandingsOf(ids, func(st core.Standing) { holds[st.DTR] = st })
-	items := make([]historyItem, 0, len(changed)+len(r.arrivals))
+	var preCleans map[uuid.UUID]string
+	if len(chained) > 0 {
+		preCleans = make(map[uuid.UUID]string, len(chained))
+		for _, g := range chained {
+			preCleans[g.DTR.ID] = g.ID
+		}
+	}
+	items := make([]historyItem, 0, len(changed)+len(chained)+len(r.arrivals))
 	for _, d := range changed {
 		prev, known := r.lastOf(d.ID)
+		if grant, ok := preCleans[d.ID]; ok {
+			// The pre-clean its chained grant ran: granted when the query
+			// ended (it held its slot from the query's grant on), ended by
+			// the event below.
+			at := cmp.Or(d.Updated, now)
+			ev := api.HistoryEvent{Time: at, State: dtr.PreCleaning, Grant: grant, Attempts: d.Attempts,
+				Share: d.Share, Priority: d.Priority, Term: term}
+			var ranBy string
+			if known {
+				ev.From = prev.state.String()
+				if prev.state.IsActive() && prev.grant != "" {
+					ev.Ended, ranBy = prev.grant, r.ranBy[prev.grant]
+				}
+			}
+			items = append(items, historyItem{id: d.ID, ev: ev, ranBy: ranBy})
+			prev, known = recorded{state: dtr.PreCleaning, hold: core.HoldRunning, grant: grant}, true
+		}
 		st := holds[d.ID]
 		cur := recorded{state: d.State, hold: st.Hold, grant: d.Grant, err: errText(d.Error)}
 		if known && cur == prev {

@@ -42,7 +42,7 @@ func (r *coreRun) step(d time.Duration) []core.Grant {
 	r.now = r.now.Add(d)
 	r.c.Tick(r.now)
 	dec := r.c.Take()
-	r.rec.send(r.rec.step(r.now, r.c, dec.Changed, 7))
+	r.rec.send(r.rec.step(r.now, r.c, dec.Changed, dec.Chained, 7))
 	for _, g := range dec.Grants {
 		r.running[g.ID] = g
 	}
@@ -504,5 +504,68 @@ func TestTheRecorderKeepsWhatItLastWroteOfEachDTRExactly(t *testing.T) {
 	}
 	if len(r.more) != 0 || len(r.last) != 0 {
 		t.Errorf("%d and %d kept after every DTR was forgotten", len(r.last), len(r.more))
+	}
+}
+
+// A chained grant's pre-clean, which never waits in a queue nor gets a
+// grant message of its own, shows in the history as any pre-clean does:
+// granted (PRE_CLEANING under its grant id, ending the query's grant) and
+// ended by the DTR's next event, both run by the worker that sent the
+// chained result.
+func TestTheRecorderRecordsAChainedPreCleanAsGrantedAndEnded(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.ChainPreClean = true
+	r := newCoreRun(t, cfg)
+	d := testDTR(0)
+	if err := r.c.Submit(r.now, d); err != nil {
+		t.Fatal(err)
+	}
+	r.rec.arrived(d.ID)
+	var query core.Grant
+	for i := 0; i < 200 && r.c.Len() > 0; i++ {
+		for _, g := range r.step(time.Second) {
+			if g.Then == nil {
+				r.answer(g, nil)
+				continue
+			}
+			query = g
+			delete(r.running, g.ID)
+			res := core.Result{DTR: d.ID, Grant: g.ID, State: g.State, Size: 10,
+				Then: &core.Result{DTR: d.ID, Grant: g.Then.Grant, State: g.Then.State}}
+			r.rec.resultsFrom("sluice/pre/w1", []api.Result{res})
+			if err := r.c.Result(r.now, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r.step(time.Second) // the step that takes the final DTR
+	if query.ID == "" {
+		t.Fatal("no chained grant")
+	}
+	evs := r.events()[d.ID]
+	var states []string
+	at := -1
+	for i, it := range evs {
+		states = append(states, it.ev.State.String())
+		if i > 0 && it.ev.From != evs[i-1].ev.State.String() {
+			t.Errorf("event %d is from %s, the one before was in %s", i, it.ev.From, evs[i-1].ev.State)
+		}
+		if it.ev.State == dtr.PreCleaning {
+			at = i
+		}
+	}
+	if at < 1 || at+1 >= len(evs) {
+		t.Fatalf("no PRE_CLEANING event between others: %v", states)
+	}
+	granted, ended := evs[at], evs[at+1]
+	if granted.ev.Grant != query.Then.Grant || granted.ev.From != dtr.QueryingReplica.String() || granted.ev.Ended != query.ID || granted.ranBy != "w1" {
+		t.Errorf("the pre-clean's grant event %+v (ran by %q), want grant %s from QUERYING_REPLICA ending %s, ran by w1",
+			granted.ev, granted.ranBy, query.Then.Grant, query.ID)
+	}
+	if ended.ev.Ended != query.Then.Grant || ended.ranBy != "w1" {
+		t.Errorf("the event after the pre-clean %+v (ran by %q), want it to end %s, ran by w1", ended.ev, ended.ranBy, query.Then.Grant)
+	}
+	if last := evs[len(evs)-1]; !last.final || last.ev.State != dtr.Done {
+		t.Errorf("last event %+v, want final DONE", last.ev)
 	}
 }

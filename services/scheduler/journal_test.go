@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/bus/tracing"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
 // journalServer is a real JetStream server with Sluice's streams and
@@ -403,5 +404,74 @@ func recoverAll(t *testing.T, s *Service) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the journal tail read up to %d of %d", s.journal.ReadUpTo(), info.State.LastSeq)
 		}
+	}
+}
+
+// preCleanRunning is what the core counts running in PRE_CLEAN.
+func preCleanRunning(c *core.Core) int {
+	stats, _ := c.Shares()
+	n := 0
+	for _, st := range stats {
+		if st.State == dtr.PreClean {
+			n += st.Running
+		}
+	}
+	return n
+}
+
+// A scheduler that recovers (or a standby that applies the journal) holds
+// again the PRE_CLEAN slot of a chained grant running in its record, once
+// however many of its records it applies, and takes its chained result;
+// one whose later record moved on holds none.
+func TestRecoveryHoldsARunningChainedGrantsPreCleanSlotOnce(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	now := time.Now().Add(-time.Minute)
+	chained, movedOn := newDTR("chained"), newDTR("moved-on")
+	for _, d := range []*dtr.DTR{&chained, &movedOn} {
+		d.Grant, d.Chained = d.ID.String()+".1", true
+	}
+	// Records encoded as the scheduler's steps encode them.
+	rec := func(t *testing.T, d dtr.DTR, st dtr.State, updated time.Time) record {
+		t.Helper()
+		d.State, d.Updated = st, updated
+		b, err := codec.EncodeJSON(&d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return record{id: d.ID, data: b}
+	}
+	if _, err := kv.Put(ctx, chained.ID.String(), rec(t, chained, dtr.QueryingReplica, now).data); err != nil {
+		t.Fatal(err)
+	}
+	old := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	after := movedOn
+	after.Grant, after.Chained = movedOn.ID.String()+".3", false
+	for _, recs := range [][]record{
+		{rec(t, movedOn, dtr.QueryingReplica, now.Add(time.Second))},
+		{rec(t, chained, dtr.QueryingReplica, now.Add(2*time.Second)), rec(t, after, dtr.Transferring, now.Add(2*time.Second))},
+	} {
+		if err := old.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(Config{ChainPreClean: true}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	recoverAll(t, s)
+	if n := preCleanRunning(s.core); n != 1 {
+		t.Fatalf("PRE_CLEAN counts %d running after recovery, want the chained grant's 1", n)
+	}
+	then := &core.Result{DTR: chained.ID, Grant: chained.ID.String() + ".2", State: dtr.PreCleaning}
+	if err := s.core.Result(time.Now(), core.Result{DTR: chained.ID, Grant: chained.Grant, State: dtr.QueryingReplica, Size: 5, Then: then}); err != nil {
+		t.Fatalf("the chained result after recovery: %v", err)
+	}
+	if got, _ := s.core.Get(chained.ID); got.State != dtr.Transfer || got.Grant != then.Grant || got.Chained {
+		t.Fatalf("after its chained result: %s under %s (chained %v), want TRANSFER under %s", got.State, got.Grant, got.Chained, then.Grant)
+	}
+	if n := preCleanRunning(s.core); n != 0 {
+		t.Fatalf("PRE_CLEAN counts %d running once the chained result was taken, want 0", n)
 	}
 }

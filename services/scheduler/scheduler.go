@@ -64,6 +64,7 @@ type Config struct {
 	MaxDelivery              int    `envconfig:"MAXDELIVERY" default:"10" desc:"transfer slots"`
 	MaxEmergency             int    `envconfig:"MAXEMERGENCY" default:"1" desc:"emergency slots per state"`
 	PreferredPattern         string `envconfig:"PREFERREDPATTERN" desc:"order of a file's replicas, ARC's preferredpattern: host patterns separated by |, $ anchors at the end, ! excludes, e.g. cern.ch|.uk$|!slow.example"`
+	ChainPreClean            bool   `envconfig:"CHAIN_PRECLEAN" default:"true" desc:"a QUERY_REPLICA grant also holds the DTR's PRE_CLEAN slot when PRE_CLEAN has a free slot and nothing waits there, and its processor pre-cleans right after the query under that slot, sending one result for both (half the messages and steps of pre-processing); false: each step is granted on its own"`
 	MaxPerHost               int    `envconfig:"MAXPERHOST" default:"0" desc:"transfers that may run at once against one storage endpoint (host:port of a remote source or destination); 0: no limit"`
 	// Optimizer is the per-link optimizer's switch and bounds (core/links.go).
 	Optimizer         string        `envconfig:"OPTIMIZER" default:"on" desc:"per-link adaptive concurrency: on or off (each link, source endpoint → destination endpoint, gets a limit tuned from its throughput and failures; MAXPERHOST still caps it)"`
@@ -159,6 +160,7 @@ func (c Config) CoreConfig() (core.Config, error) {
 	cc.MaxProcessor, cc.MaxDelivery, cc.MaxEmergency = c.MaxProcessor, c.MaxDelivery, c.MaxEmergency
 	cc.MaxPrepared, cc.MaxPerHost, cc.PreferredPattern = c.MaxPrepared, c.MaxPerHost, c.PreferredPattern
 	cc.Cache = c.Cache
+	cc.ChainPreClean = c.ChainPreClean
 	if c.MaxPerHost < 0 {
 		return cc, fmt.Errorf("maxperhost %d is negative", c.MaxPerHost)
 	}
@@ -710,7 +712,7 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	s.leases.resume(ctx, now)
 	s.core.Tick(now)
 	dec := s.core.Take()
-	c.events = s.history.step(now, s.core, dec.Changed, s.term.Load())
+	c.events = s.history.step(now, s.core, dec.Changed, dec.Chained, s.term.Load())
 
 	// The records of changed DTRs, encoded now: the core changes them
 	// after this step.

@@ -29,6 +29,8 @@ func TestTheCoresDefaultsAreTheServicesDefaults(t *testing.T) {
 	// The service turns the per-link optimizer on; a core made in code
 	// has it off unless it asks (so that its limits are the ones it set).
 	want.Optimizer = core.DefaultOptimizerConfig()
+	// Chaining QUERY_REPLICA with PRE_CLEAN, likewise.
+	want.ChainPreClean = true
 	got.Policy, want.Policy = nil, nil
 	if len(got.SharePriority) == 0 && len(want.SharePriority) == 0 {
 		got.SharePriority, want.SharePriority = nil, nil // none configured, made or not

@@ -77,6 +77,7 @@ type dtrWire struct {
 	TransferGrant string        `json:"transfer_grant,omitempty"`
 	Cleanup       bool          `json:"cleanup,omitempty"`
 	Grant         string        `json:"grant,omitempty"`
+	Chained       bool          `json:"chained,omitempty"`
 	TURL          string        `json:"turl,omitempty"`
 	Replicas      []string      `json:"replicas,omitempty"`
 	Replica       int           `json:"replica,omitempty"`
@@ -105,7 +106,7 @@ func wireOf(d *dtr.DTR) *dtrWire {
 		State: d.State, Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Error: d.Error, Cancel: d.Cancel, Size: d.Size,
 		Bytes: d.Bytes, Checksum: d.Checksum, Created: d.Created, Updated: d.Updated, Started: unlessZero(&d.Started),
 		Ended: unlessZero(&d.Ended), NextProcess: unlessZero(&d.NextProcess), TraceParent: d.TraceParent,
-		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, TURL: d.TURL, Replicas: d.Replicas,
+		TransferGrant: d.TransferGrant, Cleanup: d.Cleanup, Grant: d.Grant, Chained: d.Chained, TURL: d.TURL, Replicas: d.Replicas,
 		Replica: d.Replica, Cache: d.Cache, CacheFile: d.CacheFile, ChecksumMismatch: d.ChecksumMismatch,
 		TransferMethod: d.TransferMethod, ChecksumUnverified: d.ChecksumUnverified, TokenRef: d.TokenRef, ChecksumSource: d.ChecksumSource,
 		SubmittedWithToken: d.SubmittedWithToken, StateEntered: unlessZero(&d.StateEntered)}

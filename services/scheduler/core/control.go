@@ -144,6 +144,9 @@ func (c *Core) Explain(now time.Time, id uuid.UUID) (Why, error) {
 	switch {
 	case d.State.IsActive():
 		w.Reason = fmt.Sprintf("running in %s under grant %s since %s", d.State, d.Grant, c.when(e.granted).UTC().Format(time.RFC3339))
+		if d.Chained {
+			w.Reason += fmt.Sprintf(", holding a PRE_CLEAN slot too: its worker pre-cleans next, under grant %s", nextGrant(d))
+		}
 		return w, nil
 	case !d.NextProcess.IsZero():
 		w.Reason = fmt.Sprintf("waiting to retry after %s (attempt %d of %d)", errorText(d.Error), d.Attempts+1, d.MaxAttempts)

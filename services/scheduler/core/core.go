@@ -83,6 +83,11 @@ type Config struct {
 	// Optimizer tunes each link's concurrency (links.go); off when not
 	// Enabled.
 	Optimizer OptimizerConfig
+	// ChainPreClean lets a QUERY_REPLICA grant hold the DTR's PRE_CLEAN
+	// slot too when PRE_CLEAN can take it at once, so that one worker
+	// does both steps under one grant (chain.go). Off in a zero Config
+	// and DefaultConfig; the scheduler turns it on (SLUICE_CHAIN_PRECLEAN).
+	ChainPreClean bool
 }
 
 // DefaultConfig returns A-REX's defaults.
@@ -128,6 +133,11 @@ type Decisions struct {
 	Final   []*dtr.DTR
 	// CancelRunning names grants whose workers should stop now.
 	CancelRunning []Grant
+	// Chained holds the PRE_CLEAN grants that chained grants' workers ran
+	// (their slots held from the QUERY_REPLICA grant on) and whose
+	// outcomes were applied since the last Take: each began and ended
+	// within one result, so no record shows it; the history does.
+	Chained []Grant
 }
 
 // Core is the scheduler's state machine. It is not safe for concurrent use.

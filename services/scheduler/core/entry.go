@@ -132,7 +132,7 @@ func (c *Core) Submit(now time.Time, d *dtr.DTR) error {
 	}
 	d.Error = nil
 	d.ChecksumMismatch = ""
-	d.Grant = ""
+	d.Grant, d.Chained = "", false
 	if len(d.Replicas) > 0 {
 		d.Replicas = SortReplicas(append([]string{d.Source}, d.Replicas...), c.cfg.PreferredPattern)
 		d.Replica, d.Source = 0, d.Replicas[0]
@@ -172,6 +172,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	}
 	e := &entry{d: d, index: -1}
 	c.add(e)
+	if d.Chained && d.State != dtr.QueryingReplica {
+		d.Chained = false // no grant holds a slot for it: nothing to hold
+	}
 	if d.Options.Stage && pinnedStates[d.State] {
 		c.pin(e)
 	}
@@ -201,6 +204,13 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 		e.lease = c.nanos(now.Add(c.cfg.Lease))
 		e.granted = c.nanos(now)
 		c.active[d.ID] = e
+		if d.Chained && q == dtr.QueryReplica {
+			// Its worker pre-cleans once the query succeeds: the slot it
+			// holds is held again, whatever the limit is now (as the
+			// grant's own).
+			d.Chained = false
+			c.reserve(now, e)
+		}
 	case (d.State == dtr.New || d.State == dtr.CacheProcessed || d.State == dtr.CacheWait) && !d.NextProcess.IsZero():
 		heap.Push(&c.delayed, e)
 	default:
@@ -268,6 +278,7 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	switch {
 	case c.active[id] == e:
 		c.release(e)
+		c.unreserve(time.Time{}, e)
 	case e.index >= 0 && int(e.index) < len(c.delayed) && c.delayed[e.index] == e:
 		heap.Remove(&c.delayed, int(e.index))
 	case e.share != nil && e.index >= 0 && int(e.index) < e.home().Len() && e.home().items[e.index] == e:
@@ -282,6 +293,7 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	}
 	c.out.Grants = slices.DeleteFunc(c.out.Grants, func(g Grant) bool { return g.DTR.ID == id })
 	c.out.CancelRunning = slices.DeleteFunc(c.out.CancelRunning, func(g Grant) bool { return g.DTR.ID == id })
+	c.out.Chained = slices.DeleteFunc(c.out.Chained, func(g Grant) bool { return g.DTR.ID == id })
 	c.disown(e)
 	delete(c.dtrs, id)
 	return true
@@ -313,6 +325,7 @@ func (c *Core) Result(now time.Time, r Result) error {
 	c.observeHold(now, e)
 	c.chargePolicy(now, e, r.Bytes)
 	c.release(e)
+	granted := e.granted
 	if e.granted != 0 {
 		// Moving average over about the last 16 grants of the state.
 		took := now.Sub(c.when(e.granted))
@@ -344,6 +357,12 @@ func (c *Core) Result(now time.Time, r Result) error {
 		return nil
 	default:
 		c.must(d.Transition(e.queued.Completed(), now))
+	}
+	if d.Chained {
+		if took, err := c.chainedResult(now, e, r, granted); took {
+			return err
+		}
+		c.unreserve(now, e) // no PRE_CLEAN outcome for it: queued as usual
 	}
 	c.route(now, e)
 	return nil
@@ -413,6 +432,7 @@ func (c *Core) giveBack(now time.Time, e *entry, bytes int64) {
 	d := e.d
 	c.chargePolicy(now, e, bytes)
 	c.release(e)
+	c.unreserve(now, e)
 	if classOf(e.queued).Pins {
 		c.unpin(e)
 	}
@@ -466,6 +486,7 @@ func (c *Core) Cancel(now time.Time, id uuid.UUID) error {
 		c.must(d.Transition(classOf(d.State).CancelTo, now))
 		c.route(now, e)
 	case d.State.IsActive():
+		c.unreserve(now, e) // a cancelled DTR is not pre-cleaned
 		if k := classOf(e.queued); k.Cancelling != 0 {
 			c.must(d.Transition(k.Cancelling, now))
 		}

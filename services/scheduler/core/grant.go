@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -187,14 +188,10 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	e.share.running++
 	st.total++
 	c.must(d.Transition(s.Active(), now))
-	n := 1
-	if d.Grant != "" {
-		if _, after, ok := cut(d.Grant); ok {
-			n, _ = strconv.Atoi(after)
-			n++
-		}
+	d.Grant = nextGrant(d)
+	if s == dtr.QueryReplica && c.mayChain(d) {
+		c.reserve(now, e) // chain.go
 	}
-	d.Grant = grantID(d.ID, n)
 	k := classOf(s)
 	if k.IsTransfer {
 		d.TransferGrant = d.Grant
@@ -219,6 +216,18 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	c.active[d.ID] = e
 	c.out.Grants = append(c.out.Grants, g)
 	c.markDirty(e)
+}
+
+// nextGrant is the id of the grant after d's last: "<dtr id>.<n+1>".
+func nextGrant(d *dtr.DTR) string {
+	n := 1
+	if d.Grant != "" {
+		if _, after, ok := cut(d.Grant); ok {
+			n, _ = strconv.Atoi(after)
+			n++
+		}
+	}
+	return grantID(d.ID, n)
 }
 
 // grantID is "<dtr id>.<n>", built with one allocation: grants are the
@@ -250,7 +259,11 @@ func cut(grant string) (string, string, bool) {
 // grantOf describes the grant an active DTR holds.
 func (c *Core) grantOf(e *entry) Grant {
 	d := e.d
-	return Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, LeaseSeconds: c.cfg.Lease.Seconds(), Cleanup: d.Cleanup}
+	g := Grant{ID: d.Grant, Stage: e.queued.Stage(), State: d.State, DTR: d, LeaseSeconds: c.cfg.Lease.Seconds(), Cleanup: d.Cleanup}
+	if d.Chained {
+		g.Then = &api.GrantThen{State: dtr.PreCleaning, Grant: nextGrant(d)}
+	}
+	return g
 }
 
 // release frees the slot of an active DTR.

@@ -56,6 +56,7 @@ func (c *Core) expireLeases(now time.Time) {
 		c.count.LeaseExpiries++
 		c.chargePolicy(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
+		c.unreserve(now, e)
 		// A lost cleanup keeps the error that called for it (none for a
 		// cancelled DTR): that error decides what follows, and the
 		// cleanup is done again first.

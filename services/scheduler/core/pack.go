@@ -32,6 +32,7 @@ const (
 	packError
 	packStage
 	packNoCache
+	packChained
 )
 
 // Bits of the fields of a packed DTR that follow only if set.
@@ -90,7 +91,7 @@ func (c *Core) packDTR(d *dtr.DTR) string {
 	b = binary.AppendVarint(b, int64(d.UserPriority))
 	b = appendString(b, d.Options.Checksum)
 	var flags byte
-	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil, d.Options.Stage, d.Options.NoCache} {
+	for bit, on := range [...]bool{d.Options.Overwrite, d.Options.FailureAllowed, d.Cancel, d.Cleanup, d.Error != nil, d.Options.Stage, d.Options.NoCache, d.Chained} {
 		if on {
 			flags |= 1 << bit
 		}
@@ -281,6 +282,7 @@ func (c *Core) unpackDTR(p string) *dtr.DTR {
 	d.Cleanup = flags&packCleanup != 0
 	d.Options.Stage = flags&packStage != 0
 	d.Options.NoCache = flags&packNoCache != 0
+	d.Chained = flags&packChained != 0
 	d.Share = c.names[r.uvarint()]
 	d.Priority = int(r.varint())
 	d.State = dtr.State(r.byte())

@@ -33,6 +33,7 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		TokenRef:           "t5d3c0b8a4e6f21907f1c2d3e4a5b6c7d",
 		ChecksumSource:     dtr.ChecksumFromStorage,
 		SubmittedWithToken: true,
+		Chained:            true,
 		StateEntered:       when.Add(4 * time.Second),
 	}
 	tests := []struct {
