@@ -499,7 +499,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 	// published: a leader deposed since has its append refused and
 	// publishes nothing. A final DTR whose announcement was lost (the
 	// scheduler died in between) is announced again by the next leader,
-	// from the journal (announceKeptFinals; the generator takes a final
+	// from the journal (keptFinals; the generator takes a final
 	// DTR once).
 	for _, c := range cs {
 		for _, m := range c.rejections {
