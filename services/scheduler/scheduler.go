@@ -465,16 +465,16 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
 	s.sample(time.Now())
-	// Decisions are made here and made durable by the committer, which
-	// stores and publishes a step's outputs while the next step is made.
-	// The hand-over waits for the committer: what comes in meanwhile goes
-	// into one larger next step.
 	// The final DTRs the last leader may not have announced, taken from
 	// the journal before the committer can begin a checkpoint.
 	kept, err := s.keptFinals(ctx, time.Now())
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	// Decisions are made here and made durable by the committer, which
+	// stores and publishes a step's outputs while the next step is made.
+	// The hand-over waits for the committer: what comes in meanwhile goes
+	// into one larger next step.
 	commits := make(chan *commit)
 	failed := make(chan error, 1)
 	committed := make(chan struct{})
