@@ -69,7 +69,8 @@ type commit struct {
 	// now says the step must not be held for final DTRs to gather: its
 	// notices tell workers to stop, or it left the scheduler with no
 	// unfinished DTR, so that no more would come to gather (the end of
-	// a small job on a quiet scheduler is announced at once).
+	// a small job on a quiet scheduler is announced at once), or it
+	// announces again what the last leader may not have (keptFinals).
 	now bool
 	// events are the step's history events: handed to the history's
 	// writer once the step's records are journaled, and stored before
@@ -499,7 +500,7 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 	// published: a leader deposed since has its append refused and
 	// publishes nothing. A final DTR whose announcement was lost (the
 	// scheduler died in between) is announced again by the next leader,
-	// from the journal (announceKeptFinals; the generator takes a final
+	// from the journal (keptFinals; the generator takes a final
 	// DTR once).
 	for _, c := range cs {
 		for _, m := range c.rejections {

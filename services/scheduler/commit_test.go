@@ -464,3 +464,204 @@ func TestFinalDTRsHeldByALeaderThatFailsAreAnnouncedByTheNext(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFinalDTRsANewLeaderAnnouncesAgainStayInTheJournalUntilTheirEventIsStored:
+// the last leader journaled a step that ended a DTR and died; the new
+// leader, recovered from the journal, announces the DTR again. Its
+// checkpoints, due at once, put the record in the bucket but purge the
+// journal only before the message that holds it until the new leader's
+// Finals event is stored, and then the rest: should the announcement fail,
+// or the new leader die before it is stored, the leader after it finds the
+// DTR in the journal (the bucket alone announces nothing) and announces it.
+func TestTheFinalDTRsANewLeaderAnnouncesAgainStayInTheJournalUntilTheirEventIsStored(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// stored says the new leader's Finals event is stored; else
+		// failed says the announcement fails (no stream takes it), or
+		// the leader dies once the step is stored.
+		stored, failed bool
+	}{
+		{name: "its Finals event is stored", stored: true},
+		{name: "its announcement is never stored", failed: true},
+		{name: "it dies before its Finals event is stored"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js, kv := journalServer(t)
+			ctx := context.Background()
+			last := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
+			ended := newDTR("ended")
+			if err := last.Append(ctx, []record{rec(t, ended, dtr.Done, time.Now())}); err != nil {
+				t.Fatal(err)
+			}
+			endedIn := last.ReadUpTo() // the journal message that holds it
+
+			s, err := New(Config{}, nc, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Its checkpoints are due at once, and every millisecond.
+			s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Millisecond, 1<<30)
+			recoverAll(t, s)
+			term, bucketLast, behind, err := beginTerm(ctx, js, s.journal.ReadUpTo(), "new")
+			if err != nil || behind {
+				t.Fatalf("the new leader's term: behind %v, %v", behind, err)
+			}
+			s.journal.Lead(term, bucketLast, make(chan error, 1))
+			kept, err := s.keptFinals(ctx, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept == nil || len(kept.announce) != 1 || kept.announce[0].id != ended.ID {
+				t.Fatalf("the new leader announces again %+v, want the DTR the last one ended", kept)
+			}
+			time.Sleep(5 * time.Millisecond) // a checkpoint is due
+
+			switch {
+			case tt.stored:
+				commits, failed := make(chan *commit), make(chan error, 1)
+				stopped := make(chan struct{})
+				go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
+				commits <- kept
+				waitFor(t, "the Finals event to be stored", func() bool { return finalsStored(t, js) == 1 })
+				waitFor(t, "a checkpoint to purge the journal up to the term's barrier", func() bool { return journalMsgs(t, js) == 0 })
+				close(commits)
+				<-stopped
+				select {
+				case err := <-failed:
+					t.Fatalf("the committer failed: %v", err)
+				default:
+				}
+			case tt.failed:
+				if err := js.DeleteStream(ctx, bus.StreamEvents); err != nil {
+					t.Fatal(err)
+				}
+				commits, failed := make(chan *commit), make(chan error, 1)
+				stopped := make(chan struct{})
+				go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
+				commits <- kept
+				select {
+				case <-failed:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the committer did not fail though no stream takes the Finals event")
+				}
+				close(commits)
+				<-stopped
+			default:
+				// Killed once the step is stored, after a checkpoint
+				// began: what the committer does before it announces.
+				if _, err := s.store(ctx, []*commit{kept}); err != nil {
+					t.Fatal(err)
+				}
+				s.journal.Checkpoint(ctx)
+			}
+			s.journal.Wait()
+			if _, err := kv.Get(ctx, ended.ID.String()); err != nil {
+				t.Fatalf("the final record is not in the bucket after the new leader's checkpoints: %v", err)
+			}
+			if tt.stored {
+				return
+			}
+			st, err := js.Stream(ctx, bus.StreamJournal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs == 0 || info.State.FirstSeq > endedIn {
+				t.Fatalf("the journal begins at %d (%d messages): the message %d with the final DTR not yet announced again was purged",
+					info.State.FirstSeq, info.State.Msgs, endedIn)
+			}
+
+			// The leader after it announces the DTR.
+			nc2, err := nats.Connect(nc.ConnectedUrl())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc2.Close()
+			events := finalsEvents(t, nc)
+			next, err := New(Config{Name: "next"}, nc2, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			nctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- next.Run(nctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("next scheduler: %v", err)
+				}
+			}()
+			select {
+			case got := <-events:
+				if !slices.Equal(got, []uuid.UUID{ended.ID}) {
+					t.Fatalf("the next leader announced %v, want %v", got, ended.ID)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the next leader never announced the final DTR")
+			}
+		})
+	}
+}
+
+// TestTheFinalDTRsOfAStepThatFailedAfterItsAppendStayInTheJournal: held
+// steps that ended DTRs are announced when a later step fails to store
+// after its records were journaled (its rejection finds no stream); they
+// are marked announced up to their own journal messages, not the
+// journal's end, so that a checkpoint keeps the failed step's message and
+// the next leader announces its final DTR.
+func TestTheFinalDTRsOfAStepThatFailedAfterItsAppendStayInTheJournal(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	s, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
+	s.gatherFor = time.Hour
+	held, _ := finalStep(t, s, 1, nil)
+	failing, failingIDs := finalStep(t, s, 1, nil)
+	rejection := nats.NewMsg("nowhere.no.stream")
+	rejection.Data = []byte("x")
+	failing.rejections = []*nats.Msg{rejection}
+	commits, failed := make(chan *commit), make(chan error, 1)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
+	commits <- held
+	waitFor(t, "the held step to be journaled", func() bool { return journalMsgs(t, js) == 1 })
+	commits <- failing
+	select {
+	case <-failed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the committer did not fail though the step's rejection finds no stream")
+	}
+	close(commits)
+	<-stopped
+	if n := finalsStored(t, js); n != 1 {
+		t.Fatalf("%d Finals events stored, want the held step's 1", n)
+	}
+	s.journal.Checkpoint(ctx)
+	s.journal.Wait()
+	if n := journalMsgs(t, js); n != 1 {
+		t.Fatalf("the journal holds %d messages after a checkpoint, want 1: the failed step's, whose final DTR is not announced", n)
+	}
+	if kept := s.journal.KeptFinals(); len(kept) != 0 {
+		t.Fatalf("%d final records kept after the checkpoint, want none (a new leader reads them from the journal)", len(kept))
+	}
+	// A new leader finds the failed step's final DTR in the journal.
+	next, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.kv, next.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
+	recoverAll(t, next)
+	kept, err := next.keptFinals(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept == nil || len(kept.announce) != 1 || kept.announce[0].id != failingIDs[0] {
+		t.Fatalf("a new leader announces again %+v, want the failed step's DTR", kept)
+	}
+}

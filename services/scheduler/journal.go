@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -89,10 +90,12 @@ type journal struct {
 	// unannounced are the journal messages, by sequence and in order,
 	// that hold final records appended here whose Finals events are not
 	// yet known to be stored (the committer gathers a few steps' final
-	// DTRs before it announces them). A checkpoint purges the journal
-	// only up to the first of them: should this scheduler die before it
-	// announces them, the next leader finds them in the journal and
-	// announces them (keptFinals).
+	// DTRs before it announces them), or, from the start of a term
+	// (Lead), final records kept from the journal that the term
+	// announces again. A checkpoint purges the journal only up to the
+	// first of them: should this scheduler die before it announces them,
+	// the next leader finds them in the journal and announces them
+	// (keptFinals).
 	unannounced []uint64
 }
 
@@ -432,9 +435,30 @@ func (j *journal) Lead(term uint64, bucketLastID string, deposed chan<- error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fenced, j.last, j.bucketLastID, j.deposed = true, term, bucketLastID, deposed
-	// What an earlier term of this scheduler left unannounced, the new
-	// term announces from the journal first (keptFinals).
-	j.unannounced = nil
+	// The final records kept from the journal, which the last leader may
+	// not have announced, the new term announces first (keptFinals). Until
+	// that announcement is stored (Announced) the journal keeps their
+	// messages: should this leader fail or die meanwhile, the next one
+	// reads them there, as it could not from the bucket alone.
+	j.unannounced = j.keptFinalSeqs()
+}
+
+// keptFinalSeqs are the journal messages, by sequence and in order, that
+// hold the final records KeptFinals returns.
+func (j *journal) keptFinalSeqs() []uint64 {
+	var seqs []uint64
+	for _, r := range j.dirty {
+		if r.final {
+			seqs = append(seqs, r.seq)
+		}
+	}
+	for id, r := range j.flushing {
+		if _, newer := j.dirty[id]; r.final && !newer {
+			seqs = append(seqs, r.seq)
+		}
+	}
+	slices.Sort(seqs)
+	return slices.Compact(seqs)
 }
 
 // Deposed sets where a refused checkpoint is reported.

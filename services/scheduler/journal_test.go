@@ -263,21 +263,27 @@ func TestFinalDTRsGoOutAHundredToAnEventWhoseIdNamesThem(t *testing.T) {
 		ds = append(ds, &d)
 		encoded[d.ID], _ = json.Marshal(d)
 	}
-	ids := func(ds []*dtr.DTR) string {
-		msgs, err := s.announce(context.Background(), time.Now(), ds, encoded, true)
+	// announce makes the Finals events of final DTRs, as the committer
+	// does with those of the steps it gathered.
+	announce := func(ds []*dtr.DTR) []*nats.Msg {
+		entries, err := s.finalEntries(context.Background(), time.Now(), ds, encoded, true)
 		if err != nil {
 			t.Fatal(err)
 		}
+		msgs, err := finalsMessages(context.Background(), entries, int(nc.MaxPayload())/2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msgs
+	}
+	ids := func(ds []*dtr.DTR) string {
 		var out []string
-		for _, m := range msgs {
+		for _, m := range announce(ds) {
 			out = append(out, m.Header.Get(nats.MsgIdHdr))
 		}
 		return strings.Join(out, " ")
 	}
-	msgs, err := s.announce(context.Background(), time.Now(), ds, encoded, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs := announce(ds)
 	var sizes []int
 	i := 0
 	for _, m := range msgs {

@@ -24,17 +24,6 @@ import (
 // maxFinalsPerMessage bounds the DTRs of one Finals event.
 const maxFinalsPerMessage = 100
 
-// announce encodes final DTRs as Finals events (finalEntries, then
-// finalsMessages); count says they end now (and count in the figures),
-// not that they are announced again.
-func (s *Service) announce(ctx context.Context, now time.Time, ds []*dtr.DTR, encoded map[uuid.UUID][]byte, count bool) ([]*nats.Msg, error) {
-	entries, err := s.finalEntries(ctx, now, ds, encoded, count)
-	if err != nil {
-		return nil, err
-	}
-	return finalsMessages(ctx, entries, int(s.nc.MaxPayload())/2)
-}
-
 // finalEntry is a final DTR ready to be announced: its JSON and the span
 // that announces it.
 type finalEntry struct {
@@ -293,7 +282,10 @@ func stateNotices(ctx context.Context, cs []*commit, maxBytes int) []*nats.Msg {
 // keptFinals is a commit that announces again the final DTRs whose
 // records the journal keeps (not yet checkpointed): the leader before may
 // have journaled them and died before it announced them. nil if there
-// are none.
+// are none. Its DTRs are announced as a step's are, at once (commit.now):
+// the journal keeps their messages (journal.Lead) until their Finals
+// events are stored. Made before the term's first checkpoint can begin
+// (which takes the records out of those KeptFinals returns).
 func (s *Service) keptFinals(ctx context.Context, now time.Time) (*commit, error) {
 	recs := s.journal.KeptFinals()
 	if len(recs) == 0 {
@@ -307,9 +299,15 @@ func (s *Service) keptFinals(ctx context.Context, now time.Time) (*commit, error
 			encoded[d.ID] = recs[i]
 		}
 	}
-	msgs, err := s.announce(ctx, now, ds, encoded, false)
+	if len(ds) == 0 {
+		// Unreadable, they can never be announced: the journal need not
+		// keep them for that.
+		s.journal.Announced(s.journal.ReadUpTo())
+		return nil, nil
+	}
+	entries, err := s.finalEntries(ctx, now, ds, encoded, false)
 	if err != nil {
 		return nil, err
 	}
-	return &commit{publish: msgs}, nil
+	return &commit{announce: entries, now: true}, nil
 }

@@ -465,6 +465,12 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	sample := time.NewTicker(time.Second)
 	defer sample.Stop()
 	s.sample(time.Now())
+	// The final DTRs the last leader may not have announced, taken from
+	// the journal before the committer can begin a checkpoint.
+	kept, err := s.keptFinals(ctx, time.Now())
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	// Decisions are made here and made durable by the committer, which
 	// stores and publishes a step's outputs while the next step is made.
 	// The hand-over waits for the committer: what comes in meanwhile goes
@@ -488,10 +494,7 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			<-committed
 		}
 	}()
-	// The final DTRs the last leader may not have announced.
-	if c, err := s.keptFinals(ctx, time.Now()); err != nil {
-		return fmt.Errorf("scheduler: %w", err)
-	} else if c != nil && !s.hand(ctx, commits, c) {
+	if kept != nil && !s.hand(ctx, commits, kept) {
 		return nil
 	}
 	// Served while this scheduler leads, and stopped first as it stops

@@ -1,13 +1,21 @@
 package scheduler
 
 import (
+	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
+	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 	"github.com/sluice-dtr/sluice/services/scheduler/fairshare"
@@ -212,6 +220,116 @@ func TestAnAgeAfterThatSomeStatesDoNotFollowIsWarnedOf(t *testing.T) {
 			got := ageAfterNotFollowed(cc)
 			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 				t.Fatalf("warning %q, want one containing %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// cancelCommand publishes a cancel command for a DTR on the submit stream
+// and takes it with the scheduler's consumer, unacknowledged.
+func cancelCommand(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id uuid.UUID) jetstream.Msg {
+	t.Helper()
+	ctx := context.Background()
+	ev, err := codec.NewEvent(api.TypeCancel, "test", "", api.Cancel{DTR: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := codec.Encode(ctx, api.SubjectCancelCommand, "", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, bus.StreamSubmit, bus.ConsumerSched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for jm := range batch.Messages() {
+		return jm
+	}
+	t.Fatal("the cancel command was not delivered")
+	return nil
+}
+
+// TestAStepThatStopsWorkersOrLeavesNoDTRUnfinishedIsNotHeldForFinalDTRsToGather:
+// a step whose notices tell workers to stop, or after which the scheduler
+// holds no unfinished DTR (the end of a small job on a quiet scheduler),
+// says so (commit.now), so that the committer announces what it gathered
+// at once instead of holding it for gatherFinalsFor; any other step may be
+// held.
+func TestAStepThatStopsWorkersOrLeavesNoDTRUnfinishedIsNotHeldForFinalDTRsToGather(t *testing.T) {
+	tests := []struct {
+		name string
+		// running DTRs are granted by a step before; queued ones are
+		// submitted and not yet stepped on. The step takes a cancel
+		// command of the first running one (cancelRunning) or of the
+		// first queued one, or no input.
+		running, queued int
+		cancelRunning   bool
+		cancelQueued    bool
+		wantNow         bool
+	}{
+		{name: "it stops a running DTR's worker", running: 2, cancelRunning: true, wantNow: true},
+		{name: "it ends the last unfinished DTR", queued: 1, cancelQueued: true, wantNow: true},
+		{name: "it ends a DTR and another is unfinished", running: 1, queued: 1, cancelQueued: true},
+		{name: "it stops no worker and ends no DTR", running: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js, kv := journalServer(t)
+			ctx := context.Background()
+			s, err := New(Config{}, nc, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.kv = kv
+			submit := func(n int, name string) []uuid.UUID {
+				var ids []uuid.UUID
+				for i := range n {
+					d := newDTR(fmt.Sprint(name, i))
+					if err := s.core.Submit(time.Now(), &d); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, d.ID)
+				}
+				return ids
+			}
+			running := submit(tt.running, "running")
+			if tt.running > 0 {
+				c, err := s.step(ctx, kv, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(c.publish) == 0 {
+					t.Fatal("the running DTRs were not granted")
+				}
+			}
+			queued := submit(tt.queued, "queued")
+			var batch []jetstream.Msg
+			switch {
+			case tt.cancelRunning:
+				batch = append(batch, cancelCommand(t, nc, js, running[0]))
+			case tt.cancelQueued:
+				batch = append(batch, cancelCommand(t, nc, js, queued[0]))
+			}
+			c, err := s.step(ctx, kv, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.now != tt.wantNow {
+				t.Fatalf("the step says now %v, want %v (%d stop notices, %d final DTRs, %d DTRs unfinished)",
+					c.now, tt.wantNow, len(c.notices), len(c.announce), s.core.Len())
+			}
+			if tt.cancelRunning && len(c.notices) == 0 {
+				t.Fatal("the step that cancelled a running DTR sent its worker no stop notice")
+			}
+			if tt.cancelQueued && len(c.announce) != 1 {
+				t.Fatalf("the step that cancelled a queued DTR announces %d final DTRs, want 1", len(c.announce))
 			}
 		})
 	}
