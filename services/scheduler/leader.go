@@ -243,6 +243,14 @@ func conditional(m *nats.Msg, last uint64) *nats.Msg {
 	return m
 }
 
+// barrierSize is the length of what varies in a checkpoint barrier (its
+// expected last sequence, message id and term, at most 20, 29 and 20
+// bytes) and of the padding (headerPad) that makes it up.
+const barrierSize = 80
+
+// headerPad pads a checkpoint barrier to barrierSize.
+const headerPad = "Sluice-Pad"
+
 // headerTermOf names, in a journal barrier, the scheduler that wrote it
 // (its name and instance).
 const headerTermOf = "Sluice-Term-Of"
@@ -284,6 +292,11 @@ func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who
 		b.Data = strconv.AppendUint(nil, term, 10)
 		id := "term-" + strconv.FormatUint(term, 10) + "-" + strconv.Itoa(try)
 		b.Header.Set(jetstream.MsgIDHeader, id)
+		// Every barrier the same size: in a bucket over its limit (set
+		// below what it holds) the server still takes a message that
+		// replaces one no smaller under its key, so a term can begin on
+		// a full bucket once one has.
+		b.Header.Set(headerPad, strings.Repeat(".", barrierSize-len(b.Header.Get(jetstream.ExpectedLastSeqHeader))-len(id)-len(b.Data)))
 		_, err = js.PublishMsg(ctx, b)
 		if isWrongLast(err) && try < 100 {
 			continue // a deposed leader's checkpoint came in between

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -246,6 +248,66 @@ func TestABarrierStoredWhoseAnswerWasLostBeginsItsWritersTerm(t *testing.T) {
 			}
 			if _, err := js.PublishMsg(ctx, conditional(nats.NewMsg(bus.SubjectJournal), 1)); !isWrongLast(err) {
 				t.Fatalf("a deposed leader's append after the barrier: %v, want refused", err)
+			}
+		})
+	}
+}
+
+func TestATermBeginsOnACheckpointBucketOverItsLimitOnceATermWasBegunOnIt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ledOnce  bool
+		wantFull bool
+	}{
+		{name: "a term begun on it before", ledOnce: true},
+		{name: "filled before any term", wantFull: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, js, kv := journalServer(t)
+			ctx := context.Background()
+			readUpTo := uint64(0)
+			if tc.ledOnce {
+				term, _, _, err := beginTerm(ctx, js, 0, "before")
+				if err != nil {
+					t.Fatal(err)
+				}
+				readUpTo = term
+			}
+			for i := range 50 {
+				if _, err := kv.Put(ctx, uuid.NewString(), []byte(strings.Repeat("x", 1000+i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The limit is set below what the bucket holds (an operator's
+			// lower SLUICE_DTRS_MAX_BYTES, or a bucket filled without one).
+			st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			cfg.MaxBytes = int64(st.CachedInfo().State.Bytes / 2)
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kv.Put(ctx, uuid.NewString(), []byte("x")); !bus.StoreFull(err) {
+				t.Fatalf("a new record in the bucket over its limit: %v, want refused for want of space", err)
+			}
+			term, _, behind, err := beginTerm(ctx, js, readUpTo, "after")
+			if tc.wantFull {
+				if !bus.StoreFull(err) {
+					t.Fatalf("the first barrier in a bucket over its limit: %v, want refused for want of space", err)
+				}
+				return
+			}
+			if err != nil || behind || term != readUpTo+1 {
+				t.Fatalf("the barrier in a bucket over its limit: term %d behind %v, %v", term, behind, err)
+			}
+			if e, err := kv.Get(ctx, termKey); err != nil || string(e.Value()) != fmt.Sprint(term) {
+				t.Fatalf("the bucket's term record: %v", err)
+			}
+			// And the next, whose barrier names a later sequence.
+			if next, _, behind, err := beginTerm(ctx, js, term, "next"); err != nil || behind || next != term+1 {
+				t.Fatalf("the next barrier in a bucket over its limit: term %d behind %v, %v", next, behind, err)
 			}
 		})
 	}
