@@ -78,7 +78,13 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 	if exe != "" {
 		cmd := exec.CommandContext(rctx, exe, "scheduler")
 		cmd.Env = append(os.Environ(), "NATS_URL="+ns.ClientURL(), "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error",
-			"SLUICE_MAXDELIVERY=10", "SLUICE_MAXPROCESSOR=10", "SLUICE_MAXEMERGENCY=1", "SLUICE_RETRY_BASE=1s", "SLUICE_LEASE=1h")
+			"SLUICE_MAXDELIVERY=10", "SLUICE_MAXPROCESSOR=10", "SLUICE_MAXEMERGENCY=1", "SLUICE_RETRY_BASE=1s", "SLUICE_LEASE=1h",
+			// The bucket was made without a limit and holds more than the
+			// default one (2 GiB, about 3.5 million DTRs of these): set
+			// over it, the limit would refuse the scheduler's barrier, and
+			// it could never lead. The scheduler run in this process has
+			// no limit either (Config's zero StoreLimits).
+			"SLUICE_DTRS_MAX_BYTES=0")
 		cmd.Stderr = os.Stderr
 		start = time.Now()
 		if err := cmd.Start(); err != nil {

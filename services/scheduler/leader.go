@@ -243,6 +243,18 @@ func conditional(m *nats.Msg, last uint64) *nats.Msg {
 	return m
 }
 
+// barrierSize is the length of what varies in a checkpoint barrier (its
+// expected last sequence, message id and term, at most 20, 29 and 20
+// bytes) and of the padding (headerPad) that makes it up.
+const barrierSize = 80
+
+// headerPad pads a checkpoint barrier to barrierSize.
+const headerPad = "Sluice-Pad"
+
+// headerTermOf names, in a journal barrier, the scheduler that wrote it
+// (its name and instance).
+const headerTermOf = "Sluice-Term-Of"
+
 // beginTerm writes the barriers of a term won: to the journal, on the
 // condition that its last sequence is the one the standby has read up to
 // (behind is true, and nothing is written, if the journal has more), then
@@ -252,15 +264,21 @@ func conditional(m *nats.Msg, last uint64) *nats.Msg {
 // leader's first checkpoint record names as the one before it.
 func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who string) (term uint64, bucketBarrier string, behind bool, err error) {
 	m := conditional(nats.NewMsg(bus.SubjectJournal), readUpTo)
-	m.Header.Set("Sluice-Term-Of", who)
+	m.Header.Set(headerTermOf, who)
 	ack, err := js.PublishMsg(ctx, m)
-	if isWrongLast(err) {
+	switch {
+	case err == nil:
+		term = ack.Sequence
+	case ownBarrier(ctx, js, readUpTo, who, err):
+		// Stored, but its answer was lost: nats.go sent it again (after
+		// no responders) and the server refused the copy as out of
+		// sequence, or the answer came too late.
+		term = readUpTo + 1
+	case isWrongLast(err):
 		return 0, "", true, nil
-	}
-	if err != nil {
+	default:
 		return 0, "", false, fmt.Errorf("journal barrier: %w", err)
 	}
-	term = ack.Sequence
 	st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
 	if err != nil {
 		return 0, "", false, fmt.Errorf("checkpoint barrier: %w", err)
@@ -274,6 +292,11 @@ func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who
 		b.Data = strconv.AppendUint(nil, term, 10)
 		id := "term-" + strconv.FormatUint(term, 10) + "-" + strconv.Itoa(try)
 		b.Header.Set(jetstream.MsgIDHeader, id)
+		// Every barrier the same size: in a bucket over its limit (set
+		// below what it holds) the server still takes a message that
+		// replaces one no smaller under its key, so a term can begin on
+		// a full bucket once one has.
+		b.Header.Set(headerPad, strings.Repeat(".", barrierSize-len(b.Header.Get(jetstream.ExpectedLastSeqHeader))-len(id)-len(b.Data)))
 		_, err = js.PublishMsg(ctx, b)
 		if isWrongLast(err) && try < 100 {
 			continue // a deposed leader's checkpoint came in between
@@ -283,4 +306,27 @@ func beginTerm(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who
 		}
 		return term, id, false, nil
 	}
+}
+
+// ownBarrier reports whether the journal's last message is a barrier that
+// this scheduler (who) wrote on the condition that the journal's last
+// sequence was readUpTo, although its publish failed with err. Only one
+// message can be stored on that condition, at readUpTo+1, so one there
+// naming this scheduler is its own, whichever of its publishes stored it;
+// and with nothing after it, no one has written since this scheduler read
+// the journal.
+func ownBarrier(ctx context.Context, js jetstream.JetStream, readUpTo uint64, who string, err error) bool {
+	if actual, ok := wrongLastSequence(err); ok && actual != readUpTo+1 {
+		return false // the journal has no message, or more than one, after readUpTo
+	}
+	// A publish that timed out leaves ctx spent: the look takes a moment
+	// of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	st, serr := js.Stream(ctx, bus.StreamJournal)
+	if serr != nil || st.CachedInfo().State.LastSeq != readUpTo+1 {
+		return false
+	}
+	m, gerr := st.GetMsg(ctx, readUpTo+1)
+	return gerr == nil && m.Header.Get(headerTermOf) == who
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -189,5 +191,124 @@ func TestTheLeadersOwnWritesFollowOneAnother(t *testing.T) {
 	}
 	if n := journalMsgs(t, js); n != 0 {
 		t.Fatalf("journal holds %d messages after the checkpoints, want 0", n)
+	}
+}
+
+func TestABarrierStoredWhoseAnswerWasLostBeginsItsWritersTerm(t *testing.T) {
+	for _, tc := range []struct {
+		name, storedBy string
+		after          int // journal messages written after the stored barrier
+		wantBehind     bool
+	}{
+		{name: "its own barrier, last", storedBy: "me", wantBehind: false},
+		{name: "another's barrier", storedBy: "other", wantBehind: true},
+		{name: "its own barrier, written after", storedBy: "me", after: 1, wantBehind: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, js, kv := journalServer(t)
+			ctx := context.Background()
+			// The journal holds a record; the barrier conditional on it was
+			// stored, but its publisher heard nothing of it (nats.go sends
+			// such a publish again, and the copy is refused as out of
+			// sequence).
+			if _, err := js.PublishMsg(ctx, conditional(nats.NewMsg(bus.SubjectJournal), 0)); err != nil {
+				t.Fatal(err)
+			}
+			stored := conditional(nats.NewMsg(bus.SubjectJournal), 1)
+			stored.Header.Set(headerTermOf, tc.storedBy)
+			if _, err := js.PublishMsg(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.after {
+				if _, err := js.PublishMsg(ctx, conditional(nats.NewMsg(bus.SubjectJournal), uint64(2+i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			term, bucketLast, behind, err := beginTerm(ctx, js, 1, "me")
+			if err != nil || behind != tc.wantBehind {
+				t.Fatalf("beginTerm: behind %v, %v; want behind %v", behind, err, tc.wantBehind)
+			}
+			if tc.wantBehind {
+				if n := journalMsgs(t, js); n != uint64(2+tc.after) {
+					t.Fatalf("the journal holds %d messages, want %d: a barrier behind it was written", n, 2+tc.after)
+				}
+				return
+			}
+			if term != 2 {
+				t.Fatalf("term %d, want 2 (the stored barrier's sequence)", term)
+			}
+			if n := journalMsgs(t, js); n != 2 {
+				t.Fatalf("the journal holds %d messages, want 2: a second barrier was written", n)
+			}
+			// The term is fenced as any: its checkpoint barrier is in, and
+			// a write behind the barrier is refused.
+			e, err := kv.Get(ctx, termKey)
+			if err != nil || string(e.Value()) != "2" || bucketLast == "" {
+				t.Fatalf("checkpoint barrier: %v %q %q", err, bucketLast, e.Value())
+			}
+			if _, err := js.PublishMsg(ctx, conditional(nats.NewMsg(bus.SubjectJournal), 1)); !isWrongLast(err) {
+				t.Fatalf("a deposed leader's append after the barrier: %v, want refused", err)
+			}
+		})
+	}
+}
+
+func TestATermBeginsOnACheckpointBucketOverItsLimitOnceATermWasBegunOnIt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ledOnce  bool
+		wantFull bool
+	}{
+		{name: "a term begun on it before", ledOnce: true},
+		{name: "filled before any term", wantFull: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, js, kv := journalServer(t)
+			ctx := context.Background()
+			readUpTo := uint64(0)
+			if tc.ledOnce {
+				term, _, _, err := beginTerm(ctx, js, 0, "before")
+				if err != nil {
+					t.Fatal(err)
+				}
+				readUpTo = term
+			}
+			for i := range 50 {
+				if _, err := kv.Put(ctx, uuid.NewString(), []byte(strings.Repeat("x", 1000+i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The limit is set below what the bucket holds (an operator's
+			// lower SLUICE_DTRS_MAX_BYTES, or a bucket filled without one).
+			st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			cfg.MaxBytes = int64(st.CachedInfo().State.Bytes / 2)
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kv.Put(ctx, uuid.NewString(), []byte("x")); !bus.StoreFull(err) {
+				t.Fatalf("a new record in the bucket over its limit: %v, want refused for want of space", err)
+			}
+			term, _, behind, err := beginTerm(ctx, js, readUpTo, "after")
+			if tc.wantFull {
+				if !bus.StoreFull(err) {
+					t.Fatalf("the first barrier in a bucket over its limit: %v, want refused for want of space", err)
+				}
+				return
+			}
+			if err != nil || behind || term != readUpTo+1 {
+				t.Fatalf("the barrier in a bucket over its limit: term %d behind %v, %v", term, behind, err)
+			}
+			if e, err := kv.Get(ctx, termKey); err != nil || string(e.Value()) != fmt.Sprint(term) {
+				t.Fatalf("the bucket's term record: %v", err)
+			}
+			// And the next, whose barrier names a later sequence.
+			if next, _, behind, err := beginTerm(ctx, js, term, "next"); err != nil || behind || next != term+1 {
+				t.Fatalf("the next barrier in a bucket over its limit: term %d behind %v, %v", next, behind, err)
+			}
+		})
 	}
 }

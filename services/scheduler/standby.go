@@ -204,9 +204,19 @@ func (s *Service) tryToLead(ctx context.Context, tail *journalTail) (term uint64
 		term, bucketLast, behind, err := beginTerm(bctx, s.js, s.journal.ReadUpTo(), s.election.me.Name+" "+s.election.me.Instance)
 		cancel()
 		if err != nil {
-			s.log.Warn("won the election but could not begin the term; standing by", "err", err)
+			full := bus.StoreFull(err)
+			switch {
+			case !full:
+				s.log.Warn("won the election but could not begin the term; standing by", "err", err)
+			case time.Since(s.campaignLogged) > 30*time.Second: // tried four times a second
+				// A bucket over its limit (set below what it holds)
+				// takes no key it does not hold yet: the first term's
+				// barrier is refused until it has room.
+				s.campaignLogged = time.Now()
+				s.log.Warn("won the election but the store refused the term's barrier for want of space (is bucket "+bus.BucketDTRs+" over its limit, SLUICE_DTRS_MAX_BYTES?); standing by and trying again", "err", err)
+			}
 			s.election.resign(ctx)
-			return 0, bus.StoreFull(err), nil
+			return 0, full, nil
 		}
 		if !behind {
 			tail.cc.Stop()
