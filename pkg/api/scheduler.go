@@ -224,7 +224,11 @@ type ShareStats struct {
 	State    dtr.State `json:"state"`
 	Priority int       `json:"priority"`
 	Queued   int       `json:"queued"`
-	Running  int       `json:"running"`
+	// Running counts the share's grants in the state; Reserved the slots
+	// of the state held by chained QUERY_REPLICA grants for their DTRs'
+	// PRE_CLEAN, not in Running: each DTR counts once across states.
+	Running  int `json:"running"`
+	Reserved int `json:"reserved,omitempty"`
 	// Slots is the share's part of the state's limit under the current split.
 	Slots int `json:"slots"`
 	// Weight is the share's weight in that split under the policy in force

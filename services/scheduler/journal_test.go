@@ -419,7 +419,7 @@ func preCleanRunning(c *core.Core) int {
 	n := 0
 	for _, st := range stats {
 		if st.State == dtr.PreClean {
-			n += st.Running
+			n += st.Running + st.Reserved // grants, and slots chained grants hold
 		}
 	}
 	return n

@@ -52,6 +52,7 @@ func (c *Core) reserve(now time.Time, e *entry) {
 	ss := c.shareIn(st, e.d.Share)
 	ss.accrue(now) // the share's slot-time up to now, before it holds one more
 	ss.running++
+	ss.reserved++
 	st.total++
 	e.d.Chained = true
 }
@@ -74,6 +75,7 @@ func (c *Core) unreserve(now time.Time, e *entry) {
 		ss.accrue(now)
 	}
 	ss.running--
+	ss.reserved--
 	st.total--
 	st.drop(ss)
 	c.markDirty(e)
@@ -89,6 +91,7 @@ func (c *Core) takeReserved(now time.Time, e *entry, granted int64) {
 	d.Chained = false
 	st := c.states[dtr.PreClean]
 	e.share = c.shareIn(st, d.Share) // held by the reservation
+	e.share.reserved--               // a grant of its own now
 	e.queued = dtr.PreClean
 	c.must(d.Transition(dtr.PreCleaning, now))
 	d.Grant = nextGrant(d)

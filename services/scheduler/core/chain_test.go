@@ -25,7 +25,7 @@ func checkSlotCounts(t *testing.T, c *Core) {
 		s     dtr.State
 		share string
 	}
-	total, byShare := map[dtr.State]int{}, map[key]int{}
+	total, byShare, reserved := map[dtr.State]int{}, map[key]int{}, map[string]int{}
 	for _, e := range c.active {
 		total[e.queued]++
 		byShare[key{e.queued, e.d.Share}]++
@@ -35,6 +35,7 @@ func checkSlotCounts(t *testing.T, c *Core) {
 			}
 			total[dtr.PreClean]++
 			byShare[key{dtr.PreClean, e.d.Share}]++
+			reserved[e.d.Share]++
 		}
 	}
 	for s, st := range c.states {
@@ -44,6 +45,9 @@ func checkSlotCounts(t *testing.T, c *Core) {
 		for name, ss := range st.shares {
 			if ss.running != byShare[key{s, name}] {
 				t.Errorf("%s share %s counts %d running, want %d", s, name, ss.running, byShare[key{s, name}])
+			}
+			if want := map[bool]int{true: reserved[name]}[s == dtr.PreClean]; ss.reserved != want {
+				t.Errorf("%s share %s counts %d reserved, want %d", s, name, ss.reserved, want)
 			}
 		}
 	}
@@ -503,4 +507,27 @@ func TestChainingKeepsEveryLimit(t *testing.T) {
 		t.Fatal("no grant was chained")
 	}
 	checkSlotCounts(t, h.c)
+}
+
+func TestTheSharesCountAChainedDTROnceAndItsReservationApart(t *testing.T) {
+	h := newHarness(t, chainConfig())
+	d := newDTR(1, "alice", dtr.Download)
+	g := h.chainedGrant(d)
+	count := func() (running, reserved int) {
+		stats, _ := h.c.Shares()
+		for _, st := range stats {
+			running += st.Queued + st.Running
+			reserved += st.Reserved
+		}
+		return running, reserved
+	}
+	if running, reserved := count(); running != 1 || reserved != 1 {
+		t.Fatalf("while the chained grant runs the shares count %d DTRs and %d reserved, want 1 and 1", running, reserved)
+	}
+	checkSlotCounts(t, h.c)
+	h.result(chainedResult(g, nil))
+	checkSlotCounts(t, h.c)
+	if _, reserved := count(); reserved != 0 {
+		t.Fatalf("after the result the shares count %d reserved, want 0", reserved)
+	}
 }

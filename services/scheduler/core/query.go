@@ -99,7 +99,11 @@ type ShareStats struct {
 	State    dtr.State `json:"state"`
 	Priority int       `json:"priority"`
 	Queued   int       `json:"queued"`
-	Running  int       `json:"running"`
+	// Running counts the share's grants in the state; Reserved the slots
+	// of the state held by chained QUERY_REPLICA grants for their DTRs'
+	// PRE_CLEAN, not in Running: each DTR counts once across states.
+	Running  int `json:"running"`
+	Reserved int `json:"reserved,omitempty"`
 	// Slots is the share's part of the state's limit under the current split.
 	Slots int `json:"slots"`
 	// Weight is the share's weight in that split under the policy in force
@@ -119,7 +123,7 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		slots, _ := c.shareSlots(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
-				Queued: ss.q.Len() + ss.parkedN, Running: ss.running, Slots: slots[i], Weight: st.demand[i].Weight})
+				Queued: ss.q.Len() + ss.parkedN, Running: ss.running - ss.reserved, Reserved: ss.reserved, Slots: slots[i], Weight: st.demand[i].Weight})
 			if _, act, ok := c.cfg.SharePolicy.SplitShare(ss.name); ok {
 				stats[len(stats)-1].Activity = act
 			}

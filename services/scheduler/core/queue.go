@@ -171,6 +171,10 @@ type shareState struct {
 	prio    int // the share's configured priority
 	q       queue
 	running int
+	// reserved counts the slots among running that chained QUERY_REPLICA
+	// grants hold for their DTRs' PRE_CLEAN (chain.go): their DTRs are
+	// counted as running in QUERY_REPLICA already.
+	reserved int
 	// For the fair hand-out of leftover slots: the share's exact quota at
 	// the last tick, and the slot-seconds it is owed (quota minus use,
 	// summed over time).
