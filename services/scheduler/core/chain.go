@@ -16,6 +16,8 @@ package core
 // applies nothing.
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
@@ -122,4 +124,43 @@ func (c *Core) chainedResult(now time.Time, e *entry, r Result, granted int64) (
 	next := *then
 	next.DTR, next.Stage = d.ID, r.Stage
 	return true, c.Result(now, next)
+}
+
+// reclaimReservations gives the PRE_CLEAN slots that chained grants hold
+// back to DTRs waiting in PRE_CLEAN when no slot is free for them: a
+// reservation is taken when nothing waits, and a DTR whose query ended
+// meanwhile must not wait behind a chained query still running. The
+// latest reservations are taken back first; their grants' PRE_CLEAN
+// outcomes are then ignored (chainedResult) and their DTRs queue for
+// PRE_CLEAN as after any query. Runs before PRE_CLEAN's slots are granted.
+func (c *Core) reclaimReservations(now time.Time) {
+	st := c.states[dtr.PreClean]
+	need := st.waiting() - max(c.Limit(dtr.PreClean)-st.total, 0)
+	if need <= 0 {
+		return
+	}
+	reserved := 0
+	for _, ss := range st.order {
+		reserved += ss.reserved
+	}
+	if reserved == 0 {
+		return
+	}
+	var held []*entry
+	for _, e := range c.active {
+		if e.d.Chained {
+			held = append(held, e)
+		}
+	}
+	// The latest first; of equal times, by id, so that the core decides
+	// the same way each run.
+	slices.SortFunc(held, func(a, b *entry) int {
+		if n := cmp.Compare(b.granted, a.granted); n != 0 {
+			return n
+		}
+		return slices.Compare(a.d.ID[:], b.d.ID[:])
+	})
+	for _, e := range held[:min(need, len(held))] {
+		c.unreserve(now, e)
+	}
 }

@@ -531,3 +531,42 @@ func TestTheSharesCountAChainedDTROnceAndItsReservationApart(t *testing.T) {
 		t.Fatalf("after the result the shares count %d reserved, want 0", reserved)
 	}
 }
+
+func TestADTRWaitingInPreCleanTakesTheSlotAChainedQueryStillRunningHolds(t *testing.T) {
+	cfg := chainConfig()
+	cfg.MaxEmergency = 0
+	h := newHarness(t, cfg)
+	mustSetLimit(h, dtr.PreClean, 1)
+	a, b := newDTR(1, "alice", dtr.Download), newDTR(2, "bob", dtr.Download)
+	h.submit(a, b)
+	var ga, gb Grant
+	for _, g := range h.tick(time.Second) {
+		switch g.DTR.ID {
+		case a.ID:
+			ga = g
+		case b.ID:
+			gb = g
+		}
+	}
+	if ga.Then == nil || gb.Then != nil {
+		t.Fatalf("a chained %v, b chained %v: want only a's grant chained (one PRE_CLEAN slot)", ga.Then != nil, gb.Then != nil)
+	}
+	h.result(Result{DTR: b.ID, Grant: gb.ID, State: gb.State, Size: 1}) // b's query ends first
+	var bPreClean bool
+	for _, g := range h.tick(time.Second) {
+		bPreClean = bPreClean || g.DTR.ID == b.ID && g.State == dtr.PreCleaning
+	}
+	checkSlotCounts(t, h.c)
+	if !bPreClean {
+		bd, _ := h.c.Get(b.ID)
+		t.Fatalf("b waits in %s behind a's chained query: want the PRE_CLEAN slot a's grant held", bd.State)
+	}
+	// a's query ends with its pre-clean done: the outcome is ignored, and
+	// a queues for PRE_CLEAN as after any query.
+	h.now = h.now.Add(30 * time.Second)
+	h.result(chainedResult(ga, nil))
+	checkSlotCounts(t, h.c)
+	if ad, _ := h.c.Get(a.ID); ad.State != dtr.PreClean {
+		t.Fatalf("a in %s after its chained result whose slot was taken back, want PRE_CLEAN (queued)", ad.State)
+	}
+}

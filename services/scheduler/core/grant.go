@@ -20,6 +20,9 @@ import (
 // the split, then one emergency slot for each share with work queued and
 // nothing running, up to MaxEmergency above the limit.
 func (c *Core) schedule(now time.Time, s dtr.State) {
+	if s == dtr.PreClean {
+		c.reclaimReservations(now) // chain.go
+	}
 	st := c.states[s]
 	n := c.Limit(s)
 	c.account(now, st)
