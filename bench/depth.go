@@ -94,7 +94,7 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 		pid = cmd.Process.Pid
 	} else {
 		s, err := scheduler.New(scheduler.Config{MaxDelivery: 10, MaxProcessor: 10, MaxEmergency: 1, MaxTransferTries: 10,
-			RetryBase: time.Second, Lease: time.Hour}, nc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			RetryBase: time.Second, Lease: time.Hour, ChainPreClean: true}, nc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			return res, err
 		}

@@ -101,7 +101,7 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	defer func() { _ = fsub.Unsubscribe() }()
 
 	cfg := scheduler.Config{MaxDelivery: 10, MaxProcessor: 10, MaxEmergency: 1, MaxTransferTries: 10,
-		RetryBase: time.Second, Lease: time.Hour, LeaderTTL: FailoverTTL}
+		RetryBase: time.Second, Lease: time.Hour, LeaderTTL: FailoverTTL, ChainPreClean: true}
 	// The leader reaches NATS through a proxy that is cut to lose it.
 	proxy, err := netcut.New(ns.Addr().String())
 	if err != nil {

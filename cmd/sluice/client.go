@@ -441,9 +441,11 @@ func printShares(w io.Writer, r api.SharesReply) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintln(tw, "SHARE\tPRIORITY\tWEIGHT\tSTATE\tRUNNING\tQUEUED\tSLOTS")
+	// RESERVED: the state's slots held for the share's DTRs by chained
+	// QUERY_REPLICA grants (PRE_CLEAN's), which count running there.
+	fmt.Fprintln(tw, "SHARE\tPRIORITY\tWEIGHT\tSTATE\tRUNNING\tRESERVED\tQUEUED\tSLOTS")
 	for _, s := range r.Shares {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\n", s.Share, s.Priority, s.Weight, s.State, s.Running, s.Queued, s.Slots)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", s.Share, s.Priority, s.Weight, s.State, s.Running, s.Reserved, s.Queued, s.Slots)
 	}
 	if len(r.Shares) == 0 {
 		fmt.Fprintln(tw, "(no DTRs queued or running)")

@@ -182,7 +182,7 @@ func (s *Service) chainedPreClean(ctx context.Context, g api.Grant, queried api.
 	d.Size = queried.Size
 	then := &api.Result{DTR: d.ID, Grant: g.Then.Grant, State: g.Then.State}
 	if err := s.preClean(ctx, d); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || transfer.IsLeaseLost(err) {
 			return nil
 		}
 		then.Error = &dtr.Failure{Kind: transfer.KindOf(err), Text: err.Error(), Location: failingEnd[dtr.PreCleaning]}

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"golang.org/x/net/webdav"
 
 	"github.com/sluice-dtr/sluice/pkg/api"
 	"github.com/sluice-dtr/sluice/pkg/checksum"
@@ -214,5 +216,40 @@ func TestAChainedQueryGrantPreCleansOnlyAfterTheQuerySucceeded(t *testing.T) {
 				t.Errorf("pre-clean error %q, want %q", kind, tt.wantThenErr)
 			}
 		})
+	}
+}
+
+// A chained pre-clean that the lease's fence stops before it changes
+// storage (here, making the destination's directory on a WebDAV server)
+// sends no outcome: the scheduler then queues the DTR for PRE_CLEAN as
+// after the query alone, instead of failing it for an error of its own
+// making.
+func TestAChainedPreCleanStoppedByTheLeaseFenceSendsNoOutcome(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in")
+	write(t, src, "12345")
+	davDir := t.TempDir()
+	srv := httptest.NewServer(&webdav.Handler{FileSystem: webdav.Dir(davDir), LockSystem: webdav.NewMemLS()})
+	t.Cleanup(srv.Close)
+	dst := strings.Replace(srv.URL, "http://", "dav://", 1) + "/sub/out"
+	d := dtr.DTR{ID: uuid.New(), Source: "file://" + src, Destination: dst}
+	g := api.Grant{ID: d.ID.String() + ".1", Stage: dtr.StagePre, State: dtr.QueryingReplica, DTR: &d,
+		Then: &api.GrantThen{State: dtr.PreCleaning, Grant: d.ID.String() + ".2"}}
+	for _, fenced := range []bool{true, false} {
+		ctx := context.Background()
+		if fenced {
+			ctx = transfer.WithFence(ctx, func() error { return fmt.Errorf("%w: no renewal acknowledged", transfer.ErrLeaseLost) })
+		}
+		res := New(Config{Client: transfer.New(nil).WithGuard(loopback(t))}, nil, slog.New(slog.DiscardHandler)).Handle(ctx, g, func(int64, int64) {})
+		if res.Error != nil || res.Size != 5 {
+			t.Fatalf("fenced %v: query error %+v size %d, want none and 5", fenced, res.Error, res.Size)
+		}
+		_, err := os.Stat(filepath.Join(davDir, "sub"))
+		switch {
+		case fenced && (res.Then != nil || err == nil):
+			t.Fatalf("fenced: pre-clean outcome %+v (%+v), directory made: %v; want neither", res.Then, res.Then.Error, err == nil)
+		case !fenced && (res.Then == nil || res.Then.Error != nil || err != nil):
+			t.Fatalf("not fenced: pre-clean outcome %+v, directory: %v; want it done", res.Then, err)
+		}
 	}
 }

@@ -123,7 +123,7 @@ func (c *Core) chainedResult(now time.Time, e *entry, r Result, granted int64) (
 	c.takeReserved(now, e, granted)
 	next := *then
 	next.DTR, next.Stage = d.ID, r.Stage
-	return true, c.Result(now, next)
+	return true, c.result(now, next, true)
 }
 
 // reclaimReservations gives the PRE_CLEAN slots that chained grants hold

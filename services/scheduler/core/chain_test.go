@@ -570,3 +570,87 @@ func TestADTRWaitingInPreCleanTakesTheSlotAChainedQueryStillRunningHolds(t *test
 		t.Fatalf("a in %s after its chained result whose slot was taken back, want PRE_CLEAN (queued)", ad.State)
 	}
 }
+
+// A tick grants PRE_CLEAN's waiting DTRs before it grants queries, so a
+// DTR waiting there takes a slot and the queries granted in the same tick
+// may still hold the free ones left: under steady work one DTR nearly
+// always waits in PRE_CLEAN, and chaining would otherwise stop.
+func TestQueriesGrantedInTheTickADTRWaitsInPreCleanAreStillChained(t *testing.T) {
+	h := newHarness(t, chainConfig())
+	w := newDTR(1, "alice", dtr.Download)
+	g := h.chainedGrant(w)
+	h.result(Result{DTR: w.ID, Grant: g.ID, State: g.State, Size: 1}) // the query alone
+	h.collect()
+	if st := h.c.states[dtr.PreClean]; st.waiting() != 1 || st.total != 0 {
+		t.Fatalf("setup: PRE_CLEAN has %d waiting and %d running, want 1 and 0", st.waiting(), st.total)
+	}
+	queries := []*dtr.DTR{newDTR(2, "alice", dtr.Download), newDTR(3, "bob", dtr.Download), newDTR(4, "bob", dtr.Download)}
+	h.submit(queries...)
+	var preCleaned bool
+	chained := 0
+	for _, g := range h.tick(time.Second) {
+		switch {
+		case g.DTR.ID == w.ID:
+			preCleaned = g.State == dtr.PreCleaning
+		case g.State == dtr.QueryingReplica && g.Then != nil:
+			chained++
+		}
+	}
+	checkSlotCounts(t, h.c)
+	if !preCleaned {
+		t.Fatal("the DTR waiting in PRE_CLEAN was not granted its pre-clean")
+	}
+	if chained != len(queries) {
+		t.Fatalf("%d of the tick's %d queries chained, want all: PRE_CLEAN has slots free once its waiting DTR is granted", chained, len(queries))
+	}
+}
+
+// A chained grant's lease that runs out is said to be the chained grant's,
+// so that the error tells why the DTR's pre-clean was not done either.
+func TestAChainedGrantsExpiredLeaseNamesBothSteps(t *testing.T) {
+	h := newHarness(t, chainConfig())
+	d := newDTR(1, "alice", dtr.Download)
+	g := h.chainedGrant(d)
+	delete(h.running, g.ID)
+	h.now = h.now.Add(2 * time.Minute)
+	h.c.expireLeases(h.now)
+	got, _ := h.c.Get(d.ID)
+	if got.Error == nil || !strings.Contains(got.Error.Text, "chained QUERY_REPLICA and PRE_CLEAN grant "+g.ID) {
+		t.Fatalf("error %+v, want it to name the chained grant %s", got.Error, g.ID)
+	}
+	checkSlotCounts(t, h.c)
+}
+
+// The time a chained grant held its slots covers two steps: it is left
+// out of the means of how long one step holds a slot (the states', the
+// shares' and the average grant time), which a lone step's time enters.
+func TestAChainedGrantsTimeIsLeftOutOfTheHoldMeans(t *testing.T) {
+	h := newHarness(t, chainConfig())
+	d := newDTR(1, "alice", dtr.Download)
+	g := h.chainedGrant(d)
+	h.now = h.now.Add(30 * time.Second)
+	h.result(chainedResult(g, nil))
+	h.collect()
+	for _, s := range []dtr.State{dtr.QueryReplica, dtr.PreClean} {
+		st := h.c.states[s]
+		if _, ok := h.c.took[s]; ok || st.hold != 0 {
+			t.Errorf("%s: average grant time %v (set: %v), hold mean %.1f s; want neither to count the chained grant", s, h.c.took[s], ok, st.hold)
+		}
+		for name, ss := range st.shares {
+			if ss.hold != 0 {
+				t.Errorf("%s share %s hold mean %.1f s, want none", s, name, ss.hold)
+			}
+		}
+	}
+	// A lone query's time is counted.
+	cfg := chainConfig()
+	cfg.ChainPreClean = false
+	h = newHarness(t, cfg)
+	h.submit(newDTR(2, "alice", dtr.Download))
+	q := h.tick(time.Second)[0]
+	h.now = h.now.Add(3 * time.Second)
+	h.result(Result{DTR: q.DTR.ID, Grant: q.ID, State: q.State, Size: 1})
+	if took := h.c.took[dtr.QueryReplica]; took != 3*time.Second || h.c.states[dtr.QueryReplica].hold != 3 {
+		t.Fatalf("a lone query: average %v, hold mean %.1f s; want 3s", took, h.c.states[dtr.QueryReplica].hold)
+	}
+}

@@ -302,7 +302,14 @@ func (c *Core) Forget(id uuid.UUID) bool {
 // Result applies a worker's outcome. A result for a grant that is not the
 // DTR's current one (a worker that lost its lease, a redelivery) is refused
 // with ErrStaleResult and changes nothing.
-func (c *Core) Result(now time.Time, r Result) error {
+func (c *Core) Result(now time.Time, r Result) error { return c.result(now, r, false) }
+
+// result is Result; chained says r is the PRE_CLEAN outcome a chained
+// grant's result carried. A grant that ran two steps (a result carrying
+// the next step's outcome, or that outcome) held its slot for both: its
+// time is left out of the state's and share's hold means and of the
+// state's average grant time, which say how long one step takes.
+func (c *Core) result(now time.Time, r Result, chained bool) error {
 	e, ok := c.dtrs[r.DTR]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDTR, r.DTR)
@@ -322,11 +329,14 @@ func (c *Core) Result(now time.Time, r Result) error {
 		c.giveBack(now, e, r.Bytes)
 		return nil
 	}
-	c.observeHold(now, e)
+	oneStep := r.Then == nil && !chained
+	if oneStep {
+		c.observeHold(now, e)
+	}
 	c.chargePolicy(now, e, r.Bytes)
 	c.release(e)
 	granted := e.granted
-	if e.granted != 0 {
+	if e.granted != 0 && oneStep {
 		// Moving average over about the last 16 grants of the state.
 		took := now.Sub(c.when(e.granted))
 		if avg, ok := c.took[e.queued]; ok {

@@ -56,6 +56,10 @@ func (c *Core) expireLeases(now time.Time) {
 		c.count.LeaseExpiries++
 		c.chargePolicy(now, e, 0) // a lost worker's bytes are not known
 		c.release(e)
+		what := "grant " + d.Grant
+		if d.Chained {
+			what = fmt.Sprintf("chained QUERY_REPLICA and PRE_CLEAN grant %s", d.Grant)
+		}
 		c.unreserve(now, e)
 		// A lost cleanup keeps the error that called for it (none for a
 		// cancelled DTR): that error decides what follows, and the
@@ -64,7 +68,7 @@ func (c *Core) expireLeases(now time.Time) {
 			e.setPost(postCleanupLost)
 		} else if !(d.Cleanup && d.Error != nil) {
 			d.Error = &dtr.Failure{Kind: dtr.ErrInternalProcess, State: d.State,
-				Text: fmt.Sprintf("lease of grant %s expired: no sign of life from its worker for %s", d.Grant, c.cfg.Lease)}
+				Text: fmt.Sprintf("lease of %s expired: no sign of life from its worker for %s", what, c.cfg.Lease)}
 		}
 		d.Cleanup = false
 		c.must(d.Transition(classOf(e.queued).HungTo, now))
