@@ -64,7 +64,7 @@ func Quick() Options {
 
 // Full are the options of the figures in BENCHMARKS.md.
 func Full() Options {
-	return Options{Files: 5000, ARCFiles: 5000, Queued: 1_000_000, Restart: 100_000, Depth: 1_000_000, Latency: 200, Saturate: 300, ScalePerReplica: 200,
+	return Options{Files: 5000, ARCFiles: 5000, Queued: 1_000_000, Restart: 100_000, Depth: 10_000_000, Latency: 200, Saturate: 300, ScalePerReplica: 200,
 		Load: 1_000_000, LoadBad: 1000, LoadCLI: 1000, Failover: 1_000_000, BigFile: 2 << 30, BigFiles: 200}
 }
 
