@@ -10,6 +10,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// embeddedReadyLimit is how long Embedded waits for its server to take
+// connections: recovering a store of millions of messages (10,000,000
+// stored DTRs: about 6 GB) takes the server tens of seconds. A fatal error
+// in its log ends the wait sooner.
+const embeddedReadyLimit = 5 * time.Minute
+
 // Embedded runs a NATS server with JetStream inside this process, storing
 // its streams under dir and listening on a free loopback port: a loopback
 // TCP connection measured 2–4× faster than nats.go's in-process connection
@@ -50,11 +56,11 @@ func EmbeddedWith(dir string, port int, set func(*server.Options)) (*server.Serv
 	failed := &firstError{}
 	ns.SetLoggerV2(failed, false, false, false)
 	go ns.Start()
-	for deadline := time.Now().Add(10 * time.Second); !ns.ReadyForConnections(50 * time.Millisecond); {
+	for deadline := time.Now().Add(embeddedReadyLimit); !ns.ReadyForConnections(50 * time.Millisecond); {
 		if err := failed.get(); err != nil || time.Now().After(deadline) {
 			ns.Shutdown()
 			if err == nil {
-				return nil, fmt.Errorf("embedded NATS server (store %s) not ready after 10s", dir)
+				return nil, fmt.Errorf("embedded NATS server (store %s) not ready after %s", dir, embeddedReadyLimit)
 			}
 			if opts.Port > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, fmt.Errorf("embedded NATS server: port %d on %s is in use, by another sluice or NATS server? (--port or SLUICE_NATS_PORT picks another, 0 a free one): %w", opts.Port, opts.Host, err)

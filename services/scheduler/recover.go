@@ -6,6 +6,8 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -30,11 +32,21 @@ import (
 // restarted over millions of stored DTRs needs little more memory to load
 // them than to hold them.
 func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) error {
+	// The watch's consumer is made under this deadline, not the client's
+	// 5 s default for a request with none: over millions of records the
+	// server takes longer than that to make it (10,000,000: about ten
+	// seconds), and every try would time out. The watch ends with it.
+	ctx, cancel := context.WithTimeout(ctx, checkpointLoadLimit)
+	defer cancel()
+	began := time.Now()
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return err
+		return fmt.Errorf("checkpoint watch: %w", err)
 	}
 	defer w.Stop()
+	if took := time.Since(began); took > time.Second {
+		s.log.Info("checkpoint watch made", "took", took)
+	}
 	type saved struct {
 		updated int64 // when it last changed, in nanoseconds since 1970
 		packed  string
@@ -50,10 +62,13 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 		clear(chunk)
 		chunk = chunk[:0]
 	}
+	read, caughtUp := 0, false
 	for e := range w.Updates() {
 		if e == nil {
-			break // caught up
+			caughtUp = true
+			break
 		}
+		read++
 		id, err := uuid.Parse(e.Key())
 		if err != nil {
 			continue // not a DTR: the term of the last barrier (leader.go)
@@ -62,6 +77,12 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 		if chunk = append(chunk, e.Value()); len(chunk) == 8192 {
 			flush()
 		}
+	}
+	if !caughtUp {
+		// The watch was stopped (the deadline, the scheduler's stop, the
+		// connection closed) before it delivered every record: restoring
+		// what was read would lose the rest.
+		return fmt.Errorf("checkpoint watch ended after %d records, before it caught up: %w", read, cmp.Or(context.Cause(ctx), errWatchEnded))
 	}
 	flush()
 	slices.SortStableFunc(ds, func(a, b saved) int { return cmp.Compare(a.updated, b.updated) })
@@ -86,6 +107,14 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 	}
 	return nil
 }
+
+// checkpointLoadLimit bounds the time to read the checkpoint bucket at
+// start: at about 10 µs a record, 10,000,000 take a few minutes.
+const checkpointLoadLimit = 30 * time.Minute
+
+// errWatchEnded is the cause of a checkpoint watch whose updates stopped
+// before it caught up, its context still alive.
+var errWatchEnded = errors.New("the watch's subscription ended")
 
 // decodeRecords decodes DTR records on every core; an unreadable one is
 // logged and left nil.
