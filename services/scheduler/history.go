@@ -130,6 +130,8 @@ type historyRecorder struct {
 	// worker id), arrivals the DTRs submitted in it; step clears both.
 	ranBy    map[string]string
 	arrivals map[uuid.UUID]bool
+	// swept is set once the term's first sweep is over (held).
+	swept bool
 }
 
 // resultsFrom notes the worker that sent results: their CloudEvent's
@@ -313,9 +315,24 @@ func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (hi
 		return historyItem{}, false // not recorded
 	}
 	prev, known := r.lastOf(st.DTR)
-	if !known { // the last leader's: remembered from here on
+	switch {
+	case known:
+	case holdKind(st.Hold) == "slots":
+		// A DTR that has not stepped under this leader (the last
+		// leader's), waiting for a slot: nothing to remember, so that a
+		// leader taking over millions of queued DTRs does not make an
+		// entry for each at once (the map's growth held the first sweep
+		// over 10,000,000 for longer than a term).
+		return historyItem{}, false
+	case !r.swept:
+		// Held by something else when the term began, as the last
+		// leader may have recorded already: remembered from here on.
 		r.setLast(st.DTR, recorded{state: st.State, hold: st.Hold, grant: st.Grant})
 		return historyItem{}, false
+	default:
+		// Not remembered after the term's first sweep: it waited for a
+		// slot in this state at every sweep since.
+		prev = recorded{state: st.State, hold: core.HoldNoSlot}
 	}
 	if prev.state == st.State && holdKind(prev.hold) == holdKind(st.Hold) {
 		return historyItem{}, false
@@ -453,7 +470,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	}
 	in := make(chan []historyItem, historyQueue)
 	s.history.out, s.history.sent = in, 0
-	s.history.last, s.history.more = map[uuid.UUID]lastRecorded{}, map[uuid.UUID]recorded{}
+	s.history.last, s.history.more, s.history.swept = map[uuid.UUID]lastRecorded{}, map[uuid.UUID]recorded{}, false
 	s.sweptAt = time.Time{}
 	// A connection of its own, so that grants never queue behind a
 	// burst of history.

@@ -382,6 +382,7 @@ func TestTheSweepRecordsAChangeOfWaitButNotOfTheSplitsReasons(t *testing.T) {
 	if _, ok := r.held(now, stand(core.HoldShareFull), 3); ok {
 		t.Fatal("an event for a DTR first seen (the last leader's)")
 	}
+	r.swept = true // the term's first sweep is over
 	for _, tt := range []struct {
 		hold  core.Hold
 		event bool
@@ -400,6 +401,37 @@ func TestTheSweepRecordsAChangeOfWaitButNotOfTheSplitsReasons(t *testing.T) {
 		if ok && (it.ev.State != dtr.Transfer || it.ev.From != dtr.Transfer.String() || it.ev.Hold != string(tt.hold) || it.ev.Term != 3) {
 			t.Fatalf("to %s: %+v", tt.hold, it.ev)
 		}
+	}
+}
+
+// A leader's first sweep over DTRs it took over remembers none that
+// waits for a slot (no entry for each of millions) and records no event;
+// one held by something else then is remembered. After that sweep, a DTR
+// not remembered waited for a slot at every sweep: a change is an event.
+func TestTheFirstSweepOfATermRemembersOnlyTheDTRsNotWaitingForASlot(t *testing.T) {
+	var dropped atomic.Uint64
+	r := &historyRecorder{dropped: &dropped, out: make(chan []historyItem, 1)}
+	now := time.Now()
+	queued, parked, later := uuid.New(), uuid.New(), uuid.New()
+	for _, st := range []core.Standing{
+		{DTR: queued, State: dtr.Transfer, Hold: core.HoldShareFull},
+		{DTR: parked, State: dtr.Transfer, Hold: core.HoldEndpoint},
+		{DTR: later, State: dtr.Transfer, Hold: core.HoldNoSlot},
+	} {
+		if it, ok := r.held(now, st, 2); ok {
+			t.Fatalf("the first sweep recorded %+v", it.ev)
+		}
+	}
+	if len(r.last) != 1 {
+		t.Fatalf("the first sweep remembers %d DTRs, want 1 (the one held by a full endpoint)", len(r.last))
+	}
+	r.swept = true
+	if _, ok := r.held(now, core.Standing{DTR: parked, State: dtr.Transfer, Hold: core.HoldEndpoint}, 2); ok {
+		t.Fatal("an event for a hold unchanged since the first sweep")
+	}
+	it, ok := r.held(now, core.Standing{DTR: later, State: dtr.Transfer, Hold: core.HoldEndpoint}, 2)
+	if !ok || it.ev.From != dtr.Transfer.String() || it.ev.Hold != string(core.HoldEndpoint) {
+		t.Fatalf("a DTR held by a full endpoint after waiting for a slot: %+v %v, want the event", it.ev, ok)
 	}
 }
 

@@ -373,7 +373,7 @@ func (s *Service) reset() {
 	s.parked = nil
 	s.term.Store(0)
 	s.stuck.reset()
-	s.history.last, s.history.more = nil, nil
+	s.history.last, s.history.more, s.history.swept = nil, nil, false
 }
 
 // lead schedules as the leader of term until ctx ends or it is deposed.

@@ -160,6 +160,7 @@ func (s *Service) sweep(now time.Time) {
 		s.stuck.observe(now, st, s.core.Get)
 	})
 	s.stuck.end()
+	s.history.swept = true
 	s.history.send(items)
 }
 
