@@ -153,8 +153,13 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 		return r, fmt.Errorf("failover: the standby did not take over (it is %q; %d grants since): %w", b.Role(), grants.countAfter(lost), err)
 	}
 	r.Gap = grants.firstAfter(lost).Sub(lost)
-	// Let the new leader grant for a while, then count.
+	// Let the new leader grant for a while, then stop the workers and let
+	// the results sent settle, so that no DTR ends while it counts: one
+	// that did would be counted twice (held, then final), which could
+	// hide one lost.
 	time.Sleep(2 * time.Second)
+	stopWorkers()
+	time.Sleep(time.Second)
 	var shares api.SharesReply
 	if err := requestJSON(ctx, nc, api.SubjectShares, &shares); err != nil {
 		return r, fmt.Errorf("failover: shares: %w", err)
@@ -165,11 +170,9 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	for _, k := range shares.Retrying {
 		r.Held += k
 	}
-	// A DTR that ended just before the shares were read has left the
-	// core, but its Finals event may still be gathered with others (for
-	// up to 10 ms) or on its way: read the finals a little later. One
-	// that ends meanwhile is counted twice, which the check allows.
-	time.Sleep(time.Second)
+	// The last DTRs to end have left the core, but their Finals event
+	// may still be gathered with others (for up to 10 ms) or on its way.
+	time.Sleep(500 * time.Millisecond)
 	r.Final = finals.count()
 	r.Twice = grants.twice()
 	return r, nil
