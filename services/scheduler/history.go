@@ -321,8 +321,9 @@ func (r *historyRecorder) held(now time.Time, st core.Standing, term uint64) (hi
 		// A DTR that has not stepped under this leader (the last
 		// leader's), waiting for a slot: nothing to remember, so that a
 		// leader taking over millions of queued DTRs does not make an
-		// entry for each at once (the map's growth held the first sweep
-		// over 10,000,000 for longer than a term).
+		// entry for each at once (over 10,000,000 the map's growth, under
+		// a collector marking a heap of GBs, held the first sweep for
+		// seconds on end).
 		return historyItem{}, false
 	case !r.swept:
 		// Held by something else when the term began, as the last
