@@ -473,6 +473,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	s.history.out, s.history.sent = in, 0
 	s.history.last, s.history.more, s.history.swept = map[uuid.UUID]lastRecorded{}, map[uuid.UUID]recorded{}, false
 	s.sweptAt = time.Time{}
+	s.stopSweep()
 	// A connection of its own, so that grants never queue behind a
 	// burst of history.
 	js, closeConn := s.js, func() {}

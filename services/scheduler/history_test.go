@@ -3,6 +3,8 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -599,5 +601,54 @@ func TestTheRecorderRecordsAChainedPreCleanAsGrantedAndEnded(t *testing.T) {
 	}
 	if last := evs[len(evs)-1]; !last.final || last.ev.State != dtr.Done {
 		t.Errorf("last event %+v, want final DONE", last.ev)
+	}
+}
+
+func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.MaxDelivery = 1
+	cfg.MaxEmergency = 0
+	cfg.Lease = 100 * time.Hour
+	r := newCoreRun(t, cfg)
+	const n = 3*sweepStep + 10
+	for i := range n {
+		d := testDTR(0)
+		d.Source, d.Destination = fmt.Sprintf("http://src.example/%d", i), fmt.Sprintf("file:///data/%d", i)
+		if err := r.c.Submit(r.now, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 50; i++ { // one transfer runs and moves nothing
+		for _, g := range r.step(time.Second) {
+			if g.State != dtr.Transferring {
+				r.answer(g, nil)
+			}
+		}
+	}
+	r.now = r.now.Add(3 * time.Hour)
+	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(io.Discard, nil)), core.DeadlineFor), history: r.rec}
+	s.role.Store(roleLeader)
+	slices := 0
+	for slices == 0 || s.pass != nil {
+		s.sweepSome(r.now, time.Nanosecond) // one step of sweepStep DTRs each
+		slices++
+		if s.pass != nil && s.stuck.count.Load() != 0 {
+			t.Fatalf("a stuck DTR reported after %d of the sweep's slices, before it is over", slices)
+		}
+		if slices > n {
+			t.Fatal("the sweep never ends")
+		}
+	}
+	if slices != 4 {
+		t.Fatalf("a sweep over %d DTRs took %d slices of %d, want 4", r.c.Len(), slices, sweepStep)
+	}
+	whole := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(io.Discard, nil)), core.DeadlineFor), history: r.rec}
+	whole.role.Store(roleLeader)
+	whole.sweep(r.now)
+	if c, w := s.stuck.count.Load(), whole.stuck.count.Load(); c != w || c == 0 {
+		t.Fatalf("%d stuck once the sweep in slices is over, %d by a sweep at once", c, w)
+	}
+	if !s.history.swept {
+		t.Fatal("the term's first sweep is over, and the history does not know it")
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -155,7 +156,8 @@ func (e *election) current(ctx context.Context) (l api.Leader, ok bool, err erro
 // succeeded by holdsUntil. It runs apart from the scheduling loop, so that
 // a busy loop does not lose the term; a frozen process loses it, and finds
 // out as it resumes.
-func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
+// A renewal that fails or is slow is logged: what came before a term lost.
+func (e *election) keepLeading(ctx context.Context, deposed chan<- error, log *slog.Logger) {
 	t := time.NewTicker(min(e.renewEvery(), 250*time.Millisecond))
 	defer t.Stop()
 	next := time.Now() // at once: the campaign may have been a while ago
@@ -175,6 +177,10 @@ func (e *election) keepLeading(ctx context.Context, deposed chan<- error) {
 			sent := time.Now()
 			err := e.renew(rctx)
 			cancel()
+			if took := time.Since(sent); err != nil || took > e.ttl/6 {
+				log.Warn("renewing the leader key: slow or failed", "took", took.Round(time.Millisecond), "err", err,
+					"holds_until", e.holdsUntil().Format(time.RFC3339Nano))
+			}
 			if errors.Is(err, errDeposed) {
 				deposed <- err
 				return

@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -92,11 +94,15 @@ func TestALeaderThatCannotRenewStepsDownBeforeItsKeyCouldExpire(t *testing.T) {
 	}
 	own.Close()
 	deposed := make(chan error, 1)
-	e.keepLeading(context.Background(), deposed)
+	var logs bytes.Buffer
+	e.keepLeading(context.Background(), deposed, slog.New(slog.NewTextHandler(&logs, nil)))
 	select {
 	case err := <-deposed:
 		if !errors.Is(err, errDeposed) {
 			t.Fatalf("deposed with %v", err)
+		}
+		if !strings.Contains(logs.String(), "renewing the leader key: slow or failed") {
+			t.Fatalf("the failed renewals before it were not logged:\n%s", logs.String())
 		}
 		if held := time.Since(time.Unix(0, e.renewed.Load())); held >= time.Second {
 			t.Fatalf("stepped down %s after its last renewal, not before the 1 s TTL", held)

@@ -236,7 +236,11 @@ type Service struct {
 	historyStats  *historyStats
 	historyWriter atomic.Pointer[historyWriter]
 	stuck         *stuckDetector
-	sweptAt       time.Time
+	// sweptAt is when the last sweep began; pass is the sweep under way
+	// (nil: none), passHeld the history events it recorded so far.
+	sweptAt  time.Time
+	pass     *core.Pass
+	passHeld int
 }
 
 // The roles a scheduler has in the election.
@@ -373,6 +377,7 @@ func (s *Service) reset() {
 	s.parked = nil
 	s.term.Store(0)
 	s.stuck.reset()
+	s.stopSweep()
 	s.history.last, s.history.more, s.history.swept = nil, nil, false
 }
 
@@ -399,7 +404,7 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	defer keeping.Wait()
 	lctx, stopLeading := context.WithCancel(ctx)
 	defer stopLeading()
-	keeping.Go(func() { s.election.keepLeading(lctx, deposed) })
+	keeping.Go(func() { s.election.keepLeading(lctx, deposed, s.log) })
 	// The restored grants' workers may have said more than the stored
 	// records know: no lease runs out before that is taken.
 	s.leases.stop(time.Now(), "this scheduler took over")
@@ -756,34 +761,47 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 	return c, nil
 }
 
-// sample records the scheduler's state for the web page and the metrics.
-// The longest-waiting DTRs are looked up every second, or every ten with
-// more than 100,000 DTRs, since that walks every queue.
+// sample records the scheduler's state for the web page and the metrics,
+// and goes on with the sweep (stuck.go). The longest-waiting DTRs are
+// looked up every second, walking every queue, or, with more than
+// longestWalk DTRs, found by each sweep on its way.
 func (s *Service) sample(now time.Time) {
-	every := time.Second
-	if s.core.Len() > 100_000 {
-		every = 10 * time.Second
-	}
-	if now.Sub(s.longestAt) >= every {
+	if s.core.Len() <= longestWalk && now.Sub(s.longestAt) >= time.Second {
 		s.longestAt = now
-		s.longest = s.longest[:0:0]
-		for _, id := range s.core.Longest(10) {
-			d, _ := s.core.Get(id)
-			w, err := s.core.Explain(now, id)
-			if err != nil {
-				continue
-			}
-			s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: dtr.RedactURL(d.Source)})
-		}
+		s.setLongest(now, s.core.Longest(longestShown))
 	}
 	workers := s.workers.list(now)
 	for i := range workers {
 		current(s.core, now, &workers[i])
 	}
 	s.mon.sample(now, s.core, s.longest, silentGrants(s.core, now, s.workers.holders(now), nil), workers)
-	if now.Sub(s.sweptAt) >= sweepEvery(s.core.Len()) {
-		s.sweptAt = now
-		s.sweep(now)
+	if s.pass != nil || now.Sub(s.sweptAt) >= sweepEvery(s.core.Len()) {
+		if s.pass == nil {
+			s.sweptAt = now
+		}
+		s.sweepSome(now, sweepSlice)
+	}
+}
+
+// longestShown is how many of the longest-waiting DTRs the web page
+// shows; longestWalk is the most DTRs over which they are found by walking
+// every queue at each sample.
+const (
+	longestShown = 10
+	longestWalk  = 100_000
+)
+
+// setLongest sets the longest-waiting DTRs shown to ids, with why each
+// waits.
+func (s *Service) setLongest(now time.Time, ids []uuid.UUID) {
+	s.longest = s.longest[:0:0]
+	for _, id := range ids {
+		d, _ := s.core.Get(id)
+		w, err := s.core.Explain(now, id)
+		if err != nil {
+			continue
+		}
+		s.longest = append(s.longest, Waiting{Why: w, Since: d.Updated, Created: d.Created, JobID: d.JobID, Source: dtr.RedactURL(d.Source)})
 	}
 }
 

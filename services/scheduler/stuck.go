@@ -123,9 +123,11 @@ func (d *stuckDetector) reset() {
 	d.count.Store(0)
 }
 
-// sweepEvery is how often the DTRs are swept for changes of what holds
-// them and for stuck ones: every 10 s, every minute with more than
-// 100,000 DTRs, since it looks at every one.
+// sweepEvery is how often a sweep of the DTRs for changes of what holds
+// them and for stuck ones begins: every 10 s, every minute with more than
+// 100,000 DTRs, since it looks at every one; or, if later, once the last
+// one is over (a sweep of 10,000,000 takes a couple of minutes, a slice at
+// each sample: sweepSlice).
 func sweepEvery(dtrs int) time.Duration {
 	if dtrs > 100_000 {
 		return time.Minute
@@ -137,31 +139,79 @@ func sweepEvery(dtrs int) time.Duration {
 // the rest are recorded by the next sweeps.
 const maxHoldEvents = 1000
 
-// sweep looks at where every DTR stands: a DTR still in its state but
-// held by something else is recorded in its history, and stuck DTRs are
-// reported. Only the leader sweeps: a standby's copy lags, and its
-// history is not recorded; it reports no stuck DTR.
+// sweepSlice is the most time one sample spends on a sweep: a sweep over
+// millions of DTRs goes on over many samples, between which the scheduler
+// goes on deciding (over 10,000,000 it held the loop for about 6 s when
+// it was made all at once).
+const sweepSlice = 50 * time.Millisecond
+
+// sweepStep is how many DTRs a sweep looks at between two looks at the
+// clock.
+const sweepStep = 4096
+
+// sweep looks at where every DTR stands, at once.
 func (s *Service) sweep(now time.Time) {
+	s.stopSweep()
+	s.sweepSome(now, 0)
+}
+
+// sweepSome goes on with the sweep under way, or begins one, for at most
+// limit (0: until it is over). A sweep looks at where every DTR stands: a
+// DTR still in its state but held by something else is recorded in its
+// history, and stuck DTRs are reported. Only the leader sweeps: a
+// standby's copy lags, and its history is not recorded; it reports no
+// stuck DTR. Over more than longestWalk DTRs the sweep also finds the
+// longest-waiting ones, for the web page.
+func (s *Service) sweepSome(now time.Time, limit time.Duration) {
 	if s.role.Load() != roleLeader {
+		s.stopSweep()
 		if s.stuck.count.Load() != 0 {
 			s.stuck.reset()
 		}
 		return
 	}
+	if s.pass == nil {
+		s.pass, s.passHeld = s.core.BeginPass(longestShown), 0
+		s.stuck.begin()
+	}
 	var items []historyItem
 	term := s.term.Load()
-	s.stuck.begin()
-	s.core.Standings(func(st core.Standing) {
-		if len(items) < maxHoldEvents {
+	observe := func(st core.Standing) {
+		if s.passHeld < maxHoldEvents {
 			if it, ok := s.history.held(now, st, term); ok {
 				items = append(items, it)
+				s.passHeld++
 			}
 		}
 		s.stuck.observe(now, st, s.core.Get)
-	})
+	}
+	began := time.Now()
+	over := false
+	for !over {
+		over = s.pass.Step(sweepStep, observe)
+		if limit > 0 && time.Since(began) >= limit {
+			break
+		}
+	}
+	s.history.send(items)
+	if !over {
+		return
+	}
 	s.stuck.end()
 	s.history.swept = true
-	s.history.send(items)
+	s.stuck.log.Debug("swept", "dtrs", s.pass.Seen(), "took", time.Since(s.sweptAt).Round(time.Millisecond), "stuck", s.stuck.count.Load())
+	if s.core.Len() > longestWalk {
+		s.setLongest(now, s.pass.Longest())
+	}
+	s.pass = nil
+}
+
+// stopSweep abandons the sweep under way, if any.
+func (s *Service) stopSweep() {
+	if s.pass != nil {
+		s.pass.Stop()
+		s.pass = nil
+	}
 }
 
 // registerHistoryMetrics publishes the stuck DTRs and the history's

@@ -1,0 +1,99 @@
+package core
+
+import (
+	"iter"
+	"maps"
+	"sort"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// A Pass walks every unfinished DTR a slice at a time, so that a caller
+// holding ten million need not stop for seconds to look at each: between
+// slices the core goes on deciding. What changes meanwhile follows Go's
+// rules for a map changed while ranged over: a DTR that ends before the
+// pass reaches it is not seen, one that arrives meanwhile may or may not
+// be. On the way it keeps the DTRs that have waited longest (Longest).
+type Pass struct {
+	c      *Core
+	next   func() (uuid.UUID, *entry, bool)
+	stop   func()
+	oldest []*entry // by seq, at most keep
+	keep   int
+	seen   int
+}
+
+// BeginPass starts a pass that keeps up to longest of the longest-waiting
+// DTRs it meets.
+func (c *Core) BeginPass(longest int) *Pass {
+	next, stop := iter.Pull2(maps.All(c.dtrs))
+	return &Pass{c: c, next: next, stop: stop, keep: max(longest, 0)}
+}
+
+// Step looks at up to n more DTRs, calling f with where each stands, and
+// reports whether the pass is over (it then holds nothing more).
+func (p *Pass) Step(n int, f func(Standing)) (over bool) {
+	if p.next == nil {
+		return true
+	}
+	// The split of slots is worked out again at each slice: it changes as
+	// the core decides.
+	sf := standingFinder{c: p.c, splits: map[dtr.State]map[*shareState]int{}}
+	for range n {
+		id, e, ok := p.next()
+		if !ok {
+			p.Stop()
+			return true
+		}
+		p.seen++
+		if e.index >= 0 { // in a queue, parked or waiting for a retry
+			p.offer(e)
+		}
+		f(sf.of(id, e))
+	}
+	return false
+}
+
+// offer keeps e if it is among the longest-waiting met so far: those that
+// came to their queue first (Longest's order).
+func (p *Pass) offer(e *entry) {
+	i := sort.Search(len(p.oldest), func(i int) bool { return p.oldest[i].seq > e.seq })
+	if i >= p.keep {
+		return
+	}
+	if len(p.oldest) < p.keep {
+		p.oldest = append(p.oldest, nil)
+	}
+	copy(p.oldest[i+1:], p.oldest[i:])
+	p.oldest[i] = e
+}
+
+// Seen is how many DTRs the pass has looked at.
+func (p *Pass) Seen() int { return p.seen }
+
+// Longest returns the longest-waiting DTRs the pass met that still wait
+// where they waited when it met them, those that came to their queue
+// first first.
+func (p *Pass) Longest() []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(p.oldest))
+	for _, e := range p.oldest {
+		if e.index < 0 {
+			continue // granted, ended or moved on since
+		}
+		d := p.c.peekEntry(e)
+		if p.c.dtrs[d.ID] == e {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
+}
+
+// Stop ends the pass early; it is safe to call more than once.
+func (p *Pass) Stop() {
+	if p.stop != nil {
+		p.stop()
+		p.next, p.stop = nil, nil
+	}
+}
