@@ -43,6 +43,9 @@ const (
 	// election, services/scheduler/leader.go); its TTL removes the key of
 	// a leader that stops renewing it.
 	BucketLeader = "sluice_leader"
+	// LeaderKey is the election's key in BucketLeader: its value is the
+	// api.Leader that holds it.
+	LeaderKey = "scheduler"
 	// BucketSubjectTokens holds the bearer tokens that DTRs were submitted
 	// with, each sealed with a random reference that the DTR carries (its
 	// token_ref; subjecttokens.go), so that the workers of its transfers can exchange the

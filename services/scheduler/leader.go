@@ -44,7 +44,7 @@ import (
 )
 
 // leaderKey is the election's key in bus.BucketLeader.
-const leaderKey = "scheduler"
+const leaderKey = bus.LeaderKey
 
 // termKey is the key of the checkpoint bucket that each term's barrier
 // writes (its value is the term); it is not a DTR.
