@@ -81,6 +81,10 @@ func TestValidateRefusesAJobIDTheGeneratorCannotUse(t *testing.T) {
 		{"a*", false},
 		{"victim.f", false},
 		{"réco", false},
+		{"a\n", false},
+		{"a/b", false},
+		{"-_Z9", true},
+		{"a:b", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.jobID, func(t *testing.T) {
