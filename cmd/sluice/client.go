@@ -67,6 +67,10 @@ func request(ctx context.Context, nc *nats.Conn, m *nats.Msg, v any) error {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%s: no service answers (is sluice running at %s?): %w", m.Subject, nc.ConnectedUrlRedacted(), err)
 		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return fmt.Errorf("%s: the request is %d bytes, more than the %d the NATS server at %s takes in one message (its max_payload); nothing was sent: split the job into smaller ones: %w",
+				m.Subject, len(m.Data), nc.MaxPayload(), nc.ConnectedUrlRedacted(), err)
+		}
 		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
 			return fmt.Errorf("%s: refused: %w", m.Subject, last)
 		}

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
@@ -29,6 +36,42 @@ func TestSharesListActivityLimitsWithTheirUse(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sluice shares printed\n%s\nwithout %q", out, want)
+		}
+	}
+}
+
+func TestAJobOverTheServersMaxPayloadIsRefusedNamingBothSizes(t *testing.T) {
+	ns, err := bus.Embedded(filepath.Join(t.TempDir(), "js"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	t.Setenv("SLUICE_NATS_URL", ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := nc.MaxPayload()
+	nc.Close()
+	// No generator runs: the client refuses before anything is sent.
+	var files strings.Builder
+	files.WriteString(`{"files":[`)
+	for i := 0; files.Len() <= int(limit); i++ {
+		if i > 0 {
+			files.WriteByte(',')
+		}
+		fmt.Fprintf(&files, `{"source":"https://src.example/data/file-%d","destination":"file:///data/file-%d"}`, i, i)
+	}
+	files.WriteString(`]}`)
+	job := filepath.Join(t.TempDir(), "job.json")
+	if err := os.WriteFile(job, []byte(files.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = run([]string{"submit", job}, &out)
+	for _, want := range []string{fmt.Sprintf("the request is %d bytes", files.Len()), fmt.Sprintf("more than the %d", limit), "split the job"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v, want one saying %q", err, want)
 		}
 	}
 }
