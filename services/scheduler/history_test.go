@@ -604,12 +604,14 @@ func TestTheRecorderRecordsAChainedPreCleanAsGrantedAndEnded(t *testing.T) {
 	}
 }
 
-func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
+// manyToSweep is a leader over 3 sweep steps and a bit of DTRs, with
+// one transfer running for three hours, moving nothing (transfer).
+func manyToSweep(t *testing.T) (r *coreRun, s *Service, transfer core.Grant) {
 	cfg := core.DefaultConfig()
 	cfg.MaxDelivery = 1
 	cfg.MaxEmergency = 0
 	cfg.Lease = 100 * time.Hour
-	r := newCoreRun(t, cfg)
+	r = newCoreRun(t, cfg)
 	const n = 3*sweepStep + 10
 	for i := range n {
 		d := testDTR(0)
@@ -618,16 +620,23 @@ func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; i < 50; i++ { // one transfer runs and moves nothing
+	for i := 0; i < 50; i++ {
 		for _, g := range r.step(time.Second) {
 			if g.State != dtr.Transferring {
 				r.answer(g, nil)
+			} else {
+				transfer = g
 			}
 		}
 	}
 	r.now = r.now.Add(3 * time.Hour)
-	s := &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(io.Discard, nil)), core.DeadlineFor), history: r.rec}
+	s = &Service{core: r.c, stuck: newStuckDetector(slog.New(slog.NewTextHandler(io.Discard, nil)), core.DeadlineFor), history: r.rec}
 	s.role.Store(roleLeader)
+	return r, s, transfer
+}
+
+func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
+	r, s, _ := manyToSweep(t)
 	slices := 0
 	for slices == 0 || s.pass != nil {
 		s.sweepSome(r.now, time.Nanosecond) // one step of sweepStep DTRs each
@@ -635,7 +644,7 @@ func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
 		if s.pass != nil && s.stuck.count.Load() != 0 {
 			t.Fatalf("a stuck DTR reported after %d of the sweep's slices, before it is over", slices)
 		}
-		if slices > n {
+		if slices > r.c.Len() {
 			t.Fatal("the sweep never ends")
 		}
 	}
@@ -650,5 +659,30 @@ func TestASweepOverManyDTRsIsMadeASliceAtATimeAndReportsOnceOver(t *testing.T) {
 	}
 	if !s.history.swept {
 		t.Fatal("the term's first sweep is over, and the history does not know it")
+	}
+}
+
+func TestADTRFoundStuckEarlyInASweepThatMovesOnBeforeItsEndIsNotReported(t *testing.T) {
+	r, s, transfer := manyToSweep(t)
+	if transfer.ID == "" {
+		t.Fatal("no transfer runs")
+	}
+	moved := false
+	for slices := 0; slices == 0 || s.pass != nil; slices++ {
+		s.sweepSome(r.now, time.Nanosecond)
+		if _, found := s.stuck.stuck[transfer.DTR.ID]; found && s.pass != nil && !moved {
+			// Met stuck, the sweep not over: the transfer ends.
+			r.answer(transfer, nil)
+			r.step(time.Second)
+			moved = true
+		}
+	}
+	if !moved {
+		t.Skip("the transfer was met in the sweep's last slice (1 run in about 1,200)")
+	}
+	for _, d := range s.stuck.list(nil) {
+		if d.DTR == transfer.DTR.ID {
+			t.Fatalf("%s is reported stuck once the sweep is over, but moved on during it", d.DTR)
+		}
 	}
 }

@@ -161,6 +161,7 @@ func (e *election) keepLeading(ctx context.Context, deposed chan<- error, log *s
 	t := time.NewTicker(min(e.renewEvery(), 250*time.Millisecond))
 	defer t.Stop()
 	next := time.Now() // at once: the campaign may have been a while ago
+	var logged time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,7 +178,10 @@ func (e *election) keepLeading(ctx context.Context, deposed chan<- error, log *s
 			sent := time.Now()
 			err := e.renew(rctx)
 			cancel()
-			if took := time.Since(sent); err != nil || took > e.ttl/6 {
+			// Logged once a renewal period at most: a failed renewal is
+			// tried again at each tick, and a full store keeps failing.
+			if took := time.Since(sent); (err != nil || took > e.ttl/6) && now.Sub(logged) >= e.renewEvery() {
+				logged = now
 				log.Warn("renewing the leader key: slow or failed", "took", took.Round(time.Millisecond), "err", err,
 					"holds_until", e.holdsUntil().Format(time.RFC3339Nano))
 			}

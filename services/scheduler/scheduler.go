@@ -378,6 +378,7 @@ func (s *Service) reset() {
 	s.term.Store(0)
 	s.stuck.reset()
 	s.stopSweep()
+	s.longest = nil
 	s.history.last, s.history.more, s.history.swept = nil, nil, false
 }
 
@@ -390,6 +391,7 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	s.log.Info("leading", "term", term, "dtrs", s.core.Len())
 	s.role.Store(roleLeader)
 	defer s.role.Store(roleStandby)
+	defer s.stopSweep()
 	// Changes asked and parked when the term ends are answered: the
 	// scheduler stops leading.
 	defer func() {
@@ -764,11 +766,15 @@ func (s *Service) step(ctx context.Context, kv jetstream.KeyValue, batch []jetst
 // sample records the scheduler's state for the web page and the metrics,
 // and goes on with the sweep (stuck.go). The longest-waiting DTRs are
 // looked up every second, walking every queue, or, with more than
-// longestWalk DTRs, found by each sweep on its way.
+// longestWalk DTRs, found by each of the leader's sweeps on its way (a
+// standby then shows none).
 func (s *Service) sample(now time.Time) {
-	if s.core.Len() <= longestWalk && now.Sub(s.longestAt) >= time.Second {
+	switch {
+	case s.core.Len() <= longestWalk && now.Sub(s.longestAt) >= time.Second:
 		s.longestAt = now
 		s.setLongest(now, s.core.Longest(longestShown))
+	case s.core.Len() > longestWalk && s.role.Load() != roleLeader:
+		s.longest = nil // a standby does not sweep
 	}
 	workers := s.workers.list(now)
 	for i := range workers {

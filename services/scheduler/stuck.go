@@ -105,6 +105,15 @@ func (d *stuckDetector) end() {
 	d.count.Store(int64(len(d.stuck)))
 }
 
+// ids returns the DTRs found stuck.
+func (d *stuckDetector) ids() []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(d.stuck))
+	for id := range d.stuck {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // list returns the stuck DTRs that owns says are the caller's (nil:
 // every one).
 func (d *stuckDetector) list(owns func(dtr.Identity) bool) []api.StuckDTR {
@@ -171,7 +180,9 @@ func (s *Service) sweepSome(now time.Time, limit time.Duration) {
 		return
 	}
 	if s.pass == nil {
-		s.pass, s.passHeld = s.core.BeginPass(longestShown), 0
+		// Several times the longest waits shown are kept: the oldest are
+		// the next granted, and a pass over millions takes minutes.
+		s.pass, s.passHeld = s.core.BeginPass(4*longestShown), 0
 		s.stuck.begin()
 	}
 	var items []historyItem
@@ -197,11 +208,16 @@ func (s *Service) sweepSome(now time.Time, limit time.Duration) {
 	if !over {
 		return
 	}
+	// Those found stuck early in a long pass may have moved on since:
+	// they are looked at again, as they stand now.
+	s.stuck.end()
+	s.stuck.begin()
+	s.core.StandingsOf(s.stuck.ids(), func(st core.Standing) { s.stuck.observe(now, st, s.core.Get) })
 	s.stuck.end()
 	s.history.swept = true
 	s.stuck.log.Debug("swept", "dtrs", s.pass.Seen(), "took", time.Since(s.sweptAt).Round(time.Millisecond), "stuck", s.stuck.count.Load())
 	if s.core.Len() > longestWalk {
-		s.setLongest(now, s.pass.Longest())
+		s.setLongest(now, s.pass.Longest(longestShown))
 	}
 	s.pass = nil
 }

@@ -20,9 +20,16 @@ type Pass struct {
 	c      *Core
 	next   func() (uuid.UUID, *entry, bool)
 	stop   func()
-	oldest []*entry // by seq, at most keep
+	oldest []waiter // by seq, at most keep
 	keep   int
 	seen   int
+}
+
+// waiter is an entry met waiting, with the place it had in its queue then
+// (an entry granted and queued again in its next state gets a new seq).
+type waiter struct {
+	e   *entry
+	seq uint64
 }
 
 // BeginPass starts a pass that keeps up to longest of the longest-waiting
@@ -64,26 +71,30 @@ func (p *Pass) offer(e *entry) {
 		return
 	}
 	if len(p.oldest) < p.keep {
-		p.oldest = append(p.oldest, nil)
+		p.oldest = append(p.oldest, waiter{})
 	}
 	copy(p.oldest[i+1:], p.oldest[i:])
-	p.oldest[i] = e
+	p.oldest[i] = waiter{e, e.seq}
 }
 
 // Seen is how many DTRs the pass has looked at.
 func (p *Pass) Seen() int { return p.seen }
 
-// Longest returns the longest-waiting DTRs the pass met that still wait
-// where they waited when it met them, those that came to their queue
-// first first.
-func (p *Pass) Longest() []uuid.UUID {
-	ids := make([]uuid.UUID, 0, len(p.oldest))
-	for _, e := range p.oldest {
-		if e.index < 0 {
+// Longest returns up to n of the longest-waiting DTRs the pass met that
+// still wait where they waited when it met them, those that came to their
+// queue first first. (The oldest are the next to be granted: a pass that
+// took minutes should have been begun keeping several times n.)
+func (p *Pass) Longest(n int) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, min(n, len(p.oldest)))
+	for _, w := range p.oldest {
+		if len(ids) == n {
+			break
+		}
+		if w.e.index < 0 || w.e.seq != w.seq {
 			continue // granted, ended or moved on since
 		}
-		d := p.c.peekEntry(e)
-		if p.c.dtrs[d.ID] == e {
+		d := p.c.peekEntry(w.e)
+		if p.c.dtrs[d.ID] == w.e {
 			ids = append(ids, d.ID)
 		}
 	}

@@ -59,7 +59,7 @@ func TestAPassInSlicesSeesWhatOneWalkSees(t *testing.T) {
 				t.Fatalf("slices of %d: %s stands %+v in the pass, %+v in one walk", slice, id, got[id], s)
 			}
 		}
-		if l, w := p.Longest(), h.c.Longest(10); !slices.Equal(l, w) {
+		if l, w := p.Longest(10), h.c.Longest(10); !slices.Equal(l, w) {
 			t.Fatalf("slices of %d: the pass's longest-waiting are %v, Longest's %v", slice, l, w)
 		}
 		if !p.Step(1, func(Standing) { t.Fatal("a pass over goes on") }) {
@@ -72,9 +72,10 @@ func TestAPassGoesOnWhileTheCoreChanges(t *testing.T) {
 	h := passCore(t, 200)
 	before := h.standings()
 	seen := map[uuid.UUID]int{}
+	seenIn := map[uuid.UUID]dtr.State{}
 	p := h.c.BeginPass(10)
 	defer p.Stop()
-	count := func(s Standing) { seen[s.DTR]++ }
+	count := func(s Standing) { seen[s.DTR]++; seenIn[s.DTR] = s.State }
 	p.Step(50, count)
 	// Between slices: DTRs are cancelled, new ones come, slots are granted.
 	var cancelled []uuid.UUID
@@ -107,7 +108,7 @@ func TestAPassGoesOnWhileTheCoreChanges(t *testing.T) {
 			t.Fatalf("%s, there from the pass's start to its end, was not seen", id)
 		}
 	}
-	longest := p.Longest()
+	longest := p.Longest(10)
 	if len(longest) == 0 {
 		t.Fatal("no longest-waiting DTR found")
 	}
@@ -118,6 +119,43 @@ func TestAPassGoesOnWhileTheCoreChanges(t *testing.T) {
 		}
 		if slices.Contains(cancelled, id) {
 			t.Fatalf("%s is named as waiting, but was cancelled", id)
+		}
+		if s.State != seenIn[id] {
+			t.Fatalf("%s is named as waiting since the pass met it in %s, but it has moved on to %s", id, seenIn[id], s.State)
+		}
+	}
+}
+
+func TestAPassDoesNotNameADTRThatWasGrantedAndQueuedAgainAsLongestWaiting(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor, cfg.MaxEmergency = 1, 0
+	h := newHarness(t, cfg)
+	var ids []uuid.UUID
+	for i := range 3 {
+		d := newDTR(i, "/CN=a", dtr.Download)
+		h.submit(d)
+		h.tick(time.Millisecond)
+		ids = append(ids, d.ID)
+	}
+	seenIn := map[uuid.UUID]dtr.State{}
+	p := h.c.BeginPass(3)
+	defer p.Stop()
+	for !p.Step(10, func(s Standing) { seenIn[s.DTR] = s.State }) {
+	}
+	// The first is answered and holds PRE_CLEAN's one slot; the second
+	// is granted its query, answered, and waits again, for PRE_CLEAN.
+	for _, want := range []dtr.State{dtr.QueryingReplica, dtr.QueryingReplica} {
+		for _, g := range h.running {
+			if g.State == want {
+				h.answer(g, nil)
+			}
+		}
+		h.tick(time.Second)
+	}
+	now := h.standings()
+	for _, id := range p.Longest(3) {
+		if s := now[id]; s.State != seenIn[id] || s.Hold == HoldRunning {
+			t.Fatalf("%s is named as waiting where the pass met it (%s), but stands %+v", id, seenIn[id], s)
 		}
 	}
 }
