@@ -297,8 +297,12 @@ func (w *historyWriter) holdBack(held *heldEvents, later [][]historyItem) {
 
 // historyAcksMax is the most messages published before their
 // acknowledgements are awaited (within nats.go's limit of pending
-// asynchronous publishes).
-const historyAcksMax = 1000
+// asynchronous publishes); historyAckEvery is how many messages one
+// acknowledgement stands for (publishSome).
+const (
+	historyAcksMax  = 1000
+	historyAckEvery = 100
+)
 
 func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem) (ok bool, later [][]historyItem) {
 	ok = true
@@ -306,11 +310,25 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 	if w.retention > 0 {
 		ttl = strconv.FormatInt(int64(max(w.retention, time.Second)/time.Second), 10) + "s"
 	}
+	// Only every historyAckEvery-th message, and the last, asks to be
+	// acknowledged; the others are published plainly. The server stores a
+	// connection's messages to a stream in the order they were sent, and
+	// SLUICE_HISTORY refuses none for itself (full, it drops its oldest:
+	// DiscardOld, as it does past 64 messages of a DTR), so an
+	// acknowledgement says the messages sent since the last one asked
+	// were stored too; a failure or a silence counts them all dropped.
+	// Each acknowledgement is a message back and a decoding: about a
+	// fifth of the scheduler's CPU when each message asked for one.
 	type sent struct {
 		f      jetstream.PubAckFuture
+		events int // of the messages it stands for
+		msgs   int
+	}
+	type outgoing struct {
+		m      *nats.Msg
 		events int
 	}
-	futures := make([]sent, 0, len(groups))
+	out := make([]outgoing, 0, len(groups))
 	last, unknown := w.lastNumbers(ctx, groups)
 	var name func(grant, ranBy string) string
 	if w.names != nil {
@@ -359,30 +377,56 @@ func (w *historyWriter) publishSome(ctx context.Context, groups [][]historyItem)
 			ok = false
 			continue
 		}
-		m := &nats.Msg{Subject: bus.HistorySubject(id.String()), Header: header, Data: data}
-		f, err := w.js.PublishMsgAsync(m)
-		if err != nil {
-			w.stats.droppedStore.Add(uint64(len(group)))
-			w.logFailure(err)
-			ok = false
+		out = append(out, outgoing{&nats.Msg{Subject: bus.HistorySubject(id.String()), Header: header, Data: data}, len(group)})
+	}
+	futures := make([]sent, 0, len(out)/historyAckEvery+1)
+	var unacked sent // the messages published since the last that asked
+	for i, o := range out {
+		m := o.m
+		unacked.events += o.events
+		unacked.msgs++
+		if (i+1)%historyAckEvery != 0 && i != len(out)-1 {
+			if err := w.js.Conn().PublishMsg(m); err != nil {
+				w.stats.droppedStore.Add(uint64(unacked.events))
+				w.logFailure(err)
+				ok = false
+				unacked = sent{}
+			}
 			continue
 		}
-		futures = append(futures, sent{f, len(group)})
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
+			w.stats.droppedStore.Add(uint64(unacked.events))
+			w.logFailure(err)
+			ok = false
+			unacked = sent{}
+			continue
+		}
+		unacked.f = f
+		futures = append(futures, unacked)
+		unacked = sent{}
 	}
+	// Ten seconds for them all: once they are over, what has not been
+	// acknowledged counts as dropped, without waiting again.
 	wait := time.NewTimer(10 * time.Second)
 	defer wait.Stop()
+	expired := false
 	for _, f := range futures {
+		if expired {
+			w.stats.droppedStore.Add(uint64(f.events))
+			continue
+		}
 		select {
 		case <-f.f.Ok():
 			w.stats.written.Add(uint64(f.events))
-			w.stats.messages.Add(1)
+			w.stats.messages.Add(uint64(f.msgs))
 		case err := <-f.f.Err():
 			w.stats.droppedStore.Add(uint64(f.events))
 			w.logFailure(err)
 			ok = false
 		case <-wait.C:
 			w.stats.droppedStore.Add(uint64(f.events))
-			ok = false
+			ok, expired = false, true
 		case <-ctx.Done():
 			return false, later
 		}

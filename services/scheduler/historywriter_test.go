@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -341,5 +342,79 @@ func TestAStraightThroughDTRsHistoryTakesUnderFourKilobytes(t *testing.T) {
 		n, len(items), info.State.Msgs, info.State.Bytes, info.State.Bytes/uint64(len(items)), perDTR)
 	if perDTR >= 4096 {
 		t.Fatalf("%d bytes a DTR's history, want under 4 KiB (docs/operations.md)", perDTR)
+	}
+}
+
+func TestOneAcknowledgementStandsForEachHundredMessagesOfHistory(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		dtrs   int
+		delete bool // the stream is gone: nothing acknowledged
+		acks   int
+	}{
+		{"one DTR", 1, false, 1},
+		{"250 DTRs", 250, false, 3},
+		{"250 DTRs, no stream", 250, true, 0}, // "no responders" goes to the publisher alone
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js := bustest.Server(t)
+			ctx := context.Background()
+			if tt.delete {
+				if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The replies to the writer's publishes, on a connection of
+			// its own.
+			watch, err := nats.Connect(nc.ConnectedUrl())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer watch.Close()
+			acks, err := watch.SubscribeSync(nats.InboxPrefix + ">")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := watch.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			items := make([]historyItem, tt.dtrs)
+			for i := range items {
+				items[i] = historyItem{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}
+			}
+			stats := &historyStats{}
+			w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}}
+			ok, later := w.publish(ctx, [][]historyItem(slices.Collect(func(yield func([]historyItem) bool) {
+				for i := range items {
+					if !yield(items[i : i+1]) {
+						return
+					}
+				}
+			})))
+			if len(later) != 0 || ok == tt.delete {
+				t.Fatalf("stored: %v, held back %d; want stored %v", ok, len(later), !tt.delete)
+			}
+			want := uint64(tt.dtrs)
+			if tt.delete {
+				want = 0
+			}
+			if stats.written.Load() != want || stats.messages.Load() != want || stats.droppedStore.Load() != uint64(tt.dtrs)-want {
+				t.Fatalf("written %d in %d messages, %d dropped; want %d written", stats.written.Load(), stats.messages.Load(), stats.droppedStore.Load(), want)
+			}
+			if err := watch.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if n, _, _ := acks.Pending(); n != tt.acks {
+				t.Fatalf("%d replies to %d messages, want %d", n, tt.dtrs, tt.acks)
+			}
+			if tt.delete {
+				return
+			}
+			for _, it := range items {
+				if events, _, err := readHistory(ctx, js, it.id); err != nil || len(events) != 1 {
+					t.Fatalf("%s: %d events (%v), want its one", it.id, len(events), err)
+				}
+			}
+		})
 	}
 }
