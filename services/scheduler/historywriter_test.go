@@ -345,7 +345,7 @@ func TestAStraightThroughDTRsHistoryTakesUnderFourKilobytes(t *testing.T) {
 	}
 }
 
-func TestOneAcknowledgementStandsForEachHundredMessagesOfHistory(t *testing.T) {
+func TestOneAcknowledgementStandsForAHundredMessagesOfHistory(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		dtrs   int
@@ -353,7 +353,7 @@ func TestOneAcknowledgementStandsForEachHundredMessagesOfHistory(t *testing.T) {
 		acks   int
 	}{
 		{"one DTR", 1, false, 1},
-		{"250 DTRs", 250, false, 3},
+		{"250 DTRs", 250, false, 4}, // the first, each hundredth, the last
 		{"250 DTRs, no stream", 250, true, 0}, // "no responders" goes to the publisher alone
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,5 +416,44 @@ func TestOneAcknowledgementStandsForEachHundredMessagesOfHistory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestMessagesOfHistoryLostBeforeAnAcknowledgedOneCountAsDropped(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	// The stream is gone as the store begins, and back 100 ms later (a
+	// stream changing leader): the plain messages sent meanwhile are
+	// lost, while nats.go sends each asking one again after "no
+	// responders", and it is stored.
+	if err := js.DeleteStream(ctx, bus.StreamHistory); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		back <- bus.Ensure(ctx, js, bus.Setup{})
+	}()
+	groups := make([][]historyItem, 250)
+	for i := range groups {
+		groups[i] = []historyItem{{id: uuid.New(), first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}
+	}
+	stats := &historyStats{}
+	w := &historyWriter{js: js, log: quiet(), stats: stats, next: map[uuid.UUID]numbered{}}
+	w.publish(ctx, groups)
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, dropped := stats.written.Load(), stats.droppedStore.Load()
+	if written > info.State.Msgs || written+dropped != uint64(len(groups)) {
+		t.Fatalf("%d counted written and %d dropped of %d, where the stream holds %d", written, dropped, len(groups), info.State.Msgs)
 	}
 }
