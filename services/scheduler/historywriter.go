@@ -65,10 +65,10 @@ type historyWriter struct {
 	stored   chan struct{}
 	// lastSeq and msgs are the stream's as last seen (looked: once seen).
 	lastSeq, msgs uint64
+	looked        bool
 	// ackedSeq is the stream sequence of the last message this writer
 	// had acknowledged (0: none yet, or a failure since): see vouches.
 	ackedSeq uint64
-	looked        bool
 	// logged is when a store failure was last logged (Unix ns).
 	logged int64
 	// lagging is set when a commit waited historyAwait for a store in

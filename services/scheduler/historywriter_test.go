@@ -353,7 +353,7 @@ func TestOneAcknowledgementStandsForAHundredMessagesOfHistory(t *testing.T) {
 		acks   int
 	}{
 		{"one DTR", 1, false, 1},
-		{"250 DTRs", 250, false, 4}, // the first, each hundredth, the last
+		{"250 DTRs", 250, false, 4},           // the first, each hundredth, the last
 		{"250 DTRs, no stream", 250, true, 0}, // "no responders" goes to the publisher alone
 	} {
 		t.Run(tt.name, func(t *testing.T) {
