@@ -209,8 +209,8 @@ func (s *Service) sweepSome(now time.Time, limit time.Duration) {
 		return
 	}
 	// Those found stuck early in a long pass may have moved on since:
-	// they are looked at again, as they stand now.
-	s.stuck.end()
+	// they are looked at again, as they stand now, and only those still
+	// stuck are kept.
 	s.stuck.begin()
 	s.core.StandingsOf(s.stuck.ids(), func(st core.Standing) { s.stuck.observe(now, st, s.core.Get) })
 	s.stuck.end()
