@@ -83,7 +83,7 @@ type Standing struct {
 // particular order. It changes nothing; the slot split of each state is
 // worked out once.
 func (c *Core) Standings(f func(Standing)) {
-	sf := standingFinder{c: c, splits: map[dtr.State]map[*shareState]int{}}
+	sf := newStandingFinder(c)
 	for id, e := range c.dtrs {
 		f(sf.of(id, e))
 	}
@@ -92,7 +92,7 @@ func (c *Core) Standings(f func(Standing)) {
 // StandingsOf calls f with where each of the DTRs ids stands, in their
 // order, leaving out those it does not hold.
 func (c *Core) StandingsOf(ids []uuid.UUID, f func(Standing)) {
-	sf := standingFinder{c: c, splits: map[dtr.State]map[*shareState]int{}}
+	sf := newStandingFinder(c)
 	for _, id := range ids {
 		if e, ok := c.dtrs[id]; ok {
 			f(sf.of(id, e))
@@ -105,6 +105,10 @@ func (c *Core) StandingsOf(ids []uuid.UUID, f func(Standing)) {
 type standingFinder struct {
 	c      *Core
 	splits map[dtr.State]map[*shareState]int
+}
+
+func newStandingFinder(c *Core) standingFinder {
+	return standingFinder{c: c, splits: map[dtr.State]map[*shareState]int{}}
 }
 
 // slotsOf returns the slots of a share in a queue state under the split.

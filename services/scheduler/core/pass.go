@@ -3,11 +3,8 @@ package core
 import (
 	"iter"
 	"maps"
-	"sort"
 
 	"github.com/google/uuid"
-
-	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
 
 // A Pass walks every unfinished DTR a slice at a time, so that a caller
@@ -20,23 +17,15 @@ type Pass struct {
 	c      *Core
 	next   func() (uuid.UUID, *entry, bool)
 	stop   func()
-	oldest []waiter // by seq, at most keep
-	keep   int
+	oldest oldest
 	seen   int
-}
-
-// waiter is an entry met waiting, with the place it had in its queue then
-// (an entry granted and queued again in its next state gets a new seq).
-type waiter struct {
-	e   *entry
-	seq uint64
 }
 
 // BeginPass starts a pass that keeps up to longest of the longest-waiting
 // DTRs it meets.
 func (c *Core) BeginPass(longest int) *Pass {
 	next, stop := iter.Pull2(maps.All(c.dtrs))
-	return &Pass{c: c, next: next, stop: stop, keep: max(longest, 0)}
+	return &Pass{c: c, next: next, stop: stop, oldest: oldest{keep: max(longest, 0)}}
 }
 
 // Step looks at up to n more DTRs, calling f with where each stands, and
@@ -47,7 +36,7 @@ func (p *Pass) Step(n int, f func(Standing)) (over bool) {
 	}
 	// The split of slots is worked out again at each slice: it changes as
 	// the core decides.
-	sf := standingFinder{c: p.c, splits: map[dtr.State]map[*shareState]int{}}
+	sf := newStandingFinder(p.c)
 	for range n {
 		id, e, ok := p.next()
 		if !ok {
@@ -56,25 +45,11 @@ func (p *Pass) Step(n int, f func(Standing)) (over bool) {
 		}
 		p.seen++
 		if e.index >= 0 { // in a queue, parked or waiting for a retry
-			p.offer(e)
+			p.oldest.offer(e)
 		}
 		f(sf.of(id, e))
 	}
 	return false
-}
-
-// offer keeps e if it is among the longest-waiting met so far: those that
-// came to their queue first (Longest's order).
-func (p *Pass) offer(e *entry) {
-	i := sort.Search(len(p.oldest), func(i int) bool { return p.oldest[i].seq > e.seq })
-	if i >= p.keep {
-		return
-	}
-	if len(p.oldest) < p.keep {
-		p.oldest = append(p.oldest, waiter{})
-	}
-	copy(p.oldest[i+1:], p.oldest[i:])
-	p.oldest[i] = waiter{e, e.seq}
 }
 
 // Seen is how many DTRs the pass has looked at.
@@ -85,8 +60,8 @@ func (p *Pass) Seen() int { return p.seen }
 // queue first first. (The oldest are the next to be granted: a pass that
 // took minutes should have been begun keeping several times n.)
 func (p *Pass) Longest(n int) []uuid.UUID {
-	ids := make([]uuid.UUID, 0, min(n, len(p.oldest)))
-	for _, w := range p.oldest {
+	ids := make([]uuid.UUID, 0, min(n, len(p.oldest.waiters)))
+	for _, w := range p.oldest.waiters {
 		if len(ids) == n {
 			break
 		}

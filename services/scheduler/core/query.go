@@ -56,18 +56,8 @@ func (c *Core) Longest(n int) []uuid.UUID {
 	if n <= 0 {
 		return nil
 	}
-	var found []*entry
-	keep := func(e *entry) {
-		i := sort.Search(len(found), func(i int) bool { return found[i].seq > e.seq })
-		if i >= n {
-			return
-		}
-		if len(found) < n {
-			found = append(found, nil)
-		}
-		copy(found[i+1:], found[i:])
-		found[i] = e
-	}
+	found := oldest{keep: n}
+	keep := found.offer
 	for _, s := range dtr.QueueStates {
 		for _, ss := range c.states[s].order {
 			for _, e := range ss.q.items {
@@ -83,11 +73,38 @@ func (c *Core) Longest(n int) []uuid.UUID {
 	for _, e := range c.delayed {
 		keep(e)
 	}
-	ids := make([]uuid.UUID, len(found))
-	for i, e := range found {
-		ids[i] = c.peekEntry(e).ID
+	ids := make([]uuid.UUID, len(found.waiters))
+	for i, w := range found.waiters {
+		ids[i] = c.peekEntry(w.e).ID
 	}
 	return ids
+}
+
+// oldest keeps, of the entries offered, the keep that came to their queue
+// first (the lowest seq), in that order, each with the seq it had then.
+type oldest struct {
+	waiters []waiter
+	keep    int
+}
+
+// waiter is an entry met waiting, with the place it had in its queue then
+// (an entry granted and queued again in its next state gets a new seq).
+type waiter struct {
+	e   *entry
+	seq uint64
+}
+
+// offer keeps e if it is among the keep oldest offered so far.
+func (o *oldest) offer(e *entry) {
+	i := sort.Search(len(o.waiters), func(i int) bool { return o.waiters[i].seq > e.seq })
+	if i >= o.keep {
+		return
+	}
+	if len(o.waiters) < o.keep {
+		o.waiters = append(o.waiters, waiter{})
+	}
+	copy(o.waiters[i+1:], o.waiters[i:])
+	o.waiters[i] = waiter{e, e.seq}
 }
 
 // Len returns the number of unfinished DTRs.
