@@ -158,7 +158,10 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 	}
 	for range 60 {
 		time.Sleep(500 * time.Millisecond)
-		if kb := rssKB(pid) * 1024; pid != 0 && kb > 0 {
+		if pid == 0 {
+			continue // the scheduler runs in this process: no memory of its own
+		}
+		if kb := rssKB(pid) * 1024; kb > 0 {
 			res.PeakRSS = max(res.PeakRSS, kb)
 			res.RSS = min(res.RSS, kb)
 		}
