@@ -207,6 +207,10 @@ type Core struct {
 	// leasesPaused is when the lease clock stopped (zero: it runs): the
 	// scheduler could not hear from workers since (leases.go).
 	leasesPaused time.Time
+	// loading is set while the core loads its DTRs in parts, and gone
+	// holds the DTRs it let go meanwhile (load.go).
+	loading bool
+	gone    map[uuid.UUID]struct{}
 
 	out   Decisions
 	dirty []*entry // changed since the last Take, each once
@@ -275,7 +279,7 @@ func New(cfg Config) *Core {
 		owners:        map[string]OwnerUse{},
 		took:          map[dtr.State]time.Duration{},
 		states:        map[dtr.State]*stateQueues{},
-		pins:          pinLedger{byShare: map[string]*sharePins{}, max: cfg.MaxPrepared},
+		pins:          pinLedger{byShare: map[string]*sharePins{}, entries: map[*entry]struct{}{}, max: cfg.MaxPrepared},
 		hosts:         hostLoad{running: map[uint32]int{}, max: cfg.MaxPerHost},
 		activityLoad:  activityLoad{running: map[activityKey]int{}},
 		links:         newLinkSet(cfg.Optimizer),
@@ -362,7 +366,7 @@ func (c *Core) Tick(now time.Time) {
 	}
 	if a, ok := innermost(c.policy).(ageless); ok && a.Ageless() {
 		// no ageing under this policy
-	} else if !now.Before(c.nextAge) {
+	} else if !c.loading && !now.Before(c.nextAge) {
 		c.age(now)
 		c.nextAge = now.Add(min(c.cfg.AgeEvery, 10*time.Second))
 	}

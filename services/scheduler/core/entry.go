@@ -22,6 +22,11 @@ type entry struct {
 	d      *dtr.DTR
 	packed string
 	seq    uint64 // arrival order, for FIFO among equal priorities
+	// stamp is when the DTR came to its queue (DTR.EnteredState, in
+	// nanoseconds since 1970): equal priorities go first come first
+	// served by it, then by seq, so that a DTR restored after a restart
+	// or loaded late (restore.go) takes the place it had.
+	stamp int64
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
 	deadline int64   // when ageing starts or next applies
@@ -244,8 +249,9 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 // Forget then Restore of the DTR's latest record rebuilds what the record
 // carries, not the rest of the entry; what differs from the entry the
 // core had:
-//   - a queued DTR comes last among its equals (a new arrival order), its
-//     ageing deadline counts from its record's Updated (so a priority
+//   - a queued DTR keeps its place among its equals (they go by when they
+//     came to their queue, DTR.EnteredState) but comes after those that
+//     came in the same nanosecond; its ageing deadline counts from its record's Updated (so a priority
 //     change, which sets Updated, starts it over; a DTR aged already ages
 //     once more at the next tick), and under a policy that
 //     draws lots it draws a new place, which also moves the core's seeded
@@ -296,6 +302,7 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	c.out.Chained = slices.DeleteFunc(c.out.Chained, func(g Grant) bool { return g.DTR.ID == id })
 	c.disown(e)
 	delete(c.dtrs, id)
+	c.let(id)
 	return true
 }
 

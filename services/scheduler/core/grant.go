@@ -43,7 +43,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	limited := classOf(s).PerHost && (c.hosts.limited() || c.activityLoad.limited())
 	for _, i := range owedFirst(st, slots, limited) {
 		ss := st.order[i]
-		for ss.q.Len() > 0 && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
+		for ss.grantable() && st.total < n && ss.running < slots[i] && c.admit(s, ss) {
 			e := c.dequeue(s, ss)
 			if e == nil {
 				break
@@ -61,7 +61,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 			again = false
 			for _, i := range owedFirst(st, slots, true) {
 				ss := st.order[i]
-				for ss.q.Len() > 0 && st.total < n {
+				for ss.grantable() && st.total < n {
 					e := c.dequeue(s, ss)
 					if e == nil {
 						break
@@ -70,7 +70,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 				}
 			}
 			for _, ss := range st.order {
-				again = again || ss.q.Len() > 0
+				again = again || ss.grantable()
 			}
 		}
 	}
@@ -89,7 +89,7 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 	}
 	var idle []*shareState
 	for i, ss := range st.order {
-		if ss.q.Len() > 0 && ss.running == 0 && c.admit(s, ss) && st.demand[i].Tier == top {
+		if ss.grantable() && ss.running == 0 && c.admit(s, ss) && st.demand[i].Tier == top {
 			idle = append(idle, ss)
 		}
 	}
@@ -116,10 +116,13 @@ func (c *Core) schedule(now time.Time, s dtr.State) {
 // it passes are parked under their hold (parking.go), each once, until a
 // grant under that hold ends. It returns nil if none can start.
 func (c *Core) dequeue(s dtr.State, ss *shareState) *entry {
+	if !ss.grantable() {
+		return nil
+	}
 	if !classOf(s).PerHost || !c.hosts.limited() && !c.activityLoad.limited() {
 		return ss.q.popHead()
 	}
-	for ss.q.Len() > 0 {
+	for ss.grantable() {
 		e := ss.q.popHead()
 		k, held := c.holdOf(e)
 		if !held {
@@ -147,7 +150,7 @@ func (c *Core) shareSlots(st *stateQueues) (slots []int, exact []float64) {
 	for _, ss := range st.order {
 		demand := ss.running
 		if c.admit(st.state, ss) {
-			demand += ss.q.Len()
+			demand += ss.q.Len() + ss.unloaded
 		}
 		st.demand = append(st.demand, ShareDemand{Name: ss.name, Weight: int64(ss.prio), Demand: demand, Running: ss.running, Queued: &ss.q.hist})
 		st.deficit = append(st.deficit, ss.deficit)

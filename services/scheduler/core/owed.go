@@ -37,7 +37,7 @@ func owedFirst(st *stateQueues, slots []int, byNeed bool) []int {
 		// Owed the same (held shares bank nothing): the one whose first
 		// DTR came first, so that a tie does not always go by name.
 		if si.q.Len() > 0 && sj.q.Len() > 0 {
-			return si.q.head().seq < sj.q.head().seq
+			return si.q.head().cameBefore(sj.q.head())
 		}
 		return false
 	})

@@ -207,8 +207,8 @@ func putBackBefore(x, y *shareState, putBack map[*shareState]int, k holdKey) boo
 	if px.since != py.since {
 		return px.since < py.since
 	}
-	if hx, hy := px.head().seq, py.head().seq; hx != hy {
-		return hx < hy
+	if hx, hy := px.head(), py.head(); hx.stamp != hy.stamp || hx.seq != hy.seq {
+		return hx.cameBefore(hy)
 	}
 	return x.name < y.name
 }

@@ -9,6 +9,8 @@ import "github.com/sluice-dtr/sluice/pkg/dtr"
 // entry with pinned set is counted once, at its pinPrio.
 type pinLedger struct {
 	byShare map[string]*sharePins
+	// entries are the DTRs counted (for the restart's Index).
+	entries map[*entry]struct{}
 	// max is MaxPrepared: how many staged copies a share may hold before
 	// only a DTR that outranks all of them may stage.
 	max int
@@ -45,6 +47,7 @@ func (l *pinLedger) add(e *entry, share string, prio int) {
 		l.byShare[share] = p
 	}
 	e.pinned, e.pinPrio = true, int8(min(max(prio, 1), 100))
+	l.entries[e] = struct{}{}
 	p.n++
 	p.byPrio[e.pinPrio]++
 }
@@ -61,6 +64,7 @@ func (l *pinLedger) remove(e *entry, share string) {
 		delete(l.byShare, share)
 	}
 	e.pinned = false
+	delete(l.entries, e)
 }
 
 // full reports whether a DTR of priority prio must wait before it stages

@@ -81,7 +81,7 @@ func (c *Core) Longest(n int) []uuid.UUID {
 }
 
 // oldest keeps, of the entries offered, the keep that came to their queue
-// first (the lowest seq), in that order, each with the seq it had then.
+// first (cameBefore), in that order, each with the seq it had then.
 type oldest struct {
 	waiters []waiter
 	keep    int
@@ -90,13 +90,17 @@ type oldest struct {
 // waiter is an entry met waiting, with the place it had in its queue then
 // (an entry granted and queued again in its next state gets a new seq).
 type waiter struct {
-	e   *entry
-	seq uint64
+	e     *entry
+	seq   uint64
+	stamp int64
 }
 
 // offer keeps e if it is among the keep oldest offered so far.
 func (o *oldest) offer(e *entry) {
-	i := sort.Search(len(o.waiters), func(i int) bool { return o.waiters[i].seq > e.seq })
+	i := sort.Search(len(o.waiters), func(i int) bool {
+		w := o.waiters[i]
+		return w.stamp > e.stamp || w.stamp == e.stamp && w.seq > e.seq
+	})
 	if i >= o.keep {
 		return
 	}
@@ -104,7 +108,7 @@ func (o *oldest) offer(e *entry) {
 		o.waiters = append(o.waiters, waiter{})
 	}
 	copy(o.waiters[i+1:], o.waiters[i:])
-	o.waiters[i] = waiter{e, e.seq}
+	o.waiters[i] = waiter{e, e.seq, e.stamp}
 }
 
 // Len returns the number of unfinished DTRs.
@@ -140,7 +144,7 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		slots, _ := c.shareSlots(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
-				Queued: ss.q.Len() + ss.parkedN, Running: ss.running - ss.reserved, Reserved: ss.reserved, Slots: slots[i], Weight: st.demand[i].Weight})
+				Queued: ss.q.Len() + ss.parkedN + ss.unloaded, Running: ss.running - ss.reserved, Reserved: ss.reserved, Slots: slots[i], Weight: st.demand[i].Weight})
 			if _, act, ok := c.cfg.SharePolicy.SplitShare(ss.name); ok {
 				stats[len(stats)-1].Activity = act
 			}

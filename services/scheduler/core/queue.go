@@ -48,6 +48,15 @@ func queueBefore(draws bool, a, b *entry) bool {
 	if a.prio != b.prio {
 		return a.prio > b.prio
 	}
+	return a.cameBefore(b)
+}
+
+// cameBefore reports whether a came to its queue before b: by when its
+// DTR entered the state, then by arrival order.
+func (a *entry) cameBefore(b *entry) bool {
+	if a.stamp != b.stamp {
+		return a.stamp < b.stamp
+	}
 	return a.seq < b.seq
 }
 func (q *queue) Swap(i, j int) {
@@ -187,6 +196,10 @@ type shareState struct {
 	// them (parking.go).
 	parked  map[holdKey]*parked
 	parkedN int
+	// While the core loads (load.go), fence is where the queue stops
+	// granting and unloaded about how many of its DTRs are not yet read.
+	fence    *fence
+	unloaded int
 	// What its deficit accrues against besides its quota (accrue).
 	heldBack
 }
@@ -208,7 +221,7 @@ func (c *Core) shareIn(st *stateQueues, name string) *shareState {
 
 // drop forgets a share that has nothing queued or running in the state.
 func (st *stateQueues) drop(ss *shareState) {
-	if ss.q.Len() > 0 || ss.parkedN > 0 || ss.running > 0 || st.shares[ss.name] != ss {
+	if ss.q.Len() > 0 || ss.parkedN > 0 || ss.running > 0 || ss.fence != nil || st.shares[ss.name] != ss {
 		return
 	}
 	delete(st.shares, ss.name)
@@ -220,7 +233,7 @@ func (st *stateQueues) drop(ss *shareState) {
 func (st *stateQueues) waiting() int {
 	n := 0
 	for _, ss := range st.order {
-		n += ss.q.Len() + ss.parkedN
+		n += ss.q.Len() + ss.parkedN + ss.unloaded
 	}
 	return n
 }

@@ -20,6 +20,7 @@ func (c *Core) enqueue(now time.Time, e *entry) {
 	q := &e.share.q
 	c.seq++
 	e.seq = c.seq
+	e.stamp = d.EnteredState().UnixNano()
 	e.queued = s
 	e.deadline = c.nanos(now.Add(c.cfg.DeadlineFor(s, false)))
 	q.add(e)
@@ -223,6 +224,7 @@ func (c *Core) decide(now time.Time, e *entry) {
 	c.out.Final = append(c.out.Final, d)
 	c.disown(e)
 	delete(c.dtrs, d.ID)
+	c.let(d.ID)
 
 }
 

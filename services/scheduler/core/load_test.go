@@ -1,0 +1,231 @@
+package core
+
+import (
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+)
+
+// loadCore is a core with DTRs of three priorities queued in two shares,
+// some running, as a scheduler would hold them when it stopped; records
+// are their stored records.
+func loadCore(t *testing.T) (h *harness, records map[uuid.UUID]dtr.DTR) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 3, 2, 0
+	h = newHarness(t, cfg)
+	for i := range 60 {
+		d := newDTR(i, []string{"/CN=a", "/CN=b"}[i%2], dtr.Download)
+		d.UserPriority = []int{20, 50, 80}[i%3]
+		h.submit(d)
+		h.tick(time.Millisecond) // each comes at a time of its own
+	}
+	for range 3 {
+		for _, g := range h.tick(time.Second) {
+			if g.State != dtr.Transferring {
+				h.answer(g, nil)
+			}
+		}
+	}
+	records = map[uuid.UUID]dtr.DTR{}
+	for _, id := range h.ids() {
+		d, _ := h.c.Get(id)
+		records[id] = d
+	}
+	return h, records
+}
+
+// ids returns the DTRs the core holds.
+func (h *harness) ids() []uuid.UUID { return slices.Collect(maps.Keys(h.c.dtrs)) }
+
+// restoreFirst makes a core that restored what ix names of records and
+// began to load the rest, with the original's grants outstanding.
+func restoreFirst(t *testing.T, from *harness, records map[uuid.UUID]dtr.DTR, ix Index) *harness {
+	p := newHarness(t, from.c.Config())
+	p.now = from.now
+	p.running = maps.Clone(from.running)
+	restore := func(id uuid.UUID) {
+		d := records[id]
+		if err := p.c.Restore(p.now, &d); err != nil && !errors.Is(err, ErrDuplicate) {
+			t.Fatalf("restore %s: %v", id, err)
+		}
+	}
+	for _, q := range ix.Queues {
+		for _, id := range q.Heads {
+			restore(id)
+		}
+	}
+	for _, id := range ix.Keep {
+		restore(id)
+	}
+	p.c.BeginLoad(ix.Queues)
+	p.c.Take()
+	return p
+}
+
+// waitingOrder checks grants against the DTRs that waited when the core
+// stopped: each granted DTR must rank before every one of its share still
+// waiting in the same state (higher priority first, then first come).
+type waitingOrder map[dtr.State]map[string][]dtr.DTR
+
+func newWaitingOrder(records map[uuid.UUID]dtr.DTR) waitingOrder {
+	w := waitingOrder{}
+	for _, d := range records {
+		if d.State.IsQueue() {
+			if w[d.State] == nil {
+				w[d.State] = map[string][]dtr.DTR{}
+			}
+			w[d.State][d.Share] = append(w[d.State][d.Share], d)
+		}
+	}
+	return w
+}
+
+func (w waitingOrder) granted(t *testing.T, g Grant) {
+	t.Helper()
+	q, _ := queueOf(g.State)
+	ds := w[q][g.DTR.Share]
+	i := slices.IndexFunc(ds, func(d dtr.DTR) bool { return d.ID == g.DTR.ID })
+	if i < 0 {
+		return // it came to the queue after the stop
+	}
+	for _, o := range ds {
+		if o.Priority > ds[i].Priority || o.Priority == ds[i].Priority && o.EnteredState().Before(ds[i].EnteredState()) {
+			t.Fatalf("%s granted %s (priority %d) while %s (priority %d, waiting since %s) waits before it",
+				g.State, g.DTR.ID, ds[i].Priority, o.ID, o.Priority, o.EnteredState().Format(time.StampMilli))
+		}
+	}
+	w[q][g.DTR.Share] = slices.Delete(ds, i, i+1)
+}
+
+func TestALoadingCoreGrantsInQueueOrderAndWithinItsLimits(t *testing.T) {
+	for _, k := range []int{0, 1, 3, 100} {
+		h, records := loadCore(t)
+		ix := h.c.Index(k)
+		if len(ix.Keep) != len(h.c.active) {
+			t.Fatalf("k=%d: the index keeps %d DTRs, %d hold a slot", k, len(ix.Keep), len(h.c.active))
+		}
+		p := restoreFirst(t, h, records, ix)
+		order := newWaitingOrder(records)
+		unread := slices.DeleteFunc(slices.Collect(maps.Keys(records)), func(id uuid.UUID) bool { return p.c.dtrs[id] != nil })
+		rand.New(rand.NewPCG(uint64(k), 9)).Shuffle(len(unread), func(i, j int) { unread[i], unread[j] = unread[j], unread[i] })
+		for step := 0; p.c.Len() > 0 || len(unread) > 0; step++ {
+			if step > 10000 {
+				t.Fatalf("k=%d: the DTRs never all finished", k)
+			}
+			if len(unread) > 0 && step%3 == 0 {
+				d := records[unread[0]]
+				unread = unread[1:]
+				if _, err := p.c.Load(p.now, &d); err != nil {
+					t.Fatal(err)
+				}
+				if len(unread) == 0 {
+					p.c.EndLoad()
+				}
+			}
+			for _, g := range p.tick(100 * time.Millisecond) {
+				order.granted(t, g)
+			}
+			for _, s := range dtr.QueueStates {
+				if n, limit := p.c.states[s].total, p.c.Limit(s); n > limit {
+					t.Fatalf("k=%d: %d slots held in %s, limit %d", k, n, s, limit)
+				}
+			}
+			for _, g := range p.running {
+				p.answer(g, nil)
+			}
+		}
+		if len(p.final) != len(records) {
+			t.Fatalf("k=%d: %d of %d DTRs finished", k, len(p.final), len(records))
+		}
+	}
+}
+
+func TestALoadingCoreDoesNotLoadAgainADTRItLetGo(t *testing.T) {
+	h, records := loadCore(t)
+	p := restoreFirst(t, h, records, h.c.Index(2))
+	var running Grant
+	for _, g := range p.running {
+		running = g
+		break
+	}
+	for p.c.dtrs[running.DTR.ID] != nil {
+		for _, g := range p.running {
+			if g.DTR.ID == running.DTR.ID {
+				p.answer(g, nil)
+			}
+		}
+		p.tick(100 * time.Millisecond)
+	}
+	old := records[running.DTR.ID]
+	if loaded, err := p.c.Load(p.now, &old); loaded || err != nil || p.c.dtrs[old.ID] != nil {
+		t.Fatalf("a DTR finished while loading was loaded again from its older record (%v, %v)", loaded, err)
+	}
+	p.c.EndLoad()
+	if p.c.gone != nil {
+		t.Fatal("the core still remembers what it let go after the load ended")
+	}
+}
+
+func TestALoadingCoreGrantsANewDTRThatOutranksTheFence(t *testing.T) {
+	h, records := loadCore(t)
+	p := restoreFirst(t, h, records, h.c.Index(1))
+	for range 50 {
+		for _, g := range p.running {
+			p.answer(g, nil)
+		}
+		p.tick(time.Second)
+	}
+	if len(p.running) > 0 {
+		t.Fatalf("%d grants given with every share at its fence", len(p.running))
+	}
+	// Every share waits at its fence now; a DTR of top priority does not.
+	d := newDTR(1000, "/CN=a", dtr.Download)
+	d.UserPriority = 100
+	p.submit(d)
+	var got bool
+	for range 20 {
+		for _, g := range p.tick(time.Second) {
+			got = got || g.DTR.ID == d.ID
+			p.answer(g, nil)
+		}
+	}
+	if !got {
+		t.Fatal("a DTR that outranks every DTR not yet loaded was not granted")
+	}
+}
+
+func TestFirstOfAQueueIsItsItemsInOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 2, 17, 300} {
+		q := &queue{}
+		for i := range n {
+			d := &dtr.DTR{Priority: 1 + r.IntN(5)}
+			q.add(&entry{d: d, seq: uint64(i), stamp: r.Int64N(50)})
+		}
+		want := slices.Clone(q.items)
+		slices.SortFunc(want, func(a, b *entry) int {
+			if queueBefore(false, a, b) {
+				return -1
+			}
+			return 1
+		})
+		for _, k := range []int{1, 5, n} {
+			got := firstOf(q, k)
+			if len(got) != min(k, n) {
+				t.Fatalf("n=%d k=%d: %d items", n, k, len(got))
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("n=%d k=%d: item %d out of order", n, k, i)
+				}
+			}
+		}
+	}
+}
