@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -97,6 +98,17 @@ type journal struct {
 	// the next leader finds them in the journal and announces them
 	// (keptFinals).
 	unannounced []uint64
+	// index is the restart's index (restoreindex.go) that the next
+	// checkpoint stores, as of journal sequence indexAsOf: it describes
+	// the core after every message up to there (nil: none to store; empty:
+	// store none, removing the bucket's). storedAsOf is what the index in
+	// the bucket is as of: a checkpoint purges the journal no further, so
+	// that a restart replays every change the index does not show.
+	index                 []byte
+	indexAsOf, storedAsOf uint64
+	// indexed says that the leader stores an index at its checkpoints
+	// (SLUICE_RESTORE_HEADS above 0).
+	indexed bool
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -217,6 +229,13 @@ func (j *journal) Checkpoint(ctx context.Context) {
 	j.running, j.checkpointed = true, time.Now()
 	j.flushing, j.dirty = j.dirty, make(map[uuid.UUID]pendingRecord, len(j.dirty))
 	upTo, recs := j.last, j.flushing
+	index, indexAsOf := j.index, j.indexAsOf
+	j.index = nil
+	if index != nil && len(index) > 0 {
+		upTo = min(upTo, indexAsOf)
+	} else if index == nil && j.indexed {
+		upTo = min(upTo, j.storedAsOf)
+	}
 	if len(j.unannounced) > 0 {
 		// Every record is put in the bucket, but the journal is kept from
 		// the first message whose final DTRs are not yet announced: a
@@ -225,9 +244,17 @@ func (j *journal) Checkpoint(ctx context.Context) {
 		upTo = min(upTo, j.unannounced[0]-1)
 	}
 	j.wg.Go(func() {
-		err := j.store(ctx, recs, upTo)
+		err := j.store(ctx, recs, upTo, index)
 		j.mu.Lock()
 		defer j.mu.Unlock()
+		switch {
+		case err == nil && index != nil && len(index) > 0:
+			j.storedAsOf = indexAsOf
+		case err == nil && index != nil:
+			j.storedAsOf = math.MaxUint64 // no index in the bucket to keep true
+		case err != nil && index != nil && j.index == nil:
+			j.index, j.indexAsOf = index, indexAsOf // the next checkpoint stores it
+		}
 		if err != nil {
 			// Nothing is lost: the journal still holds these records,
 			// and the next checkpoint stores them.
@@ -247,9 +274,10 @@ func (j *journal) Checkpoint(ctx context.Context) {
 // Wait waits for a running checkpoint.
 func (j *journal) Wait() { j.wg.Wait() }
 
-// store puts the records in the bucket and then purges the journal up to
-// and including upTo.
-func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64) error {
+// store puts the records in the bucket, and index after them if it is
+// not nil (an empty one removes the bucket's), and then purges the journal
+// up to and including upTo.
+func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64, index []byte) error {
 	j.mu.Lock()
 	fenced, prev := j.fenced, j.bucketLastID
 	j.mu.Unlock()
@@ -276,6 +304,21 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 		m.Data = h.data
 		if h.final && ttl != "" {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
+		}
+		if fenced {
+			mid := uuid.NewString()
+			m.Header.Set(jetstream.MsgIDHeader, mid)
+			m.Header.Set(jetstream.ExpectedLastMsgIDHeader, prev)
+			prev = mid
+			ids, ours[mid] = append(ids, mid), true
+		}
+		out.Add(m)
+	}
+	if index != nil {
+		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + indexKey)
+		m.Data = index
+		if len(index) == 0 {
+			m.Header.Set("KV-Operation", "DEL")
 		}
 		if fenced {
 			mid := uuid.NewString()
@@ -426,6 +469,23 @@ func (j *journal) reset() {
 	j.dirty, j.flushing = map[uuid.UUID]pendingRecord{}, nil
 	j.last, j.purged, j.bucketLastID, j.fenced, j.deposed = 0, 0, "", false, nil
 	j.running, j.unannounced = false, nil
+	j.index, j.indexAsOf, j.storedAsOf = nil, 0, 0
+}
+
+// WantIndex says whether the leader should hand the journal an index for
+// the next checkpoint (SetIndex): it leads and has none waiting.
+func (j *journal) WantIndex() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.indexed && j.fenced && j.index == nil
+}
+
+// SetIndex hands the next checkpoint an index as of journal sequence
+// asOf (empty: the checkpoint removes the bucket's).
+func (j *journal) SetIndex(index []byte, asOf uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.index, j.indexAsOf = index, asOf
 }
 
 // Lead makes every later write conditional (fenced): the journal ends at
@@ -435,6 +495,9 @@ func (j *journal) Lead(term uint64, bucketLastID string, deposed chan<- error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.fenced, j.last, j.bucketLastID, j.deposed = true, term, bucketLastID, deposed
+	// The bucket's index (the last leader's) may be as of any message of
+	// the journal: nothing is purged until this term stores its own.
+	j.storedAsOf = 0
 	// The final records kept from the journal, which the last leader may
 	// not have announced, the new term announces first (keptFinals). Until
 	// that announcement is stored (Announced) the journal keeps their

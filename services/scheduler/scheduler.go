@@ -114,6 +114,9 @@ type Config struct {
 	// the journal are checkpointed into the sluice_dtrs bucket (journal.go).
 	CheckpointEvery   time.Duration `envconfig:"CHECKPOINT_EVERY" default:"5s" desc:"how often the DTR records of the scheduler's journal are put in the sluice_dtrs bucket (each changed DTR once) and the journal purged; a restart replays what is left"`
 	CheckpointRecords int           `envconfig:"CHECKPOINT_RECORDS" default:"20000" desc:"checkpoint sooner once this many DTRs have changed since the last one"`
+	// RestoreHeads is how many DTRs at the head of each share's queue
+	// the restart index names (restoreindex.go).
+	RestoreHeads int `envconfig:"RESTORE_HEADS" default:"64" desc:"a restarted scheduler leads once it has read, of its stored DTRs, those holding slots and this many at the head of each share's queue in each state (an index stored with each checkpoint names them), and reads the rest meanwhile; a share waits when these run out, and new submissions until all are read. 0: no index, every stored DTR is read before leading"`
 	// Meter takes the service's metrics (nil: the global meter provider's).
 	Meter metric.Meter `ignored:"true"`
 	// Callers establishes who sent each message (admit.go); nil knows no
@@ -204,6 +207,12 @@ type Service struct {
 	journal *journal
 	// stored has the id of every DTR with a record (seen.go).
 	stored seen
+	// While the stored DTRs are read in the background after a restart
+	// (restoreindex.go), loads brings them and stopLoading stops it;
+	// loaded is closed once every one is read.
+	loads       <-chan loadChunk
+	stopLoading func()
+	loaded      chan struct{}
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -315,6 +324,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.journal = newJournal(s.js, s.kv, s.log, int(s.nc.MaxPayload())/2, every, atMost)
 	s.journal.retention = s.cfg.Retention
+	s.journal.indexed = s.cfg.RestoreHeads > 0
 	heartbeats, err := s.hearWorkers()
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -374,6 +384,10 @@ func (s *Service) reset() {
 	s.finished = newRecentIDs(finishedSpan(s.cfg.Retention))
 	s.stored = seen{}
 	s.journal.reset()
+	if s.stopLoading != nil {
+		s.stopLoading()
+	}
+	s.loads, s.stopLoading = nil, nil
 	s.parked = nil
 	s.term.Store(0)
 	s.stuck.reset()
@@ -415,6 +429,7 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 	// Results (and progress) come before submissions: they free slots
 	// and move DTRs on, while a burst of new DTRs only fills queues.
 	submits, results := make(chan jetstream.Msg, 4096), make(chan jetstream.Msg, 4096)
+	loaded := s.loaded
 	for src, in := range map[string]chan jetstream.Msg{bus.StreamSubmit: submits, bus.StreamResults: results} {
 		// What the last leader took and never acknowledged comes back at
 		// once, not after the consumer's acknowledgement wait.
@@ -426,6 +441,16 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			return fmt.Errorf("scheduler: consumer on %s: %w", src, err)
 		}
 		go func() {
+			if src == bus.StreamSubmit {
+				// New DTRs wait in their stream while the stored ones
+				// are read: a resubmission is told from a new DTR by
+				// the DTRs stored.
+				select {
+				case <-loaded:
+				case <-ctx.Done():
+					return
+				}
+			}
 			_ = bus.Each(ctx, cons, 1000, func(m jetstream.Msg) {
 				if s.election.lapsed(time.Now()) {
 					// Taken after the term may have passed (a frozen leader
@@ -540,6 +565,11 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		case now := <-sample.C:
 			s.sample(now)
 			continue
+		case lc, ok := <-s.loads:
+			if err := s.takeLoaded(lc, ok); err != nil {
+				return err
+			}
+			continue
 		case q := <-s.queries:
 			if stop, err := s.answer(ctx, kv, commits, q); stop || err != nil {
 				return err
@@ -564,12 +594,19 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		if !s.hand(ctx, commits, c) {
 			return nil
 		}
+		if s.journal.WantIndex() {
+			s.handIndex()
+		}
 	}
 }
 
 // answer runs a query in the loop. A change is stored and its effects
 // published before the caller hears it is done. stop says the loop ends.
 func (s *Service) answer(ctx context.Context, kv jetstream.KeyValue, commits chan<- *commit, q *loopRequest) (stop bool, err error) {
+	if q.change && s.core.Loading() {
+		s.answerAside(q, errLoading)
+		return false, nil
+	}
 	q.f()
 	if !q.change {
 		close(q.done)

@@ -107,7 +107,7 @@ func (s *Service) warmUp(ctx context.Context) (*journalTail, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.loadCheckpoints(ctx, s.kv); err != nil {
+	if err := s.restore(ctx); err != nil {
 		tail.cc.Stop()
 		return nil, fmt.Errorf("scheduler recovery: %w", err)
 	}
@@ -156,6 +156,10 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 			return 0, ctx.Err()
 		case <-tail.ready:
 			if err := s.applyTail(tail, tail.take()); err != nil {
+				return 0, err
+			}
+		case lc, ok := <-s.loads:
+			if err := s.takeLoaded(lc, ok); err != nil {
 				return 0, err
 			}
 		case <-campaign.C:

@@ -226,7 +226,8 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 
 // Forget removes an unfinished DTR from the core as if it had never been
 // submitted or restored, and reports whether the core held it; an unknown
-// id returns false and changes nothing. It is Restore's inverse, for a
+// id returns false and changes nothing (but while the core loads, Load
+// takes no record of it: load.go). It is Restore's inverse, for a
 // hot-standby scheduler that keeps a warm core by applying the records the
 // leader journals: for a DTR it holds, Forget then Restore(now, record)
 // (just Forget for a record in a final state).
@@ -276,6 +277,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 //   - its owner's bytes are counted from the record as it is now (its
 //     source may be another replica than at Submit).
 func (c *Core) Forget(id uuid.UUID) bool {
+	c.let(id) // held or not: a newer record of it is on its way, if any
 	e, ok := c.dtrs[id]
 	if !ok {
 		return false
@@ -302,7 +304,6 @@ func (c *Core) Forget(id uuid.UUID) bool {
 	c.out.Chained = slices.DeleteFunc(c.out.Chained, func(g Grant) bool { return g.DTR.ID == id })
 	c.disown(e)
 	delete(c.dtrs, id)
-	c.let(id)
 	return true
 }
 

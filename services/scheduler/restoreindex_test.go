@@ -1,0 +1,228 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-dtr/sluice/pkg/dtr"
+	"github.com/sluice-dtr/sluice/services/scheduler/core"
+)
+
+func TestTheRestartIndexReadsBackAsWrittenAndNothingElseIsTakenForOne(t *testing.T) {
+	ix := core.Index{
+		Keep: []uuid.UUID{uuid.New(), uuid.New()},
+		Queues: []core.QueueIndex{
+			{State: dtr.QueryReplica, Share: "atlas-download", Heads: []uuid.UUID{uuid.New()}, Prio: 40, Stamp: time.Now().UnixNano(), Behind: 12345},
+			{State: dtr.Transfer, Share: "cms:prod-upload", Prio: 101, Stamp: -7, Behind: 1},
+		},
+	}
+	b := encodeIndex(77, ix)
+	asOf, got, err := decodeIndex(b)
+	if err != nil || asOf != 77 || !reflect.DeepEqual(got, ix) {
+		t.Fatalf("read back as of %d: %+v, %v; want as of 77: %+v", asOf, got, err, ix)
+	}
+	for _, tt := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"another version", append([]byte("sluice-index-9"), b[len(indexVersion):]...)},
+		{"cut short", b[:len(b)-5]},
+		{"cut in a count", b[:len(indexVersion)+1]},
+		{"bytes left over", append(slices.Clone(b), 0)},
+		{"a state that is none", encodeIndexWithState(t, "NOTSTATE")},
+	} {
+		if _, _, err := decodeIndex(tt.b); !errors.Is(err, errBadIndex) {
+			t.Errorf("%s: %v, want errBadIndex", tt.name, err)
+		}
+	}
+}
+
+// encodeIndexWithState is an index whose one queue is in the named state.
+func encodeIndexWithState(t *testing.T, state string) []byte {
+	t.Helper()
+	good := encodeIndex(1, core.Index{Queues: []core.QueueIndex{{State: dtr.Transfer, Share: "s"}}})
+	name := dtr.Transfer.String()
+	i := bytes.Index(good, []byte(name))
+	if i < 0 || len(state) != len(name) {
+		t.Fatalf("cannot put state %q in place of %q", state, name)
+	}
+	return slices.Concat(good[:i], []byte(state), good[i+len(name):])
+}
+
+// A checkpoint stores the index it is handed after its records and purges
+// the journal only up to what the index shows; with none handed it purges
+// no further than the last index it stored, and an empty one removes the
+// bucket's index and lets the journal go.
+func TestACheckpointStoresTheIndexAndPurgesTheJournalNoFurtherThanItShows(t *testing.T) {
+	_, js, kv := journalServer(t)
+	ctx := context.Background()
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	j.indexed = true
+	now := time.Now()
+	appendOne := func(name string) {
+		t.Helper()
+		if err := j.Append(ctx, []record{rec(t, newDTR(name), dtr.QueryReplica, now)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := func(wantJournal uint64) {
+		t.Helper()
+		j.Checkpoint(ctx)
+		j.Wait()
+		if n := journalMsgs(t, js); n != wantJournal {
+			t.Fatalf("the journal holds %d messages after the checkpoint, want %d", n, wantJournal)
+		}
+	}
+	appendOne("a")
+	checkpoint(1) // no index stored yet: nothing purged
+	appendOne("b")
+	appendOne("c")
+	ix := core.Index{Keep: []uuid.UUID{uuid.New()}}
+	j.SetIndex(encodeIndex(2, ix), 2)
+	checkpoint(1) // the index shows messages 1 and 2
+	e, err := kv.Get(ctx, indexKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asOf, got, err := decodeIndex(e.Value()); err != nil || asOf != 2 || !reflect.DeepEqual(got.Keep, ix.Keep) {
+		t.Fatalf("the bucket's index: as of %d, %+v, %v", asOf, got, err)
+	}
+	appendOne("d")
+	checkpoint(2) // none handed: the bucket's is as of 2
+	appendOne("e")
+	j.SetIndex([]byte{}, 5)
+	checkpoint(0)
+	if _, err := kv.Get(ctx, indexKey); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("an empty index handed: the bucket's is still there (%v)", err)
+	}
+}
+
+// storedState puts in the bucket, and journals after it, what a leader
+// over n queued DTRs (three of them running) leaves behind, with an index
+// of k heads per queue as of the bucket (if k > 0) or index as the index's
+// stored form (if set). It returns the queued DTRs, a DTR that moved on in
+// the journal and one that finished there.
+func storedState(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n, k int, index []byte) (queued []dtr.DTR, moved, finished dtr.DTR) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().Add(-time.Hour)
+	old := core.New(core.DefaultConfig())
+	put := func(d dtr.DTR, st dtr.State, entered time.Time) {
+		d.State, d.StateEntered, d.Updated = st, entered, entered
+		r := rec(t, d, st, entered)
+		if _, err := kv.Put(ctx, d.ID.String(), r.data); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Restore(now, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		d := newDTR(fmt.Sprint("q", i))
+		d.Priority = []int{20, 50, 80}[i%3]
+		put(d, dtr.QueryReplica, now.Add(time.Duration(i)*time.Millisecond))
+		queued = append(queued, d)
+	}
+	for i := range 3 {
+		d := newDTR(fmt.Sprint("r", i))
+		d.Grant = d.ID.String() + ".1"
+		put(d, dtr.QueryingReplica, now)
+	}
+	moved, finished = queued[0], queued[1]
+	if k > 0 {
+		index = encodeIndex(0, old.Index(k))
+	}
+	if index != nil {
+		if _, err := kv.Put(ctx, indexKey, index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	if err := j.Append(ctx, []record{rec(t, moved, dtr.Transferring, now.Add(time.Minute)), rec(t, finished, dtr.Done, now.Add(time.Minute))}); err != nil {
+		t.Fatal(err)
+	}
+	return queued, moved, finished
+}
+
+func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *testing.T) {
+	const n, k = 600, 5
+	for _, tt := range []struct {
+		name   string
+		k      int
+		index  []byte
+		inPart bool
+	}{
+		{"an index", k, nil, true},
+		{"an unreadable index", 0, []byte("not an index"), false},
+		{"no index", 0, nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js, kv := journalServer(t)
+			queued, moved, finished := storedState(t, js, kv, n, tt.k, tt.index)
+			s, err := New(Config{RestoreHeads: k}, nc, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+			recoverAll(t, s)
+			if got := s.core.Loading(); got != tt.inPart {
+				t.Fatalf("loading in parts: %v, want %v", got, tt.inPart)
+			}
+			if tt.inPart {
+				// The heads of the three priorities' queue, the running
+				// ones, and what the journal changed.
+				if got := s.core.Len(); got > k+3+1 {
+					t.Fatalf("%d DTRs restored before the rest is read, want at most %d", got, k+3+1)
+				}
+				s.core.Tick(time.Now())
+				for _, g := range s.core.Take().Grants {
+					if g.DTR.Priority != 80 {
+						t.Fatalf("granted a DTR of priority %d while DTRs of 80 are not yet read", g.DTR.Priority)
+					}
+				}
+				for s.loads != nil {
+					select {
+					case c, ok := <-s.loads:
+						if err := s.takeLoaded(c, ok); err != nil {
+							t.Fatal(err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("the rest was not read")
+					}
+				}
+			}
+			select {
+			case <-s.loaded:
+			default:
+				t.Fatal("submissions still wait once every stored DTR is read")
+			}
+			if s.core.Loading() {
+				t.Fatal("the core still loads once every stored DTR is read")
+			}
+			if got, want := s.core.Len(), n+3-1; got != want {
+				t.Fatalf("%d DTRs held, want %d", got, want)
+			}
+			if d, _ := s.core.Get(moved.ID); d.State != dtr.Transferring {
+				t.Fatalf("a DTR the journal moved on is in %s, want the journal's TRANSFERRING", d.State)
+			}
+			if _, ok := s.core.Get(finished.ID); ok {
+				t.Fatal("a DTR that finished in the journal is back from its older stored record")
+			}
+			for _, d := range queued[2:] {
+				if !s.stored.MayHave(d.ID) {
+					t.Fatalf("%s is stored but not known to be", d.ID)
+				}
+			}
+		})
+	}
+}
