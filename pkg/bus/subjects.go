@@ -46,6 +46,9 @@ const (
 	// LeaderKey is the election's key in BucketLeader: its value is the
 	// api.Leader that holds it.
 	LeaderKey = "scheduler"
+	// IndexKey is the key in BucketDTRs of the leader's restart index
+	// (services/scheduler/restoreindex.go): not a DTR.
+	IndexKey = "index"
 	// BucketSubjectTokens holds the bearer tokens that DTRs were submitted
 	// with, each sealed with a random reference that the DTR carries (its
 	// token_ref; subjecttokens.go), so that the workers of its transfers can exchange the

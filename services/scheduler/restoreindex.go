@@ -27,13 +27,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
 
-// indexKey is the key of the checkpoint bucket that holds the index; it
-// is not a DTR.
-const indexKey = "index"
+// indexKey is the key of the checkpoint bucket that holds the index.
+const indexKey = bus.IndexKey
+
+// DefaultRestoreHeads is SLUICE_RESTORE_HEADS's default.
+const DefaultRestoreHeads = 64
 
 // indexVersion begins an index's stored form; another is not read.
 const indexVersion = "sluice-index-1"
@@ -182,19 +185,27 @@ func (s *Service) handIndex() {
 }
 
 // restore builds the core from the checkpoint bucket: in parts if it holds
-// an index (the rest is read while the scheduler goes on: loadRest), else
-// all at once (loadCheckpoints).
-func (s *Service) restore(ctx context.Context) error {
+// an index that the journal still follows (its first message, first, is
+// no later than the one after the index's), reading the rest while the
+// scheduler goes on (loadRest); else all at once (loadCheckpoints). An
+// index the journal was purged past (written before a leader that stored
+// none, SLUICE_RESTORE_HEADS=0, or an older Sluice) misses changes, and
+// is not used.
+func (s *Service) restore(ctx context.Context, first uint64) error {
 	s.loaded = make(chan struct{})
 	if s.cfg.RestoreHeads > 0 {
 		e, err := s.kv.Get(ctx, indexKey)
 		switch {
 		case err == nil:
-			_, ix, err := decodeIndex(e.Value())
-			if err == nil {
+			asOf, ix, err := decodeIndex(e.Value())
+			switch {
+			case err != nil:
+				s.log.Warn("restart index not used; reading every stored DTR first", "err", err)
+			case first > asOf+1:
+				s.log.Warn("restart index not used: the journal was purged past it; reading every stored DTR first", "index_as_of", asOf, "journal_first", first)
+			default:
 				return s.loadIndexed(ctx, ix)
 			}
-			s.log.Warn("restart index not used; reading every stored DTR first", "err", err)
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
 			return fmt.Errorf("restart index: %w", err)
 		}

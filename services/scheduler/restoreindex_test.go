@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/services/scheduler/core"
 )
@@ -112,7 +113,7 @@ func TestACheckpointStoresTheIndexAndPurgesTheJournalNoFurtherThanItShows(t *tes
 // of k heads per queue as of the bucket (if k > 0) or index as the index's
 // stored form (if set). It returns the queued DTRs, a DTR that moved on in
 // the journal and one that finished there.
-func storedState(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n, k int, index []byte) (queued []dtr.DTR, moved, finished dtr.DTR) {
+func storedState(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n, k int, index []byte, stale bool) (queued []dtr.DTR, moved, finished dtr.DTR) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().Add(-time.Hour)
@@ -148,6 +149,19 @@ func storedState(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n,
 		}
 	}
 	j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	if stale {
+		// A message after the index's point, purged: the index misses it.
+		if err := j.Append(ctx, []record{rec(t, newDTR("gone"), dtr.Done, now)}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, bus.StreamJournal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := j.Append(ctx, []record{rec(t, moved, dtr.Transferring, now.Add(time.Minute)), rec(t, finished, dtr.Done, now.Add(time.Minute))}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,15 +174,17 @@ func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *test
 		name   string
 		k      int
 		index  []byte
+		stale  bool
 		inPart bool
 	}{
-		{"an index", k, nil, true},
-		{"an unreadable index", 0, []byte("not an index"), false},
-		{"no index", 0, nil, false},
+		{"an index", k, nil, false, true},
+		{"an index the journal was purged past", k, nil, true, false},
+		{"an unreadable index", 0, []byte("not an index"), false, false},
+		{"no index", 0, nil, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			nc, js, kv := journalServer(t)
-			queued, moved, finished := storedState(t, js, kv, n, tt.k, tt.index)
+			queued, moved, finished := storedState(t, js, kv, n, tt.k, tt.index, tt.stale)
 			s, err := New(Config{RestoreHeads: k}, nc, quiet())
 			if err != nil {
 				t.Fatal(err)

@@ -107,7 +107,7 @@ func (s *Service) warmUp(ctx context.Context) (*journalTail, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.restore(ctx); err != nil {
+	if err := s.restore(ctx, tail.first); err != nil {
 		tail.cc.Stop()
 		return nil, fmt.Errorf("scheduler recovery: %w", err)
 	}
