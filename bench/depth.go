@@ -50,7 +50,7 @@ type DepthResult struct {
 // once it has stored a restart index, workers that answer every transfer
 // at once are started (they take the grants it gave, which wait in their
 // stream), and the scheduler is started again over the same store; the
-// time from that start to its first grant is Restart.
+// time from that start to its first grant (of any stage) is Restart.
 func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, error) {
 	var res DepthResult
 	ns, err := bus.Embedded(filepath.Join(dir, "jetstream"), 0)
@@ -178,7 +178,9 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 		return res, fmt.Errorf("depth: %w", err)
 	}
 	go func() { _ = w.Run(wctx) }()
-	again, stopAgain, err := watchFirstGrant(nc)
+	// Any grant: with few DTRs stored, the first after the restart may be
+	// the post-processing of one whose transfer the workers answered.
+	again, stopAgain, err := watchFirst(nc, api.SubjectGrantPrefix+">")
 	if err != nil {
 		return res, fmt.Errorf("depth: %w", err)
 	}

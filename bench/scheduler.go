@@ -127,8 +127,13 @@ func RestartToFirstGrant(ctx context.Context, dir string, n int) (time.Duration,
 
 // watchFirstGrant hears when the first transfer grant is published on nc.
 func watchFirstGrant(nc *nats.Conn) (first <-chan time.Time, stop func(), err error) {
+	return watchFirst(nc, api.GrantSubject(dtr.StageDelivery))
+}
+
+// watchFirst hears when the first message is published on subject.
+func watchFirst(nc *nats.Conn, subject string) (first <-chan time.Time, stop func(), err error) {
 	at := make(chan time.Time, 1)
-	sub, err := nc.Subscribe(api.GrantSubject(dtr.StageDelivery), func(*nats.Msg) {
+	sub, err := nc.Subscribe(subject, func(*nats.Msg) {
 		select {
 		case at <- time.Now():
 		default:

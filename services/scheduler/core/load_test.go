@@ -229,3 +229,69 @@ func TestFirstOfAQueueIsItsItemsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A core that stops while it loads (a crash) leaves an index that restores
+// a core which grants in order too: its heads are the DTRs that pass each
+// fence, and those not yet read count behind them.
+func TestAnIndexTakenWhileLoadingRestoresACoreThatGrantsInOrder(t *testing.T) {
+	h, records := loadCore(t)
+	p := restoreFirst(t, h, records, h.c.Index(6))
+	unread := slices.DeleteFunc(slices.Collect(maps.Keys(records)), func(id uuid.UUID) bool { return p.c.dtrs[id] != nil })
+	slices.SortFunc(unread, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	for _, id := range unread[:len(unread)/2] {
+		d := records[id]
+		if _, err := p.c.Load(p.now, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		p.tick(100 * time.Millisecond)
+		for _, g := range p.running {
+			if g.State != dtr.Transferring {
+				p.answer(g, nil)
+			}
+		}
+	}
+	// What is stored when it stops: its records, the older ones of the
+	// DTRs it never read.
+	stored := maps.Clone(records)
+	for id := range records {
+		if _, held := p.c.dtrs[id]; !held {
+			if _, gone := p.c.gone[id]; gone {
+				delete(stored, id)
+			}
+		}
+	}
+	for id := range p.c.dtrs {
+		d, _ := p.c.Get(id)
+		stored[id] = d
+	}
+	ix := p.c.Index(4)
+	q := restoreFirst(t, p, stored, ix)
+	order := newWaitingOrder(stored)
+	rest := slices.DeleteFunc(slices.Collect(maps.Keys(stored)), func(id uuid.UUID) bool { return q.c.dtrs[id] != nil })
+	for step := 0; q.c.Len() > 0 || len(rest) > 0; step++ {
+		if step > 10000 {
+			t.Fatal("the DTRs never all finished")
+		}
+		if len(rest) > 0 && step%2 == 0 {
+			d := stored[rest[0]]
+			rest = rest[1:]
+			if _, err := q.c.Load(q.now, &d); err != nil {
+				t.Fatal(err)
+			}
+			if len(rest) == 0 {
+				q.c.EndLoad()
+			}
+		}
+		for _, g := range q.tick(100 * time.Millisecond) {
+			order.granted(t, g)
+		}
+		for _, g := range q.running {
+			q.answer(g, nil)
+		}
+	}
+	if len(q.final) != len(stored) {
+		t.Fatalf("%d of %d DTRs finished", len(q.final), len(stored))
+	}
+}
