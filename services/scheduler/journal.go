@@ -231,9 +231,14 @@ func (j *journal) Checkpoint(ctx context.Context) {
 	upTo, recs := j.last, j.flushing
 	index, indexAsOf := j.index, j.indexAsOf
 	j.index = nil
-	if index != nil && len(index) > 0 {
+	// The journal is kept from the index's point on, unless the store is
+	// full: then what a purge frees comes first, and a restart finds the
+	// index older than the journal and reads every stored DTR instead.
+	switch full, _, _ := j.full.Full(); {
+	case full:
+	case index != nil && len(index) > 0:
 		upTo = min(upTo, indexAsOf)
-	} else if index == nil && j.indexed {
+	case index == nil && j.indexed:
 		upTo = min(upTo, j.storedAsOf)
 	}
 	if len(j.unannounced) > 0 {

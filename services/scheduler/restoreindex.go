@@ -261,10 +261,24 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 		behind += q.Behind
 	}
 	s.log.Info("restart index read: leading with these, reading the rest meanwhile", "dtrs", s.core.Len(), "queued_behind", behind, "took", time.Since(began).Round(time.Millisecond))
+	s.restPending = true
+	return nil
+}
+
+// readRest starts reading the stored DTRs the index did not name, if it
+// is still to be started. Not at once: the server's first answer to the
+// watch over millions of records takes seconds and holds up the bucket
+// meanwhile, the term's barrier included, so a scheduler that leads
+// starts it once it leads, and a standby once it has not won an election
+// for a leader's TTL (the old leader's key has had time to expire).
+func (s *Service) readRest(ctx context.Context) {
+	if !s.restPending {
+		return
+	}
+	s.restPending = false
 	lctx, stop := context.WithCancel(ctx)
 	s.stopLoading = stop
 	s.loads = s.loadRest(lctx)
-	return nil
 }
 
 // loadChunk is a chunk of the stored DTRs read in the background: DTRs,

@@ -206,6 +206,7 @@ func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *test
 						t.Fatalf("granted a DTR of priority %d while DTRs of 80 are not yet read", g.DTR.Priority)
 					}
 				}
+				s.readRest(context.Background())
 				for s.loads != nil {
 					select {
 					case c, ok := <-s.loads:

@@ -209,10 +209,12 @@ type Service struct {
 	stored seen
 	// While the stored DTRs are read in the background after a restart
 	// (restoreindex.go), loads brings them and stopLoading stops it;
-	// loaded is closed once every one is read.
+	// loaded is closed once every one is read. restPending says the
+	// reading is still to begin (readRest).
 	loads       <-chan loadChunk
 	stopLoading func()
 	loaded      chan struct{}
+	restPending bool
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -387,7 +389,7 @@ func (s *Service) reset() {
 	if s.stopLoading != nil {
 		s.stopLoading()
 	}
-	s.loads, s.stopLoading = nil, nil
+	s.loads, s.stopLoading, s.restPending = nil, nil, false
 	s.parked = nil
 	s.term.Store(0)
 	s.stuck.reset()
@@ -594,6 +596,7 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 		if !s.hand(ctx, commits, c) {
 			return nil
 		}
+		s.readRest(ctx)
 		if s.journal.WantIndex() {
 			s.handIndex()
 		}

@@ -133,8 +133,12 @@ func (s *Service) standBy(ctx context.Context, tail *journalTail) (uint64, error
 		}
 	}()
 	try := true
+	began := time.Now()
 	for {
 		s.looped.Store(time.Now().UnixNano())
+		if s.restPending && time.Since(began) > s.election.ttl {
+			s.readRest(ctx)
+		}
 		if try {
 			try = false
 			term, full, err := s.tryToLead(ctx, tail)
