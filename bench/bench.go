@@ -297,14 +297,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if d.RSS > 0 {
 			held += fmt.Sprintf(", process RSS %.0f MiB = %.0f bytes per DTR (peak %.0f MiB)", float64(d.RSS)/(1<<20), float64(d.RSS)/float64(max(d.Held, 1)), float64(d.PeakRSS)/(1<<20))
 		}
-		value := fmt.Sprintf("%s; first grant %.2f s after the scheduler's start, all loaded after %.2f s", held, d.FirstGrant.Seconds(), d.Loaded.Seconds())
+		value := fmt.Sprintf("%s; restarted after a kill, first grant %.2f s after its start; (first start, over a store with no restart index: first grant %.2f s, all loaded %.2f s)",
+			held, d.Restart.Seconds(), d.FirstGrant.Seconds(), d.Loaded.Seconds())
 		if depthErr != nil {
 			// Said in the report, so that one failed figure does not
 			// lose the run's others.
 			value = "failed: " + depthErr.Error()
 		}
 		r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("%d DTRs queued in 1,000 shares: held (RSS per DTR), restart to first grant", o.Depth),
-			Value: value, Target: "all held, first grant ≤ 5 s", Met: met(depthErr == nil && d.Held == o.Depth && d.FirstGrant <= 5*time.Second)})
+			Value: value, Target: "all held, restart to first grant ≤ 5 s", Met: met(depthErr == nil && d.Held == o.Depth && d.Restart > 0 && d.Restart <= 5*time.Second)})
 	}
 
 	for _, cutOff := range []bool{false, true} {
