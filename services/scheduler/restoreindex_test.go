@@ -206,6 +206,16 @@ func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *test
 						t.Fatalf("granted a DTR of priority %d while DTRs of 80 are not yet read", g.DTR.Priority)
 					}
 				}
+				// A change asked meanwhile is refused, and not made.
+				ran := false
+				q := &loopRequest{f: func() { ran = true }, change: true, done: make(chan struct{})}
+				if stop, err := s.answer(context.Background(), kv, nil, q); stop || err != nil {
+					t.Fatalf("a change while loading stopped the loop: %v", err)
+				}
+				<-q.done
+				if ran || !errors.Is(q.err, errLoading) {
+					t.Fatalf("a change while loading: ran %v, answered %v; want it refused with errLoading", ran, q.err)
+				}
 				s.readRest(context.Background())
 				for s.loads != nil {
 					select {
