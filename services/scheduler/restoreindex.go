@@ -165,6 +165,10 @@ func (r *indexReader) ids() []uuid.UUID {
 	return out
 }
 
+// indexEvery is the least time between two indexes: a checkpoint begun
+// sooner stores none, and purges the journal no further than the last.
+const indexEvery = time.Second
+
 // handIndex gives the journal an index of the core for its next
 // checkpoint, with as many heads per queue as fit in a message: fewer if
 // it is too large, and none stored (the bucket's removed) if even the

@@ -215,6 +215,8 @@ type Service struct {
 	stopLoading func()
 	loaded      chan struct{}
 	restPending bool
+	// indexAt is when the leader last handed the journal an index.
+	indexAt time.Time
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -597,7 +599,8 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			return nil
 		}
 		s.readRest(ctx)
-		if s.journal.WantIndex() {
+		if now := time.Now(); now.Sub(s.indexAt) >= indexEvery && s.journal.WantIndex() {
+			s.indexAt = now
 			s.handIndex()
 		}
 	}
