@@ -322,7 +322,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Failover: %d DTRs queued, the leading scheduler %s, a warm standby (SLUICE_LEADER_TTL %s)", o.Failover, how, FailoverTTL),
-			Value: fmt.Sprintf("first grant of the standby %.2f s after the loss; standby warm %.1f s after its start; %d held + %d final of %d, %d granted twice",
+			Value: fmt.Sprintf("first grant of the standby %.2f s after the loss; standby ready %.1f s after its start (the leader's restart index read); %d held + %d final of %d, %d granted twice",
 				f.Gap.Seconds(), f.Warm.Seconds(), f.Held, f.Final, o.Failover, f.Twice),
 			Target: "≤ 5 s, none lost or granted twice", Met: met(f.Gap <= 5*time.Second && f.Held+f.Final >= o.Failover && f.Twice == 0)})
 	}

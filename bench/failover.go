@@ -24,9 +24,11 @@ import (
 
 // FailoverResult is what Failover measured.
 type FailoverResult struct {
-	// Warm is how long the standby took to build its copy of the n
-	// stored DTRs; Gap how long after the leader was lost the standby's
-	// first grant went out.
+	// Warm is how long the standby took to be ready to take over: to
+	// read the DTRs the leader's restart index names (it reads the rest
+	// of the n stored meanwhile), or all n where there is no index; Gap
+	// how long after the leader was lost the standby's first grant went
+	// out.
 	Warm, Gap time.Duration
 	// Held is the number of DTRs the new leader held once it led, Final
 	// those announced final (by either); none is lost if they add up to
@@ -160,9 +162,14 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	time.Sleep(2 * time.Second)
 	stopWorkers()
 	time.Sleep(time.Second)
+	// Counted once the new leader has read every stored DTR: one that
+	// took over on its restart index reads the rest as it leads.
 	var shares api.SharesReply
-	if err := requestJSON(ctx, nc, api.SubjectShares, &shares); err != nil {
-		return r, fmt.Errorf("failover: shares: %w", err)
+	if err := until(ctx, 5*time.Minute, func() bool {
+		shares = api.SharesReply{}
+		return requestJSON(ctx, nc, api.SubjectShares, &shares) == nil && !shares.Reading
+	}); err != nil {
+		return r, fmt.Errorf("failover: the new leader did not read every stored DTR: %w", err)
 	}
 	for _, st := range shares.Shares {
 		r.Held += st.Queued + st.Running

@@ -454,6 +454,13 @@ func printShares(w io.Writer, r api.SharesReply) {
 	if len(r.Shares) == 0 {
 		fmt.Fprintln(tw, "(no DTRs queued or running)")
 	}
+	if r.Reading {
+		unread := 0
+		for _, s := range r.Shares {
+			unread += s.Unread
+		}
+		fmt.Fprintf(tw, "(restarted: still reading its stored DTRs, about %d of those queued not yet read; new submissions wait, and changes are refused until it has read them all)\n", unread)
+	}
 	printActivityLimits(tw, r.ActivityLimits)
 }
 

@@ -40,6 +40,19 @@ func TestSharesListActivityLimitsWithTheirUse(t *testing.T) {
 	}
 }
 
+func TestSharesSayWhileARestartedSchedulerStillReadsItsStoredDTRs(t *testing.T) {
+	for _, reading := range []bool{false, true} {
+		var b strings.Builder
+		printShares(&b, api.SharesReply{Reading: reading, Shares: []api.ShareStats{
+			{Share: "atlas-download", State: dtr.Transfer, Queued: 900, Unread: 700},
+			{Share: "cms-download", State: dtr.Transfer, Queued: 50, Unread: 30}}})
+		said := strings.Contains(b.String(), "still reading its stored DTRs, about 730 of those queued not yet read")
+		if said != reading {
+			t.Errorf("reading %v: sluice shares printed\n%s", reading, b.String())
+		}
+	}
+}
+
 func TestAJobOverTheServersMaxPayloadIsRefusedNamingBothSizes(t *testing.T) {
 	ns, err := bus.Embedded(filepath.Join(t.TempDir(), "js"), 0)
 	if err != nil {

@@ -56,6 +56,11 @@ type SharesReply struct {
 	// Stuck are the DTRs the stuck-DTR detector reports now: an
 	// administrator sees every one, another caller their own.
 	Stuck []StuckDTR `json:"stuck,omitempty"`
+	// Reading says that the scheduler, restarted, still reads its stored
+	// DTRs (it leads on those its restart index named): the shares'
+	// Unread are not read yet, new submissions wait in their stream and
+	// changes are refused (503) until it has read them all.
+	Reading bool `json:"reading,omitempty"`
 }
 
 // ActivityLimitUse is one per-activity limit at a source or destination
@@ -237,6 +242,9 @@ type ShareStats struct {
 	// Activity is the share's activity under an activity share policy
 	// (voms:vo+activity), else empty.
 	Activity string `json:"activity,omitempty"`
+	// Unread is about how many of Queued a scheduler restarted over a
+	// restart index has not yet read from its store (SharesReply.Reading).
+	Unread int `json:"unread,omitempty"`
 }
 
 // Why explains where a DTR is and what it waits for; like ShareStats, the

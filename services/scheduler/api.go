@@ -357,6 +357,7 @@ func (s *Service) shares(c auth.Caller) api.SharesReply {
 			reply.ActivityLimits = append(reply.ActivityLimits, api.ActivityLimitUse{Activity: u.Activity, Source: u.Source,
 				Destination: u.Destination, Max: u.Max, Running: u.Running})
 		}
+		reply.Reading = s.core.Loading()
 		reply.Limits = map[string]int{"maxprocessor": s.cfg.MaxProcessor, "maxdelivery": s.cfg.MaxDelivery, "maxemergency": s.cfg.MaxEmergency, "maxprepared": s.cfg.MaxPrepared, "maxperhost": s.cfg.MaxPerHost}
 	})
 	return reply

@@ -133,6 +133,9 @@ type ShareStats struct {
 	// Activity is the share's activity under an activity share policy
 	// (voms:vo+activity), else empty.
 	Activity string `json:"activity,omitempty"`
+	// Unread is about how many of Queued a scheduler restarted over a
+	// restart index has not yet read from its store (SharesReply.Reading).
+	Unread int `json:"unread,omitempty"`
 }
 
 // Shares returns the load of every share in every queue state that has any,
@@ -144,7 +147,8 @@ func (c *Core) Shares() (stats []ShareStats, retrying map[string]int) {
 		slots, _ := c.shareSlots(st)
 		for i, ss := range st.order {
 			stats = append(stats, ShareStats{Share: ss.name, State: s, Priority: ss.prio,
-				Queued: ss.q.Len() + ss.parkedN + ss.unloaded, Running: ss.running - ss.reserved, Reserved: ss.reserved, Slots: slots[i], Weight: st.demand[i].Weight})
+				Queued: ss.q.Len() + ss.parkedN + ss.unloaded, Running: ss.running - ss.reserved, Reserved: ss.reserved, Slots: slots[i], Weight: st.demand[i].Weight,
+				Unread: ss.unloaded})
 			if _, act, ok := c.cfg.SharePolicy.SplitShare(ss.name); ok {
 				stats[len(stats)-1].Activity = act
 			}
