@@ -76,12 +76,15 @@ type commit struct {
 	// writer once the step's records are journaled, and stored before
 	// the inputs are acknowledged (awaitHistory).
 	events []historyItem
+	// index, if set, is the body of a restart index of the core as the
+	// step left it (restoreindex.go), for the next checkpoint.
+	index []byte
 	// done, if set, hears the outcome.
 	done func(error)
 }
 
 func (c *commit) empty() bool {
-	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.announce)+len(c.notices)+len(c.changes)+len(c.acks)+len(c.terms)+len(c.events) == 0
+	return len(c.records)+len(c.rejections)+len(c.publish)+len(c.finals)+len(c.announce)+len(c.notices)+len(c.changes)+len(c.acks)+len(c.terms)+len(c.events) == 0 && c.index == nil
 }
 
 // gatherFinalsFor is how long the committer holds a step's final DTRs to
@@ -507,10 +510,26 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 			out.Add(m)
 		}
 	}
+	before := s.journal.ReadUpTo()
 	if err := s.journal.Append(ctx, records(func(c *commit) []record { return append(c.records[:len(c.records):len(c.records)], c.finals...) })); err != nil {
 		return published{}, fmt.Errorf("persist: %w", err)
 	}
 	journaled := s.journal.ReadUpTo()
+	// An index of the core after one of these steps shows all the journal
+	// held before them, and what they changed is journaled after that: it
+	// is as of where the journal ended before them.
+	var index []byte
+	for _, c := range cs {
+		if c.index != nil {
+			index = c.index
+		}
+	}
+	if index != nil {
+		if len(index) > 0 {
+			index = indexAsOf(before, index)
+		}
+		s.journal.SetIndex(index, before)
+	}
 	// Journaled: the steps happened, and their history is recorded.
 	for _, c := range cs {
 		history = s.history.send(c.events)

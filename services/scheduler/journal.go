@@ -236,6 +236,7 @@ func (j *journal) Checkpoint(ctx context.Context) {
 	// index older than the journal and reads every stored DTR instead.
 	switch full, _, _ := j.full.Full(); {
 	case full:
+		index = nil // what it would show is purged
 	case index != nil && len(index) > 0:
 		upTo = min(upTo, indexAsOf)
 	case index == nil && j.indexed:

@@ -39,18 +39,26 @@ const indexKey = bus.IndexKey
 const DefaultRestoreHeads = 64
 
 // indexVersion begins an index's stored form; another is not read.
-const indexVersion = "sluice-index-1"
+const indexVersion = "sluice-index-2"
 
 // errLoading answers changes asked while the scheduler loads its stored
 // DTRs after a restart.
 var errLoading = errors.New("503 this scheduler is still reading its stored DTRs after a restart: changes wait until it has read them all; try again")
 
 // encodeIndex writes an index as of journal sequence asOf: the version,
-// asOf, the kept DTRs, and each queue with its heads, all in varints and
-// 16-byte ids.
-func encodeIndex(asOf uint64, ix core.Index) []byte {
-	b := append([]byte(nil), indexVersion...)
-	b = binary.AppendUvarint(b, asOf)
+// asOf, and the body (indexBody).
+func encodeIndex(asOf uint64, ix core.Index) []byte { return indexAsOf(asOf, indexBody(ix)) }
+
+// indexAsOf puts the version and asOf before an index's body.
+func indexAsOf(asOf uint64, body []byte) []byte {
+	b := append([]byte(indexVersion), binary.AppendUvarint(nil, asOf)...)
+	return append(b, body...)
+}
+
+// indexBody writes the kept DTRs, and each queue with its heads, all in
+// varints and 16-byte ids.
+func indexBody(ix core.Index) []byte {
+	var b []byte
 	ids := func(ids []uuid.UUID) {
 		b = binary.AppendUvarint(b, uint64(len(ids)))
 		for _, id := range ids {
@@ -68,6 +76,7 @@ func encodeIndex(asOf uint64, ix core.Index) []byte {
 		str(q.Share)
 		b = binary.AppendVarint(b, int64(q.Prio))
 		b = binary.AppendVarint(b, q.Stamp)
+		b = binary.AppendUvarint(b, q.Tie)
 		b = binary.AppendUvarint(b, uint64(q.Behind))
 		ids(q.Heads)
 	}
@@ -96,6 +105,7 @@ func decodeIndex(b []byte) (asOf uint64, ix core.Index, err error) {
 		q.Share = string(r.take(int(r.uvarint())))
 		q.Prio = int32(r.varint())
 		q.Stamp = r.varint()
+		q.Tie = r.uvarint()
 		q.Behind = int(r.uvarint())
 		q.Heads = r.ids()
 		ix.Queues = append(ix.Queues, q)
@@ -169,21 +179,19 @@ func (r *indexReader) ids() []uuid.UUID {
 // sooner stores none, and purges the journal no further than the last.
 const indexEvery = time.Second
 
-// handIndex gives the journal an index of the core for its next
+// indexOf makes the body of an index of the core for the next
 // checkpoint, with as many heads per queue as fit in a message: fewer if
-// it is too large, and none stored (the bucket's removed) if even the
-// kept DTRs alone are.
-func (s *Service) handIndex() {
-	asOf := s.journal.ReadUpTo()
+// it is too large, and none at all (an empty body: the bucket's index is
+// removed) if even the kept DTRs alone are. The committer gives it its
+// journal sequence once the step it follows is journaled (store).
+func (s *Service) indexOf() []byte {
 	for k := s.cfg.RestoreHeads; ; k /= 2 {
-		b := encodeIndex(asOf, s.core.Index(k))
-		if len(b) <= s.journal.maxBytes {
-			s.journal.SetIndex(b, asOf)
-			return
+		b := indexBody(s.core.Index(k))
+		if len(b)+len(indexVersion)+binary.MaxVarintLen64 <= s.journal.maxBytes {
+			return b
 		}
 		if k == 0 {
-			s.journal.SetIndex([]byte{}, asOf)
-			return
+			return []byte{}
 		}
 	}
 }
@@ -356,7 +364,8 @@ func (s *Service) takeLoaded(c loadChunk, ok bool) error {
 	}
 	if c.over {
 		s.core.EndLoad()
-		s.loads = nil
+		s.stopLoading()
+		s.loads, s.stopLoading = nil, nil
 		close(s.loaded)
 		s.log.Info("every stored DTR read", "dtrs", s.core.Len())
 		return nil

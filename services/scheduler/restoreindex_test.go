@@ -253,3 +253,38 @@ func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *test
 		})
 	}
 }
+
+// The committer gives a step's index its journal sequence once the step is
+// journaled: the index is as of where the journal ended before the step,
+// so a restart replays what the step changed. A step whose append is
+// refused (a deposed leader) hands no index.
+func TestAStepsIndexIsHandedToTheJournalOnlyOnceTheStepIsJournaled(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	s, err := New(Config{RestoreHeads: 4}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	s.journal.indexed = true
+	now := time.Now()
+	kept := uuid.New()
+	step := func() *commit {
+		return &commit{records: []record{rec(t, newDTR("a"), dtr.QueryReplica, now)}, index: indexBody(core.Index{Keep: []uuid.UUID{kept}})}
+	}
+	if _, err := s.store(ctx, []*commit{step()}); err != nil {
+		t.Fatal(err)
+	}
+	asOf, ix, err := decodeIndex(s.journal.index)
+	if err != nil || asOf != 0 || s.journal.indexAsOf != 0 || len(ix.Keep) != 1 || ix.Keep[0] != kept {
+		t.Fatalf("the journal holds an index as of %d (%d), %+v, %v; want as of 0, before the step", asOf, s.journal.indexAsOf, ix, err)
+	}
+	s.journal.SetIndex(nil, 0)
+	s.journal.Lead(99, "", make(chan error, 2)) // the journal ends elsewhere: appends are refused
+	if _, err := s.store(ctx, []*commit{step()}); !errors.Is(err, errDeposed) {
+		t.Fatalf("an append after the journal moved on: %v, want errDeposed", err)
+	}
+	if s.journal.index != nil {
+		t.Fatal("a step whose append was refused handed the journal its index")
+	}
+}

@@ -580,8 +580,13 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			}
 			continue
 		case <-dump:
-			s.applyPriorityFile()
-			s.writeState()
+			if !s.core.Loading() {
+				// Not while it still reads its DTRs: a priority line for
+				// one not yet read would be lost, and the state file
+				// would list only those read.
+				s.applyPriorityFile()
+				s.writeState()
+			}
 		case m := <-results:
 			batch = drain(append(batch, m), results, submits)
 		case m := <-submits:
@@ -595,14 +600,16 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			}
 			return fmt.Errorf("scheduler: %w", err)
 		}
+		if now := time.Now(); now.Sub(s.indexAt) >= indexEvery && s.journal.WantIndex() {
+			// The core as this step left it: its journal sequence is
+			// known once the step is journaled.
+			s.indexAt = now
+			c.index = s.indexOf()
+		}
 		if !s.hand(ctx, commits, c) {
 			return nil
 		}
 		s.readRest(ctx)
-		if now := time.Now(); now.Sub(s.indexAt) >= indexEvery && s.journal.WantIndex() {
-			s.indexAt = now
-			s.handIndex()
-		}
 	}
 }
 

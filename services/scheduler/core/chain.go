@@ -135,7 +135,7 @@ func (c *Core) chainedResult(now time.Time, e *entry, r Result, granted int64) (
 // PRE_CLEAN as after any query. Runs before PRE_CLEAN's slots are granted.
 func (c *Core) reclaimReservations(now time.Time) {
 	st := c.states[dtr.PreClean]
-	need := st.waiting() - max(c.Limit(dtr.PreClean)-st.total, 0)
+	need := st.waiting() - st.unread() - max(c.Limit(dtr.PreClean)-st.total, 0) // the unread cannot be granted yet
 	if need <= 0 {
 		return
 	}

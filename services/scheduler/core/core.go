@@ -195,12 +195,14 @@ type Core struct {
 	cacheKeys map[*entry]string
 	// policy weighs the shares; now is the time of the last tick, for
 	// weighing outside one.
-	policy  Policy
-	now     time.Time
-	rand    *rand.Rand // for policies that draw lots; seeded, so runs repeat
-	active  map[uuid.UUID]*entry
-	seq     uint64
-	nextAge time.Time
+	policy Policy
+	now    time.Time
+	rand   *rand.Rand // for policies that draw lots; seeded, so runs repeat
+	active map[uuid.UUID]*entry
+	seq    uint64
+	// lastStamp is the latest time a DTR came to a queue (entry.stamp).
+	lastStamp int64
+	nextAge   time.Time
 	// limits holds the slot limits SetLimit set, plus one, by queue state
 	// (0: the Config's).
 	limits [256]int32

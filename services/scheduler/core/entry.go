@@ -24,9 +24,11 @@ type entry struct {
 	seq    uint64 // arrival order, for FIFO among equal priorities
 	// stamp is when the DTR came to its queue (DTR.EnteredState, in
 	// nanoseconds since 1970): equal priorities go first come first
-	// served by it, then by seq, so that a DTR restored after a restart
-	// or loaded late (restore.go) takes the place it had.
+	// served by it, and DTRs that came in the same step (one stamp) by
+	// tie, eight bytes of the DTR's id, so that a DTR restored after a
+	// restart or loaded late (load.go) takes the place it had.
 	stamp int64
+	tie   uint64
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
 	deadline int64   // when ageing starts or next applies
@@ -188,7 +190,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	}
 	switch {
 	case d.State.IsQueue():
-		c.enqueue(now, e)
+		c.enqueueAt(now, e, d.EnteredState().UnixNano())
 		// It ages as if it had not been restored: its state's deadline
 		// counts from when it entered the state (DTR.EnteredState).
 		e.deadline = c.deadlineAt(now, d.EnteredState(), d)

@@ -48,21 +48,22 @@ type QueueIndex struct {
 	Share string
 	// Heads are its first DTRs, in queue order.
 	Heads []uuid.UUID
-	// Prio and Stamp are the place of the last head (or, with no heads,
-	// of the fence the core loads under): every DTR queued behind the
-	// heads ranks after it.
+	// Prio, Stamp and Tie are the place of the last head (or, with no
+	// heads, of the fence the core loads under): every DTR queued behind
+	// the heads ranks after it.
 	Prio  int32
 	Stamp int64
+	Tie   uint64
 	// Behind counts the DTRs queued behind the heads.
 	Behind int
 }
 
 // fence is where a share's queue stops granting while the core loads: at
-// the place (priority, stamp, arrival order) of its last head.
+// the priority and place of its last head (its seq this core's, or 0 if
+// it does not hold it queued there).
 type fence struct {
-	prio  int32
-	stamp int64
-	seq   uint64
+	prio    int32
+	arrival arrival
 }
 
 // passes reports whether e ranks no later than the fence.
@@ -70,10 +71,7 @@ func (f *fence) passes(e *entry) bool {
 	if e.prio != f.prio {
 		return e.prio > f.prio
 	}
-	if e.stamp != f.stamp {
-		return e.stamp < f.stamp
-	}
-	return e.seq <= f.seq
+	return !f.arrival.before(e.arrival())
 }
 
 // grantable reports whether the head of the share's queue may be granted
@@ -93,10 +91,17 @@ const noFence = 101
 // share's queue in each state. While the core loads, a fenced queue's
 // heads are the DTRs that pass its fence (every one of them is loaded)
 // and the DTRs not yet read count behind them.
+//
+// Kept are the DTRs that hold something and those that wait for a retry
+// or for a download into the cache (their time may come before the rest
+// is read, and then they take their place in a queue).
 func (c *Core) Index(k int) Index {
 	var ix Index
 	keep := map[*entry]struct{}{}
 	for _, e := range c.active {
+		keep[e] = struct{}{}
+	}
+	for _, e := range c.delayed {
 		keep[e] = struct{}{}
 	}
 	for e := range c.pins.entries {
@@ -118,11 +123,11 @@ func (c *Core) Index(k int) Index {
 			heads := ss.heads(k)
 			qi := QueueIndex{State: s, Share: ss.name, Behind: n - len(heads), Prio: noFence}
 			if ss.fence != nil {
-				qi.Prio, qi.Stamp = ss.fence.prio, ss.fence.stamp
+				qi.Prio, qi.Stamp, qi.Tie = ss.fence.prio, ss.fence.arrival.stamp, ss.fence.arrival.tie
 			}
 			if len(heads) > 0 {
 				last := heads[len(heads)-1]
-				qi.Prio, qi.Stamp = last.prio, last.stamp
+				qi.Prio, qi.Stamp, qi.Tie = last.prio, last.stamp, last.tie
 			}
 			qi.Heads = make([]uuid.UUID, len(heads))
 			for i, e := range heads {
@@ -203,7 +208,8 @@ func firstOf(q *queue, k int) []*entry {
 // BeginLoad fences the queues of an index whose heads (and kept DTRs) the
 // core holds now: the rest of their DTRs are loaded by Load until EndLoad.
 // Call it once, after restoring what the index names and before anything
-// else.
+// else. A DTR at the very place of a fence (the same priority, stamp and
+// tie) that is not its last head does not pass it.
 func (c *Core) BeginLoad(qs []QueueIndex) {
 	c.loading = true
 	c.gone = map[uuid.UUID]struct{}{}
@@ -216,7 +222,13 @@ func (c *Core) BeginLoad(qs []QueueIndex) {
 			continue
 		}
 		ss := c.shareIn(st, c.intern(qi.Share))
-		ss.fence = &fence{prio: qi.Prio, stamp: qi.Stamp, seq: c.seq}
+		f := &fence{prio: qi.Prio, arrival: arrival{stamp: qi.Stamp, tie: qi.Tie}}
+		if n := len(qi.Heads); n > 0 {
+			if e := c.dtrs[qi.Heads[n-1]]; e != nil && e.share == ss && e.index >= 0 && e.queued == qi.State {
+				f.arrival.seq = e.seq // the last head itself passes
+			}
+		}
+		ss.fence = f
 		ss.unloaded = qi.Behind
 	}
 }

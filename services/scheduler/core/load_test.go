@@ -295,3 +295,143 @@ func TestAnIndexTakenWhileLoadingRestoresACoreThatGrantsInOrder(t *testing.T) {
 		t.Fatalf("%d of %d DTRs finished", len(q.final), len(stored))
 	}
 }
+
+// A DTR waiting for its retry (or for a download into the cache) is
+// restored first: once its retry is due it takes its place in its queue
+// ahead of lower priorities, as in the core that kept running, however
+// much is still unread.
+func TestADTRWaitingForItsRetryIsRestoredFirstAndTakesItsPlaceWhenItIsDue(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 1, 1, 0
+	cfg.RetryBase = 10 * time.Second
+	h := newHarness(t, cfg)
+	d := newDTR(0, "/CN=a", dtr.Download)
+	d.UserPriority = 90
+	h.submit(d)
+	for i := 0; ; i++ {
+		if i > 200 {
+			t.Fatal("D never waited for a retry")
+		}
+		for _, g := range h.tick(100 * time.Millisecond) {
+			_ = g
+		}
+		for _, g := range h.running {
+			if g.State == dtr.Transferring {
+				h.answer(g, &dtr.Failure{Kind: dtr.ErrTemporaryRemote, State: dtr.Transferring, Text: "503"})
+			} else {
+				h.answer(g, nil)
+			}
+		}
+		if e := h.c.dtrs[d.ID]; e != nil && h.c.delayed.Len() == 1 && h.c.delayed[0] == e {
+			break
+		}
+	}
+	// The slot-holder B, and low-priority DTRs queued behind it.
+	var first dtr.State
+	b := newDTR(1, "/CN=a", dtr.Download)
+	b.UserPriority = 20
+	h.submit(b)
+	gs := h.tick(time.Millisecond)
+	if len(gs) != 1 || gs[0].DTR.ID != b.ID {
+		t.Fatalf("want B granted, got %v", gs)
+	}
+	first, _ = queueOf(gs[0].State)
+	var lows []uuid.UUID
+	for i := 2; i < 8; i++ {
+		l := newDTR(i, "/CN=a", dtr.Download)
+		l.UserPriority = 20
+		h.submit(l)
+		lows = append(lows, l.ID)
+		h.tick(time.Millisecond)
+	}
+	records := map[uuid.UUID]dtr.DTR{}
+	for _, id := range h.ids() {
+		r, _ := h.c.Get(id)
+		records[id] = r
+	}
+	ix := h.c.Index(2)
+	p := restoreFirst(t, h, records, ix)
+	if p.c.dtrs[d.ID] == nil {
+		t.Fatal("a DTR waiting for its retry was not named by the index")
+	}
+	// The truth: the core that kept running.
+	run := func(x *harness) Grant {
+		for _, g := range maps.Clone(x.running) {
+			if g.DTR.ID == b.ID {
+				x.answer(g, nil)
+			}
+		}
+		for i := 0; i < 400; i++ {
+			for _, g := range x.tick(100 * time.Millisecond) {
+				if q, _ := queueOf(g.State); q == first {
+					return g
+				}
+			}
+			for _, g := range maps.Clone(x.running) {
+				x.answer(g, nil)
+			}
+		}
+		t.Fatal("no grant")
+		return Grant{}
+	}
+	// Let D's retry come due first in both.
+	h.now = h.now.Add(15 * time.Second)
+	p.now = p.now.Add(15 * time.Second)
+	want := run(h)
+	got := run(p)
+	if want.DTR.ID != d.ID {
+		t.Fatalf("the core that kept running granted %s, not the DTR whose retry came due", want.DTR.ID)
+	}
+	if got.DTR.ID != d.ID {
+		dd := records[got.DTR.ID]
+		t.Fatalf("loading core granted %s (priority %d) in %s while D (priority %d, retry due) waits unread", got.DTR.ID, dd.Priority, first, records[d.ID].Priority)
+	}
+}
+
+// DTRs that came to a queue in one step share its time: their order is
+// their ids' (tie), which a restart keeps, so a kept DTR (staged) with the
+// fence's time passes it only if it ranked before the DTRs not yet read.
+func TestDTRsThatCameInOneStepKeepTheirOrderAcrossARestartAtTheFence(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxProcessor, cfg.MaxDelivery, cfg.MaxEmergency = 2, 2, 0
+	h := newHarness(t, cfg)
+	mk := func(i int, staged bool) *dtr.DTR {
+		d := newDTR(i, "/CN=a", dtr.Download)
+		d.State, d.Share, d.Priority = dtr.Transfer, "/CN=a-download", 50
+		d.Created, d.Updated, d.StateEntered = t0, t0, t0 // routed in one step
+		d.Options.Stage = staged
+		return d
+	}
+	H, U, P := mk(1, false), mk(2, false), mk(3, true)
+	for _, d := range []*dtr.DTR{H, U, P} {
+		if err := h.c.Restore(h.now, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.c.Take()
+	records := map[uuid.UUID]dtr.DTR{}
+	for _, id := range h.ids() {
+		r, _ := h.c.Get(id)
+		records[id] = r
+	}
+	ix := h.c.Index(1)
+	p := restoreFirst(t, h, records, ix)
+	want := h.tick(time.Second)
+	got := p.tick(time.Second)
+	name := map[uuid.UUID]string{H.ID: "H", U.ID: "U", P.ID: "P"}
+	var w, g []string
+	for _, x := range want {
+		w = append(w, name[x.DTR.ID])
+	}
+	for _, x := range got {
+		g = append(g, name[x.DTR.ID])
+	}
+	if len(w) != 2 {
+		t.Fatalf("the stopped core granted %v, want two", w)
+	}
+	for _, x := range got {
+		if x.DTR.ID == P.ID && p.c.dtrs[U.ID] == nil {
+			t.Fatal("P granted while U, which ranked before it, waits unread")
+		}
+	}
+}

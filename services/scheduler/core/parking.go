@@ -207,7 +207,7 @@ func putBackBefore(x, y *shareState, putBack map[*shareState]int, k holdKey) boo
 	if px.since != py.since {
 		return px.since < py.since
 	}
-	if hx, hy := px.head(), py.head(); hx.stamp != hy.stamp || hx.seq != hy.seq {
+	if hx, hy := px.head(), py.head(); hx != hy {
 		return hx.cameBefore(hy)
 	}
 	return x.name < y.name

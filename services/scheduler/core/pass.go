@@ -65,7 +65,7 @@ func (p *Pass) Longest(n int) []uuid.UUID {
 		if len(ids) == n {
 			break
 		}
-		if w.e.index < 0 || w.e.seq != w.seq {
+		if w.e.index < 0 || w.e.seq != w.arrival.seq {
 			continue // granted, ended or moved on since
 		}
 		d := p.c.peekEntry(w.e)

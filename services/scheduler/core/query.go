@@ -90,16 +90,14 @@ type oldest struct {
 // waiter is an entry met waiting, with the place it had in its queue then
 // (an entry granted and queued again in its next state gets a new seq).
 type waiter struct {
-	e     *entry
-	seq   uint64
-	stamp int64
+	e       *entry
+	arrival arrival
 }
 
 // offer keeps e if it is among the keep oldest offered so far.
 func (o *oldest) offer(e *entry) {
 	i := sort.Search(len(o.waiters), func(i int) bool {
-		w := o.waiters[i]
-		return w.stamp > e.stamp || w.stamp == e.stamp && w.seq > e.seq
+		return e.arrival().before(o.waiters[i].arrival)
 	})
 	if i >= o.keep {
 		return
@@ -108,7 +106,7 @@ func (o *oldest) offer(e *entry) {
 		o.waiters = append(o.waiters, waiter{})
 	}
 	copy(o.waiters[i+1:], o.waiters[i:])
-	o.waiters[i] = waiter{e, e.seq, e.stamp}
+	o.waiters[i] = waiter{e, e.arrival()}
 }
 
 // Len returns the number of unfinished DTRs.

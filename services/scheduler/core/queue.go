@@ -2,11 +2,14 @@ package core
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"maps"
 	"math"
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 )
@@ -51,14 +54,33 @@ func queueBefore(draws bool, a, b *entry) bool {
 	return a.cameBefore(b)
 }
 
-// cameBefore reports whether a came to its queue before b: by when its
-// DTR entered the state, then by arrival order.
-func (a *entry) cameBefore(b *entry) bool {
-	if a.stamp != b.stamp {
-		return a.stamp < b.stamp
-	}
-	return a.seq < b.seq
+// cameBefore reports whether a came to its queue before b (arrival).
+func (a *entry) cameBefore(b *entry) bool { return a.arrival().before(b.arrival()) }
+
+// arrival is when an entry came to its queue: when its DTR entered the
+// state, then, among those that came in one step, its id's tie-break
+// (tie), which a restart keeps, and last its arrival order.
+type arrival struct {
+	stamp    int64
+	tie, seq uint64
 }
+
+func (e *entry) arrival() arrival { return arrival{e.stamp, e.tie, e.seq} }
+
+func (p arrival) before(o arrival) bool {
+	if p.stamp != o.stamp {
+		return p.stamp < o.stamp
+	}
+	if p.tie != o.tie {
+		return p.tie < o.tie
+	}
+	return p.seq < o.seq
+}
+
+// tieOf is the tie-break of a DTR's place among those that came to a queue
+// in the same step: the last eight bytes of its id (the random ones of a
+// version 4 or 7 UUID).
+func tieOf(id uuid.UUID) uint64 { return binary.BigEndian.Uint64(id[8:]) }
 func (q *queue) Swap(i, j int) {
 	q.items[i], q.items[j] = q.items[j], q.items[i]
 	q.items[i].index, q.items[j].index = int32(i), int32(j)
@@ -227,6 +249,16 @@ func (st *stateQueues) drop(ss *shareState) {
 	delete(st.shares, ss.name)
 	i := sort.Search(len(st.order), func(i int) bool { return st.order[i].name >= ss.name })
 	st.order = slices.Delete(st.order, i, i+1)
+}
+
+// unread returns about how many DTRs waiting in the state the core has
+// not yet read while it loads (load.go).
+func (st *stateQueues) unread() int {
+	n := 0
+	for _, ss := range st.order {
+		n += ss.unloaded
+	}
+	return n
 }
 
 // waiting returns how many DTRs wait in the state.

@@ -14,13 +14,30 @@ import (
 
 // enqueue puts e at the back of its share's queue in its state, in priority
 // order, with the time after which it ages (its state's deadline from now).
+// Its DTR has just entered the state: the time it did so (its stamp) is
+// made later than every stamp before, by a nanosecond or more, so that
+// DTRs that came in one step keep their order across a restart too.
 func (c *Core) enqueue(now time.Time, e *entry) {
+	d := e.d
+	stamp := d.EnteredState().UnixNano()
+	if stamp <= c.lastStamp {
+		stamp = c.lastStamp + 1
+		d.StateEntered = time.Unix(0, stamp).UTC()
+	}
+	c.enqueueAt(now, e, stamp)
+}
+
+// enqueueAt is enqueue with the DTR's stamp given: a restored DTR keeps
+// the one it was stored with.
+func (c *Core) enqueueAt(now time.Time, e *entry, stamp int64) {
 	s, d := e.d.State, e.d
 	e.share = c.shareIn(c.states[s], d.Share)
 	q := &e.share.q
 	c.seq++
 	e.seq = c.seq
-	e.stamp = d.EnteredState().UnixNano()
+	e.stamp = stamp
+	c.lastStamp = max(c.lastStamp, stamp)
+	e.tie = tieOf(d.ID)
 	e.queued = s
 	e.deadline = c.nanos(now.Add(c.cfg.DeadlineFor(s, false)))
 	q.add(e)
