@@ -17,10 +17,12 @@ package scheduler
 // a 503 to try again.
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -302,7 +304,14 @@ type loadChunk struct {
 }
 
 // loadRest reads every stored DTR in the background, decoded a chunk at a
-// time on every core, for the loop to load (takeLoaded).
+// time on every core, for the loop to load (takeLoaded). It reads the
+// bucket's stream from its first message with an ordered consumer, not
+// with a watch: the server makes a watch's consumer (the last message of
+// each key) by going over every key first, seconds over millions, and
+// holds up the JetStream API meanwhile (a new leader's consumers
+// included). The bucket keeps one message per key, so reading them all up
+// to the stream's last sequence at the start reads every record; a record
+// changed meanwhile comes again later, and the core keeps the newer.
 func (s *Service) loadRest(ctx context.Context) <-chan loadChunk {
 	out := make(chan loadChunk, 4)
 	send := func(c loadChunk) bool {
@@ -316,35 +325,66 @@ func (s *Service) loadRest(ctx context.Context) <-chan loadChunk {
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, checkpointLoadLimit)
 		defer cancel()
-		w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		fail := func(err error) { send(loadChunk{err: fmt.Errorf("reading the checkpoint bucket: %w", err)}) }
+		st, err := s.js.Stream(ctx, "KV_"+bus.BucketDTRs)
 		if err != nil {
-			send(loadChunk{err: fmt.Errorf("checkpoint watch: %w", err)})
+			fail(err)
 			return
 		}
-		defer w.Stop()
+		info, err := st.Info(ctx)
+		if err != nil {
+			fail(err)
+			return
+		}
+		last := info.State.LastSeq
+		if info.State.Msgs == 0 {
+			send(loadChunk{over: true})
+			return
+		}
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+		if err != nil {
+			fail(err)
+			return
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(4 * loadChunkSize))
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer it.Stop()
+		go func() { <-ctx.Done(); it.Stop() }()
 		var chunk [][]byte
 		flush := func() bool {
 			ds := decodeRecords(chunk, s.log)
 			chunk = nil
 			return send(loadChunk{dtrs: ds})
 		}
-		read := 0
-		for e := range w.Updates() {
-			if e == nil {
+		prefix := "$KV." + bus.BucketDTRs + "."
+		for {
+			m, err := it.Next()
+			if err != nil {
+				fail(fmt.Errorf("%w: %w", errWatchEnded, cmp.Or(context.Cause(ctx), err)))
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				fail(err)
+				return
+			}
+			_, keyErr := uuid.Parse(strings.TrimPrefix(m.Subject(), prefix))
+			if keyErr == nil && m.Headers().Get("KV-Operation") == "" { // not a delete, nor the term's or the index's key
+				chunk = append(chunk, m.Data())
+			}
+			if md.Sequence.Stream >= last || md.NumPending == 0 {
 				if flush() {
 					send(loadChunk{over: true})
 				}
 				return
 			}
-			read++
-			if _, err := uuid.Parse(e.Key()); err != nil {
-				continue // the term's or the index's key
-			}
-			if chunk = append(chunk, e.Value()); len(chunk) == loadChunkSize && !flush() {
+			if len(chunk) == loadChunkSize && !flush() {
 				return
 			}
 		}
-		send(loadChunk{err: fmt.Errorf("checkpoint watch ended after %d records, before it caught up: %w", read, errWatchEnded)})
 	}()
 	return out
 }
