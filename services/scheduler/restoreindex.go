@@ -208,7 +208,11 @@ func (s *Service) indexOf() []byte {
 func (s *Service) restore(ctx context.Context, first uint64) error {
 	s.loaded = make(chan struct{})
 	if s.cfg.RestoreHeads > 0 {
+		began := time.Now()
 		e, err := s.kv.Get(ctx, indexKey)
+		if took := time.Since(began); took > time.Second {
+			s.log.Info("restart index fetched", "took", took.String())
+		}
 		switch {
 		case err == nil:
 			asOf, ix, err := decodeIndex(e.Value())
@@ -258,6 +262,7 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	fetched := time.Since(began)
 	now := time.Now()
 	for _, d := range decodeRecords(recs, s.log) {
 		if d == nil {
@@ -274,7 +279,8 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 	for _, q := range ix.Queues {
 		behind += q.Behind
 	}
-	s.log.Info("restart index read: leading with these, reading the rest meanwhile", "dtrs", s.core.Len(), "queued_behind", behind, "took", time.Since(began).Round(time.Millisecond))
+	s.log.Info("restart index read: leading with these, reading the rest meanwhile", "dtrs", s.core.Len(), "queued_behind", behind,
+		"fetched_in", fetched.Round(time.Millisecond).String(), "took", time.Since(began).Round(time.Millisecond).String())
 	s.restPending = true
 	return nil
 }
