@@ -286,11 +286,11 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 }
 
 // readRest starts reading the stored DTRs the index did not name, if it
-// is still to be started. Not at once: the server's first answer to the
-// watch over millions of records takes seconds and holds up the bucket
-// meanwhile, the term's barrier included, so a scheduler that leads
-// starts it once it leads, and a standby once it has not won an election
-// for a leader's TTL (the old leader's key has had time to expire).
+// is still to be started. Not at once: reading millions keeps the server
+// busy, and the term's barrier and the new leader's consumers come first,
+// so a scheduler that leads starts it once it leads, and a standby once
+// it has not won an election for a leader's TTL (the old leader's key has
+// had time to expire).
 func (s *Service) readRest(ctx context.Context) {
 	if !s.restPending {
 		return
@@ -316,8 +316,10 @@ type loadChunk struct {
 // each key) by going over every key first, seconds over millions, and
 // holds up the JetStream API meanwhile (a new leader's consumers
 // included). The bucket keeps one message per key, so reading them all up
-// to the stream's last sequence at the start reads every record; a record
-// changed meanwhile comes again later, and the core keeps the newer.
+// to the stream's last sequence at the start reads every record. One
+// changed meanwhile (its older message gone, the newer after that last
+// sequence) was changed by this scheduler, or by the leader whose journal
+// this standby applies: the core has it already.
 func (s *Service) loadRest(ctx context.Context) <-chan loadChunk {
 	out := make(chan loadChunk, 4)
 	send := func(c loadChunk) bool {
