@@ -305,12 +305,7 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 	// match again.
 	ids := make([]string, 0, len(recs))
 	ours := map[string]bool{prev: true}
-	for id, h := range recs {
-		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + id.String())
-		m.Data = h.data
-		if h.final && ttl != "" {
-			m.Header.Set(jetstream.MsgTTLHeader, ttl)
-		}
+	add := func(m *nats.Msg) {
 		if fenced {
 			mid := uuid.NewString()
 			m.Header.Set(jetstream.MsgIDHeader, mid)
@@ -320,20 +315,21 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 		}
 		out.Add(m)
 	}
+	for id, h := range recs {
+		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + id.String())
+		m.Data = h.data
+		if h.final && ttl != "" {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl)
+		}
+		add(m)
+	}
 	if index != nil {
 		m := nats.NewMsg("$KV." + bus.BucketDTRs + "." + indexKey)
 		m.Data = index
 		if len(index) == 0 {
 			m.Header.Set("KV-Operation", "DEL")
 		}
-		if fenced {
-			mid := uuid.NewString()
-			m.Header.Set(jetstream.MsgIDHeader, mid)
-			m.Header.Set(jetstream.ExpectedLastMsgIDHeader, prev)
-			prev = mid
-			ids, ours[mid] = append(ids, mid), true
-		}
-		out.Add(m)
+		add(m)
 	}
 	err := out.Wait(ctx)
 	if fenced {
