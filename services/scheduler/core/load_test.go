@@ -104,6 +104,40 @@ func (w waitingOrder) granted(t *testing.T, g Grant) {
 	w[q][g.DTR.Share] = slices.Delete(ds, i, i+1)
 }
 
+// loadWhileGranting loads the unread DTRs of records, one every few
+// ticks, ending the load with the last, while it grants (each grant
+// checked against order, and no state over its limit) and answers every
+// grant, until every DTR has finished.
+func (h *harness) loadWhileGranting(unread []uuid.UUID, records map[uuid.UUID]dtr.DTR, every int, order waitingOrder) {
+	h.t.Helper()
+	for step := 0; h.c.Len() > 0 || len(unread) > 0; step++ {
+		if step > 10000 {
+			h.t.Fatal("the DTRs never all finished")
+		}
+		if len(unread) > 0 && step%every == 0 {
+			d := records[unread[0]]
+			unread = unread[1:]
+			if _, err := h.c.Load(h.now, &d); err != nil {
+				h.t.Fatal(err)
+			}
+			if len(unread) == 0 {
+				h.c.EndLoad()
+			}
+		}
+		for _, g := range h.tick(100 * time.Millisecond) {
+			order.granted(h.t, g)
+		}
+		for _, s := range dtr.QueueStates {
+			if n, limit := h.c.states[s].total, h.c.Limit(s); n > limit {
+				h.t.Fatalf("%d slots held in %s, limit %d", n, s, limit)
+			}
+		}
+		for _, g := range h.running {
+			h.answer(g, nil)
+		}
+	}
+}
+
 func TestALoadingCoreGrantsInQueueOrderAndWithinItsLimits(t *testing.T) {
 	for _, k := range []int{0, 1, 3, 100} {
 		h, records := loadCore(t)
@@ -115,32 +149,7 @@ func TestALoadingCoreGrantsInQueueOrderAndWithinItsLimits(t *testing.T) {
 		order := newWaitingOrder(records)
 		unread := slices.DeleteFunc(slices.Collect(maps.Keys(records)), func(id uuid.UUID) bool { return p.c.dtrs[id] != nil })
 		rand.New(rand.NewPCG(uint64(k), 9)).Shuffle(len(unread), func(i, j int) { unread[i], unread[j] = unread[j], unread[i] })
-		for step := 0; p.c.Len() > 0 || len(unread) > 0; step++ {
-			if step > 10000 {
-				t.Fatalf("k=%d: the DTRs never all finished", k)
-			}
-			if len(unread) > 0 && step%3 == 0 {
-				d := records[unread[0]]
-				unread = unread[1:]
-				if _, err := p.c.Load(p.now, &d); err != nil {
-					t.Fatal(err)
-				}
-				if len(unread) == 0 {
-					p.c.EndLoad()
-				}
-			}
-			for _, g := range p.tick(100 * time.Millisecond) {
-				order.granted(t, g)
-			}
-			for _, s := range dtr.QueueStates {
-				if n, limit := p.c.states[s].total, p.c.Limit(s); n > limit {
-					t.Fatalf("k=%d: %d slots held in %s, limit %d", k, n, s, limit)
-				}
-			}
-			for _, g := range p.running {
-				p.answer(g, nil)
-			}
-		}
+		p.loadWhileGranting(unread, records, 3, order)
 		if len(p.final) != len(records) {
 			t.Fatalf("k=%d: %d of %d DTRs finished", k, len(p.final), len(records))
 		}
@@ -270,27 +279,7 @@ func TestAnIndexTakenWhileLoadingRestoresACoreThatGrantsInOrder(t *testing.T) {
 	q := restoreFirst(t, p, stored, ix)
 	order := newWaitingOrder(stored)
 	rest := slices.DeleteFunc(slices.Collect(maps.Keys(stored)), func(id uuid.UUID) bool { return q.c.dtrs[id] != nil })
-	for step := 0; q.c.Len() > 0 || len(rest) > 0; step++ {
-		if step > 10000 {
-			t.Fatal("the DTRs never all finished")
-		}
-		if len(rest) > 0 && step%2 == 0 {
-			d := stored[rest[0]]
-			rest = rest[1:]
-			if _, err := q.c.Load(q.now, &d); err != nil {
-				t.Fatal(err)
-			}
-			if len(rest) == 0 {
-				q.c.EndLoad()
-			}
-		}
-		for _, g := range q.tick(100 * time.Millisecond) {
-			order.granted(t, g)
-		}
-		for _, g := range q.running {
-			q.answer(g, nil)
-		}
-	}
+	q.loadWhileGranting(rest, stored, 2, order)
 	if len(q.final) != len(stored) {
 		t.Fatalf("%d of %d DTRs finished", len(q.final), len(stored))
 	}
