@@ -17,6 +17,7 @@ require (
 	github.com/prometheus/client_golang v1.24.1
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/synadia-io/orbit.go/natsext v0.1.3
 	github.com/zitadel/oidc/v3 v3.52.0
 	go-hep.org/x/hep v0.36.0
 	go.opentelemetry.io/contrib/exporters/autoexport v0.72.0

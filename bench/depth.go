@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -209,7 +210,9 @@ func Depth(ctx context.Context, dir string, n int, exe string) (DepthResult, err
 func startDepthScheduler(ctx context.Context, nc *nats.Conn, exe, url string) (stop func(), pid int, err error) {
 	if exe != "" {
 		cmd := exec.Command(exe, "scheduler")
-		cmd.Env = append(os.Environ(), "NATS_URL="+url, "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_LOG_LEVEL=error",
+		cmd.Env = append(os.Environ(), "NATS_URL="+url, "SLUICE_HTTP_ADDR=127.0.0.1:0",
+			// Quiet unless the bench's own environment asks for a level.
+			"SLUICE_LOG_LEVEL="+cmp.Or(os.Getenv("SLUICE_LOG_LEVEL"), "error"),
 			"SLUICE_MAXDELIVERY=10", "SLUICE_MAXPROCESSOR=10", "SLUICE_MAXEMERGENCY=1", "SLUICE_RETRY_BASE=1s", "SLUICE_LEASE=1h",
 			// The bucket was made without a limit and holds more than the
 			// default one (2 GiB, about 3.5 million DTRs of these): set

@@ -44,6 +44,7 @@ func testConfig() app.Config {
 			MaxProcessor: 10, MaxDelivery: 10, MaxEmergency: 1, MaxTransferTries: 10,
 			RetryBase: 100 * time.Millisecond, Lease: time.Minute, Tick: 20 * time.Millisecond,
 			CheckpointEvery: 20 * time.Millisecond, ChainPreClean: true, // SLUICE_CHAIN_PRECLEAN's default
+			RestoreHeads: scheduler.DefaultRestoreHeads,
 		},
 		Generator: generator.Config{MaxFiles: 10000},
 		Processor: processor.Config{PreWorkers: 10, PostWorkers: 10},

@@ -478,6 +478,22 @@ func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	if err != nil || ack.Stream != bus.StreamSubmit {
 		t.Fatalf("the submitter's DTR: ack %+v, error %v", ack, err)
 	}
+	// A restarted scheduler reads its restart index and fetches the DTRs
+	// it names with its own rights (a batched get of the bucket).
+	okv, err := observer.js.KeyValue(context.Background(), bus.BucketDTRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := okv.Get(context.Background(), bus.IndexKey); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler stored no restart index")
+		}
+	}
+	stops["scheduler"]()
+	startRole("scheduler")
 	startRole("processor")
 	if ev := sub.wait(waiting.JobID, time.Minute); ev.State != "finished" {
 		t.Fatalf("job %s", ev.State)

@@ -210,7 +210,7 @@ const (
 // stored or ctx ends. Each refusal goes to b.Full. A message refused is
 // not stored, so sending it again stores it once (and it carries the same
 // Nats-Msg-Id in any case).
-func (b *Batch) untilStored(ctx context.Context, m *nats.Msg, err error) error {
+func (b *Batch) untilStored(ctx context.Context, m *nats.Msg, err error) (uint64, error) {
 	var pause Backoff
 	timeouts := 0
 	for {
@@ -221,25 +221,24 @@ func (b *Batch) untilStored(ctx context.Context, m *nats.Msg, err error) error {
 			}
 			timeouts = 0
 		} else if timeouts++; timeouts >= ackTries {
-			return fmt.Errorf("publish to %s: %w", m.Subject, err)
+			return 0, fmt.Errorf("publish to %s: %w", m.Subject, err)
 		}
 		if !pause.Sleep(ctx) {
-			return fmt.Errorf("publish to %s: the store is full (%s) and %w", m.Subject, FullReason(err), ctx.Err())
+			return 0, fmt.Errorf("publish to %s: the store is full (%s) and %w", m.Subject, FullReason(err), ctx.Err())
 		}
 		pctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		var ack *jetstream.PubAck
 		ack, err = b.js.PublishMsg(pctx, m)
 		cancel()
 		if err == nil {
-			b.Last = max(b.Last, ack.Sequence)
-			return nil
+			return ack.Sequence, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("publish to %s: %w", m.Subject, ctx.Err())
+			return 0, fmt.Errorf("publish to %s: %w", m.Subject, ctx.Err())
 		}
 		var api *jetstream.APIError
 		if errors.As(err, &api) && !StoreFull(err) {
-			return fmt.Errorf("publish to %s: %w", m.Subject, err) // refused for another reason
+			return 0, fmt.Errorf("publish to %s: %w", m.Subject, err) // refused for another reason
 		}
 	}
 }

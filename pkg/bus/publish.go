@@ -27,6 +27,9 @@ type Batch struct {
 	// the refusal is an error (a create of a key that exists, say, may
 	// not be).
 	Refused func(i int, err error) error
+	// Stored, if set, hears each message stored, by its index among
+	// those added since the last Wait, with its stream sequence.
+	Stored func(i int, seq uint64)
 	// Last is the highest stream sequence the server has acknowledged
 	// (useful when every message goes to one stream).
 	Last uint64
@@ -100,7 +103,13 @@ func (b *Batch) Wait(ctx context.Context) error {
 
 // awaitAt waits for the i-th message, handing a refusal to Refused.
 func (b *Batch) awaitAt(ctx context.Context, i int) error {
-	err := b.await(ctx, b.futures[i])
+	seq, err := b.await(ctx, b.futures[i])
+	if err == nil {
+		b.Last = max(b.Last, seq)
+		if b.Stored != nil {
+			b.Stored(i, seq)
+		}
+	}
 	var api *jetstream.APIError
 	if err != nil && b.Refused != nil && errors.As(err, &api) {
 		return b.Refused(i, err)
@@ -121,19 +130,20 @@ const ackTries = 6
 // up to 2 s: 0.25+0.5+1+2+2 s in all.
 var retryPause = 250 * time.Millisecond // a variable for tests
 
-func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
+// await waits for f's acknowledgement, and returns the stream sequence
+// its message was stored at.
+func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) (uint64, error) {
 	subject := f.Msg().Subject
 	var last error
 	select {
 	case ack := <-f.Ok():
-		b.Last = max(b.Last, ack.Sequence)
-		return nil
+		return ack.Sequence, nil
 	case err := <-f.Err():
 		last = err
 	case <-time.After(ackTimeout):
 		last = fmt.Errorf("no acknowledgement within %s", ackTimeout)
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+		return 0, fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
 	}
 	for try := 2; try <= ackTries; try++ {
 		if b.Full != nil && StoreFull(last) {
@@ -142,7 +152,7 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 		var api *jetstream.APIError
 		if errors.As(last, &api) {
 			// The server refused it: sending it again changes nothing.
-			return fmt.Errorf("publish to %s: %w", subject, last)
+			return 0, fmt.Errorf("publish to %s: %w", subject, last)
 		}
 		slog.Warn("publishing again", "subject", subject, "try", try, "err", last)
 		// A stream electing a leader answers "no response" at once:
@@ -150,21 +160,20 @@ func (b *Batch) await(ctx context.Context, f jetstream.PubAckFuture) error {
 		select {
 		case <-time.After(min(retryPause<<(try-2), 2*time.Second)):
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+			return 0, fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
 		}
 		pctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		var ack *jetstream.PubAck
 		ack, last = b.js.PublishMsg(pctx, f.Msg())
 		cancel()
 		if last == nil {
-			b.Last = max(b.Last, ack.Sequence)
-			return nil
+			return ack.Sequence, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
+			return 0, fmt.Errorf("waiting for publish acknowledgements: %w", ctx.Err())
 		}
 	}
-	return fmt.Errorf("publish to %s: no acknowledgement after %d tries: %w", subject, ackTries, last)
+	return 0, fmt.Errorf("publish to %s: no acknowledgement after %d tries: %w", subject, ackTries, last)
 }
 
 // Msg returns a received JetStream message as a *nats.Msg for codec.Decode.

@@ -109,6 +109,26 @@ type journal struct {
 	// indexed says that the leader stores an index at its checkpoints
 	// (SLUICE_RESTORE_HEADS above 0).
 	indexed bool
+	// recorded are where the checkpoints stored records (kept only if
+	// indexed), for the loop to tell the core (TakeRecorded).
+	recorded []recordAt
+}
+
+// recordAt is where a checkpoint stored a DTR's record: its stream
+// sequence in the checkpoint bucket.
+type recordAt struct {
+	id  uuid.UUID
+	seq uint64
+}
+
+// TakeRecorded returns where the checkpoints stored records since the
+// last call.
+func (j *journal) TakeRecorded() []recordAt {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.recorded
+	j.recorded = nil
+	return r
 }
 
 func newJournal(js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, maxBytes int, every time.Duration, atMost int) *journal {
@@ -285,9 +305,24 @@ func (j *journal) Wait() { j.wg.Wait() }
 // up to and including upTo.
 func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, upTo uint64, index []byte) error {
 	j.mu.Lock()
-	fenced, prev := j.fenced, j.bucketLastID
+	fenced, prev, indexed := j.fenced, j.bucketLastID, j.indexed
 	j.mu.Unlock()
 	out := bus.NewBatch(ctx, j.js)
+	var keys []uuid.UUID // of each message added (the index's: uuid.Nil)
+	var recorded []recordAt
+	if indexed {
+		keys = make([]uuid.UUID, 0, len(recs)+1)
+		out.Stored = func(i int, seq uint64) {
+			if keys[i] != uuid.Nil {
+				recorded = append(recorded, recordAt{keys[i], seq})
+			}
+		}
+		defer func() {
+			j.mu.Lock()
+			j.recorded = append(j.recorded, recorded...)
+			j.mu.Unlock()
+		}()
+	}
 	refused := -1 // the first record the server refused, by index
 	var refusal error
 	out.Refused = func(i int, err error) error {
@@ -321,6 +356,9 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 		if h.final && ttl != "" {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl)
 		}
+		if indexed {
+			keys = append(keys, id)
+		}
 		add(m)
 	}
 	if index != nil {
@@ -328,6 +366,9 @@ func (j *journal) store(ctx context.Context, recs map[uuid.UUID]pendingRecord, u
 		m.Data = index
 		if len(index) == 0 {
 			m.Header.Set("KV-Operation", "DEL")
+		}
+		if indexed {
+			keys = append(keys, uuid.Nil)
 		}
 		add(m)
 	}

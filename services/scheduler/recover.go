@@ -50,17 +50,19 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 	type saved struct {
 		updated int64 // when it last changed, in nanoseconds since 1970
 		packed  string
+		record  uint64 // its stream sequence
 	}
 	var ds []saved
 	var chunk [][]byte
+	var seqs []uint64
 	flush := func() {
-		for _, d := range decodeRecords(chunk, s.log) {
+		for i, d := range decodeRecords(chunk, s.log) {
 			if d != nil && !d.State.Final() { // a resubmission of a final one is found by takenBefore
-				ds = append(ds, saved{d.Updated.UnixNano(), s.core.Pack(d)})
+				ds = append(ds, saved{d.Updated.UnixNano(), s.core.Pack(d), seqs[i]})
 			}
 		}
 		clear(chunk)
-		chunk = chunk[:0]
+		chunk, seqs = chunk[:0], seqs[:0]
 	}
 	read, caughtUp := 0, false
 	for e := range w.Updates() {
@@ -74,6 +76,7 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 			continue // not a DTR: the term of the last barrier (leader.go)
 		}
 		s.stored.Add(id)
+		seqs = append(seqs, e.Revision())
 		if chunk = append(chunk, e.Value()); len(chunk) == 8192 {
 			flush()
 		}
@@ -88,7 +91,7 @@ func (s *Service) loadCheckpoints(ctx context.Context, kv jetstream.KeyValue) er
 	slices.SortStableFunc(ds, func(a, b saved) int { return cmp.Compare(a.updated, b.updated) })
 	now := time.Now()
 	for i := range ds {
-		if err := s.core.RestorePacked(now, ds[i].packed); err != nil {
+		if err := s.core.RestorePacked(now, ds[i].packed, ds[i].record); err != nil {
 			s.log.Error("saved DTR not restored", "err", err)
 		}
 		ds[i].packed = "" // held by the core now, if it keeps it packed

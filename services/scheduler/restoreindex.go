@@ -17,16 +17,24 @@ package scheduler
 // a 503 to try again.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/natsext"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -41,7 +49,7 @@ const indexKey = bus.IndexKey
 const DefaultRestoreHeads = 64
 
 // indexVersion begins an index's stored form; another is not read.
-const indexVersion = "sluice-index-2"
+const indexVersion = "sluice-index-3"
 
 // errLoading answers changes asked while the scheduler loads its stored
 // DTRs after a restart.
@@ -58,20 +66,25 @@ func indexAsOf(asOf uint64, body []byte) []byte {
 }
 
 // indexBody writes the kept DTRs, and each queue with its heads, all in
-// varints and 16-byte ids.
+// varints and 16-byte ids, each id followed by its record's sequence.
 func indexBody(ix core.Index) []byte {
 	var b []byte
-	ids := func(ids []uuid.UUID) {
+	ids := func(ids []uuid.UUID, at []uint64) {
 		b = binary.AppendUvarint(b, uint64(len(ids)))
-		for _, id := range ids {
+		for i, id := range ids {
 			b = append(b, id[:]...)
+			var seq uint64
+			if i < len(at) {
+				seq = at[i]
+			}
+			b = binary.AppendUvarint(b, seq)
 		}
 	}
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	ids(ix.Keep)
+	ids(ix.Keep, ix.KeepAt)
 	b = binary.AppendUvarint(b, uint64(len(ix.Queues)))
 	for _, q := range ix.Queues {
 		str(q.State.String())
@@ -80,7 +93,7 @@ func indexBody(ix core.Index) []byte {
 		b = binary.AppendVarint(b, q.Stamp)
 		b = binary.AppendUvarint(b, q.Tie)
 		b = binary.AppendUvarint(b, uint64(q.Behind))
-		ids(q.Heads)
+		ids(q.Heads, q.HeadsAt)
 	}
 	return b
 }
@@ -95,7 +108,7 @@ func decodeIndex(b []byte) (asOf uint64, ix core.Index, err error) {
 		return 0, ix, fmt.Errorf("%w: not version %q", errBadIndex, indexVersion)
 	}
 	asOf = r.uvarint()
-	ix.Keep = r.ids()
+	ix.Keep, ix.KeepAt = r.ids()
 	n := r.uvarint()
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		var q core.QueueIndex
@@ -109,7 +122,7 @@ func decodeIndex(b []byte) (asOf uint64, ix core.Index, err error) {
 		q.Stamp = r.varint()
 		q.Tie = r.uvarint()
 		q.Behind = int(r.uvarint())
-		q.Heads = r.ids()
+		q.Heads, q.HeadsAt = r.ids()
 		ix.Queues = append(ix.Queues, q)
 	}
 	if r.err == nil && len(r.b) > 0 {
@@ -161,20 +174,22 @@ func (r *indexReader) varint() int64 {
 	return v
 }
 
-func (r *indexReader) ids() []uuid.UUID {
+// ids reads a list of ids, each with its record's sequence.
+func (r *indexReader) ids() ([]uuid.UUID, []uint64) {
 	n := r.uvarint()
-	if n > uint64(len(r.b)/16) {
+	if n > uint64(len(r.b)/17) {
 		r.fail()
-		return nil
+		return nil, nil
 	}
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
-	out := make([]uuid.UUID, n)
+	out, at := make([]uuid.UUID, n), make([]uint64, n)
 	for i := range out {
 		copy(out[i][:], r.take(16))
+		at[i] = r.uvarint()
 	}
-	return out
+	return out, at
 }
 
 // indexEvery is the least time between two indexes: a checkpoint begun
@@ -239,32 +254,31 @@ func (s *Service) restore(ctx context.Context, first uint64) error {
 // and starts reading the rest.
 func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 	began := time.Now()
-	var ids []uuid.UUID
+	named := map[uuid.UUID]uint64{} // a DTR named twice is fetched once
+	name := func(ids []uuid.UUID, at []uint64) {
+		for i, id := range ids {
+			named[id] = max(named[id], at[i])
+		}
+	}
 	for _, q := range ix.Queues {
-		ids = append(ids, q.Heads...)
+		name(q.Heads, q.HeadsAt)
 	}
-	ids = append(ids, ix.Keep...)
-	recs := make([][]byte, len(ids))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(64)
-	for i, id := range ids {
-		g.Go(func() error {
-			e, err := s.kv.Get(gctx, id.String())
-			switch {
-			case err == nil:
-				recs[i] = e.Value()
-			case !errors.Is(err, jetstream.ErrKeyNotFound):
-				return fmt.Errorf("restart index: get DTR %s: %w", id, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	name(ix.Keep, ix.KeepAt)
+	// In the order they are stored: each request's keys lie in a few of
+	// the bucket's blocks (fetchRecords); those whose place is not known
+	// last. A record stored again since only makes the order a little
+	// worse: the get is by key, and answers the newest.
+	ids := slices.Collect(maps.Keys(named))
+	slices.SortFunc(ids, func(a, b uuid.UUID) int {
+		return cmp.Or(cmp.Compare(named[a]-1, named[b]-1), bytes.Compare(a[:], b[:])) // 0 wraps round to the end
+	})
+	recs, seqs, err := s.fetchRecords(ctx, ids)
+	if err != nil {
 		return err
 	}
 	fetched := time.Since(began)
 	now := time.Now()
-	for _, d := range decodeRecords(recs, s.log) {
+	for i, d := range decodeRecords(recs, s.log) {
 		if d == nil {
 			continue
 		}
@@ -272,6 +286,7 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 		if err := s.core.Restore(now, d); err != nil && !errors.Is(err, core.ErrDuplicate) {
 			s.log.Error("saved DTR not restored", "dtr", d.ID, "err", err)
 		}
+		s.core.Recorded(d.ID, seqs[i])
 	}
 	s.core.BeginLoad(ix.Queues)
 	s.core.Take() // what Restore routed is in the records already
@@ -283,6 +298,143 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 		"fetched_in", fetched.Round(time.Millisecond).String(), "took", time.Since(began).Round(time.Millisecond).String())
 	s.restPending = true
 	return nil
+}
+
+// fetchBatch is how many DTRs one request of fetchRecords asks for: the
+// most a server answers at once.
+const fetchBatch = 1024
+
+// fetchBatchWait is how long fetchRecords waits for one request's answer
+// before it asks for the keys left one at a time.
+const fetchBatchWait = 10 * time.Second
+
+// fetchRecords gets the stored record of each of ids (nil for one not
+// stored or deleted), up to fetchBatch keys a request (getLast). One
+// request a key was far slower over millions of stored DTRs: the server
+// read a whole message block back and indexed it again for most keys, as
+// concurrent lookups evicted each other's blocks (15-20 s for 64,000 keys
+// over 10 M). The keys of a request that was not answered to the end (it
+// failed or timed out, the server cut it short at its byte limit, or
+// answers no batched gets: before NATS 2.11, or a bucket without direct
+// gets) are asked one at a time.
+func (s *Service) fetchRecords(ctx context.Context, ids []uuid.UUID) (recs [][]byte, seqs []uint64, err error) {
+	recs, seqs = make([][]byte, len(ids)), make([]uint64, len(ids))
+	answered := make([]bool, len(ids))
+	prefix := "$KV." + bus.BucketDTRs + "."
+	var warn sync.Once
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(2)
+	for lo := 0; lo < len(ids); lo += fetchBatch {
+		hi := min(lo+fetchBatch, len(ids))
+		g.Go(func() error {
+			at := make(map[string]int, hi-lo)
+			subjects := make([]string, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				subj := prefix + ids[i].String()
+				at[subj] = i
+				subjects = append(subjects, subj)
+			}
+			rctx, cancel := context.WithTimeout(gctx, fetchBatchWait)
+			defer cancel()
+			complete, err := s.getLast(rctx, subjects, func(subject string, seq uint64, h nats.Header, data []byte) {
+				if i, ok := at[subject]; ok {
+					answered[i] = true
+					if isRecord(h) {
+						recs[i], seqs[i] = data, seq
+					}
+				}
+			})
+			switch {
+			case complete: // a key not answered is not stored
+				for i := lo; i < hi; i++ {
+					answered[i] = true
+				}
+			case err != nil:
+				warn.Do(func() {
+					s.log.Warn("restart index: batched get failed; getting its DTRs one at a time", "err", err)
+				})
+			}
+			return gctx.Err()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(64)
+	for i, id := range ids {
+		if answered[i] {
+			continue
+		}
+		g.Go(func() error {
+			e, err := s.kv.Get(gctx, id.String())
+			switch {
+			case err == nil:
+				recs[i], seqs[i] = e.Value(), e.Revision()
+			case !errors.Is(err, jetstream.ErrKeyNotFound):
+				return fmt.Errorf("restart index: get DTR %s: %w", id, err)
+			}
+			return nil
+		})
+	}
+	return recs, seqs, g.Wait()
+}
+
+// getLast asks the checkpoint bucket's stream for the last message of
+// each of subjects at once (a batched direct get, NATS 2.11 and later),
+// which the server answers in stream order, reading each message block
+// once. It calls each for every message answered; complete says the
+// server answered to the end, so a subject not answered has no message.
+func (s *Service) getLast(ctx context.Context, subjects []string, each func(subject string, seq uint64, h nats.Header, data []byte)) (complete bool, err error) {
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{subjects})
+	if err != nil {
+		return false, err
+	}
+	var eob nats.Header // the end of the batch, or nil
+	msgs, err := natsext.RequestMany(ctx, s.nc, "$JS.API.DIRECT.GET.KV_"+bus.BucketDTRs, req,
+		natsext.RequestManySentinel(func(m *nats.Msg) bool {
+			if len(m.Data) == 0 && m.Header.Get("Status") == "204" {
+				eob = m.Header
+				return true
+			}
+			return false
+		}))
+	if err != nil {
+		return false, err
+	}
+	for m, err := range msgs {
+		if err != nil {
+			return false, err
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("batched get: a message's sequence: %w", err)
+			}
+			each(m.Header.Get(jetstream.SubjectHeader), seq, m.Header, m.Data)
+		case "404": // none of them has a message
+			return true, nil
+		default:
+			return false, fmt.Errorf("batched get: %s %s", status, m.Header.Get("Description"))
+		}
+	}
+	switch {
+	case eob == nil:
+		return false, fmt.Errorf("batched get: no answer to the end within %s: %w", fetchBatchWait, cmp.Or(ctx.Err(), context.DeadlineExceeded))
+	case eob.Get("Nats-Num-Pending") != "0":
+		return false, fmt.Errorf("batched get: cut short with %s left", eob.Get("Nats-Num-Pending"))
+	}
+	return true, nil
+}
+
+// isRecord says whether a message of the checkpoint bucket with these
+// headers holds a value: not a delete or purge marker, nor the marker
+// the server leaves for a record whose time to live ran out.
+func isRecord(h nats.Header) bool {
+	return h.Get("KV-Operation") == "" && h.Get(jetstream.MarkerReasonHeader) == ""
 }
 
 // readRest starts reading the stored DTRs the index did not name, if it
@@ -305,6 +457,7 @@ func (s *Service) readRest(ctx context.Context) {
 // or the end of the reading (over), or why it failed.
 type loadChunk struct {
 	dtrs []*dtr.DTR
+	seqs []uint64 // the stream sequence of each one's record
 	over bool
 	err  error
 }
@@ -362,10 +515,12 @@ func (s *Service) loadRest(ctx context.Context) <-chan loadChunk {
 		defer it.Stop()
 		go func() { <-ctx.Done(); it.Stop() }()
 		var chunk [][]byte
+		var seqs []uint64
 		flush := func() bool {
 			ds := decodeRecords(chunk, s.log)
-			chunk = nil
-			return send(loadChunk{dtrs: ds})
+			c := loadChunk{dtrs: ds, seqs: seqs}
+			chunk, seqs = nil, nil
+			return send(c)
 		}
 		prefix := "$KV." + bus.BucketDTRs + "."
 		for {
@@ -380,8 +535,8 @@ func (s *Service) loadRest(ctx context.Context) <-chan loadChunk {
 				return
 			}
 			_, keyErr := uuid.Parse(strings.TrimPrefix(m.Subject(), prefix))
-			if keyErr == nil && m.Headers().Get("KV-Operation") == "" { // not a delete, nor the term's or the index's key
-				chunk = append(chunk, m.Data())
+			if keyErr == nil && isRecord(m.Headers()) { // not the term's or the index's key
+				chunk, seqs = append(chunk, m.Data()), append(seqs, md.Sequence.Stream)
 			}
 			if md.Sequence.Stream >= last || md.NumPending == 0 {
 				if flush() {
@@ -419,7 +574,7 @@ func (s *Service) takeLoaded(c loadChunk, ok bool) error {
 		return nil
 	}
 	now := time.Now()
-	for _, d := range c.dtrs {
+	for i, d := range c.dtrs {
 		if d == nil {
 			continue
 		}
@@ -427,6 +582,7 @@ func (s *Service) takeLoaded(c loadChunk, ok bool) error {
 		if _, err := s.core.Load(now, d); err != nil {
 			s.log.Error("saved DTR not restored", "dtr", d.ID, "err", err)
 		}
+		s.core.Recorded(d.ID, c.seqs[i])
 	}
 	s.core.Take() // what Restore routed is in the records already
 	return nil

@@ -20,9 +20,10 @@ import (
 
 func TestTheRestartIndexReadsBackAsWrittenAndNothingElseIsTakenForOne(t *testing.T) {
 	ix := core.Index{
-		Keep: []uuid.UUID{uuid.New(), uuid.New()},
+		Keep:   []uuid.UUID{uuid.New(), uuid.New()},
+		KeepAt: []uint64{12, 0},
 		Queues: []core.QueueIndex{
-			{State: dtr.QueryReplica, Share: "atlas-download", Heads: []uuid.UUID{uuid.New()}, Prio: 40, Stamp: time.Now().UnixNano(), Behind: 12345},
+			{State: dtr.QueryReplica, Share: "atlas-download", Heads: []uuid.UUID{uuid.New()}, HeadsAt: []uint64{1 << 40}, Prio: 40, Stamp: time.Now().UnixNano(), Behind: 12345},
 			{State: dtr.Transfer, Share: "cms:prod-upload", Prio: 101, Stamp: -7, Behind: 1},
 		},
 	}
@@ -105,6 +106,47 @@ func TestACheckpointStoresTheIndexAndPurgesTheJournalNoFurtherThanItShows(t *tes
 	checkpoint(0)
 	if _, err := kv.Get(ctx, indexKey); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("an empty index handed: the bucket's is still there (%v)", err)
+	}
+}
+
+// A checkpoint of a leader that stores indexes says where it stored each
+// record (for the core, whose index names it), and nothing of the index's
+// own message; without indexes it keeps nothing.
+func TestACheckpointSaysWhereItStoredEachRecord(t *testing.T) {
+	for _, indexed := range []bool{true, false} {
+		_, js, kv := journalServer(t)
+		ctx := context.Background()
+		j := newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+		j.indexed = indexed
+		var recs []record
+		for _, name := range []string{"a", "b", "c"} {
+			recs = append(recs, rec(t, newDTR(name), dtr.QueryReplica, time.Now()))
+		}
+		if err := j.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		j.SetIndex(encodeIndex(1, core.Index{}), 1)
+		j.Checkpoint(ctx)
+		j.Wait()
+		got := j.TakeRecorded()
+		if !indexed {
+			if len(got) != 0 {
+				t.Fatalf("without indexes, %d places kept", len(got))
+			}
+			continue
+		}
+		if len(got) != len(recs) {
+			t.Fatalf("%d places told for %d records: %+v", len(got), len(recs), got)
+		}
+		for _, r := range got {
+			e, err := kv.Get(ctx, r.id.String())
+			if err != nil || e.Revision() != r.seq {
+				t.Fatalf("DTR %s told stored at %d; the bucket has it at %v (%v)", r.id, r.seq, e, err)
+			}
+		}
+		if again := j.TakeRecorded(); len(again) != 0 {
+			t.Fatalf("told again: %+v", again)
+		}
 	}
 }
 
@@ -286,5 +328,95 @@ func TestAStepsIndexIsHandedToTheJournalOnlyOnceTheStepIsJournaled(t *testing.T)
 	}
 	if s.journal.index != nil {
 		t.Fatal("a step whose append was refused handed the journal its index")
+	}
+}
+
+// A restart fetches the DTRs its index names up to a thousand and more a
+// request, each with its newest record and where it is stored, and
+// nothing for one deleted,
+// purged or never stored; where the server answers no batched get (a
+// bucket without direct gets, a server before NATS 2.11), one key at a
+// time, with the same answers.
+func TestTheIndexedDTRsAreFetchedInBatchesWithTheirNewestRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		direct      bool
+		maxRequests uint64
+	}{
+		{"batched", true, 3},
+		{"one at a time where the server answers no batch", false, 3 + 2500},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js, kv := journalServer(t)
+			ctx := context.Background()
+			const n = 2500 // three requests; the last names only DTRs never stored
+			ids := make([]uuid.UUID, n)
+			want, wantSeq := make([][]byte, n), make([]uint64, n)
+			for i := range ids {
+				ids[i] = uuid.New()
+				key := ids[i].String()
+				if i >= 2048 || i%5 == 0 {
+					continue // never stored
+				}
+				put := func(v string) {
+					seq, err := kv.Put(ctx, key, []byte(v))
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantSeq[i] = seq
+				}
+				put("first " + key)
+				switch i % 5 {
+				case 1:
+					if err := kv.Delete(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+					wantSeq[i] = 0
+				case 2:
+					if err := kv.Purge(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+					wantSeq[i] = 0
+				case 3:
+					put("newest " + key)
+					want[i] = []byte("newest " + key)
+				default:
+					want[i] = []byte("first " + key)
+				}
+			}
+			if !tt.direct {
+				st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := st.CachedInfo().Config
+				cfg.AllowDirect = false
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					t.Fatal(err)
+				}
+				if kv, err = js.KeyValue(ctx, bus.BucketDTRs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := New(Config{}, nc, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.kv = kv
+			before := nc.Stats().OutMsgs
+			got, seqs, err := s.fetchRecords(ctx, ids)
+			requests := nc.Stats().OutMsgs - before
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range ids {
+				if !bytes.Equal(got[i], want[i]) || seqs[i] != wantSeq[i] {
+					t.Fatalf("DTR %d (kind %d): got %q at %d, want %q at %d", i, i%5, got[i], seqs[i], want[i], wantSeq[i])
+				}
+			}
+			if requests > tt.maxRequests {
+				t.Fatalf("%d requests for %d DTRs, want at most %d", requests, n, tt.maxRequests)
+			}
+		})
 	}
 }

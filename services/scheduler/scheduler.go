@@ -600,6 +600,9 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			}
 			return fmt.Errorf("scheduler: %w", err)
 		}
+		for _, r := range s.journal.TakeRecorded() {
+			s.core.Recorded(r.id, r.seq) // where the index says to fetch it from
+		}
 		if now := time.Now(); now.Sub(s.indexAt) >= indexEvery && s.journal.WantIndex() {
 			// The core as this step left it: its journal sequence is
 			// known once the step is journaled.

@@ -417,7 +417,7 @@ func TestARestoredChainedGrantHoldsItsPreCleanSlotAgain(t *testing.T) {
 			// again as records come).
 			h := newHarness(t, chainConfig())
 			h.now = leader.now
-			if err := h.c.RestorePacked(h.now, h.c.Pack(&record)); err != nil {
+			if err := h.c.RestorePacked(h.now, h.c.Pack(&record), 0); err != nil {
 				t.Fatal(err)
 			}
 			for range 3 {

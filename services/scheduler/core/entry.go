@@ -29,6 +29,11 @@ type entry struct {
 	// restart or loaded late (load.go) takes the place it had.
 	stamp int64
 	tie   uint64
+	// record is the stream sequence of the DTR's stored record in the
+	// checkpoint bucket, as far as the core was told (Recorded; 0: not
+	// known): the restart index names it, for the restart to fetch its
+	// DTRs in the order they are stored (restoreindex.go).
+	record uint64
 	// Times in nanoseconds since the core's epoch: a million queued entries
 	// stay small.
 	deadline int64   // when ageing starts or next applies

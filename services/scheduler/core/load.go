@@ -38,7 +38,10 @@ import (
 type Index struct {
 	// Keep holds the DTRs that hold a slot (or a chained reservation), a
 	// staged copy or a download into the cache.
-	Keep   []uuid.UUID
+	Keep []uuid.UUID
+	// KeepAt are their stored records' stream sequences (Recorded; 0:
+	// not known), in Keep's order.
+	KeepAt []uint64
 	Queues []QueueIndex
 }
 
@@ -48,6 +51,9 @@ type QueueIndex struct {
 	Share string
 	// Heads are its first DTRs, in queue order.
 	Heads []uuid.UUID
+	// HeadsAt are their stored records' stream sequences (Recorded; 0:
+	// not known), in Heads' order.
+	HeadsAt []uint64
 	// Prio, Stamp and Tie are the place of the last head (or, with no
 	// heads, of the fence the core loads under): every DTR queued behind
 	// the heads ranks after it.
@@ -111,8 +117,10 @@ func (c *Core) Index(k int) Index {
 		keep[e] = struct{}{}
 	}
 	ix.Keep = make([]uuid.UUID, 0, len(keep))
+	ix.KeepAt = make([]uint64, 0, len(keep))
 	for e := range keep {
 		ix.Keep = append(ix.Keep, c.peekEntry(e).ID)
+		ix.KeepAt = append(ix.KeepAt, e.record)
 	}
 	for _, s := range dtr.QueueStates {
 		for _, ss := range c.states[s].order {
@@ -129,9 +137,9 @@ func (c *Core) Index(k int) Index {
 				last := heads[len(heads)-1]
 				qi.Prio, qi.Stamp, qi.Tie = last.prio, last.stamp, last.tie
 			}
-			qi.Heads = make([]uuid.UUID, len(heads))
+			qi.Heads, qi.HeadsAt = make([]uuid.UUID, len(heads)), make([]uint64, len(heads))
 			for i, e := range heads {
-				qi.Heads[i] = c.peekEntry(e).ID
+				qi.Heads[i], qi.HeadsAt[i] = c.peekEntry(e).ID, e.record
 			}
 			ix.Queues = append(ix.Queues, qi)
 		}
@@ -253,6 +261,16 @@ func (c *Core) Load(now time.Time, d *dtr.DTR) (bool, error) {
 		e.share.unloaded--
 	}
 	return true, nil
+}
+
+// Recorded tells the core that the stored record of the DTR id is at
+// stream sequence seq of the checkpoint bucket; a later sequence than
+// the one it knows replaces it, an earlier one (an older record's) does
+// not, and a DTR the core does not hold is ignored.
+func (c *Core) Recorded(id uuid.UUID, seq uint64) {
+	if e := c.dtrs[id]; e != nil && seq > e.record {
+		e.record = seq
+	}
 }
 
 // EndLoad says every stored DTR is loaded: the fences go, and priorities

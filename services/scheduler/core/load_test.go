@@ -424,3 +424,45 @@ func TestDTRsThatCameInOneStepKeepTheirOrderAcrossARestartAtTheFence(t *testing.
 		}
 	}
 }
+
+// The index says where each DTR it names is stored, as the core was last
+// told: a later record's place replaces an earlier one's, an older one
+// (told late) does not, and a DTR never told of is at 0 (not known).
+func TestTheIndexNamesWhereEachDTRsRecordIsStored(t *testing.T) {
+	h, _ := loadCore(t)
+	want := map[uuid.UUID]uint64{}
+	for i, id := range h.ids() {
+		if i%4 == 0 {
+			continue // never told
+		}
+		seq := uint64(100 + i)
+		h.c.Recorded(id, seq)
+		h.c.Recorded(id, seq-50) // an older record's place, told late
+		if i%2 == 0 {
+			seq += 1000
+			h.c.Recorded(id, seq) // stored again since
+		}
+		want[id] = seq
+	}
+	h.c.Recorded(uuid.New(), 7) // not held: nothing happens
+	ix := h.c.Index(100)
+	named := 0
+	check := func(ids []uuid.UUID, at []uint64) {
+		if len(at) != len(ids) {
+			t.Fatalf("%d ids with %d places", len(ids), len(at))
+		}
+		for i, id := range ids {
+			named++
+			if at[i] != want[id] {
+				t.Fatalf("DTR %s is at %d in the index, want %d", id, at[i], want[id])
+			}
+		}
+	}
+	check(ix.Keep, ix.KeepAt)
+	for _, q := range ix.Queues {
+		check(q.Heads, q.HeadsAt)
+	}
+	if named != len(h.ids()) {
+		t.Fatalf("the index names %d of the %d DTRs", named, len(h.ids()))
+	}
+}

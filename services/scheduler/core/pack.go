@@ -477,9 +477,15 @@ func (c *Core) peekEntry(e *entry) *dtr.DTR {
 // names.
 func (c *Core) Pack(d *dtr.DTR) string { return c.packDTR(d) }
 
-// RestorePacked is Restore of a DTR that Pack packed.
-func (c *Core) RestorePacked(now time.Time, packed string) error {
-	return c.Restore(now, c.unpackDTR(packed))
+// RestorePacked is Restore of a DTR that Pack packed, whose stored record
+// is at stream sequence record (Recorded).
+func (c *Core) RestorePacked(now time.Time, packed string, record uint64) error {
+	d := c.unpackDTR(packed)
+	if err := c.Restore(now, d); err != nil {
+		return err
+	}
+	c.Recorded(d.ID, record)
+	return nil
 }
 
 // packEntry packs the DTR of an entry waiting in a queue.
