@@ -294,7 +294,14 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 	for _, q := range ix.Queues {
 		behind += q.Behind
 	}
+	placed := 0
+	for _, seq := range named {
+		if seq > 0 {
+			placed++
+		}
+	}
 	s.log.Info("restart index read: leading with these, reading the rest meanwhile", "dtrs", s.core.Len(), "queued_behind", behind,
+		"named", len(named), "placed", placed,
 		"fetched_in", fetched.Round(time.Millisecond).String(), "took", time.Since(began).Round(time.Millisecond).String())
 	s.restPending = true
 	return nil
