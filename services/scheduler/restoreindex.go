@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -312,8 +313,8 @@ func (s *Service) loadIndexed(ctx context.Context, ix core.Index) error {
 const fetchBatch = 1024
 
 // fetchBatchWait is how long fetchRecords waits for one request's answer
-// before it asks for the keys left one at a time.
-const fetchBatchWait = 10 * time.Second
+// before it asks for the keys left one at a time (a variable for tests).
+var fetchBatchWait = 10 * time.Second
 
 // fetchRecords gets the stored record of each of ids (nil for one not
 // stored or deleted), up to fetchBatch keys a request (getLast). One
@@ -329,11 +330,18 @@ func (s *Service) fetchRecords(ctx context.Context, ids []uuid.UUID) (recs [][]b
 	answered := make([]bool, len(ids))
 	prefix := "$KV." + bus.BucketDTRs + "."
 	var warn sync.Once
+	// A request answered with nothing at all (refused by the server's
+	// permissions, say, which answers no such publish) would cost every
+	// other one fetchBatchWait: their keys are asked alone at once.
+	var unanswered atomic.Bool
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2)
 	for lo := 0; lo < len(ids); lo += fetchBatch {
 		hi := min(lo+fetchBatch, len(ids))
 		g.Go(func() error {
+			if unanswered.Load() {
+				return gctx.Err()
+			}
 			at := make(map[string]int, hi-lo)
 			subjects := make([]string, 0, hi-lo)
 			for i := lo; i < hi; i++ {
@@ -343,7 +351,9 @@ func (s *Service) fetchRecords(ctx context.Context, ids []uuid.UUID) (recs [][]b
 			}
 			rctx, cancel := context.WithTimeout(gctx, fetchBatchWait)
 			defer cancel()
+			got := 0
 			complete, err := s.getLast(rctx, subjects, func(subject string, seq uint64, h nats.Header, data []byte) {
+				got++
 				if i, ok := at[subject]; ok {
 					answered[i] = true
 					if isRecord(h) {
@@ -357,6 +367,9 @@ func (s *Service) fetchRecords(ctx context.Context, ids []uuid.UUID) (recs [][]b
 					answered[i] = true
 				}
 			case err != nil:
+				if got == 0 {
+					unanswered.Store(true)
+				}
 				warn.Do(func() {
 					s.log.Warn("restart index: batched get failed; getting its DTRs one at a time", "err", err)
 				})
@@ -411,6 +424,7 @@ func (s *Service) getLast(ctx context.Context, subjects []string, each func(subj
 	if err != nil {
 		return false, err
 	}
+	got := 0
 	for m, err := range msgs {
 		if err != nil {
 			return false, err
@@ -421,9 +435,16 @@ func (s *Service) getLast(ctx context.Context, subjects []string, each func(subj
 			if err != nil {
 				return false, fmt.Errorf("batched get: a message's sequence: %w", err)
 			}
+			got++
 			each(m.Header.Get(jetstream.SubjectHeader), seq, m.Header, m.Data)
-		case "404": // none of them has a message
-			return true, nil
+		case "404":
+			// "No Results" before any message: none of them has one.
+			// Otherwise ("Message Not Found") a message the server had
+			// found failed to load, and the batch ended there.
+			if got == 0 && m.Header.Get("Description") == "No Results" {
+				return true, nil
+			}
+			return false, fmt.Errorf("batched get: 404 %s after %d messages", m.Header.Get("Description"), got)
 		default:
 			return false, fmt.Errorf("batched get: %s %s", status, m.Header.Get("Description"))
 		}

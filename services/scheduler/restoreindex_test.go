@@ -3,14 +3,19 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/pkg/bus"
@@ -416,6 +421,100 @@ func TestTheIndexedDTRsAreFetchedInBatchesWithTheirNewestRecords(t *testing.T) {
 			}
 			if requests > tt.maxRequests {
 				t.Fatalf("%d requests for %d DTRs, want at most %d", requests, n, tt.maxRequests)
+			}
+		})
+	}
+}
+
+// A batched get that ends early is not taken for a complete answer: a
+// server that answers some keys and then 404 Message Not Found (a record
+// it found failed to load), or one that never answers (a publish refused
+// by its permissions gets no reply), leaves the other keys to be asked
+// one at a time; and once a request got no answer at all, the requests
+// after it are not sent.
+func TestABatchedGetThatEndsEarlyLeavesItsOtherKeysToBeAskedAlone(t *testing.T) {
+	defer func(w time.Duration) { fetchBatchWait = w }(fetchBatchWait)
+	fetchBatchWait = 200 * time.Millisecond
+	for _, tt := range []struct {
+		name        string
+		answers     bool // the first key, then a 404
+		n           int
+		maxRequests int
+	}{
+		{"part of an answer, then 404 Message Not Found", true, 3, 1},
+		{"no answer", false, 3 * fetchBatch, 2}, // the two asked at once
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, js, kv := journalServer(t)
+			ctx := context.Background()
+			ids := make([]uuid.UUID, tt.n)
+			for i := range ids {
+				ids[i] = uuid.New()
+				if _, err := kv.Put(ctx, ids[i].String(), []byte("rec "+ids[i].String())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The stream answers no direct get; this test's server does.
+			st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			cfg.AllowDirect = false
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if kv, err = js.KeyValue(ctx, bus.BucketDTRs); err != nil {
+				t.Fatal(err)
+			}
+			var requests atomic.Int32
+			sub, err := nc.Subscribe("$JS.API.DIRECT.GET.KV_"+bus.BucketDTRs, func(m *nats.Msg) {
+				requests.Add(1)
+				if !tt.answers {
+					return
+				}
+				var req struct {
+					MultiLast []string `json:"multi_last"`
+				}
+				_ = json.Unmarshal(m.Data, &req)
+				e, err := kv.Get(ctx, strings.TrimPrefix(req.MultiLast[0], "$KV."+bus.BucketDTRs+"."))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				r := nats.NewMsg(m.Reply)
+				r.Header.Set(jetstream.SubjectHeader, req.MultiLast[0])
+				r.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(e.Revision(), 10))
+				r.Data = e.Value()
+				nf := nats.NewMsg(m.Reply)
+				nf.Header.Set("Status", "404")
+				nf.Header.Set("Description", "Message Not Found")
+				for _, r := range []*nats.Msg{r, nf} {
+					if err := nc.PublishMsg(r); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			s, err := New(Config{}, nc, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.kv = kv
+			recs, _, err := s.fetchRecords(ctx, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range recs {
+				if want := "rec " + ids[i].String(); string(r) != want {
+					t.Fatalf("DTR %d: fetched %q, want %q", i, r, want)
+				}
+			}
+			if got := int(requests.Load()); got > tt.maxRequests {
+				t.Fatalf("%d batched requests, want at most %d", got, tt.maxRequests)
 			}
 		})
 	}
