@@ -390,18 +390,7 @@ func TestTheIndexedDTRsAreFetchedInBatchesWithTheirNewestRecords(t *testing.T) {
 				}
 			}
 			if !tt.direct {
-				st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg := st.CachedInfo().Config
-				cfg.AllowDirect = false
-				if _, err := js.UpdateStream(ctx, cfg); err != nil {
-					t.Fatal(err)
-				}
-				if kv, err = js.KeyValue(ctx, bus.BucketDTRs); err != nil {
-					t.Fatal(err)
-				}
+				kv = withoutDirectGets(t, js)
 			}
 			s, err := New(Config{}, nc, quiet())
 			if err != nil {
@@ -454,19 +443,7 @@ func TestABatchedGetThatEndsEarlyLeavesItsOtherKeysToBeAskedAlone(t *testing.T) 
 					t.Fatal(err)
 				}
 			}
-			// The stream answers no direct get; this test's server does.
-			st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := st.CachedInfo().Config
-			cfg.AllowDirect = false
-			if _, err := js.UpdateStream(ctx, cfg); err != nil {
-				t.Fatal(err)
-			}
-			if kv, err = js.KeyValue(ctx, bus.BucketDTRs); err != nil {
-				t.Fatal(err)
-			}
+			kv = withoutDirectGets(t, js) // this test answers them
 			var requests atomic.Int32
 			sub, err := nc.Subscribe("$JS.API.DIRECT.GET.KV_"+bus.BucketDTRs, func(m *nats.Msg) {
 				requests.Add(1)
@@ -518,4 +495,25 @@ func TestABatchedGetThatEndsEarlyLeavesItsOtherKeysToBeAskedAlone(t *testing.T) 
 			}
 		})
 	}
+}
+
+// withoutDirectGets turns the checkpoint bucket's direct gets off (as on a
+// bucket made without them) and returns the bucket, read by message gets.
+func withoutDirectGets(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, "KV_"+bus.BucketDTRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketDTRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
