@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -627,15 +628,7 @@ func TestAnFTS3JobThatCannotBeStoredIsAnswered503AndLeavesNothingAndAnOwnerPastI
 
 	// The stream of DTR submissions refuses every message (each is larger
 	// than it now takes): the job's records are stored, its DTRs are not.
-	var st jetstream.Stream
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var err error
-		if st, err = s.js.Stream(ctx, bus.StreamSubmit); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the stream of DTR submissions: %v", err)
-		}
-	}
+	st := submitStream(t, s)
 	cfg := st.CachedInfo().Config
 	small := cfg
 	small.MaxMsgSize = 64
@@ -705,10 +698,24 @@ func TestFTS3SubmissionsAtTheSameTimeCannotAllPassTheirOwnersLimit(t *testing.T)
 
 // submitStream returns the stream of DTR submissions and cancel commands
 // once the scheduler has made it.
+//
+// It waits until the leader takes submissions through the consumer it
+// makes anew as it begins to lead (it pulls, or has been given one), so
+// that a test may then change the stream: NATS 2.15.2 reads a stream's
+// configuration unlocked while it makes a consumer of the stream, and the
+// race detector fails a test that updates the stream meanwhile.
 func submitStream(t *testing.T, s *system) jetstream.Stream {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		st, err := s.js.Stream(t.Context(), bus.StreamSubmit)
+		if err == nil {
+			var cons jetstream.Consumer
+			if cons, err = st.Consumer(t.Context(), bus.ConsumerSched); err == nil {
+				if info := cons.CachedInfo(); info.NumWaiting == 0 && info.Delivered.Consumer == 0 {
+					err = errors.New("the leader does not take submissions yet")
+				}
+			}
+		}
 		if err == nil {
 			return st
 		} else if time.Now().After(deadline) {

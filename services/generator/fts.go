@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -536,8 +537,15 @@ func (s *Service) cancelFTS(ctx context.Context, j *ftsJob, c auth.Caller) error
 }
 
 // ftsUpdateTries bounds how often a change of a job's FTS3 record is tried
-// again when another request changed the record meanwhile.
-const ftsUpdateTries = 10
+// again when another request changed the record meanwhile; before each
+// try again it waits a random time up to twice as long as before, from
+// 2 ms to at most ftsUpdateWait, so that requests that collide spread out
+// (tried again at once, one of 21 requests changing a record at the same
+// time could lose ten times in a row).
+const (
+	ftsUpdateTries = 12
+	ftsUpdateWait  = 128 * time.Millisecond
+)
 
 // updateFTS changes a job's FTS3 record with change (which says whether it
 // changed anything), by compare-and-set on the record's revision: when
@@ -545,7 +553,14 @@ const ftsUpdateTries = 10
 // read again and changed again, so that neither change is lost.
 func (s *Service) updateFTS(ctx context.Context, jobID string, change func(*ftsRecord) bool) (ftsRecord, error) {
 	key := jobID + ftsSuffix
-	for range ftsUpdateTries {
+	for try := range ftsUpdateTries {
+		if try > 0 {
+			select {
+			case <-time.After(rand.N(min(time.Millisecond<<try, ftsUpdateWait))):
+			case <-ctx.Done():
+				return ftsRecord{}, fmt.Errorf("store %s: %w", key, ctx.Err())
+			}
+		}
 		var rec ftsRecord
 		e, err := s.kv.Get(ctx, key)
 		if err != nil {
