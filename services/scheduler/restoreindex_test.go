@@ -3,6 +3,7 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -516,4 +517,158 @@ func withoutDirectGets(t *testing.T, js jetstream.JetStream) jetstream.KeyValue 
 		t.Fatal(err)
 	}
 	return kv
+}
+
+func TestTheIndexPicksItsDTRsThatLieFarFromTheBucketsEndFurthestFirst(t *testing.T) {
+	id := func(i byte) uuid.UUID { return uuid.UUID{i} }
+	ids := func(n int, first byte) []uuid.UUID {
+		var out []uuid.UUID
+		for i := range n {
+			out = append(out, id(first+byte(i)))
+		}
+		return out
+	}
+	many := make([]uint64, 3*nearPerTurn) // all far, at 1..
+	manyIDs := make([]uuid.UUID, len(many))
+	for i := range many {
+		many[i] = uint64(len(many) - i)
+		binary.BigEndian.PutUint32(manyIDs[i][:], uint32(i+1))
+	}
+	end := 10 * nearWindow
+	edge := end - nearWindow
+	for _, tt := range []struct {
+		name string
+		ix   core.Index
+		end  uint64
+		want []uuid.UUID
+		// window, if set, is nearWindow
+		window uint64
+	}{
+		{"a bucket shorter than the window", core.Index{Keep: ids(2, 1), KeepAt: []uint64{1, 2}}, nearWindow, nil, 0},
+		{"heads and kept DTRs beyond the window, furthest first; those inside it and those not yet placed are left",
+			core.Index{Keep: ids(3, 1), KeepAt: []uint64{edge, edge + 1, 0},
+				Queues: []core.QueueIndex{{Heads: ids(3, 10), HeadsAt: []uint64{5, end - 1, 7}}}},
+			end, []uuid.UUID{id(10), id(12), id(1)}, 0},
+		{"a DTR named twice is picked once", core.Index{Keep: ids(1, 1), KeepAt: []uint64{9},
+			Queues: []core.QueueIndex{{Heads: ids(1, 1), HeadsAt: []uint64{9}}}}, end, []uuid.UUID{id(1)}, 0},
+		{"an index of a pre-sequence form (no places)", core.Index{Keep: ids(2, 1)}, end, nil, 0},
+		{"the window is eight times the DTRs named if that is more",
+			core.Index{Queues: []core.QueueIndex{{Heads: manyIDs, HeadsAt: many}}}, 8*uint64(len(many)) + 2,
+			[]uuid.UUID{manyIDs[len(many)-1], manyIDs[len(many)-2]}, 100},
+		{"many, furthest first", core.Index{Queues: []core.QueueIndex{{Heads: manyIDs, HeadsAt: many}}}, end,
+			slices.Collect(func(yield func(uuid.UUID) bool) {
+				for i := len(many) - 1; i >= 0; i-- {
+					if !yield(manyIDs[i]) {
+						return
+					}
+				}
+			}), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.window > 0 {
+				defer func(w uint64) { nearWindow = w }(nearWindow)
+				nearWindow = tt.window
+			}
+			if got := farFromEnd(tt.ix, tt.end); !slices.Equal(got, tt.want) {
+				t.Fatalf("picked %d: %v…, want %d: %v…", len(got), got[:min(len(got), 3)], len(tt.want), tt.want[:min(len(tt.want), 3)])
+			}
+		})
+	}
+}
+
+// The leader stores again, as they are, the records of the DTRs its index
+// names that lie far back in the bucket, with the step the index follows:
+// the next index finds them near the end, and a restart reads them as
+// they were.
+func TestTheIndexsDTRsAreStoredAgainNearTheBucketsEnd(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	s, err := New(Config{RestoreHeads: 4}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
+	s.journal.indexed = true
+	now := time.Now()
+	var stored []record
+	for i := range 10 {
+		stored = append(stored, rec(t, newDTR(fmt.Sprint("q", i)), dtr.QueryReplica, now.Add(time.Duration(i)*time.Millisecond)))
+	}
+	for _, r := range stored {
+		e, err := kv.Put(ctx, r.id.String(), r.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dtr.DTR
+		if err := json.Unmarshal(r.data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.core.Restore(now, &d); err != nil {
+			t.Fatal(err)
+		}
+		s.core.Recorded(d.ID, e)
+	}
+	// The bucket has moved on far past them since.
+	nearWindow = 16
+	defer func() { nearWindow = 256 << 10 }()
+	for i := range 40 {
+		e, err := kv.Put(ctx, fmt.Sprint("filler", i), []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.core.Recorded(uuid.New(), e)
+	}
+
+	c := &commit{}
+	var ix core.Index
+	c.index, ix = s.indexOf()
+	s.far = farFromEnd(ix, s.core.RecordedUpTo())
+	if err := s.storeNearEnd(c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.records) != 4 {
+		t.Fatalf("%d records to store again, want the 4 heads", len(c.records))
+	}
+	for i, r := range c.records {
+		if r.id != stored[i].id {
+			t.Fatalf("stored again %s, want the head %s", r.id, stored[i].id)
+		}
+		before, again := dtr.DTR{}, dtr.DTR{}
+		if json.Unmarshal(stored[i].data, &before) != nil || json.Unmarshal(r.data, &again) != nil {
+			t.Fatal("undecodable record")
+		}
+		if !reflect.DeepEqual(normalized(before), normalized(again)) {
+			t.Fatalf("stored again as\n%s\nwas\n%s", r.data, stored[i].data)
+		}
+	}
+	if _, ix := s.indexOf(); len(farFromEnd(ix, s.core.RecordedUpTo())) != 0 {
+		t.Fatal("the next index picks them again before their checkpoint")
+	}
+	if _, err := s.store(ctx, []*commit{c}); err != nil {
+		t.Fatal(err)
+	}
+	s.journal.Checkpoint(ctx)
+	s.journal.Wait()
+	for _, r := range s.journal.TakeRecorded() {
+		s.core.Recorded(r.id, r.seq)
+	}
+	_, ix = s.indexOf()
+	for i, id := range ix.Queues[0].Heads {
+		e, err := kv.Get(ctx, id.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := ix.Queues[0].HeadsAt[i]; at != e.Revision() || at <= uint64(len(stored)) {
+			t.Fatalf("the index names head %s at %d; the bucket has it at %d", id, at, e.Revision())
+		}
+	}
+}
+
+// normalized is d with its times in UTC and without their monotonic
+// reading, as a record stores them.
+func normalized(d dtr.DTR) dtr.DTR {
+	for _, t := range []*time.Time{&d.Created, &d.Updated, &d.StateEntered} {
+		*t = t.UTC().Round(0)
+	}
+	return d
 }

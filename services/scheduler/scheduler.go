@@ -217,6 +217,9 @@ type Service struct {
 	restPending bool
 	// indexAt is when the leader last handed the journal an index.
 	indexAt time.Time
+	// far are the DTRs that index named whose records lie far from the
+	// checkpoint bucket's end, to store again (storeNearEnd).
+	far []uuid.UUID
 	// longestAt is when the longest-waiting DTRs were last looked up.
 	longestAt time.Time
 	longest   []Waiting
@@ -392,7 +395,7 @@ func (s *Service) reset() {
 		s.stopLoading()
 	}
 	s.loads, s.stopLoading, s.restPending = nil, nil, false
-	s.parked = nil
+	s.parked, s.far = nil, nil
 	s.term.Store(0)
 	s.stuck.reset()
 	s.stopSweep()
@@ -607,7 +610,12 @@ func (s *Service) lead(ctx context.Context, term uint64) error {
 			// The core as this step left it: its journal sequence is
 			// known once the step is journaled.
 			s.indexAt = now
-			c.index = s.indexOf()
+			var ix core.Index
+			c.index, ix = s.indexOf()
+			s.far = farFromEnd(ix, s.core.RecordedUpTo())
+		}
+		if err := s.storeNearEnd(c); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
 		}
 		if !s.hand(ctx, commits, c) {
 			return nil

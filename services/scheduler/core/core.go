@@ -158,7 +158,10 @@ type Core struct {
 	// packed DTRs refer to them by number.
 	names   []string
 	nameIDs map[string]uint32
-	scratch []byte // pack's buffer
+	// recordedUpTo is the latest stream sequence of a stored record the
+	// core was told of (Recorded).
+	recordedUpTo uint64
+	scratch      []byte // pack's buffer
 	// took holds, per queue state, a moving average of how long its grants
 	// run, for estimating when a waiting DTR starts.
 	took    map[dtr.State]time.Duration

@@ -268,10 +268,15 @@ func (c *Core) Load(now time.Time, d *dtr.DTR) (bool, error) {
 // the one it knows replaces it, an earlier one (an older record's) does
 // not, and a DTR the core does not hold is ignored.
 func (c *Core) Recorded(id uuid.UUID, seq uint64) {
+	c.recordedUpTo = max(c.recordedUpTo, seq)
 	if e := c.dtrs[id]; e != nil && seq > e.record {
 		e.record = seq
 	}
 }
+
+// RecordedUpTo is the latest stream sequence the core was told a record
+// is stored at (Recorded): about where the checkpoint bucket ends.
+func (c *Core) RecordedUpTo() uint64 { return c.recordedUpTo }
 
 // EndLoad says every stored DTR is loaded: the fences go, and priorities
 // age again.
