@@ -36,6 +36,13 @@ func TestPackedDTRReadsBackTheSame(t *testing.T) {
 		Chained:            true,
 		StateEntered:       when.Add(4 * time.Second),
 	}
+	// A field added to DTR must be set here, so that packing is seen to
+	// keep it: a queued DTR's record is stored again from its packed form.
+	for i, v := 0, reflect.ValueOf(full); i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the DTR with every field set leaves %s unset", v.Type().Field(i).Name)
+		}
+	}
 	tests := []struct {
 		name string
 		d    dtr.DTR
