@@ -70,6 +70,10 @@ type QueueIndex struct {
 type fence struct {
 	prio    int32
 	arrival arrival
+	// last is the last head's id (uuid.Nil: none): restored again (its
+	// record replayed from the journal), it takes a new seq, and the
+	// fence takes it too (enqueueAt).
+	last uuid.UUID
 }
 
 // passes reports whether e ranks no later than the fence.
@@ -232,7 +236,8 @@ func (c *Core) BeginLoad(qs []QueueIndex) {
 		ss := c.shareIn(st, c.intern(qi.Share))
 		f := &fence{prio: qi.Prio, arrival: arrival{stamp: qi.Stamp, tie: qi.Tie}}
 		if n := len(qi.Heads); n > 0 {
-			if e := c.dtrs[qi.Heads[n-1]]; e != nil && e.share == ss && e.index >= 0 && e.queued == qi.State {
+			f.last = qi.Heads[n-1]
+			if e := c.dtrs[f.last]; e != nil && e.share == ss && e.index >= 0 && e.queued == qi.State {
 				f.arrival.seq = e.seq // the last head itself passes
 			}
 		}

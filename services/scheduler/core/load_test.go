@@ -466,3 +466,34 @@ func TestTheIndexNamesWhereEachDTRsRecordIsStored(t *testing.T) {
 		t.Fatalf("the index names %d of the %d DTRs", named, len(h.ids()))
 	}
 }
+
+// A restart replays from the journal records of DTRs it restored first
+// (the leader stores the index's DTRs again near the bucket's end, with
+// the step the index follows): the last head of a fenced queue, restored
+// again as it was, still passes its fence.
+func TestTheLastHeadRestoredAgainWhileLoadingStillPassesItsFence(t *testing.T) {
+	h, records := loadCore(t)
+	ix := h.c.Index(2)
+	p := restoreFirst(t, h, records, ix)
+	fenced := 0
+	for _, qi := range ix.Queues {
+		if qi.Behind == 0 || len(qi.Heads) == 0 {
+			continue
+		}
+		last := qi.Heads[len(qi.Heads)-1]
+		d := records[last]
+		p.c.Forget(last)
+		if err := p.c.Restore(p.now, &d); err != nil {
+			t.Fatal(err)
+		}
+		p.c.Take()
+		e := p.c.dtrs[last]
+		if e.share.fence == nil || !e.share.fence.passes(e) {
+			t.Fatalf("the last head of %s in %s, restored again, does not pass its fence", qi.Share, qi.State)
+		}
+		fenced++
+	}
+	if fenced == 0 {
+		t.Fatal("no fenced queue to try")
+	}
+}

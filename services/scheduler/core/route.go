@@ -42,6 +42,9 @@ func (c *Core) enqueueAt(now time.Time, e *entry, stamp int64) {
 	e.deadline = c.nanos(now.Add(c.cfg.DeadlineFor(s, false)))
 	q.add(e)
 	q.due = min(q.due, e.deadline)
+	if f := e.share.fence; f != nil && f.last == d.ID {
+		f.arrival.seq = e.seq // the last head, queued again, still passes
+	}
 }
 
 // route moves a DTR through the states the scheduler handles itself until it
