@@ -275,8 +275,14 @@ func farFromEnd(ix core.Index, end uint64) []uuid.UUID {
 // of the DTRs the last index found far from the bucket's end (s.far),
 // each as the core holds it now, and tells the core they will lie at the
 // end, so that an index made before their checkpoint says where does not
-// pick them again. One the core no longer holds is passed over.
+// pick them again. One the core no longer holds is passed over. While the
+// store is full nothing is stored again: what room there is goes to
+// changes.
 func (s *Service) storeNearEnd(c *commit) error {
+	if full, _, _ := bus.SpaceOf(s.nc).Full(); full {
+		s.far = nil
+		return nil
+	}
 	n := min(len(s.far), nearPerTurn)
 	end := s.core.RecordedUpTo()
 	for _, id := range s.far[:n] {

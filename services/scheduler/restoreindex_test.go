@@ -672,3 +672,74 @@ func normalized(d dtr.DTR) dtr.DTR {
 	}
 	return d
 }
+
+// A leader over a bucket whose queued DTRs lie far back (finished DTRs'
+// records stored after them) stores its index's DTRs again, and its
+// index soon names them where they now lie, near the bucket's end.
+func TestALeaderMovesItsIndexsDTRsNearTheBucketsEnd(t *testing.T) {
+	nc, _, kv := journalServer(t)
+	ctx := context.Background()
+	defer func(w uint64) { nearWindow = w }(nearWindow)
+	nearWindow = 8
+	now := time.Now().Add(-time.Hour)
+	for i := range 20 {
+		d := newDTR(fmt.Sprint("q", i))
+		d.StateEntered = now.Add(time.Duration(i) * time.Millisecond)
+		if _, err := kv.Put(ctx, d.ID.String(), rec(t, d, dtr.QueryReplica, d.StateEntered).data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var end uint64
+	for i := range 100 {
+		r := rec(t, newDTR(fmt.Sprint("done", i)), dtr.Done, now)
+		var err error
+		if end, err = kv.Put(ctx, r.id.String(), r.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(Config{RestoreHeads: 2, CheckpointEvery: 100 * time.Millisecond}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler: %v", err)
+		}
+	}()
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the index's DTRs were not moved near the bucket's end (stored up to %d before the start): %s", end, last)
+		}
+		e, err := kv.Get(ctx, indexKey)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		_, ix, err := decodeIndex(e.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		near, named := 0, 0
+		check := func(ids []uuid.UUID, at []uint64) {
+			for i, id := range ids {
+				named++
+				r, err := kv.Get(ctx, id.String())
+				if err == nil && r.Revision() == at[i] && at[i] > end {
+					near++
+				}
+			}
+		}
+		for _, q := range ix.Queues {
+			check(q.Heads, q.HeadsAt)
+		}
+		check(ix.Keep, ix.KeepAt)
+		if last = fmt.Sprintf("%d of the %d DTRs the index names lie past %d where it says", near, named, end); named > 0 && near == named {
+			return
+		}
+	}
+}

@@ -297,12 +297,12 @@ func (s *Service) applyRecord(now time.Time, d *dtr.DTR, data []byte, seq uint64
 	final := d.State.Final()
 	s.stored.Add(d.ID)
 	s.journal.Keep(d.ID, data, final, seq)
-	s.core.Forget(d.ID)
 	if final {
+		s.core.Forget(d.ID)
 		s.finished.Add(d.ID, now)
 		return
 	}
-	if err := s.core.Restore(now, d); err != nil {
+	if err := s.core.Renew(now, d); err != nil {
 		s.log.Error("journaled DTR not restored", "dtr", d.ID, "err", err)
 	}
 }

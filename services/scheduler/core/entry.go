@@ -231,6 +231,28 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 	return nil
 }
 
+// Renew puts a record of a DTR in place of the copy the core holds, if
+// any, as Forget and then Restore do, except that a DTR still running
+// under the same grant in the same state keeps when it was granted and its
+// lease: a standby that replays a record stored again as it was (or one
+// that only tells its progress) charges its share for the whole grant.
+func (c *Core) Renew(now time.Time, d *dtr.DTR) error {
+	var granted, lease int64
+	e := c.dtrs[d.ID]
+	same := e != nil && c.active[d.ID] == e && d.Grant != "" && c.peekEntry(e).Grant == d.Grant && c.peekEntry(e).State == d.State
+	if same {
+		granted, lease = e.granted, e.lease
+	}
+	c.Forget(d.ID)
+	if err := c.Restore(now, d); err != nil {
+		return err
+	}
+	if e := c.active[d.ID]; same && e != nil {
+		e.granted, e.lease = granted, lease
+	}
+	return nil
+}
+
 // Forget removes an unfinished DTR from the core as if it had never been
 // submitted or restored, and reports whether the core held it; an unknown
 // id returns false and changes nothing (but while the core loads, Load

@@ -489,3 +489,39 @@ func TestATransferThatVerifiedNoChecksumLeavesNoneOfAnEarlierAttempt(t *testing.
 		t.Fatalf("checksum %q from %q, unverified %q: want none, none, and the reason", got.Checksum, got.ChecksumSource, got.ChecksumUnverified)
 	}
 }
+
+// A record put in place of the copy held (a standby replaying its
+// journal) keeps a running grant's start and lease when it is the same
+// grant in the same state, and starts them again when it is not.
+func TestARenewedRecordKeepsItsRunningGrantsStartOnlyIfTheGrantIsTheSame(t *testing.T) {
+	h := newHarness(t, DefaultConfig())
+	d := newDTR(1, "x", "")
+	h.submit(d)
+	g := h.tick(time.Second)[0]
+	running, _ := h.c.Get(d.ID)
+	e := h.c.dtrs[d.ID]
+	granted, lease := e.granted, e.lease
+	later := h.now.Add(time.Minute)
+	if err := h.c.Renew(later, &running); err != nil {
+		t.Fatal(err)
+	}
+	if e := h.c.dtrs[d.ID]; e.granted != granted || e.lease != lease {
+		t.Fatalf("the same grant renewed a minute on: granted %d, lease %d; want %d, %d", e.granted, e.lease, granted, lease)
+	}
+	other := running
+	other.Grant = g.ID + "-another"
+	if err := h.c.Renew(later, &other); err != nil {
+		t.Fatal(err)
+	}
+	if e := h.c.dtrs[d.ID]; e.granted != h.c.nanos(later) {
+		t.Fatalf("another grant renewed: granted %d, want %d (now)", e.granted, h.c.nanos(later))
+	}
+	queued := running
+	queued.State, queued.Grant = dtr.QueryReplica, ""
+	if err := h.c.Renew(later, &queued); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.c.active[d.ID]; ok {
+		t.Fatal("a record of the DTR queued left it running")
+	}
+}
