@@ -224,10 +224,11 @@ func (s *Service) indexOf() ([]byte, core.Index) {
 // records lie further back than the last nearWindow messages of the
 // bucket (or eight times as many as the index names, if more) are stored
 // again as they are, nearPerTurn with each turn of the loop until the
-// next index, and then lie together near the end. A DTR costs a record
-// more each time it comes among the index's while old, or stays there
-// while the bucket moves on past the window: nothing where queues are
-// short, and at most one record in eight of those the bucket takes.
+// next index, and then lie together near the end. That costs nothing where
+// queues are short; where they are deep, a record more for each DTR that
+// comes to a queue's head while its record lies beyond the window, and,
+// for DTRs that stay named, at most one record for every eight the bucket
+// takes (the window is at least eight times the DTRs named).
 const nearPerTurn = 1024
 
 // nearWindow is a variable for tests.
