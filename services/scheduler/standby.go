@@ -6,7 +6,8 @@ package scheduler
 // It loads the checkpoint bucket once and then applies every record the
 // leader appends to the journal, read by a tail (an ordered consumer from
 // the journal's first message), to a core of its own: the DTR's entry is
-// forgotten and restored from the newer record (core.Forget, Restore).
+// forgotten and restored from the newer record (core.Renew, which keeps
+// when a grant still running began).
 // The core never ticks, so it makes no decision, and its lease clock
 // stands still. The records not yet checkpointed are kept as the leader
 // keeps them, and forgotten once the journal's first message has passed

@@ -233,13 +233,19 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 
 // Renew puts a record of a DTR in place of the copy the core holds, if
 // any, as Forget and then Restore do, except that a DTR still running
-// under the same grant in the same state keeps when it was granted and its
-// lease: a standby that replays a record stored again as it was (or one
-// that only tells its progress) charges its share for the whole grant.
+// under the same grant, holding the same queue's slot (running, or being
+// cancelled), keeps when it was granted and its lease: a standby that
+// replays a record stored again as it was, or a cancel of it, charges its
+// share for the whole grant.
 func (c *Core) Renew(now time.Time, d *dtr.DTR) error {
 	var granted, lease int64
 	e := c.dtrs[d.ID]
-	same := e != nil && c.active[d.ID] == e && d.Grant != "" && c.peekEntry(e).Grant == d.Grant && c.peekEntry(e).State == d.State
+	same := false
+	if e != nil && c.active[d.ID] == e && d.Grant != "" && e.d.Grant == d.Grant { // active: not packed
+		was, _ := queueOf(e.d.State)
+		is, running := queueOf(d.State)
+		same = running && was == is
+	}
 	if same {
 		granted, lease = e.granted, e.lease
 	}

@@ -492,35 +492,60 @@ func TestATransferThatVerifiedNoChecksumLeavesNoneOfAnEarlierAttempt(t *testing.
 
 // A record put in place of the copy held (a standby replaying its
 // journal) keeps a running grant's start and lease when it is the same
-// grant in the same state, and starts them again when it is not.
+// grant holding the same slot (running, or being cancelled), and starts
+// them again when it is not.
 func TestARenewedRecordKeepsItsRunningGrantsStartOnlyIfTheGrantIsTheSame(t *testing.T) {
 	h := newHarness(t, DefaultConfig())
 	d := newDTR(1, "x", "")
 	h.submit(d)
-	g := h.tick(time.Second)[0]
+	var g Grant
+	for range 10 { // to its transfer
+		gs := h.tick(time.Second)
+		if len(gs) == 1 && gs[0].State == dtr.Transferring {
+			g = gs[0]
+			break
+		}
+		for _, g := range gs {
+			h.answer(g, nil)
+		}
+	}
+	if g.ID == "" {
+		t.Fatal("no transfer granted")
+	}
 	running, _ := h.c.Get(d.ID)
 	e := h.c.dtrs[d.ID]
 	granted, lease := e.granted, e.lease
 	later := h.now.Add(time.Minute)
-	if err := h.c.Renew(later, &running); err != nil {
-		t.Fatal(err)
+	renew := func(d dtr.DTR) { // a copy: the core keeps what it is given
+		t.Helper()
+		if err := h.c.Renew(later, &d); err != nil {
+			t.Fatal(err)
+		}
 	}
+	renew(running)
 	if e := h.c.dtrs[d.ID]; e.granted != granted || e.lease != lease {
 		t.Fatalf("the same grant renewed a minute on: granted %d, lease %d; want %d, %d", e.granted, e.lease, granted, lease)
 	}
+	// The leader's record of its cancel (the transfer's slot held on):
+	// the copy held still says TRANSFERRING.
+	cancelled := running
+	cancelled.State, cancelled.Cancel = dtr.TransferringCancel, true
+	renew(cancelled)
+	if h.c.active[d.ID] == nil {
+		t.Fatal("a record of its cancel left it not running")
+	}
+	if e := h.c.dtrs[d.ID]; e.granted != granted {
+		t.Fatalf("its grant being cancelled, renewed: granted %d, want %d", e.granted, granted)
+	}
 	other := running
 	other.Grant = g.ID + "-another"
-	if err := h.c.Renew(later, &other); err != nil {
-		t.Fatal(err)
-	}
+	renew(other)
 	if e := h.c.dtrs[d.ID]; e.granted != h.c.nanos(later) {
 		t.Fatalf("another grant renewed: granted %d, want %d (now)", e.granted, h.c.nanos(later))
 	}
 	queued := running
 	queued.State, queued.Grant = dtr.QueryReplica, ""
-	if err := h.c.Renew(later, &queued); err != nil {
-		t.Fatal(err)
-	}
+	renew(queued)
 	if _, ok := h.c.active[d.ID]; ok {
 		t.Fatal("a record of the DTR queued left it running")
 	}

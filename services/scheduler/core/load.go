@@ -65,8 +65,8 @@ type QueueIndex struct {
 }
 
 // fence is where a share's queue stops granting while the core loads: at
-// the priority and place of its last head (its seq this core's, or 0 if
-// it does not hold it queued there).
+// the priority and place of its last head (its seq this core's, or 0 until
+// the core holds it queued there).
 type fence struct {
 	prio    int32
 	arrival arrival
