@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -146,15 +147,17 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	r.Warm = time.Since(start)
 	time.Sleep(FailoverTTL) // the leader goes on granting meanwhile, the standby following
 
-	lost := time.Now()
+	lost, lostTerm := time.Now(), grants.lastTerm()
 	proxy.Cut()
 	if !cutOff {
 		stopA() // its connection is gone: it can neither write nor resign
 	}
-	if err := until(ctx, time.Minute, func() bool { return b.Role() == "leader" && grants.countAfter(lost) > 0 }); err != nil {
-		return r, fmt.Errorf("failover: the standby did not take over (it is %q; %d grants since): %w", b.Role(), grants.countAfter(lost), err)
+	newGrants := func() int { n, _ := grants.after(lost, lostTerm); return n }
+	if err := until(ctx, time.Minute, func() bool { return b.Role() == "leader" && newGrants() > 0 }); err != nil {
+		return r, fmt.Errorf("failover: the standby did not take over (it is %q; %d grants of a later term since): %w", b.Role(), newGrants(), err)
 	}
-	r.Gap = grants.firstAfter(lost).Sub(lost)
+	_, first := grants.after(lost, lostTerm)
+	r.Gap = first.Sub(lost)
 	// Let the new leader grant for a while, then stop the workers and let
 	// the results sent settle, so that no DTR ends while it counts: one
 	// that did would be counted twice (held, then final), which could
@@ -235,8 +238,11 @@ func requestJSON(ctx context.Context, nc *nats.Conn, subject string, v any) erro
 // grantWatch records the grants published: when, and each DTR state's
 // grant ids.
 type grantWatch struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// times are when each grant was heard, and terms the term of the
+	// scheduler that gave it.
 	times   []time.Time
+	terms   []uint64
 	granted map[string]string // DTR id and state → grant id
 	dup     int
 }
@@ -254,7 +260,7 @@ func (g *grantWatch) take(m *nats.Msg) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, gr := range gs.Grants {
-		g.times = append(g.times, now)
+		g.times, g.terms = append(g.times, now), append(g.terms, gr.Term)
 		key := gr.DTR.ID.String() + " " + gr.State.String()
 		if id, ok := g.granted[key]; ok && id != gr.ID {
 			g.dup++
@@ -266,27 +272,28 @@ func (g *grantWatch) take(m *nats.Msg) {
 func (g *grantWatch) count() int { g.mu.Lock(); defer g.mu.Unlock(); return len(g.times) }
 func (g *grantWatch) twice() int { g.mu.Lock(); defer g.mu.Unlock(); return g.dup }
 
-func (g *grantWatch) countAfter(t time.Time) int {
+// lastTerm is the latest term of a grant heard so far.
+func (g *grantWatch) lastTerm() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := 0
-	for _, at := range g.times {
-		if at.After(t) {
+	return slices.Max(append([]uint64{0}, g.terms...))
+}
+
+// after returns how many grants of a later term than term were heard
+// after t, and when the first was: a grant the lost leader gave before it
+// was lost, heard after, is not the new leader's.
+func (g *grantWatch) after(t time.Time, term uint64) (n int, first time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, at := range g.times {
+		if at.After(t) && g.terms[i] > term {
+			if n == 0 {
+				first = at
+			}
 			n++
 		}
 	}
-	return n
-}
-
-func (g *grantWatch) firstAfter(t time.Time) time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, at := range g.times {
-		if at.After(t) {
-			return at
-		}
-	}
-	return time.Time{}
+	return n, first
 }
 
 // finalCount counts the DTRs announced final (each once: a DTR whose
