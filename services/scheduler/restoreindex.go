@@ -280,6 +280,9 @@ func farFromEnd(ix core.Index, end uint64) []uuid.UUID {
 // store is full nothing is stored again: what room there is goes to
 // changes.
 func (s *Service) storeNearEnd(c *commit) error {
+	if len(s.far) == 0 {
+		return nil
+	}
 	if full, _, _ := bus.SpaceOf(s.nc).Full(); full {
 		s.far = nil
 		return nil

@@ -302,19 +302,27 @@ func TestARestartWithAnIndexRestoresItsDTRsFirstAndReadsTheRestMeanwhile(t *test
 	}
 }
 
-// The committer gives a step's index its journal sequence once the step is
-// journaled: the index is as of where the journal ended before the step,
-// so a restart replays what the step changed. A step whose append is
-// refused (a deposed leader) hands no index.
-func TestAStepsIndexIsHandedToTheJournalOnlyOnceTheStepIsJournaled(t *testing.T) {
+// indexingService is a scheduler, not running, whose journal stores an
+// index of up to 4 heads a queue at its checkpoints, over a real bucket.
+func indexingService(t *testing.T) (*Service, jetstream.KeyValue) {
+	t.Helper()
 	nc, js, kv := journalServer(t)
-	ctx := context.Background()
 	s, err := New(Config{RestoreHeads: 4}, nc, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
 	s.journal.indexed = true
+	return s, kv
+}
+
+// The committer gives a step's index its journal sequence once the step is
+// journaled: the index is as of where the journal ended before the step,
+// so a restart replays what the step changed. A step whose append is
+// refused (a deposed leader) hands no index.
+func TestAStepsIndexIsHandedToTheJournalOnlyOnceTheStepIsJournaled(t *testing.T) {
+	s, _ := indexingService(t)
+	ctx := context.Background()
 	now := time.Now()
 	kept := uuid.New()
 	step := func() *commit {
@@ -581,14 +589,8 @@ func TestTheIndexPicksItsDTRsThatLieFarFromTheBucketsEndFurthestFirst(t *testing
 // the next index finds them near the end, and a restart reads them as
 // they were.
 func TestTheIndexsDTRsAreStoredAgainNearTheBucketsEnd(t *testing.T) {
-	nc, js, kv := journalServer(t)
+	s, kv := indexingService(t)
 	ctx := context.Background()
-	s, err := New(Config{RestoreHeads: 4}, nc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.kv, s.journal = kv, newJournal(js, kv, quiet(), 1<<20, time.Hour, 1000)
-	s.journal.indexed = true
 	now := time.Now()
 	var stored []record
 	for i := range 10 {

@@ -239,15 +239,13 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 // share for the whole grant.
 func (c *Core) Renew(now time.Time, d *dtr.DTR) error {
 	var granted, lease int64
-	e := c.dtrs[d.ID]
 	same := false
-	if e != nil && c.active[d.ID] == e && d.Grant != "" && e.d.Grant == d.Grant { // active: not packed
+	if e := c.dtrs[d.ID]; e != nil && c.active[d.ID] == e && d.Grant != "" && e.d.Grant == d.Grant { // active: not packed
 		was, _ := queueOf(e.d.State)
 		is, running := queueOf(d.State)
-		same = running && was == is
-	}
-	if same {
-		granted, lease = e.granted, e.lease
+		if same = running && was == is; same {
+			granted, lease = e.granted, e.lease
+		}
 	}
 	c.Forget(d.ID)
 	if err := c.Restore(now, d); err != nil {
