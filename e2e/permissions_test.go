@@ -275,7 +275,10 @@ func TestWithPermissionsTheRetentionRemovesEndedJobs(t *testing.T) {
 func TestEachRoleWorksWithOnlyItsOwnNATSPermissions(t *testing.T) {
 	ns, passwords, serverLog := permissionsServer(t)
 	dir := t.TempDir()
-	startRole, stops := rolesAs(t, ns, passwords, nil)
+	// The refused writes are tried against a pre-processing grant that
+	// waits, its processor stopped, for the minutes the checks take: its
+	// lease must not run out meanwhile (it would be granted again).
+	startRole, stops := rolesAs(t, ns, passwords, func(c *app.Config) { c.Lease = 30 * time.Minute })
 	submitter := connectAs(t, ns, "submitter", passwords["submitter"])
 	client := connectAs(t, ns, "client", passwords["client"])
 	observer := connectAs(t, ns, "observer", passwords["observer"])
