@@ -268,7 +268,7 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 			}
 			held.cs, held.ps = append(held.cs, cs...), append(held.ps, p)
 			heldFinals += finals
-			if now || heldFinals >= gatherFinalsUpTo || len(held.ps) >= settleQueue {
+			if now || heldFinals >= gatherFinalsUpTo || len(held.ps) >= gatherBatchesUpTo {
 				announce()
 			}
 		}
@@ -280,8 +280,15 @@ func (s *Service) commitLoop(ctx context.Context, commits <-chan *commit, failed
 
 // settleQueue is how many stored batches of commits may wait to settle
 // before the committer stores no more: a history store that is slow holds
-// the grants back only once this many steps wait for it.
-const settleQueue = 64
+// the grants back only once this many steps wait for it. It holds more
+// than the batches stored while the history's writer gathers a few steps'
+// events (historyCoalesce: a quarter of a second of small steps, with
+// ARC's slot counts).
+const settleQueue = 1024
+
+// gatherBatchesUpTo is how many stored batches of commits are held at
+// most while their final DTRs are gathered.
+const gatherBatchesUpTo = 64
 
 // storedBatch is a batch of commits whose records are journaled and whose
 // grants and final DTRs are published (or err, why not), to settle.
@@ -579,7 +586,11 @@ func (s *Service) settle(ctx context.Context, cs []*commit, ps []published) erro
 	// The inputs are acknowledged once the history is stored: the
 	// settler waits for it (the committer goes on meanwhile), so that a
 	// leader that dies or is frozen leaves little history unstored.
-	s.awaitHistory(ctx, history)
+	urgent := false
+	for _, c := range cs {
+		urgent = urgent || c.done != nil
+	}
+	s.awaitHistory(ctx, history, urgent)
 	// A leader whose term passed while it waited for its history just
 	// above leaves its inputs to the next one.
 	if s.election != nil && s.election.lapsed(time.Now()) {

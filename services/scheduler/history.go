@@ -485,7 +485,7 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 		js, closeConn = hjs, nc.Close
 	}
 	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, names: s.workerNames,
-		flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+		flushNow: make(chan struct{}, 1), stored: make(chan struct{}), coalesce: historyCoalesce}
 	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -511,15 +511,20 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 // awaitHistory waits until this term's writer has stored the first
 // ticket batches of events (the history of the steps whose inputs are
 // about to be acknowledged, so that a leader's crash loses none: at least
-// once), asking it to store what it holds now; at most historyAwait, so
+// once), asking it to store what it holds: at once if urgent (a caller
+// waits for one of the steps), else once historyCoalesce has passed since
+// its last store began; at most historyAwait, so
 // that a slow or full store never holds scheduling. Once a wait ends
 // unfulfilled, commits do not wait at all (each is counted in
 // historyStats.unawaited) until a store succeeds within historyAwait
 // again: a store that does not answer costs one wait, not one a step.
-func (s *Service) awaitHistory(ctx context.Context, ticket uint64) {
+func (s *Service) awaitHistory(ctx context.Context, ticket uint64, urgent bool) {
 	w := s.historyWriter.Load()
 	if w == nil || ticket == 0 {
 		return
+	}
+	if urgent {
+		w.urgent.Store(true)
 	}
 	if w.lagging.Load() {
 		w.stats.unawaited.Add(1)

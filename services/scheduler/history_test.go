@@ -476,7 +476,7 @@ func TestAStepsHistoryIsStoredBeforeItsInputsAreAcknowledged(t *testing.T) {
 
 	id := uuid.New()
 	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	s.awaitHistory(ctx, ticket) // as the committer does before acknowledging
+	s.awaitHistory(ctx, ticket, false) // as the committer does before acknowledging
 	events, _, err := readHistory(ctx, js, id)
 	if err != nil || len(events) != 1 || events[0].Seq != 1 {
 		t.Fatalf("right after: %+v, %v; want the event stored", events, err)

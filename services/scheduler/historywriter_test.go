@@ -20,14 +20,23 @@ import (
 )
 
 // startHistory runs a term's writer for a bare Service, as writeHistory
-// does, on js; stop stops it at once.
+// does, on js, storing at once what the committer asks for; stop stops it
+// at once.
 func startHistory(t *testing.T, js jetstream.JetStream) (s *Service, w *historyWriter, stop func()) {
+	t.Helper()
+	return startHistoryCoalescing(t, js, 0)
+}
+
+// startHistoryCoalescing is startHistory with the least time between two
+// stores asked for, and as long between two stores not asked for.
+func startHistoryCoalescing(t *testing.T, js jetstream.JetStream, coalesce time.Duration) (s *Service, w *historyWriter, stop func()) {
 	t.Helper()
 	var dropped atomic.Uint64
 	s = &Service{js: js, log: quiet(), historyStats: &historyStats{}, history: &historyRecorder{dropped: &dropped}}
 	in := make(chan []historyItem, historyQueue)
 	s.history.out = in
-	w = &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{})}
+	w = &historyWriter{js: js, log: quiet(), in: in, stats: s.historyStats, flushNow: make(chan struct{}, 1), stored: make(chan struct{}),
+		coalesce: coalesce, flushEvery: max(coalesce, historyFlushEvery)}
 	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,9 +101,96 @@ func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
 	}
 	id := uuid.New()
 	ticket := s.history.send([]historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}})
-	s.awaitHistory(ctx, ticket)
+	s.awaitHistory(ctx, ticket, false)
 	if events, _, err := readHistory(ctx, js, id); err != nil || len(events) != 1 {
 		t.Fatalf("after the store came back: %+v, %v; want the event stored before the commit goes on", events, err)
+	}
+}
+
+func TestStepsAskingForTheirHistoryWithinTheCoalescingTimeStoreEachDTRsEventsInOneMessage(t *testing.T) {
+	_, js := bustest.Server(t)
+	ctx := context.Background()
+	s, _, stop := startHistoryCoalescing(t, js, time.Hour)
+	defer stop()
+	id := uuid.New()
+	send := func(state dtr.State, first bool) uint64 {
+		return s.history.send([]historyItem{{id: id, first: first, ev: api.HistoryEvent{Time: time.Now(), State: state}}})
+	}
+	messages := func() uint64 {
+		t.Helper()
+		st, err := js.Stream(ctx, bus.StreamHistory)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(bus.HistorySubject(id.String())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[bus.HistorySubject(id.String())]
+	}
+	// The first store asked for goes out at once.
+	s.awaitHistory(ctx, send(dtr.New, true), false)
+	if got := messages(); got != 1 {
+		t.Fatalf("%d messages after the first step, want 1", got)
+	}
+	// Two more steps whose acknowledgements wait: held (an hour here),
+	// the writer stores them together at its next store, which a step a
+	// caller waits for (urgent) asks for at once.
+	for _, state := range []dtr.State{dtr.CacheChecked, dtr.Resolved} {
+		ticket := send(state, false)
+		waited := make(chan struct{})
+		go func() { defer close(waited); s.awaitHistory(ctx, ticket, false) }()
+		select {
+		case <-waited:
+			t.Fatalf("the step to %s was stored within the hour the writer gathers steps", state)
+		case <-time.After(200 * time.Millisecond):
+		}
+		defer func() { <-waited }()
+	}
+	s.awaitHistory(ctx, send(dtr.QueryReplica, false), true)
+	if got := messages(); got != 2 {
+		t.Fatalf("%d messages after three more steps, stored together, want 2", got)
+	}
+	events, _, err := readHistory(ctx, js, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []dtr.State
+	for _, ev := range events {
+		states = append(states, ev.State)
+	}
+	if want := []dtr.State{dtr.New, dtr.CacheChecked, dtr.Resolved, dtr.QueryReplica}; !slices.Equal(states, want) {
+		t.Fatalf("history %v, want %v", states, want)
+	}
+}
+
+func TestAChangeACallerWaitsForIsNotHeldWhileTheHistoryIsGathered(t *testing.T) {
+	nc, js := bustest.Server(t)
+	ctx := context.Background()
+	s, _, stop := startHistoryCoalescing(t, js, time.Hour)
+	defer stop()
+	s.nc, s.journal = nc, newJournal(js, nil, quiet(), 1<<20, time.Hour, 0)
+	step := func(done func(error)) *commit {
+		id := uuid.New()
+		return &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}}, done: done,
+			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
+	}
+	// A first step, stored at once; the next store is due in an hour.
+	if err := s.carryOut(ctx, []*commit{step(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	// A change asked through the API: its caller hears it once its
+	// history is stored, which is stored at once, not at the next store
+	// due (in an hour), nor given up on after historyAwait.
+	c := step(func(error) {})
+	if err := s.carryOut(ctx, []*commit{c}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.historyStats.unawaited.Load(); n != 0 {
+		t.Fatalf("%d steps went on without their history: the change waited for the history's next store", n)
+	}
+	if events, _, err := readHistory(ctx, js, c.records[0].id); err != nil || len(events) != 1 {
+		t.Fatalf("the change's history: %+v, %v; want its event stored before its caller hears", events, err)
 	}
 }
 
@@ -234,7 +330,7 @@ func TestAStepsHistoryIsStoredOnlyIfItsRecordsWereJournaled(t *testing.T) {
 			if handed := s.history.send(nil); handed != uint64(want) {
 				t.Fatalf("%d batches handed to the writer, want %d", handed, want)
 			}
-			s.awaitHistory(ctx, 1) // what was handed over is stored
+			s.awaitHistory(ctx, 1, false) // what was handed over is stored
 			events, _, err := readHistory(ctx, js, id)
 			if err != nil {
 				t.Fatal(err)
