@@ -98,7 +98,7 @@ func (c *Core) takeReserved(now time.Time, e *entry, granted int64) {
 	c.must(d.Transition(dtr.PreCleaning, now))
 	d.Grant = nextGrant(d)
 	d.Cleanup = false
-	e.lease = c.nanos(now.Add(c.cfg.Lease))
+	c.setLease(e, c.nanos(now.Add(c.cfg.Lease)))
 	e.granted = granted
 	c.count.Grants++
 	c.active[d.ID] = e

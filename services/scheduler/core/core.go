@@ -212,6 +212,10 @@ type Core struct {
 	// leasesPaused is when the lease clock stopped (zero: it runs): the
 	// scheduler could not hear from workers since (leases.go).
 	leasesPaused time.Time
+	// leasesFrom is a time (nanos) no lease of an active DTR runs out
+	// before: expireLeases looks at each active DTR only once it has
+	// passed (setLease lowers it; expireLeases sets it anew).
+	leasesFrom int64
 	// loading is set while the core loads its DTRs in parts, and gone
 	// holds the DTRs it let go meanwhile (load.go).
 	loading bool

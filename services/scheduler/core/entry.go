@@ -213,7 +213,7 @@ func (c *Core) Restore(now time.Time, d *dtr.DTR) error {
 			c.activityLoad.add(e, 1)
 			c.links.resume(e, d.Bytes)
 		}
-		e.lease = c.nanos(now.Add(c.cfg.Lease))
+		c.setLease(e, c.nanos(now.Add(c.cfg.Lease)))
 		e.granted = c.nanos(now)
 		c.active[d.ID] = e
 		if d.Chained && q == dtr.QueryReplica {
@@ -252,7 +252,8 @@ func (c *Core) Renew(now time.Time, d *dtr.DTR) error {
 		return err
 	}
 	if e := c.active[d.ID]; same && e != nil {
-		e.granted, e.lease = granted, lease
+		e.granted = granted
+		c.setLease(e, lease)
 	}
 	return nil
 }
@@ -501,7 +502,7 @@ func (c *Core) Progress(now time.Time, id uuid.UUID, grant string, bytes int64) 
 	if !ok || e.d.Grant != grant {
 		return fmt.Errorf("%w: dtr %s grant %s", ErrStaleResult, id, grant)
 	}
-	e.lease = c.nanos(now.Add(c.cfg.Lease))
+	c.setLease(e, c.nanos(now.Add(c.cfg.Lease)))
 	if bytes > e.d.Bytes {
 		e.d.Bytes = bytes
 	}

@@ -211,7 +211,7 @@ func (c *Core) issueGrant(now time.Time, s dtr.State, e *entry, emergency bool) 
 	}
 	d.Cleanup = k.CleansUp && e.post != postFinaliseAgain && (d.Error != nil || d.Cancel)
 	e.endPost(postFinaliseAgain)
-	e.lease = c.nanos(now.Add(c.cfg.Lease))
+	c.setLease(e, c.nanos(now.Add(c.cfg.Lease)))
 	e.granted = c.nanos(now)
 	g := c.grantOf(e)
 	g.Emergency = emergency

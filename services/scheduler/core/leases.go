@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -39,15 +40,25 @@ func (c *Core) ResumeLeases(now time.Time) {
 		for _, e := range c.active {
 			e.lease += int64(d)
 		}
+		if c.leasesFrom <= math.MaxInt64-int64(d) { // none active: it stays the most
+			c.leasesFrom += int64(d)
+		}
 	}
 	c.leasesPaused = time.Time{}
 }
 
 func (c *Core) expireLeases(now time.Time) {
+	at := c.nanos(now)
+	if at <= c.leasesFrom {
+		return // no lease has run out
+	}
 	var expired []*entry
+	c.leasesFrom = math.MaxInt64
 	for _, e := range c.active {
-		if c.nanos(now) > e.lease {
+		if at > e.lease {
 			expired = append(expired, e)
+		} else {
+			c.leasesFrom = min(c.leasesFrom, e.lease)
 		}
 	}
 	sort.Slice(expired, func(i, j int) bool { return expired[i].seq < expired[j].seq })
@@ -74,6 +85,12 @@ func (c *Core) expireLeases(now time.Time) {
 		c.must(d.Transition(classOf(e.queued).HungTo, now))
 		c.route(now, e)
 	}
+}
+
+// setLease gives e's grant a lease running out at lease (nanos).
+func (c *Core) setLease(e *entry, lease int64) {
+	e.lease = lease
+	c.leasesFrom = min(c.leasesFrom, lease)
 }
 
 // LeaseEnds returns when the lease of the grant a DTR holds runs out if

@@ -383,3 +383,60 @@ func TestLeaseEndsSaysWhenAGrantIsGivenUpUnlessItsWorkerIsHeard(t *testing.T) {
 		t.Fatal("a DTR the core does not hold has a lease")
 	}
 }
+
+func TestEachLeaseRunsOutAtItsOwnTimeWhateverTheOthersHeld(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Lease = time.Minute
+	cases := []struct {
+		name string
+		// renewed: the first grant's worker is heard this long after its
+		// grant (0: never).
+		renewed time.Duration
+	}{
+		{"three grants given 20 s apart, none heard again", 0},
+		{"the first grant's worker heard after 50 s, so it outlasts the others", 50 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, cfg)
+			var ds []*dtr.DTR
+			var gs []Grant
+			due := map[string]time.Time{} // each grant's lease end
+			var first time.Time
+			for i := range 3 {
+				if i > 0 {
+					h.tick(20 * time.Second)
+				}
+				d := newDTR(i, "x", "")
+				g := h.transferGrant(d)
+				ds, gs = append(ds, d), append(gs, g)
+				due[g.ID] = h.now.Add(cfg.Lease)
+				if i == 0 {
+					first = h.now
+				}
+			}
+			ended := map[string]time.Time{}
+			renewed := false
+			for range 200 {
+				h.tick(time.Second)
+				if tc.renewed > 0 && !renewed && !h.now.Before(first.Add(tc.renewed)) {
+					if err := h.c.Progress(h.now, ds[0].ID, gs[0].ID, 1); err != nil {
+						t.Fatal(err)
+					}
+					renewed, due[gs[0].ID] = true, h.now.Add(cfg.Lease)
+				}
+				for i, d := range ds {
+					if got, _ := h.c.Get(d.ID); ended[gs[i].ID].IsZero() && got.Grant != gs[i].ID {
+						ended[gs[i].ID] = h.now
+					}
+				}
+			}
+			for i, g := range gs {
+				at := ended[g.ID]
+				if at.IsZero() || at.Before(due[g.ID]) || at.After(due[g.ID].Add(time.Second)) {
+					t.Errorf("grant %d's lease ran out at %s, want within a second after %s", i, at.Format(time.TimeOnly), due[g.ID].Format(time.TimeOnly))
+				}
+			}
+		})
+	}
+}
