@@ -92,6 +92,9 @@ type Report struct {
 	Warnings []string
 }
 
+// ms writes a short time in milliseconds.
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
 // times writes a ratio to two places, rounded down: 0.998 is "0.99×",
 // never a "1.00×" that misses a target of 1.0.
 func times(r float64) string {
@@ -238,6 +241,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			Command: fmt.Sprintf("go test -run XXX -bench 'ThroughputARCDefaults$' -benchtime %dx ./bench/", o.ARCFiles)})
 	}
 
+	// Why a DTR costs more at ARC's slot counts: fewer DTRs in each
+	// message, so more messages through the server for each.
+	if o.ARCFiles > 0 {
+		say("NATS messages per DTR, %d and %d slots per state…", ARCSlots, ThroughputSlots)
+		arcTotal, arcKinds, err := MessagesPerDTR(ctx, dir("messages-arc"), o.ARCFiles, 0)
+		if err != nil {
+			return nil, err
+		}
+		total, kinds, err := MessagesPerDTR(ctx, dir("messages"), o.Files, ThroughputSlots)
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, Figure{What: "NATS messages through the server per DTR, 1 KiB file:// files, all roles in one process (every message a client publishes and every one the server sends to a client's inbox; counted by a subscription to every subject)",
+			Value: fmt.Sprintf("%d slots per state (ARC's defaults): %s; %d slots per state: %s", ARCSlots, messagesValue(arcTotal, arcKinds), ThroughputSlots, messagesValue(total, kinds))})
+	}
+
 	if o.BigFile > 0 {
 		say("big files: one of %d MiB, file→file, http→file, with checksums; %d of 10 MiB…", o.BigFile>>20, o.BigFiles)
 		bd := dir("big")
@@ -265,8 +284,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r.Figures = append(r.Figures, Figure{What: fmt.Sprintf("Slot utilisation, saturated (10 transfer slots, 2×%d downloads of 200 ms; %d s with both shares waiting)", o.Saturate, sat.Seconds),
-		Value: fmt.Sprintf("%.1f%% of slots granted; %.2f%% of slot-time moving bytes while the slots were saturated (all busy first to last transfer start), %.2f%% over the whole run",
-			100*sat.Utilisation, 100*sat.Transferring, 100*sat.TransferringAll),
+		Value: fmt.Sprintf("%.1f%% of slots granted; %.2f%% of slot-time moving bytes while the slots were saturated (all busy first to last transfer start), %.2f%% over the whole run; "+
+			"a slot's turnaround, p50 (p90): %s (%s) from a transfer's end to the decision on its result, %s (%s) from a grant's decision to its transfer's start",
+			100*sat.Utilisation, 100*sat.Transferring, 100*sat.TransferringAll,
+			ms(Percentile(sat.ToDecision, 50)), ms(Percentile(sat.ToDecision, 90)), ms(Percentile(sat.ToStart, 50)), ms(Percentile(sat.ToStart, 90))),
 		Target: "≥ 99.5% of slot-time moving bytes", Met: met(sat.Transferring >= 0.995)})
 	r.Figures = append(r.Figures, Figure{What: "Realised transfer split against the configured one (atlas=60, cms=40)",
 		Value: fmt.Sprintf("atlas %.1f%% (configured %.0f%%), cms %.1f%% (configured %.0f%%)",

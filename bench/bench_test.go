@@ -27,8 +27,8 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Figures) != 14 {
-		t.Fatalf("%d figures, want 14 (no separate processes): %+v", len(r.Figures), r.Figures)
+	if len(r.Figures) != 15 {
+		t.Fatalf("%d figures, want 15 (no separate processes): %+v", len(r.Figures), r.Figures)
 	}
 	if cp := r.Figures[2]; !strings.Contains(cp.What, "cp -r") || !strings.HasSuffix(cp.Value, "files/s") {
 		t.Errorf("the cp baseline: %+v", cp)
@@ -49,7 +49,7 @@ func TestBenchMeasuresEveryFigureAndWritesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"# Benchmarks", "cores", "| What | Figure | Target | Met | Command |", "bare pipeline", "batched pipeline",
-		"p50", "restart", "this run of `sluice bench -test`", "| `sluice bench` (this run) |", "-bench 'BatchedPipeline$' -benchtime 200x ./bench/` |"} {
+		"p50", "restart", "NATS messages through the server per DTR", "this run of `sluice bench -test`", "| `sluice bench` (this run) |", "-bench 'BatchedPipeline$' -benchtime 200x ./bench/` |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}

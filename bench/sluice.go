@@ -8,15 +8,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-dtr/sluice/internal/app"
 	"github.com/sluice-dtr/sluice/pkg/api"
+	"github.com/sluice-dtr/sluice/pkg/bus"
 	"github.com/sluice-dtr/sluice/pkg/bus/codec"
 	"github.com/sluice-dtr/sluice/pkg/dtr"
 	"github.com/sluice-dtr/sluice/pkg/job"
@@ -199,6 +202,12 @@ type Saturation struct {
 	// seconds, and Configured the part its priority gives it.
 	Split, Configured map[string]float64
 	Seconds           int
+	// ToDecision is, for each transfer, the time from its end (by its
+	// worker's clock) to the scheduler's decision on its result, and
+	// ToStart the time from the scheduler's decision to grant it to its
+	// start: together, what a slot stands idle between two transfers.
+	// Sorted; from the DTRs' history.
+	ToDecision, ToStart []time.Duration
 }
 
 // Saturate runs two VOs' jobs (atlas=60, cms=40) of HTTP downloads that
@@ -222,11 +231,13 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	defer stopSrc()
 	var mu sync.Mutex
 	var spans [][2]time.Time
+	transfers := map[uuid.UUID][2]time.Time{}
 	sub, err := s.nc.Subscribe(api.SubjectDTRFinal, func(m *nats.Msg) {
 		fs, _ := codec.DecodeFinals(context.Background(), m)
 		mu.Lock()
 		for _, f := range fs {
 			spans = append(spans, [2]time.Time{f.DTR.Started, f.DTR.Ended})
+			transfers[f.DTR.ID] = [2]time.Time{f.DTR.Started, f.DTR.Ended}
 		}
 		mu.Unlock()
 	})
@@ -294,7 +305,59 @@ func Saturate(ctx context.Context, dir string, perShare int, delay time.Duration
 	mu.Lock()
 	defer mu.Unlock()
 	sat.Transferring, sat.TransferringAll = slotTimeMoving(spans, cfg.MaxDelivery)
+	if sat.ToDecision, sat.ToStart, err = turnarounds(ctx, s.js, transfers); err != nil {
+		return sat, fmt.Errorf("saturate: %w", err)
+	}
 	return sat, nil
+}
+
+// turnarounds reads every DTR's history and returns, for each transfer of
+// transfers (by DTR), the time from its end to the decision on its result
+// (the time of the event that left TRANSFERRING), and from its grant (the
+// event that entered it) to its start, each sorted.
+func turnarounds(ctx context.Context, js jetstream.JetStream, transfers map[uuid.UUID][2]time.Time) (toDecision, toStart []time.Duration, err error) {
+	st, err := js.Stream(ctx, bus.StreamHistory)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, bus.StreamHistory, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	events := map[uuid.UUID][]api.HistoryEvent{}
+	for read := uint64(0); read < info.State.Msgs; read++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, nil, fmt.Errorf("history: %w", err)
+		}
+		id, err := uuid.Parse(strings.TrimPrefix(m.Subject(), bus.SubjectHistoryPrefix))
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Events []api.HistoryEvent `json:"events"`
+		}
+		if err := json.Unmarshal(m.Data(), &rec); err != nil {
+			return nil, nil, fmt.Errorf("history of %s: %w", id, err)
+		}
+		events[id] = append(events[id], rec.Events...)
+	}
+	for id, span := range transfers {
+		evs := events[id]
+		for i, ev := range evs {
+			if ev.State == dtr.Transferring && i+1 < len(evs) {
+				toStart = append(toStart, span[0].Sub(ev.Time))
+				toDecision = append(toDecision, evs[i+1].Time.Sub(span[1]))
+			}
+		}
+	}
+	slices.Sort(toDecision)
+	slices.Sort(toStart)
+	return toDecision, toStart, nil
 }
 
 // ScaleOut moves perReplica·replicas HTTP downloads that each take delay
