@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -303,6 +304,25 @@ func FuzzParsePriorityFileReportsBadLinesByNumberAndTakesTheRest(f *testing.F) {
 		}
 		if next != len(changes) {
 			t.Fatalf("%d changes from %d good lines", len(changes), next)
+		}
+	})
+}
+
+// FuzzHostOfNamesTheEndpointAsURLParseDoes checks hostOf's quick path
+// against url.Parse: the same endpoint for every string.
+func FuzzHostOfNamesTheEndpointAsURLParseDoes(f *testing.F) {
+	for _, s := range []string{"http://host.example:8080/a/b?c#d", "file:///data/x", "https://user@h/p", "HTTP://h/", "http://h:x/",
+		"http://h/%zz", "root://eos.cern.ch:1094//eos/f", "s3://bucket/key", "http://[::1]:80/", "http://h:/p", "a+b-c.d://H-1.x/", "1http://h/",
+		"http://h\x7f/", "http://h/a b", "://h/", "http:/h/p", "http://h#frag%zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		want := ""
+		if u, err := url.Parse(raw); err == nil {
+			want = u.Scheme + "://" + u.Host
+		}
+		if got := hostOf(raw); got != want {
+			t.Fatalf("hostOf(%q) = %q, url.Parse gives %q", raw, got, want)
 		}
 	})
 }

@@ -150,22 +150,37 @@ const (
 )
 
 // heldEvents are the events waiting to be published, by DTR in the order
-// they first came.
+// they first came. They are held in one slice, each DTR's chained in the
+// order they came (next), and copied into one group per DTR as they are
+// taken: a DTR's events of many steps cost no growing of a slice of its
+// own.
 type heldEvents struct {
-	byDTR map[uuid.UUID][]historyItem
+	items []historyItem
+	next  []int32 // the index of the same DTR's next event; -1: none
+	dtrs  map[uuid.UUID]heldChain
 	order []uuid.UUID
 	n     int
 }
 
+// heldChain is where a DTR's held events are: its first and last, and how
+// many.
+type heldChain struct{ first, last, n int32 }
+
 func (h *heldEvents) add(items []historyItem) {
-	if h.byDTR == nil {
-		h.byDTR = map[uuid.UUID][]historyItem{}
+	if h.dtrs == nil {
+		h.dtrs = map[uuid.UUID]heldChain{}
 	}
 	for _, it := range items {
-		if _, ok := h.byDTR[it.id]; !ok {
+		i := int32(len(h.items))
+		h.items, h.next = append(h.items, it), append(h.next, -1)
+		if c, ok := h.dtrs[it.id]; ok {
+			h.next[c.last] = i
+			c.last, c.n = i, c.n+1
+			h.dtrs[it.id] = c
+		} else {
+			h.dtrs[it.id] = heldChain{i, i, 1}
 			h.order = append(h.order, it.id)
 		}
-		h.byDTR[it.id] = append(h.byDTR[it.id], it)
 		h.n++
 	}
 }
@@ -174,9 +189,15 @@ func (h *heldEvents) add(items []historyItem) {
 func (h *heldEvents) take() [][]historyItem {
 	out := make([][]historyItem, 0, len(h.order))
 	for _, id := range h.order {
-		out = append(out, h.byDTR[id])
+		c := h.dtrs[id]
+		g := make([]historyItem, 0, c.n)
+		for i := c.first; i >= 0; i = h.next[i] {
+			g = append(g, h.items[i])
+		}
+		out = append(out, g)
 	}
-	h.byDTR, h.order, h.n = nil, nil, 0
+	clear(h.items) // what the events point to is not kept
+	h.items, h.next, h.dtrs, h.order, h.n = h.items[:0], h.next[:0], nil, nil, 0
 	return out
 }
 

@@ -553,3 +553,51 @@ func TestMessagesOfHistoryLostBeforeAnAcknowledgedOneCountAsDropped(t *testing.T
 		t.Fatalf("%d counted written and %d dropped of %d, where the stream holds %d", written, dropped, len(groups), info.State.Msgs)
 	}
 }
+
+func TestHeldEventsComeOutOneGroupADTRInTheOrderTheyCame(t *testing.T) {
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	it := func(id uuid.UUID, st dtr.State) historyItem {
+		return historyItem{id: id, ev: api.HistoryEvent{State: st}}
+	}
+	cases := []struct {
+		name    string
+		batches [][]historyItem
+		want    [][]dtr.State // by DTR, in the order each first came
+	}{
+		{"one DTR, one event", [][]historyItem{{it(a, dtr.New)}}, [][]dtr.State{{dtr.New}}},
+		{"three DTRs interleaved over three steps",
+			[][]historyItem{{it(a, dtr.New), it(b, dtr.New)}, {it(a, dtr.CacheChecked), it(c, dtr.New)}, {it(b, dtr.Resolved), it(a, dtr.QueryReplica)}},
+			[][]dtr.State{{dtr.New, dtr.CacheChecked, dtr.QueryReplica}, {dtr.New, dtr.Resolved}, {dtr.New}}},
+	}
+	var h heldEvents // used again after each take, as the writer does
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			total := 0
+			for _, batch := range tc.batches {
+				h.add(batch)
+				total += len(batch)
+			}
+			if h.n != total {
+				t.Fatalf("%d events held, want %d", h.n, total)
+			}
+			groups := h.take()
+			var got [][]dtr.State
+			for _, g := range groups {
+				var states []dtr.State
+				for _, e := range g {
+					if e.id != g[0].id {
+						t.Fatalf("a group holds events of DTRs %s and %s", g[0].id, e.id)
+					}
+					states = append(states, e.ev.State)
+				}
+				got = append(got, states)
+			}
+			if !slices.EqualFunc(got, tc.want, slices.Equal[[]dtr.State]) {
+				t.Fatalf("groups %v, want %v", got, tc.want)
+			}
+			if h.n != 0 || len(h.take()) != 0 {
+				t.Fatal("events still held after they were taken")
+			}
+		})
+	}
+}

@@ -20,22 +20,22 @@ import (
 // control directory): one line per unfinished DTR, "<id> <STATE> <priority>
 // <share>", and for TRANSFER and TRANSFERRING also " <destination>
 // <delivery host>". The host is that of the worker process delivering the
-// DTR, from hostOf(its grant) (the host in its heartbeats); it is empty,
+// DTR, from deliveryHost(its grant) (the host in its heartbeats); it is empty,
 // as ARC writes it for local delivery, for a DTR still queued for
 // TRANSFER and for one whose deliverer has not been heard from. The share
 // (a DN, say), the destination and the host are written by stateField:
 // whitespace, control characters and '%' percent-encoded, so that the
 // token count stays right (ARC's own file gets spaces wrong) and no value
 // can end a line or start another.
-func StateLines(ds []dtr.DTR, hostOf func(grant string) string) []byte {
+func StateLines(ds []dtr.DTR, deliveryHost func(grant string) string) []byte {
 	var b bytes.Buffer
 	for i := range ds {
 		d := &ds[i]
 		fmt.Fprintf(&b, "%s %s %d %s", d.ID, d.State, d.Priority, stateField(d.Share))
 		if d.State == dtr.Transfer || d.State == dtr.Transferring {
 			host := ""
-			if d.State == dtr.Transferring && d.Grant != "" && hostOf != nil {
-				host = hostOf(d.Grant)
+			if d.State == dtr.Transferring && d.Grant != "" && deliveryHost != nil {
+				host = deliveryHost(d.Grant)
 			}
 			fmt.Fprintf(&b, " %s %s", stateField(d.Destination), stateField(host))
 		}

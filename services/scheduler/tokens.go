@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,12 +226,57 @@ func linkOf(d *dtr.DTR) string {
 	return hostOf(d.Source) + " -> " + hostOf(d.Target())
 }
 
+// hostOf names the endpoint of a URL: "scheme://host[:port]", "" if it
+// does not parse.
 func hostOf(raw string) string {
+	if h, ok := plainHostOf(raw); ok {
+		return h
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""
 	}
 	return u.Scheme + "://" + u.Host
+}
+
+// plainHostOf is hostOf without url.Parse (which costs more than the rest
+// of a small file's grant) for the URLs nearly all are: printable ASCII
+// without escapes, a lower-case scheme, and a host of letters, digits,
+// dots and hyphens with at most a numeric port, without user information.
+// ok is false for any other URL.
+func plainHostOf(raw string) (host string, ok bool) {
+	for _, c := range []byte(raw) {
+		if c <= ' ' || c >= 0x7f || c == '%' {
+			return "", false
+		}
+	}
+	scheme, rest, found := strings.Cut(raw, "://")
+	if !found || scheme == "" || scheme[0] < 'a' || scheme[0] > 'z' {
+		return "", false
+	}
+	for _, c := range []byte(scheme) {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.') {
+			return "", false
+		}
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	name, port, hasPort := strings.Cut(rest[:end], ":")
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-') {
+			return "", false
+		}
+	}
+	if hasPort {
+		for _, c := range []byte(port) {
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+	}
+	return raw[:len(scheme)+3+end], true
 }
 
 // observe learns from a DTR that finished.
