@@ -107,7 +107,7 @@ type Config struct {
 	Retention time.Duration `envconfig:"RETENTION" default:"720h" desc:"how long the record of a final DTR (bucket sluice_dtrs) and an ended job's records (sluice_jobs) are kept (720h: 30 days); 0 keeps them for ever. Past it the id is unknown: submitted again, it runs again. Needs NATS 2.11 or later"`
 	// HistoryOff turns off the recording of every DTR's history
 	// (history.go).
-	HistoryOff bool `envconfig:"HISTORY_OFF" default:"false" desc:"true: record no DTR's history (sluice history, the web page's timeline) in SLUICE_HISTORY; recording costs about a third more CPU a DTR, and a fifth of the throughput, on 1 KiB files at a thousand a second and more (BENCHMARKS.md), little on real transfers"`
+	HistoryOff bool `envconfig:"HISTORY_OFF" default:"false" desc:"true: record no DTR's history (sluice history, the web page's timeline) in SLUICE_HISTORY; recording costs about a ninth more CPU a DTR, and an eighth of the throughput, on 1 KiB files at thousands a second (BENCHMARKS.md), little on real transfers"`
 	// The most bytes each stream and bucket may hold (bus.Limits).
 	StoreLimits
 	// CheckpointEvery and CheckpointRecords say how often the records in
