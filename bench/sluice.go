@@ -347,11 +347,14 @@ func turnarounds(ctx context.Context, js jetstream.JetStream, transfers map[uuid
 		events[id] = append(events[id], rec.Events...)
 	}
 	for id, span := range transfers {
+		// The last transfer's grant: the DTR's final DTR says when that
+		// one began and ended (an earlier, failed one is not measured).
 		evs := events[id]
-		for i, ev := range evs {
-			if ev.State == dtr.Transferring && i+1 < len(evs) {
-				toStart = append(toStart, span[0].Sub(ev.Time))
+		for i := len(evs) - 2; i >= 0; i-- {
+			if evs[i].State == dtr.Transferring {
+				toStart = append(toStart, span[0].Sub(evs[i].Time))
 				toDecision = append(toDecision, evs[i+1].Time.Sub(span[1]))
+				break
 			}
 		}
 	}

@@ -537,9 +537,16 @@ func (s *Service) store(ctx context.Context, cs []*commit) (published, error) {
 		}
 		s.journal.SetIndex(index, before)
 	}
-	// Journaled: the steps happened, and their history is recorded.
+	// Journaled: the steps happened, and their history is recorded. A
+	// step whose caller waits has its history stored at once, even while
+	// the settler waits for the steps before it to be gathered.
+	urgent := false
 	for _, c := range cs {
 		history = s.history.send(c.events)
+		urgent = urgent || c.done != nil && len(c.events) > 0
+	}
+	if w := s.historyWriter.Load(); w != nil && urgent {
+		w.ask(true)
 	}
 	if err := out.Wait(ctx); err != nil {
 		return published{}, fmt.Errorf("publish rejections: %w", err)

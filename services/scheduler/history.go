@@ -484,8 +484,9 @@ func (s *Service) writeHistory(ctx context.Context) (stop func()) {
 	} else {
 		js, closeConn = hjs, nc.Close
 	}
+	coalesce := cmp.Or(s.historyCoalesce, historyCoalesce)
 	w := &historyWriter{js: js, log: s.log, retention: s.cfg.Retention, in: in, stats: s.historyStats, names: s.workerNames,
-		flushNow: make(chan struct{}, 1), stored: make(chan struct{}), coalesce: historyCoalesce}
+		flushNow: make(chan struct{}, 1), stored: make(chan struct{}), coalesce: coalesce, flushEvery: max(coalesce, historyFlushEvery)}
 	s.history.queued = &w.queued
 	s.historyWriter.Store(w)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -523,9 +524,6 @@ func (s *Service) awaitHistory(ctx context.Context, ticket uint64, urgent bool) 
 	if w == nil || ticket == 0 {
 		return
 	}
-	if urgent {
-		w.urgent.Store(true)
-	}
 	if w.lagging.Load() {
 		w.stats.unawaited.Add(1)
 		return
@@ -537,10 +535,7 @@ func (s *Service) awaitHistory(ctx context.Context, ticket uint64, urgent bool) 
 		if done >= ticket {
 			return
 		}
-		select {
-		case w.flushNow <- struct{}{}:
-		default:
-		}
+		w.ask(urgent)
 		select {
 		case <-stored:
 		case <-deadline.C:

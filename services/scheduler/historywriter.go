@@ -106,6 +106,18 @@ func (w *historyWriter) pruneNext(now time.Time) {
 	}
 }
 
+// ask asks the writer to store what it holds: at once if urgent, else
+// once historyCoalesce has passed since its last store began.
+func (w *historyWriter) ask(urgent bool) {
+	if urgent {
+		w.urgent.Store(true)
+	}
+	select {
+	case w.flushNow <- struct{}{}:
+	default:
+	}
+}
+
 // lag notes that a commit waited for the store in vain: the commits
 // stop waiting for history until a store succeeds promptly again.
 func (w *historyWriter) lag() {
@@ -132,9 +144,8 @@ func (w *historyWriter) caughtUp() {
 // they hold, unless a caller waits for one of the steps (urgent). A DTR of
 // a small file passes through its states within a few hundred
 // milliseconds, so held this long its events go out in one or two
-// messages rather than one a step: 1.1 to 1.5 messages a DTR instead of
-// 5.9 on 1 KiB files at 500 slots, and about a fifth less CPU in the NATS
-// server (BENCHMARKS.md). A step's inputs are acknowledged up to this much
+// messages rather than one a step: about 1.7 to 2.2 messages a DTR instead
+// of 5.9 on 1 KiB files at 500 slots (BENCHMARKS.md). A step's inputs are acknowledged up to this much
 // later; its grants and final DTRs are not held.
 const (
 	historyBatchMax   = 20000
@@ -161,6 +172,10 @@ type heldEvents struct {
 	order []uuid.UUID
 	n     int
 }
+
+// heldKept is the most events whose arrays heldEvents keeps between
+// stores (about 2 MB).
+const heldKept = 8192
 
 // heldChain is where a DTR's held events are: its first and last, and how
 // many.
@@ -198,6 +213,9 @@ func (h *heldEvents) take() [][]historyItem {
 	}
 	clear(h.items) // what the events point to is not kept
 	h.items, h.next, h.dtrs, h.order, h.n = h.items[:0], h.next[:0], nil, nil, 0
+	if cap(h.items) > heldKept {
+		h.items, h.next = nil, nil // a burst's arrays are not kept for the term
+	}
 	return out
 }
 

@@ -194,6 +194,52 @@ func TestAChangeACallerWaitsForIsNotHeldWhileTheHistoryIsGathered(t *testing.T) 
 	}
 }
 
+func TestAChangeACallerWaitsForIsStoredAtOnceWhileEarlierStepsAreGathered(t *testing.T) {
+	nc, js, kv := journalServer(t)
+	ctx := context.Background()
+	s, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
+	s.historyCoalesce = time.Hour
+	stopHistory := s.writeHistory(ctx)
+	defer stopHistory()
+	step := func(done func(error)) *commit {
+		id := uuid.New()
+		return &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}}, done: done,
+			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
+	}
+	commits, failed := make(chan *commit), make(chan error, 1)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
+	defer func() { close(commits); <-stopped }()
+	commits <- step(nil) // stored at once; the next store is due in an hour
+	time.Sleep(50 * time.Millisecond)
+	// A step whose settle waits for its history to be gathered (for the
+	// hour, or historyAwait, after which the writer counts as lagging).
+	commits <- step(nil)
+	time.Sleep(50 * time.Millisecond)
+	// A change asked through the API behind it: stored at once, and the
+	// step before it with it.
+	heard := make(chan struct{})
+	commits <- step(func(error) { close(heard) })
+	<-heard
+	if n := s.historyStats.unawaited.Load(); n != 0 {
+		t.Fatalf("%d steps went on without their history: the change waited behind the gathered step", n)
+	}
+	w := s.historyWriter.Load()
+	if w.lagging.Load() {
+		t.Fatal("the writer is lagging: a step waited historyAwait for its history")
+	}
+	// A caller that waits for history already stored leaves no ask for
+	// the next store: the steps after it are gathered again.
+	s.awaitHistory(ctx, 1, true)
+	if w.urgent.Load() {
+		t.Fatal("waiting for history already stored left the next store urgent")
+	}
+}
+
 func TestAFailedLookupOfTheLastNumberHoldsTheEventsBackInsteadOfNumberingFromOne(t *testing.T) {
 	_, js := bustest.Server(t)
 	ctx := context.Background()

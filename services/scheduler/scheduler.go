@@ -196,9 +196,12 @@ type Service struct {
 	// gatherFor, if set, replaces gatherFinalsFor (tests hold final DTRs
 	// for longer, to see them held).
 	gatherFor time.Duration
-	stopped   chan struct{}
-	mon       *monitor
-	ready     atomic.Bool
+	// historyCoalesce, if set, replaces historyCoalesce (tests gather a
+	// writer's steps for longer, and hold them at most as long).
+	historyCoalesce time.Duration
+	stopped         chan struct{}
+	mon             *monitor
+	ready           atomic.Bool
 	// looped is when the scheduling loop last came round (Unix ns).
 	looped atomic.Int64
 	// maxDTR is the largest DTR taken from dtr.submit (bus.MaxDTRBytes).
