@@ -212,13 +212,9 @@ func TestTheFinalDTRsOfConsecutiveStepsGoOutInOneEventAndTheirInputsAreAcknowled
 		{name: "the committer stops", window: time.Hour, finals: []int{2, 0, 1}, close: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			nc, js, kv := journalServer(t)
+			s := journaledService(t)
+			nc, js := s.nc, s.js
 			ctx := context.Background()
-			s, err := New(Config{}, nc, quiet())
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
 			s.gatherFor = tt.window
 			steps := len(tt.finals)
 			if tt.end != nil {
@@ -606,6 +602,20 @@ func TestTheFinalDTRsANewLeaderAnnouncesAgainStayInTheJournalUntilTheirEventIsSt
 	}
 }
 
+// journaledService is a scheduler of its own NATS server, with a journal
+// and nothing else running.
+func journaledService(t *testing.T) *Service {
+	t.Helper()
+	nc, js, kv := journalServer(t)
+	s, err := New(Config{}, nc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.js = js
+	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
+	return s
+}
+
 // TestTheFinalDTRsOfAStepThatFailedAfterItsAppendStayInTheJournal: held
 // steps that ended DTRs are announced when a later step fails to store
 // after its records were journaled (its rejection finds no stream); they
@@ -613,13 +623,9 @@ func TestTheFinalDTRsANewLeaderAnnouncesAgainStayInTheJournalUntilTheirEventIsSt
 // journal's end, so that a checkpoint keeps the failed step's message and
 // the next leader announces its final DTR.
 func TestTheFinalDTRsOfAStepThatFailedAfterItsAppendStayInTheJournal(t *testing.T) {
-	nc, js, kv := journalServer(t)
+	s := journaledService(t)
+	nc, js, kv := s.nc, s.js, s.journal.kv
 	ctx := context.Background()
-	s, err := New(Config{}, nc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
 	s.gatherFor = time.Hour
 	held, _ := finalStep(t, s, 1, nil)
 	failing, failingIDs := finalStep(t, s, 1, nil)

@@ -45,6 +45,14 @@ func startHistoryCoalescing(t *testing.T, js jetstream.JetStream, coalesce time.
 	return s, w, func() { cancel(); <-done }
 }
 
+// newStep is a step's commit of one new DTR: its record, and its arrival
+// as its history; done, if set, is its caller's.
+func newStep(done func(error)) *commit {
+	id := uuid.New()
+	return &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}}, done: done,
+		events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
+}
+
 func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
 	nc, js := bustest.Server(t)
 	ctx := context.Background()
@@ -64,10 +72,7 @@ func TestAHistoryStoreThatNeverAnswersCostsOneWaitNotOneEachStep(t *testing.T) {
 	const commits = 8
 	began := time.Now()
 	for range commits { // each step's commit: a record journaled, its history handed over
-		id := uuid.New()
-		c := &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}},
-			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
-		if err := s.carryOut(ctx, []*commit{c}); err != nil {
+		if err := s.carryOut(ctx, []*commit{newStep(nil)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,19 +175,14 @@ func TestAChangeACallerWaitsForIsNotHeldWhileTheHistoryIsGathered(t *testing.T) 
 	s, _, stop := startHistoryCoalescing(t, js, time.Hour)
 	defer stop()
 	s.nc, s.journal = nc, newJournal(js, nil, quiet(), 1<<20, time.Hour, 0)
-	step := func(done func(error)) *commit {
-		id := uuid.New()
-		return &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}}, done: done,
-			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
-	}
 	// A first step, stored at once; the next store is due in an hour.
-	if err := s.carryOut(ctx, []*commit{step(nil)}); err != nil {
+	if err := s.carryOut(ctx, []*commit{newStep(nil)}); err != nil {
 		t.Fatal(err)
 	}
 	// A change asked through the API: its caller hears it once its
 	// history is stored, which is stored at once, not at the next store
 	// due (in an hour), nor given up on after historyAwait.
-	c := step(func(error) {})
+	c := newStep(func(error) {})
 	if err := s.carryOut(ctx, []*commit{c}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,35 +195,25 @@ func TestAChangeACallerWaitsForIsNotHeldWhileTheHistoryIsGathered(t *testing.T) 
 }
 
 func TestAChangeACallerWaitsForIsStoredAtOnceWhileEarlierStepsAreGathered(t *testing.T) {
-	nc, js, kv := journalServer(t)
+	s := journaledService(t)
 	ctx := context.Background()
-	s, err := New(Config{}, nc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.journal = newJournal(js, kv, quiet(), 1<<20, time.Hour, 1<<30)
 	s.historyCoalesce = time.Hour
 	stopHistory := s.writeHistory(ctx)
 	defer stopHistory()
-	step := func(done func(error)) *commit {
-		id := uuid.New()
-		return &commit{records: []record{{id: id, data: []byte(`{"id":"` + id.String() + `"}`)}}, done: done,
-			events: []historyItem{{id: id, first: true, ev: api.HistoryEvent{Time: time.Now(), State: dtr.New}}}}
-	}
 	commits, failed := make(chan *commit), make(chan error, 1)
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); s.commitLoop(ctx, commits, failed) }()
 	defer func() { close(commits); <-stopped }()
-	commits <- step(nil) // stored at once; the next store is due in an hour
+	commits <- newStep(nil) // stored at once; the next store is due in an hour
 	time.Sleep(50 * time.Millisecond)
 	// A step whose settle waits for its history to be gathered (for the
 	// hour, or historyAwait, after which the writer counts as lagging).
-	commits <- step(nil)
+	commits <- newStep(nil)
 	time.Sleep(50 * time.Millisecond)
 	// A change asked through the API behind it: stored at once, and the
 	// step before it with it.
 	heard := make(chan struct{})
-	commits <- step(func(error) { close(heard) })
+	commits <- newStep(func(error) { close(heard) })
 	<-heard
 	if n := s.historyStats.unawaited.Load(); n != 0 {
 		t.Fatalf("%d steps went on without their history: the change waited behind the gathered step", n)
