@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,7 +157,7 @@ func Failover(ctx context.Context, dir string, n int, cutOff bool) (FailoverResu
 	}
 	newGrants := func() int { n, _ := grants.after(lost, lostTerm); return n }
 	if err := until(ctx, time.Minute, func() bool { return b.Role() == "leader" && newGrants() > 0 }); err != nil {
-		return r, fmt.Errorf("failover: the standby did not take over (it is %q; %d grants of a later term since): %w", b.Role(), newGrants(), err)
+		return r, fmt.Errorf("failover: the standby did not take over (it is %q; %d grants of a later term since; %s): %w", b.Role(), newGrants(), failoverState(ctx, js, nc), err)
 	}
 	_, first := grants.after(lost, lostTerm)
 	r.Gap = first.Sub(lost)
@@ -320,3 +323,46 @@ func (f *finalCount) take(m *nats.Msg) {
 }
 
 func (f *finalCount) count() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.ids) }
+
+// failoverState says what a failover that did not happen left: the
+// consumers of the scheduler's inputs and of the workers' grants, and what
+// the leader says of its shares.
+func failoverState(ctx context.Context, js jetstream.JetStream, nc *nats.Conn) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var out []string
+	for _, c := range []struct{ stream, name string }{{bus.StreamResults, bus.ConsumerSched}, {bus.StreamSubmit, bus.ConsumerSched},
+		{bus.StreamGrants, string(dtr.StagePre)}, {bus.StreamGrants, string(dtr.StageDelivery)}, {bus.StreamGrants, string(dtr.StagePost)}} {
+		cons, err := js.Consumer(ctx, c.stream, c.name)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s/%s: %v", c.stream, c.name, err))
+			continue
+		}
+		i, err := cons.Info(ctx)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s/%s: %v", c.stream, c.name, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s/%s: pending %d, unacknowledged %d, redelivered %d, pulls waiting %d",
+			c.stream, c.name, i.NumPending, i.NumAckPending, i.NumRedelivered, i.NumWaiting))
+	}
+	// What every goroutine of this process (both schedulers run in it)
+	// was doing, for whoever looks into it.
+	if f, err := os.CreateTemp("", "sluice-failover-goroutines-*.txt"); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+		_ = f.Close()
+		out = append(out, "goroutines in "+f.Name())
+	}
+	var shares api.SharesReply
+	if err := requestJSON(ctx, nc, api.SubjectShares, &shares); err != nil {
+		out = append(out, "shares: "+err.Error())
+	} else {
+		running, queued := 0, 0
+		for _, st := range shares.Shares {
+			running += st.Running
+			queued += st.Queued
+		}
+		out = append(out, fmt.Sprintf("the leader's shares: %d running, %d queued, reading %v", running, queued, shares.Reading))
+	}
+	return strings.Join(out, "; ")
+}
