@@ -107,7 +107,7 @@ func (w *historyWriter) pruneNext(now time.Time) {
 }
 
 // ask asks the writer to store what it holds: at once if urgent, else
-// once historyCoalesce has passed since its last store began.
+// once w.coalesce has passed since its last store began.
 func (w *historyWriter) ask(urgent bool) {
 	if urgent {
 		w.urgent.Store(true)
@@ -145,8 +145,9 @@ func (w *historyWriter) caughtUp() {
 // a small file passes through its states within a few hundred
 // milliseconds, so held this long its events go out in one or two
 // messages rather than one a step: about 1.7 to 2.2 messages a DTR instead
-// of 5.9 on 1 KiB files at 500 slots (BENCHMARKS.md). A step's inputs are acknowledged up to this much
-// later; its grants and final DTRs are not held.
+// of 5.9 on 1 KiB files at 500 slots (BENCHMARKS.md). A step's inputs are
+// acknowledged up to this much later; its grants and final DTRs are not
+// held.
 const (
 	historyBatchMax   = 20000
 	historyFlushEvery = time.Second
